@@ -1,0 +1,129 @@
+//! Backends: how to phrase each request for one kind of lock server and how to read
+//! its reply. A backend never decides *when* to send or whether a lease is valid.
+
+pub mod redis;
+
+use core::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ProtocolError;
+use crate::{FencingToken, OwnerId};
+
+pub use redis::{RedisBackend, RedisCommand, RedisScript, RedisValue};
+
+/// Which server the machine talks to, with that backend's settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Backend {
+    /// A single Redis (or Redis-compatible) server.
+    Redis(RedisBackend),
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::Redis(RedisBackend::default())
+    }
+}
+
+/// What a request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// Take the lock (idempotent for the same owner id).
+    Acquire,
+    /// Extend the lease, only if this owner still holds it.
+    Renew,
+    /// Free the lock, only if this owner still holds it.
+    Release,
+}
+
+/// A backend request as data, for the host's adapter to execute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "backend", rename_all = "snake_case")]
+pub enum RequestBody {
+    /// Run a Lua script on Redis (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
+    Redis(RedisCommand),
+}
+
+/// A backend reply as data, converted by the host's adapter from its client library.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "backend", content = "value", rename_all = "snake_case")]
+pub enum Reply {
+    /// A Redis reply.
+    Redis(RedisValue),
+}
+
+/// The outcome of an acquire request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireOutcome {
+    /// This owner holds the lock, with this fencing token.
+    Granted(FencingToken),
+    /// Another owner holds it; it expires in about `remaining` if not renewed.
+    Contended { remaining: Option<Duration> },
+}
+
+/// The outcome of a renew or release request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerCheck {
+    /// This owner held the lock and the request took effect.
+    Done,
+    /// The key is gone or has another owner; nothing was changed.
+    NotHeld,
+}
+
+/// A reply that is not an outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReplyError {
+    /// A server error that retrying may fix (loading, failover in progress, busy).
+    /// The request may or may not have taken effect.
+    Transient(String),
+    /// A reply retrying will not fix. The request may or may not have taken effect.
+    Protocol(ProtocolError),
+}
+
+impl Backend {
+    /// The name used in errors and docs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).
+    pub fn tokens_may_regress(&self) -> bool {
+        match self {
+            Backend::Redis(_) => true,
+        }
+    }
+
+    pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
+        match self {
+            Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms)),
+        }
+    }
+
+    pub(crate) fn renew(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
+        match self {
+            Backend::Redis(b) => RequestBody::Redis(b.renew(name, owner, ttl_ms)),
+        }
+    }
+
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> RequestBody {
+        match self {
+            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner)),
+        }
+    }
+
+    pub(crate) fn read_acquire(&self, reply: &Reply) -> Result<AcquireOutcome, ReplyError> {
+        match (self, reply) {
+            (Backend::Redis(_), Reply::Redis(v)) => redis::read_acquire(v),
+        }
+    }
+
+    pub(crate) fn read_owner_check(&self, reply: &Reply) -> Result<OwnerCheck, ReplyError> {
+        match (self, reply) {
+            (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
+        }
+    }
+}

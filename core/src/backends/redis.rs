@@ -1,0 +1,339 @@
+//! Redis: Lua scripts with `KEYS`/`ARGV` (never string-interpolated), run by the host
+//! with `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`.
+//!
+//! Keys for lock `name` with prefix `p` (default `fencepost:`):
+//! * `p{name}:lock` — the lease: value = owner id (32 hex chars), `PX` = TTL;
+//! * `p{name}:token` — the fencing-token counter; never expires.
+//!
+//! Both keys share the hash tag `{name…}`, so the scripts also work on Redis Cluster.
+//! Tokens come from `INCR` on the counter. A failover to a replica that had not seen
+//! the last `INCR`, or a restart without persistence, can hand out a token again:
+//! Redis locks are for efficiency unless the user opts in (DESIGN.md rule 8).
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AcquireOutcome, OwnerCheck, ReplyError};
+use crate::error::ProtocolError;
+use crate::{FencingToken, OwnerId};
+
+/// Settings of the Redis backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RedisBackend {
+    /// Prefix of every key fencepost writes; default `fencepost:`.
+    pub key_prefix: String,
+}
+
+impl Default for RedisBackend {
+    fn default() -> Self {
+        RedisBackend {
+            key_prefix: "fencepost:".to_owned(),
+        }
+    }
+}
+
+/// The scripts fencepost runs on Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisScript {
+    /// `KEYS = [lock, token]`, `ARGV = [owner, ttl_ms]`. Already ours: `PEXPIRE`, return
+    /// `{1, token}` (idempotent retry). Held by another: `{0, pttl}`. Free:
+    /// `SET lock owner NX PX ttl_ms` + `INCR token`, return `{1, token}`.
+    Acquire,
+    /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
+    /// Never re-creates a missing key (DESIGN.md rule 3).
+    Renew,
+    /// `KEYS = [lock]`, `ARGV = [owner]`: `DEL` if the owner matches; `1` or `0`.
+    Release,
+    /// `KEYS = [data, fence]`, `ARGV = [token, value]`: writes `value` to `data` unless
+    /// `token` is lower than the highest token the `fence` key has seen. Returns
+    /// `{1, token}` when written, `{0, highest}` when the token is stale.
+    FencedSet,
+}
+
+const ACQUIRE_LUA: &str = r#"local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local token = redis.call('GET', KEYS[2])
+  if not token then token = redis.call('INCR', KEYS[2]) end
+  return {1, tonumber(token)}
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+return {1, redis.call('INCR', KEYS[2])}
+"#;
+
+const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#;
+
+const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+const FENCED_SET_LUA: &str = r#"local token = tonumber(ARGV[1])
+local highest = tonumber(redis.call('GET', KEYS[2]) or '0')
+if token < highest then
+  return {0, highest}
+end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return {1, token}
+"#;
+
+impl RedisScript {
+    /// Every script, for hosts that preload them with `SCRIPT LOAD`.
+    pub const ALL: [RedisScript; 4] = [
+        RedisScript::Acquire,
+        RedisScript::Renew,
+        RedisScript::Release,
+        RedisScript::FencedSet,
+    ];
+
+    /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
+    pub fn source(self) -> &'static str {
+        match self {
+            RedisScript::Acquire => ACQUIRE_LUA,
+            RedisScript::Renew => RENEW_LUA,
+            RedisScript::Release => RELEASE_LUA,
+            RedisScript::FencedSet => FENCED_SET_LUA,
+        }
+    }
+
+    /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
+    pub fn sha1(self) -> &'static str {
+        static SHAS: [OnceLock<String>; 4] = [const { OnceLock::new() }; 4];
+        SHAS[self as usize]
+            .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
+    }
+}
+
+/// One script call: `EVALSHA sha1 len(keys) keys… args…`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisCommand {
+    /// Which script.
+    pub script: RedisScript,
+    /// `KEYS`.
+    pub keys: Vec<String>,
+    /// `ARGV`.
+    pub args: Vec<String>,
+}
+
+/// A Redis reply as plain data. Adapters convert their client's values: integers to
+/// `Int`, bulk strings to `Data` (UTF-8, lossy), simple strings to `Status`, nil to
+/// `Nil`, arrays to `Array`, error replies to `Error` with the full message
+/// (e.g. `"LOADING Redis is loading the dataset in memory"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum RedisValue {
+    Nil,
+    Int(i64),
+    Data(String),
+    Status(String),
+    Array(Vec<RedisValue>),
+    Error(String),
+}
+
+impl RedisBackend {
+    /// The lease key of `name`.
+    pub fn lock_key(&self, name: &str) -> String {
+        format!("{}{{{}}}:lock", self.key_prefix, name)
+    }
+
+    /// The fencing-token counter key of `name`.
+    pub fn token_key(&self, name: &str) -> String {
+        format!("{}{{{}}}:token", self.key_prefix, name)
+    }
+
+    pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::Acquire,
+            keys: vec![self.lock_key(name), self.token_key(name)],
+            args: vec![owner.to_string(), ttl_ms.to_string()],
+        }
+    }
+
+    pub(crate) fn renew(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::Renew,
+            keys: vec![self.lock_key(name)],
+            args: vec![owner.to_string(), ttl_ms.to_string()],
+        }
+    }
+
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::Release,
+            keys: vec![self.lock_key(name)],
+            args: vec![owner.to_string()],
+        }
+    }
+}
+
+/// Error replies that a retry may fix: the server is loading, busy, read-only during a
+/// failover, or redirecting in a cluster.
+const TRANSIENT_PREFIXES: [&str; 11] = [
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+    "MOVED",
+    "ASK",
+    "OOM",
+    "NOSCRIPT",
+];
+
+fn protocol(message: String) -> ReplyError {
+    ReplyError::Protocol(ProtocolError {
+        backend: "redis".to_owned(),
+        message,
+    })
+}
+
+fn server_error(message: &str) -> ReplyError {
+    let word = message.split_whitespace().next().unwrap_or("");
+    if TRANSIENT_PREFIXES.contains(&word) {
+        ReplyError::Transient(format!("redis: {message}"))
+    } else {
+        protocol(format!("server error reply: {message}"))
+    }
+}
+
+fn as_int(v: &RedisValue) -> Option<i64> {
+    match v {
+        RedisValue::Int(n) => Some(*n),
+        RedisValue::Data(s) | RedisValue::Status(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError> {
+    if let RedisValue::Error(e) = v {
+        return Err(server_error(e));
+    }
+    let pair = match v {
+        RedisValue::Array(items) if items.len() == 2 => (as_int(&items[0]), as_int(&items[1])),
+        _ => (None, None),
+    };
+    match pair {
+        (Some(1), Some(token)) if token > 0 => {
+            Ok(AcquireOutcome::Granted(FencingToken(token as u64)))
+        }
+        (Some(0), Some(pttl)) => Ok(AcquireOutcome::Contended {
+            remaining: u64::try_from(pttl)
+                .ok()
+                .filter(|&ms| ms > 0)
+                .map(core::time::Duration::from_millis),
+        }),
+        _ => Err(protocol(format!(
+            "acquire script: expected [1, token > 0] or [0, pttl], got {v:?}"
+        ))),
+    }
+}
+
+pub(crate) fn read_owner_check(v: &RedisValue) -> Result<OwnerCheck, ReplyError> {
+    match v {
+        RedisValue::Error(e) => Err(server_error(e)),
+        _ => match as_int(v) {
+            Some(1) => Ok(OwnerCheck::Done),
+            Some(0) => Ok(OwnerCheck::NotHeld),
+            _ => Err(protocol(format!(
+                "owner-checked script: expected 1 or 0, got {v:?}"
+            ))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_cluster_hash_tag_whatever_the_name() {
+        let b = RedisBackend::default();
+        assert_eq!(b.lock_key("report"), "fencepost:{report}:lock");
+        assert_eq!(b.token_key("report"), "fencepost:{report}:token");
+        // a '}' inside the name ends the tag early, at the same place in both keys
+        let tag = |k: &str| {
+            k[k.find('{').unwrap() + 1..]
+                .split('}')
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(tag(&b.lock_key("a}b")), tag(&b.token_key("a}b")));
+    }
+
+    #[test]
+    fn names_travel_as_keys_never_inside_the_script() {
+        let b = RedisBackend::default();
+        let evil = "x') redis.call('FLUSHALL') --";
+        let cmd = b.acquire(evil, &OwnerId([7; 16]), 1_000);
+        assert_eq!(cmd.script.source(), ACQUIRE_LUA);
+        assert!(cmd.keys[0].contains(evil));
+        assert_eq!(cmd.args, vec!["07".repeat(16), "1000".to_owned()]);
+    }
+
+    #[test]
+    fn sha1_matches_the_source() {
+        // sha1 of RENEW_LUA computed independently would be brittle; check shape and stability
+        let sha = RedisScript::Renew.sha1();
+        assert_eq!(sha.len(), 40);
+        assert_eq!(sha, sha1_smol::Sha1::from(RENEW_LUA).digest().to_string());
+        assert_ne!(RedisScript::Renew.sha1(), RedisScript::Release.sha1());
+    }
+
+    #[test]
+    fn acquire_replies_are_read_strictly() {
+        use RedisValue::*;
+        assert_eq!(
+            read_acquire(&Array(vec![Int(1), Int(42)])),
+            Ok(AcquireOutcome::Granted(FencingToken(42)))
+        );
+        assert_eq!(
+            read_acquire(&Array(vec![Int(0), Int(250)])),
+            Ok(AcquireOutcome::Contended {
+                remaining: Some(core::time::Duration::from_millis(250))
+            })
+        );
+        assert!(matches!(
+            read_acquire(&Array(vec![Int(1), Int(0)])),
+            Err(ReplyError::Protocol(_))
+        ));
+        assert!(matches!(
+            read_acquire(&Int(1)),
+            Err(ReplyError::Protocol(_))
+        ));
+        assert!(matches!(read_acquire(&Nil), Err(ReplyError::Protocol(_))));
+        assert!(matches!(
+            read_acquire(&Error("LOADING Redis is loading".into())),
+            Err(ReplyError::Transient(_))
+        ));
+        assert!(matches!(
+            read_acquire(&Error("WRONGTYPE Operation against a key".into())),
+            Err(ReplyError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn owner_checks_accept_only_one_or_zero() {
+        assert_eq!(read_owner_check(&RedisValue::Int(1)), Ok(OwnerCheck::Done));
+        assert_eq!(
+            read_owner_check(&RedisValue::Int(0)),
+            Ok(OwnerCheck::NotHeld)
+        );
+        assert!(read_owner_check(&RedisValue::Int(2)).is_err());
+        assert!(read_owner_check(&RedisValue::Array(vec![])).is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! Errors: [`UsageError`] is the caller's fault, [`ProtocolError`] the server's.
+//!
+//! Losing a lock is never an error return: it is [`crate::Event::Lost`].
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::{Instant, LockId};
+
+/// The caller misused the machine: bad options, an unknown lock, time going backwards.
+/// The input was rejected and nothing changed.
+#[derive(Clone, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum UsageError {
+    /// An input carried a `now` earlier than one given before (DESIGN.md rule 6).
+    #[error(
+        "time went backwards: now is {now}, but {last} was given before; pass a monotonic clock"
+    )]
+    TimeWentBackwards { now: Instant, last: Instant },
+    /// A lock option is out of range; the message names the value and the allowed range.
+    #[error("{option}: {message}")]
+    InvalidOption { option: String, message: String },
+    /// A `correctness` lock on a backend whose fencing tokens can go backwards on
+    /// failover (DESIGN.md rule 8), without the explicit opt-in.
+    #[error(
+        "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
+         when a replica is promoted after a failover, so two holders may carry the same token. \
+         Use etcd, ZooKeeper or a PostgreSQL lease for correctness locks, use purpose \
+         'efficiency', or pass accept_failover_risk=true if you accept that risk"
+    )]
+    UnsafePurpose { backend: String },
+    /// The lock name is empty or too long.
+    #[error("lock name must be 1 to 1024 bytes of UTF-8, got {len} bytes")]
+    InvalidName { len: usize },
+    /// No lock with this id is known to the machine (never acquired, or finished and forgotten).
+    #[error("unknown lock {lock}")]
+    UnknownLock { lock: LockId },
+}
+
+impl UsageError {
+    pub(crate) fn option(option: &str, message: impl Into<String>) -> Self {
+        UsageError::InvalidOption {
+            option: option.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The server's reply made no sense for the request it answers (wrong shape, an error
+/// reply that retrying cannot fix). The machine treats the outcome of that request as
+/// unknown and acts safely; the error is reported in the event that follows.
+#[derive(Clone, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
+#[error("{backend} protocol error: {message}")]
+pub struct ProtocolError {
+    /// The backend whose reply it was.
+    pub backend: String,
+    /// What was expected and what came instead.
+    pub message: String,
+}
+
+/// The operating system could not supply randomness for owner ids.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("no secure randomness available for owner ids: {0}")]
+pub struct EntropyError(pub String);

@@ -1,0 +1,58 @@
+//! What the machine tells the host: [`Event`] and its reasons.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ProtocolError;
+use crate::{FencingToken, Instant};
+
+/// Something the host must act on. Every event names the lock it concerns (see
+/// [`crate::Output::Event`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The lease is held. Carry `token` on every write to the protected resource; stop
+    /// believing you hold the lease at `valid_until` (host monotonic time) unless a
+    /// [`Event::Renewed`] moves it.
+    Acquired {
+        token: FencingToken,
+        valid_until: Instant,
+    },
+    /// A renewal was confirmed; the validity deadline moved to `valid_until`.
+    Renewed { valid_until: Instant },
+    /// The lease is gone. Stop the protected work now: another holder may already
+    /// have been granted the lock.
+    Lost { reason: LostReason },
+    /// The release was confirmed (or the acquisition was cancelled); the lock is free
+    /// of this owner.
+    Released,
+    /// Acquiring gave up; the lock was never held by this acquisition.
+    AcquireFailed { reason: AcquireFailedReason },
+}
+
+/// Why a held lease was lost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LostReason {
+    /// The validity deadline passed without a confirmed renewal (DESIGN.md rule 2).
+    Expired,
+    /// The server refused a renewal: the key is gone or has another owner (rule 3).
+    RenewRejected,
+    /// The release found the key gone or held by another owner: the lease had ended on
+    /// the server while this host still believed it held it (external delete, server
+    /// restart without persistence, failover).
+    NotHeldAtRelease,
+}
+
+/// Why acquiring gave up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AcquireFailedReason {
+    /// The acquire timeout passed while another owner held the lock, or while the
+    /// server could not be reached.
+    Timeout {
+        /// The last error seen while trying, if any (a transport or server error).
+        last_error: Option<String>,
+    },
+    /// The server answered in a way retrying cannot fix.
+    Protocol { error: ProtocolError },
+}

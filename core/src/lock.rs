@@ -1,0 +1,699 @@
+//! One lock's state and its transitions, one function per input. This file never
+//! knows which server it talks to: requests are phrased and replies read by
+//! [`crate::backends::Backend`].
+
+use core::time::Duration;
+use std::collections::{HashMap, VecDeque};
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::RngCore;
+
+use crate::backends::{AcquireOutcome, Backend, Operation, OwnerCheck, Reply, ReplyError};
+use crate::event::{AcquireFailedReason, Event, LostReason};
+use crate::options::LockOptions;
+use crate::{FencingToken, Instant, LockId, Output, OwnerId, Request, RequestId};
+
+/// How many times a release is sent before it is given up as unconfirmed.
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// A request the machine is waiting on.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    pub lock: LockId,
+    pub operation: Operation,
+    /// The owner id the request was phrased for (it can differ from the lock's current
+    /// owner id after a too-late grant).
+    pub owner: OwnerId,
+    /// A release sent to clean up after a lease the machine gave up on; it is retried
+    /// on failure `attempt < RELEASE_ATTEMPTS` times and reported to nobody.
+    pub cleanup: bool,
+    pub attempt: u32,
+    pub deadline: Instant,
+}
+
+/// What one input needs besides the lock: the backend, randomness, and the queues.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub backend: &'a Backend,
+    pub rng: &'a mut ChaCha20Rng,
+    pub next_request: &'a mut u64,
+    pub requests: &'a mut HashMap<RequestId, InFlight>,
+    pub outputs: &'a mut VecDeque<Output>,
+}
+
+impl Ctx<'_> {
+    /// A uniform draw from `0 ..= max` (full jitter).
+    fn jitter(&mut self, max: Duration) -> Duration {
+        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.rng.next_u64() % nanos.saturating_add(1))
+    }
+
+    pub(crate) fn new_owner(&mut self) -> OwnerId {
+        Self::new_owner_from(self.rng)
+    }
+
+    /// 128 bits from the machine's CSPRNG.
+    pub(crate) fn new_owner_from(rng: &mut ChaCha20Rng) -> OwnerId {
+        let mut bytes = [0u8; 16];
+        rng.fill_bytes(&mut bytes);
+        OwnerId(bytes)
+    }
+}
+
+/// A lock's state. The request id in a state is the only reply that state accepts;
+/// any other reply is late and handled by [`Lock::on_late_reply`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Acquiring {
+        request: RequestId,
+        sent_at: Instant,
+        attempt: u32,
+    },
+    Waiting {
+        retry_at: Instant,
+        attempt: u32,
+        /// An earlier attempt's outcome is unknown: the server may hold the lock for
+        /// this owner id, so giving up must release it (DESIGN.md rule 5).
+        ambiguous: bool,
+    },
+    Held {
+        token: FencingToken,
+        valid_until: Instant,
+        /// `Instant::MAX` when auto-renew is off.
+        renew_at: Instant,
+    },
+    Renewing {
+        token: FencingToken,
+        valid_until: Instant,
+        request: RequestId,
+        sent_at: Instant,
+    },
+    Releasing {
+        /// `None` while waiting to retry.
+        request: Option<RequestId>,
+        retry_at: Instant,
+        attempt: u32,
+        /// After this the key has expired on its own; the release is moot.
+        deadline: Instant,
+        /// Whether the lease had been granted (else this cancels an acquisition).
+        was_held: bool,
+    },
+    Released,
+    Lost,
+    AcquireFailed,
+}
+
+pub(crate) struct Lock {
+    pub id: LockId,
+    pub name: String,
+    pub options: LockOptions,
+    pub owner: OwnerId,
+    pub acquire_deadline: Option<Instant>,
+    pub state: State,
+    /// Requests sent for this lock whose reply has not come back.
+    pub in_flight: u32,
+    /// The wakeup currently in the machine's timer heap, with its generation.
+    pub timer: Option<(Instant, u64)>,
+    last_error: Option<String>,
+}
+
+impl Lock {
+    pub(crate) fn new(
+        id: LockId,
+        name: String,
+        options: LockOptions,
+        owner: OwnerId,
+        now: Instant,
+    ) -> Self {
+        let acquire_deadline = options.acquire_timeout.map(|t| now + t);
+        Lock {
+            id,
+            name,
+            options,
+            owner,
+            acquire_deadline,
+            state: State::Waiting {
+                retry_at: now,
+                attempt: 0,
+                ambiguous: false,
+            },
+            in_flight: 0,
+            timer: None,
+            last_error: None,
+        }
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(
+            self.state,
+            State::Released | State::Lost | State::AcquireFailed
+        )
+    }
+
+    /// The next instant at which [`Lock::on_timer`] has something to do.
+    pub(crate) fn wakeup(&self) -> Option<Instant> {
+        match self.state {
+            State::Acquiring { sent_at, .. } => Some(sent_at + self.options.validity()),
+            State::Waiting { retry_at, .. } => Some(retry_at),
+            State::Held {
+                valid_until,
+                renew_at,
+                ..
+            } => Some(valid_until.min(renew_at)),
+            State::Renewing { valid_until, .. } => Some(valid_until),
+            State::Releasing {
+                request,
+                retry_at,
+                deadline,
+                ..
+            } => Some(if request.is_none() {
+                retry_at.min(deadline)
+            } else {
+                deadline
+            }),
+            State::Released | State::Lost | State::AcquireFailed => None,
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        match self.state {
+            State::Held { valid_until, .. } | State::Renewing { valid_until, .. } => {
+                Some(valid_until)
+            }
+            _ => None,
+        }
+    }
+
+    fn emit(&self, ctx: &mut Ctx<'_>, event: Event) {
+        ctx.outputs.push_back(Output::Event {
+            lock: self.id,
+            event,
+        });
+    }
+
+    fn send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        operation: Operation,
+        owner: OwnerId,
+        deadline: Instant,
+        cleanup: bool,
+        attempt: u32,
+    ) -> RequestId {
+        let ttl_ms = self.options.ttl_ms();
+        let body = match operation {
+            Operation::Acquire => ctx.backend.acquire(&self.name, &owner, ttl_ms),
+            Operation::Renew => ctx.backend.renew(&self.name, &owner, ttl_ms),
+            Operation::Release => ctx.backend.release(&self.name, &owner),
+        };
+        *ctx.next_request += 1;
+        let id = RequestId(*ctx.next_request);
+        ctx.requests.insert(
+            id,
+            InFlight {
+                lock: self.id,
+                operation,
+                owner,
+                cleanup,
+                attempt,
+                deadline,
+            },
+        );
+        self.in_flight += 1;
+        ctx.outputs.push_back(Output::Request(Request {
+            id,
+            lock: self.id,
+            operation,
+            deadline,
+            body,
+        }));
+        id
+    }
+
+    /// Releases `owner` on the server for a lease this machine gave up on, so it is
+    /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
+    pub(crate) fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
+        let deadline = ctx.now + self.options.ttl;
+        self.send(ctx, Operation::Release, owner, deadline, true, attempt);
+    }
+
+    fn send_acquire(&mut self, ctx: &mut Ctx<'_>, attempt: u32) {
+        let deadline = ctx.now + self.options.validity();
+        let request = self.send(
+            ctx,
+            Operation::Acquire,
+            self.owner,
+            deadline,
+            false,
+            attempt,
+        );
+        self.state = State::Acquiring {
+            request,
+            sent_at: ctx.now,
+            attempt,
+        };
+    }
+
+    /// The backoff before retry number `attempt + 1`: full jitter over
+    /// `min(retry_max, retry_base · 2^attempt)`, clamped to the acquire deadline and,
+    /// when the holder's remaining TTL is known, to when it expires.
+    fn backoff(
+        &self,
+        ctx: &mut Ctx<'_>,
+        attempt: u32,
+        holder_remaining: Option<Duration>,
+    ) -> Instant {
+        let step = self
+            .options
+            .retry_base
+            .saturating_mul(1u32 << attempt.min(20))
+            .min(self.options.retry_max);
+        let mut wait = ctx.jitter(step);
+        if let Some(remaining) = holder_remaining {
+            wait = wait.min(remaining);
+        }
+        let retry_at = ctx.now + wait;
+        match self.acquire_deadline {
+            Some(deadline) => retry_at.min(deadline),
+            None => retry_at,
+        }
+    }
+
+    fn acquire_deadline_passed(&self, now: Instant) -> bool {
+        self.acquire_deadline.is_some_and(|d| now >= d)
+    }
+
+    /// An attempt did not get the lock. Retry after a backoff, or give up at the
+    /// acquire deadline (releasing first if the server might hold it for us).
+    fn attempt_failed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        attempt: u32,
+        ambiguous: bool,
+        holder_remaining: Option<Duration>,
+    ) {
+        if self.acquire_deadline_passed(ctx.now) {
+            if ambiguous {
+                self.send_cleanup(ctx, self.owner, 0);
+            }
+            self.state = State::AcquireFailed;
+            let last_error = self.last_error.take();
+            self.emit(
+                ctx,
+                Event::AcquireFailed {
+                    reason: AcquireFailedReason::Timeout { last_error },
+                },
+            );
+            return;
+        }
+        let retry_at = self.backoff(ctx, attempt, holder_remaining);
+        self.state = State::Waiting {
+            retry_at,
+            attempt: attempt + 1,
+            ambiguous,
+        };
+    }
+
+    fn lose(&mut self, ctx: &mut Ctx<'_>, reason: LostReason) {
+        if reason == LostReason::Expired {
+            // A renewal may have landed without its reply reaching us: free the key.
+            self.send_cleanup(ctx, self.owner, 0);
+        }
+        self.state = State::Lost;
+        self.emit(ctx, Event::Lost { reason });
+    }
+
+    /// Held or renewing past the validity deadline: lost, whatever else is happening
+    /// (DESIGN.md rule 2). Returns whether it expired.
+    fn expire_if_due(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        match self.valid_until() {
+            Some(valid_until) if ctx.now >= valid_until => {
+                self.lose(ctx, LostReason::Expired);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    // ---- inputs ------------------------------------------------------------------
+
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>) {
+        if self.expire_if_due(ctx) {
+            return;
+        }
+        let now = ctx.now;
+        match self.state.clone() {
+            State::Acquiring {
+                request, sent_at, ..
+            } if now >= sent_at + self.options.validity() => {
+                // No reply within the validity: the outcome is unknown.
+                ctx.requests.remove(&request);
+                self.in_flight = self.in_flight.saturating_sub(1);
+                self.on_acquire_ambiguous(
+                    ctx,
+                    "acquire got no reply within the lease validity".to_owned(),
+                );
+            }
+            State::Waiting {
+                retry_at, attempt, ..
+            } if now >= retry_at => self.send_acquire(ctx, attempt),
+            State::Held {
+                token,
+                valid_until,
+                renew_at,
+            } if now >= renew_at => {
+                let request = self.send(ctx, Operation::Renew, self.owner, valid_until, false, 0);
+                self.state = State::Renewing {
+                    token,
+                    valid_until,
+                    request,
+                    sent_at: now,
+                };
+            }
+            State::Releasing {
+                request: None,
+                retry_at,
+                attempt,
+                deadline,
+                was_held,
+            } if now >= retry_at && now < deadline => {
+                self.send_release(ctx, attempt, deadline, was_held)
+            }
+            State::Releasing { deadline, .. } if now >= deadline => {
+                // The key has expired on its own by now; the release is moot.
+                self.state = State::Released;
+                self.emit(ctx, Event::Released);
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn start(&mut self, ctx: &mut Ctx<'_>) {
+        self.send_acquire(ctx, 0);
+    }
+
+    fn send_release(&mut self, ctx: &mut Ctx<'_>, attempt: u32, deadline: Instant, was_held: bool) {
+        let request = self.send(
+            ctx,
+            Operation::Release,
+            self.owner,
+            deadline,
+            false,
+            attempt,
+        );
+        self.state = State::Releasing {
+            request: Some(request),
+            retry_at: deadline,
+            attempt,
+            deadline,
+            was_held,
+        };
+    }
+
+    /// The user releases the lock, or cancels the acquisition.
+    pub(crate) fn release(&mut self, ctx: &mut Ctx<'_>) {
+        if self.expire_if_due(ctx) {
+            return;
+        }
+        let deadline = ctx.now + self.options.ttl;
+        match self.state {
+            State::Held { .. } | State::Renewing { .. } => {
+                // A renew in flight becomes late; if it lands after the release, its
+                // reply triggers a cleanup release.
+                self.send_release(ctx, 0, deadline, true);
+            }
+            State::Acquiring { .. }
+            | State::Waiting {
+                ambiguous: true, ..
+            } => {
+                // Cancelling: the server may hold the lock for us already.
+                self.send_release(ctx, 0, deadline, false);
+            }
+            State::Waiting {
+                ambiguous: false, ..
+            } => {
+                self.state = State::Released;
+                self.emit(ctx, Event::Released);
+            }
+            State::Releasing { .. } | State::Released | State::Lost | State::AcquireFailed => {}
+        }
+    }
+
+    /// A reply, or a transport error (`reply = None`, with its message), for a request
+    /// of this lock.
+    pub(crate) fn on_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        request: RequestId,
+        flight: InFlight,
+        reply: Result<&Reply, String>,
+    ) {
+        if flight.cleanup {
+            self.on_cleanup_reply(ctx, flight, reply);
+            return;
+        }
+        let expired = self.expire_if_due(ctx);
+        let current = match self.state {
+            State::Acquiring { request: r, .. }
+            | State::Renewing { request: r, .. }
+            | State::Releasing {
+                request: Some(r), ..
+            } => r == request,
+            _ => false,
+        };
+        if expired || !current {
+            self.on_late_reply(ctx, flight, reply);
+            return;
+        }
+        match (self.state.clone(), flight.operation) {
+            (
+                State::Acquiring {
+                    sent_at, attempt, ..
+                },
+                Operation::Acquire,
+            ) => self.on_acquire_reply(ctx, sent_at, attempt, reply),
+            (
+                State::Renewing {
+                    token,
+                    valid_until,
+                    sent_at,
+                    ..
+                },
+                Operation::Renew,
+            ) => self.on_renew_reply(ctx, token, valid_until, sent_at, reply),
+            (
+                State::Releasing {
+                    attempt,
+                    deadline,
+                    was_held,
+                    ..
+                },
+                Operation::Release,
+            ) => self.on_release_reply(ctx, attempt, deadline, was_held, reply),
+            _ => {}
+        }
+    }
+
+    fn on_acquire_ambiguous(&mut self, ctx: &mut Ctx<'_>, error: String) {
+        let attempt = match self.state {
+            State::Acquiring { attempt, .. } => attempt,
+            _ => 0,
+        };
+        self.last_error = Some(error);
+        // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
+        self.attempt_failed(ctx, attempt, true, None);
+    }
+
+    fn on_acquire_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        sent_at: Instant,
+        attempt: u32,
+        reply: Result<&Reply, String>,
+    ) {
+        let outcome = match reply {
+            Err(transport) => return self.on_acquire_ambiguous(ctx, transport),
+            Ok(reply) => ctx.backend.read_acquire(reply),
+        };
+        match outcome {
+            Ok(AcquireOutcome::Granted(token)) => {
+                let valid_until = sent_at + self.options.validity();
+                if ctx.now >= valid_until {
+                    // The reply came too late to use (a pause, a slow network): release
+                    // it, and try again under a fresh owner id so the release cannot
+                    // race a retry of ours.
+                    self.send_cleanup(ctx, self.owner, 0);
+                    self.owner = ctx.new_owner();
+                    self.last_error =
+                        Some("the lock was granted only after its validity had passed".to_owned());
+                    return self.attempt_failed(ctx, attempt, false, None);
+                }
+                let renew_at = if self.options.auto_renew {
+                    (sent_at + self.options.renew_interval()).max(ctx.now)
+                } else {
+                    Instant::MAX
+                };
+                self.state = State::Held {
+                    token,
+                    valid_until,
+                    renew_at,
+                };
+                self.emit(ctx, Event::Acquired { token, valid_until });
+            }
+            Ok(AcquireOutcome::Contended { remaining }) => {
+                self.last_error = None;
+                self.attempt_failed(ctx, attempt, false, remaining)
+            }
+            Err(ReplyError::Transient(e)) => self.on_acquire_ambiguous(ctx, e),
+            Err(ReplyError::Protocol(error)) => {
+                self.send_cleanup(ctx, self.owner, 0);
+                self.state = State::AcquireFailed;
+                self.emit(
+                    ctx,
+                    Event::AcquireFailed {
+                        reason: AcquireFailedReason::Protocol { error },
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_renew_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        token: FencingToken,
+        valid_until: Instant,
+        sent_at: Instant,
+        reply: Result<&Reply, String>,
+    ) {
+        let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
+        match outcome {
+            Ok(Ok(OwnerCheck::Done)) => {
+                let valid_until = valid_until.max(sent_at + self.options.validity());
+                let renew_at = (sent_at + self.options.renew_interval()).max(ctx.now);
+                self.state = State::Held {
+                    token,
+                    valid_until,
+                    renew_at,
+                };
+                self.emit(ctx, Event::Renewed { valid_until });
+            }
+            // A renewal never re-creates a missing key (DESIGN.md rule 3).
+            Ok(Ok(OwnerCheck::NotHeld)) => self.lose(ctx, LostReason::RenewRejected),
+            // Transient: retry until the validity deadline; the timer decides loss.
+            Err(_) | Ok(Err(_)) => {
+                let retry = (self.options.renew_interval() / 4).max(Duration::from_millis(1));
+                self.state = State::Held {
+                    token,
+                    valid_until,
+                    renew_at: ctx.now + retry,
+                };
+            }
+        }
+    }
+
+    fn on_release_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        attempt: u32,
+        deadline: Instant,
+        was_held: bool,
+        reply: Result<&Reply, String>,
+    ) {
+        match reply.map(|r| ctx.backend.read_owner_check(r)) {
+            Ok(Ok(OwnerCheck::Done)) => {
+                self.state = State::Released;
+                self.emit(ctx, Event::Released);
+            }
+            Ok(Ok(OwnerCheck::NotHeld)) => {
+                if !was_held {
+                    // A cancelled acquisition that never took the lock.
+                    self.state = State::Released;
+                    self.emit(ctx, Event::Released);
+                } else {
+                    self.state = State::Lost;
+                    self.emit(
+                        ctx,
+                        Event::Lost {
+                            reason: LostReason::NotHeldAtRelease,
+                        },
+                    );
+                }
+            }
+            Err(_) | Ok(Err(_)) => {
+                let attempt = attempt + 1;
+                if attempt >= RELEASE_ATTEMPTS || ctx.now >= deadline {
+                    self.state = State::Released;
+                    self.emit(ctx, Event::Released);
+                } else {
+                    let retry_at =
+                        ctx.now + ctx.jitter(self.options.retry_base.saturating_mul(1 << attempt));
+                    self.state = State::Releasing {
+                        request: None,
+                        retry_at,
+                        attempt,
+                        deadline,
+                        was_held,
+                    };
+                }
+            }
+        }
+    }
+
+    /// A reply for a request this lock no longer waits for (DESIGN.md rule 4): it never
+    /// changes the state, but if it shows (or might show) that the server holds the
+    /// lock for an owner id this machine gave up on, that owner is released.
+    fn on_late_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flight: InFlight,
+        reply: Result<&Reply, String>,
+    ) {
+        let may_hold = match (flight.operation, reply) {
+            (Operation::Release, _) => false,
+            (_, Err(_)) => true,
+            (Operation::Acquire, Ok(r)) => !matches!(
+                ctx.backend.read_acquire(r),
+                Ok(AcquireOutcome::Contended { .. })
+            ),
+            (Operation::Renew, Ok(r)) => {
+                !matches!(ctx.backend.read_owner_check(r), Ok(OwnerCheck::NotHeld))
+            }
+        };
+        if !may_hold {
+            return;
+        }
+        let still_ours = flight.owner == self.owner
+            && matches!(
+                self.state,
+                State::Acquiring { .. }
+                    | State::Waiting { .. }
+                    | State::Held { .. }
+                    | State::Renewing { .. }
+            );
+        if still_ours {
+            // The lock still uses this owner id: a retry re-acquires it idempotently,
+            // and a release sent now could race that retry.
+            if let State::Waiting { ambiguous, .. } = &mut self.state {
+                *ambiguous = true;
+            }
+            return;
+        }
+        self.send_cleanup(ctx, flight.owner, 0);
+    }
+
+    fn on_cleanup_reply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        flight: InFlight,
+        reply: Result<&Reply, String>,
+    ) {
+        let failed = !matches!(reply.map(|r| ctx.backend.read_owner_check(r)), Ok(Ok(_)));
+        if failed && flight.attempt + 1 < RELEASE_ATTEMPTS && ctx.now < flight.deadline {
+            self.send_cleanup(ctx, flight.owner, flight.attempt + 1);
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! [`Machine`]: inputs in, outputs out, one timer heap for every lock.
+
+use core::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::backends::{Backend, Reply};
+use crate::error::{EntropyError, UsageError};
+use crate::lock::{Ctx, Lock};
+use crate::options::LockOptions;
+use crate::{Instant, LockId, OwnerId, RequestId};
+
+/// Something the host tells the machine. Every input carries the host's monotonic `now`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Input {
+    /// Start acquiring `name`. The n-th accepted `Acquire` of a machine gets `LockId(n)`.
+    Acquire {
+        now: Instant,
+        name: String,
+        options: LockOptions,
+    },
+    /// Release a lock (or cancel its acquisition). Finished locks ignore it.
+    Release { now: Instant, lock: LockId },
+    /// The server's reply to a request.
+    Reply {
+        now: Instant,
+        request: RequestId,
+        reply: Reply,
+    },
+    /// The request failed in transport (connection reset, client timeout, cancelled at
+    /// its deadline). Ambiguous: it may or may not have reached the server.
+    TransportError {
+        now: Instant,
+        request: RequestId,
+        message: String,
+    },
+    /// Time passed. Early and spurious timeouts are harmless.
+    Timeout { now: Instant },
+}
+
+impl Input {
+    fn now(&self) -> Instant {
+        match self {
+            Input::Acquire { now, .. }
+            | Input::Release { now, .. }
+            | Input::Reply { now, .. }
+            | Input::TransportError { now, .. }
+            | Input::Timeout { now } => *now,
+        }
+    }
+}
+
+/// A backend request for the host to execute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Quote it in the [`Input::Reply`] or [`Input::TransportError`] that answers.
+    pub id: RequestId,
+    /// The lock it is for.
+    pub lock: LockId,
+    /// Acquire, renew or release.
+    pub operation: crate::backends::Operation,
+    /// After this instant the outcome no longer matters: cancel the request and report
+    /// an [`Input::TransportError`] (DESIGN.md rule 10).
+    pub deadline: Instant,
+    /// What to send.
+    pub body: crate::backends::RequestBody,
+}
+
+/// Something the machine tells the host; drain with [`Machine::poll_output`] after every
+/// input until it returns `Timeout` or `Idle`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Output {
+    /// Execute this request and report its outcome.
+    Request(Request),
+    /// Act on this event.
+    Event { lock: LockId, event: crate::Event },
+    /// Nothing more now: call again with [`Input::Timeout`] at (or after) this instant.
+    Timeout(Instant),
+    /// Nothing more now and no timer set: wait for the next input.
+    Idle,
+}
+
+/// The lock state machine: many locks against one backend, no I/O, no clock.
+pub struct Machine {
+    backend: Backend,
+    rng: ChaCha20Rng,
+    last_now: Instant,
+    next_lock: u64,
+    next_request: u64,
+    next_timer_gen: u64,
+    locks: HashMap<LockId, Lock>,
+    requests: HashMap<RequestId, crate::lock::InFlight>,
+    timers: BinaryHeap<Reverse<(Instant, LockId, u64)>>,
+    outputs: VecDeque<Output>,
+}
+
+impl Machine {
+    /// A machine for `backend`, drawing owner ids and jitter from a ChaCha20 CSPRNG
+    /// seeded once from the operating system (`getrandom`).
+    ///
+    /// Errors: [`EntropyError`] when the platform has no secure randomness.
+    pub fn new(backend: Backend) -> Result<Self, EntropyError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| EntropyError(e.to_string()))?;
+        Ok(Self::with_rng(backend, ChaCha20Rng::from_seed(seed)))
+    }
+
+    /// A deterministic machine for tests and simulation: the same seed gives the same
+    /// owner ids and jitter. Never use it in production (owner ids become guessable).
+    pub fn with_seed(backend: Backend, seed: u64) -> Self {
+        Self::with_rng(backend, ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    fn with_rng(backend: Backend, rng: ChaCha20Rng) -> Self {
+        Machine {
+            backend,
+            rng,
+            last_now: Instant::ZERO,
+            next_lock: 0,
+            next_request: 0,
+            next_timer_gen: 0,
+            locks: HashMap::new(),
+            requests: HashMap::new(),
+            timers: BinaryHeap::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The backend this machine phrases requests for.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Feeds one input. Timers due at `now` fire first, so a reply that arrives after a
+    /// deadline is already late when it is read.
+    ///
+    /// Errors (the input is rejected and nothing changes):
+    /// [`UsageError::TimeWentBackwards`]; for `Acquire`, [`UsageError::InvalidName`],
+    /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`]; for `Release`,
+    /// [`UsageError::UnknownLock`]. Replies to unknown requests are ignored.
+    pub fn handle_input(&mut self, input: Input) -> Result<(), UsageError> {
+        let now = input.now();
+        if now < self.last_now {
+            return Err(UsageError::TimeWentBackwards {
+                now,
+                last: self.last_now,
+            });
+        }
+        // Validate before anything changes.
+        match &input {
+            Input::Acquire { name, options, .. } => {
+                if name.is_empty() || name.len() > 1024 {
+                    return Err(UsageError::InvalidName { len: name.len() });
+                }
+                options.validate(self.backend.name(), self.backend.tokens_may_regress())?;
+            }
+            Input::Release { lock, .. } if !self.locks.contains_key(lock) => {
+                return Err(UsageError::UnknownLock { lock: *lock });
+            }
+            _ => {}
+        }
+        self.last_now = now;
+        self.fire_timers(now);
+        match input {
+            Input::Acquire { name, options, .. } => {
+                self.next_lock += 1;
+                let id = LockId(self.next_lock);
+                let owner = crate::lock::Ctx::new_owner_from(&mut self.rng);
+                let lock = Lock::new(id, name, options, owner, now);
+                self.locks.insert(id, lock);
+                self.with_lock(id, now, |lock, ctx| lock.start(ctx));
+            }
+            Input::Release { lock, .. } => self.with_lock(lock, now, |lock, ctx| lock.release(ctx)),
+            Input::Reply { request, reply, .. } => self.route(request, now, Ok(&reply)),
+            Input::TransportError {
+                request, message, ..
+            } => self.route(request, now, Err(message)),
+            Input::Timeout { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Starts acquiring `name`; returns the new lock's id. Same as [`Input::Acquire`].
+    ///
+    /// Errors: as [`Machine::handle_input`].
+    pub fn acquire(
+        &mut self,
+        now: Instant,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<LockId, UsageError> {
+        self.handle_input(Input::Acquire {
+            now,
+            name: name.to_owned(),
+            options,
+        })?;
+        Ok(LockId(self.next_lock))
+    }
+
+    /// Releases `lock`, or cancels its acquisition. Same as [`Input::Release`].
+    pub fn release(&mut self, now: Instant, lock: LockId) -> Result<(), UsageError> {
+        self.handle_input(Input::Release { now, lock })
+    }
+
+    /// The next output. Call after every input until it returns `Timeout` or `Idle`.
+    pub fn poll_output(&mut self) -> Output {
+        if let Some(output) = self.outputs.pop_front() {
+            return output;
+        }
+        while let Some(Reverse((at, lock, gen))) = self.timers.peek().copied() {
+            if self.timer_is_live(at, lock, gen) {
+                return Output::Timeout(at);
+            }
+            self.timers.pop();
+        }
+        Output::Idle
+    }
+
+    /// The owner id of `lock`'s current acquisition, if the lock is known.
+    pub fn owner(&self, lock: LockId) -> Option<OwnerId> {
+        self.locks.get(&lock).map(|l| l.owner)
+    }
+
+    /// The validity deadline of `lock` while it is held.
+    pub fn valid_until(&self, lock: LockId) -> Option<Instant> {
+        self.locks.get(&lock).and_then(|l| l.valid_until())
+    }
+
+    /// How many locks the machine tracks (held, pending, or finished with requests in
+    /// flight).
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// How many requests await a reply or transport error.
+    pub fn requests_in_flight(&self) -> usize {
+        self.requests.len()
+    }
+
+    fn timer_is_live(&self, at: Instant, lock: LockId, gen: u64) -> bool {
+        self.locks.get(&lock).and_then(|l| l.timer) == Some((at, gen))
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(Reverse((at, lock, gen))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.timer_is_live(at, lock, gen) {
+                if let Some(l) = self.locks.get_mut(&lock) {
+                    l.timer = None;
+                }
+                self.with_lock(lock, now, |lock, ctx| lock.on_timer(ctx));
+            }
+        }
+    }
+
+    fn route(&mut self, request: RequestId, now: Instant, reply: Result<&Reply, String>) {
+        let Some(flight) = self.requests.remove(&request) else {
+            return; // unknown, duplicate, or already given up on: harmless
+        };
+        let lock = flight.lock;
+        if let Some(l) = self.locks.get_mut(&lock) {
+            l.in_flight = l.in_flight.saturating_sub(1);
+        }
+        self.with_lock(lock, now, move |lock, ctx| {
+            lock.on_reply(ctx, request, flight, reply)
+        });
+    }
+
+    /// Runs `f` on a lock, then reschedules its timer and forgets it once finished.
+    fn with_lock(&mut self, id: LockId, now: Instant, f: impl FnOnce(&mut Lock, &mut Ctx<'_>)) {
+        let Some(lock) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let mut ctx = Ctx {
+            now,
+            backend: &self.backend,
+            rng: &mut self.rng,
+            next_request: &mut self.next_request,
+            requests: &mut self.requests,
+            outputs: &mut self.outputs,
+        };
+        f(lock, &mut ctx);
+        let wakeup = lock.wakeup();
+        if wakeup != lock.timer.map(|(at, _)| at) {
+            lock.timer = wakeup.map(|at| {
+                self.next_timer_gen += 1;
+                self.timers.push(Reverse((at, id, self.next_timer_gen)));
+                (at, self.next_timer_gen)
+            });
+        }
+        if lock.is_finished() && lock.in_flight == 0 {
+            self.locks.remove(&id);
+        }
+        // Stale heap entries are skipped lazily; rebuild when they dominate.
+        if self.timers.len() > 64 + 2 * self.locks.len() {
+            self.timers = self
+                .locks
+                .values()
+                .filter_map(|l| l.timer.map(|(at, gen)| Reverse((at, l.id, gen))))
+                .collect();
+        }
+    }
+}

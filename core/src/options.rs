@@ -1,0 +1,249 @@
+//! Lock options, their defaults and their validation (the only place they are checked).
+
+use core::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::UsageError;
+use crate::time::serde_nanos;
+
+/// Why the lock is taken; decides which backends are acceptable (DESIGN.md rule 8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// Two holders at once merely waste work (a cron job run twice).
+    #[default]
+    Efficiency,
+    /// Two holders at once corrupt data: fencing tokens must never go backwards.
+    Correctness,
+}
+
+/// Options of one lock acquisition. Build with [`LockOptions::ttl`] and adjust fields.
+///
+/// Durations are `core::time::Duration`; in scenario vectors they are nanoseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LockOptions {
+    /// Lease length the server enforces; 1 ms ..= 2^31 ms. Sent rounded up to whole ms.
+    #[serde(with = "serde_nanos")]
+    pub ttl: Duration,
+    /// Efficiency or correctness.
+    pub purpose: Purpose,
+    /// Opt-in for a correctness lock on a backend whose tokens can regress on failover.
+    pub accept_failover_risk: bool,
+    /// How long to keep trying: `None` waits forever, `Some(0)` tries exactly once.
+    #[serde(with = "serde_nanos::option")]
+    pub acquire_timeout: Option<Duration>,
+    /// First retry backoff step; step `n` is `min(retry_max, retry_base · 2^n)`, and each
+    /// wait is drawn uniformly from `0 ..= step` ("full jitter").
+    #[serde(with = "serde_nanos")]
+    pub retry_base: Duration,
+    /// Largest backoff step.
+    #[serde(with = "serde_nanos")]
+    pub retry_max: Duration,
+    /// Renew this long after the last renewal was sent; `None` means `ttl / 3`.
+    /// Must be shorter than the validity (`ttl · (1 − drift) − margin`).
+    #[serde(with = "serde_nanos::option")]
+    pub renew_every: Option<Duration>,
+    /// Renew automatically (default). When off, the lease ends at its validity deadline.
+    pub auto_renew: bool,
+    /// Bound on the rate difference between this host's clock and the server's, as a
+    /// fraction (0.01 = 1 %, Redlock's default); 0 ..< 0.5.
+    pub drift_factor: f64,
+    /// Safety margin subtracted from every validity (Redlock's default 2 ms).
+    #[serde(with = "serde_nanos")]
+    pub clock_margin: Duration,
+}
+
+/// The longest TTL accepted: 2^31 ms (about 24.8 days).
+pub const MAX_TTL: Duration = Duration::from_millis(1 << 31);
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            purpose: Purpose::Efficiency,
+            accept_failover_risk: false,
+            acquire_timeout: None,
+            retry_base: Duration::from_millis(10),
+            retry_max: Duration::from_millis(500),
+            renew_every: None,
+            auto_renew: true,
+            drift_factor: 0.01,
+            clock_margin: Duration::from_millis(2),
+        }
+    }
+}
+
+impl LockOptions {
+    /// Default options with the given TTL.
+    pub fn ttl(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            ..LockOptions::default()
+        }
+    }
+
+    /// How long after a request is *sent* the holder may believe the lease it asked for
+    /// is held: `ttl · (1 − drift) − margin` (the Redlock validity analysis).
+    pub fn validity(&self) -> Duration {
+        let drift = self.ttl.mul_f64(self.drift_factor.clamp(0.0, 0.5));
+        self.ttl
+            .saturating_sub(drift)
+            .saturating_sub(self.clock_margin)
+    }
+
+    /// The renew interval in effect: `renew_every`, or `ttl / 3`.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_every.unwrap_or(self.ttl / 3)
+    }
+
+    /// The TTL as the server receives it: whole milliseconds, rounded up.
+    pub fn ttl_ms(&self) -> u64 {
+        let nanos = self.ttl.as_nanos();
+        u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    }
+
+    /// Checks every option. `tokens_may_regress` is the backend's answer to DESIGN.md
+    /// rule 8; `backend` names it in the error.
+    ///
+    /// Errors: [`UsageError::InvalidOption`] naming the option, the value and the range;
+    /// [`UsageError::UnsafePurpose`].
+    pub fn validate(&self, backend: &str, tokens_may_regress: bool) -> Result<(), UsageError> {
+        if self.ttl < Duration::from_millis(1) {
+            return Err(UsageError::option(
+                "ttl",
+                format!("must be at least 1 ms, got {:?}", self.ttl),
+            ));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(UsageError::option(
+                "ttl",
+                format!("must be at most 2^31 ms (~24.8 days), got {:?}", self.ttl),
+            ));
+        }
+        if !(self.drift_factor >= 0.0 && self.drift_factor < 0.5) {
+            return Err(UsageError::option(
+                "drift_factor",
+                format!("must be in 0 ..< 0.5, got {}", self.drift_factor),
+            ));
+        }
+        let validity = self.validity();
+        if validity.is_zero() {
+            return Err(UsageError::option(
+                "ttl",
+                format!(
+                    "{:?} leaves no validity after drift {} and clock margin {:?}; use a longer ttl",
+                    self.ttl, self.drift_factor, self.clock_margin
+                ),
+            ));
+        }
+        if let Some(every) = self.renew_every {
+            if every.is_zero() || every >= validity {
+                return Err(UsageError::option(
+                    "renew_every",
+                    format!(
+                        "must be above 0 and below the validity {validity:?} (ttl {:?} less drift and margin), got {every:?}",
+                        self.ttl
+                    ),
+                ));
+            }
+        } else if self.renew_interval().is_zero() {
+            return Err(UsageError::option(
+                "ttl",
+                format!("{:?} is too short to renew; use at least 1 ms", self.ttl),
+            ));
+        }
+        if self.retry_base.is_zero() {
+            return Err(UsageError::option(
+                "retry_base",
+                format!("must be above 0, got {:?}", self.retry_base),
+            ));
+        }
+        if self.retry_max < self.retry_base {
+            return Err(UsageError::option(
+                "retry_max",
+                format!(
+                    "must be at least retry_base {:?}, got {:?}",
+                    self.retry_base, self.retry_max
+                ),
+            ));
+        }
+        if self.purpose == Purpose::Correctness && tokens_may_regress && !self.accept_failover_risk
+        {
+            return Err(UsageError::UnsafePurpose {
+                backend: backend.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn validity_follows_the_redlock_formula() {
+        // 1000 · (1 − 0.01) − 2 = 988 ms
+        assert_eq!(LockOptions::ttl(ms(1_000)).validity(), ms(988));
+        assert_eq!(
+            LockOptions::ttl(ms(1_000)).renew_interval(),
+            Duration::from_nanos(333_333_333)
+        );
+    }
+
+    #[test]
+    fn ttl_is_sent_rounded_up_to_whole_milliseconds() {
+        assert_eq!(LockOptions::ttl(Duration::from_micros(1_500)).ttl_ms(), 2);
+        assert_eq!(LockOptions::ttl(ms(30_000)).ttl_ms(), 30_000);
+    }
+
+    #[test]
+    fn bad_ttls_are_named_in_the_error() {
+        let err = LockOptions::ttl(ms(0)).validate("redis", true).unwrap_err();
+        assert_eq!(err.to_string(), "ttl: must be at least 1 ms, got 0ns");
+        assert!(LockOptions::ttl(MAX_TTL + ms(1))
+            .validate("redis", true)
+            .is_err());
+        // 2 ms − 1 % − 2 ms margin leaves nothing
+        let err = LockOptions::ttl(ms(2)).validate("redis", true).unwrap_err();
+        assert!(err.to_string().contains("leaves no validity"), "{err}");
+    }
+
+    #[test]
+    fn renew_interval_must_fit_inside_the_validity() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        o.renew_every = Some(ms(988));
+        assert!(matches!(
+            o.validate("redis", true),
+            Err(UsageError::InvalidOption { .. })
+        ));
+        o.renew_every = Some(ms(987));
+        assert_eq!(o.validate("redis", true), Ok(()));
+    }
+
+    #[test]
+    fn correctness_on_a_regressing_backend_needs_the_opt_in() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        o.purpose = Purpose::Correctness;
+        let err = o.validate("redis", true).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("etcd, ZooKeeper or a PostgreSQL lease"));
+        assert_eq!(o.validate("etcd", false), Ok(()));
+        o.accept_failover_risk = true;
+        assert_eq!(o.validate("redis", true), Ok(()));
+    }
+
+    #[test]
+    fn nan_drift_is_rejected() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        o.drift_factor = f64::NAN;
+        assert!(o.validate("redis", true).is_err());
+    }
+}

@@ -1,0 +1,177 @@
+//! [`MemoryRedis`]: an in-memory server that executes fencepost's Redis scripts with the
+//! semantics of the Lua in [`crate::backends::redis`], with TTLs driven by injected time.
+//! Integration tests run the same scenarios against real Redis to keep the two in step.
+
+use std::collections::HashMap;
+
+use crate::backends::{RedisCommand, RedisScript, RedisValue, Reply, RequestBody};
+use crate::Instant;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    value: String,
+    expires_at: Option<Instant>,
+}
+
+/// An in-memory Redis-like key space: strings with optional expiry, enough for the
+/// lock, renew, release and fenced-SET scripts.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryRedis {
+    keys: HashMap<String, Entry>,
+}
+
+impl MemoryRedis {
+    /// An empty server.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Executes a request body at `now` and returns the reply a real server would give.
+    pub fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
+        match body {
+            RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
+        }
+    }
+
+    /// Runs one script call at `now`.
+    pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
+        let (keys, args) = (&cmd.keys, &cmd.args);
+        let arity_ok = match cmd.script {
+            RedisScript::Acquire | RedisScript::FencedSet => keys.len() == 2 && args.len() == 2,
+            RedisScript::Renew => keys.len() == 1 && args.len() == 2,
+            RedisScript::Release => keys.len() == 1 && args.len() == 1,
+        };
+        if !arity_ok {
+            return RedisValue::Error(
+                "ERR wrong number of keys or arguments for script".to_owned(),
+            );
+        }
+        match cmd.script {
+            RedisScript::Acquire => {
+                let Some(ttl) = parse_ms(&args[1]) else {
+                    return RedisValue::Error("ERR invalid expire time".to_owned());
+                };
+                match self.get(now, &keys[0]).map(str::to_owned) {
+                    Some(holder) if holder == args[0] => {
+                        self.set_expiry(&keys[0], now + ttl);
+                        let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
+                            Some(t) => t,
+                            None => self.incr(now, &keys[1]),
+                        };
+                        RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
+                    }
+                    Some(_) => {
+                        let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
+                        RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
+                    }
+                    None => {
+                        self.set(&keys[0], &args[0], Some(now + ttl));
+                        let token = self.incr(now, &keys[1]);
+                        RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
+                    }
+                }
+            }
+            RedisScript::Renew => {
+                let Some(ttl) = parse_ms(&args[1]) else {
+                    return RedisValue::Error("ERR invalid expire time".to_owned());
+                };
+                if self.get(now, &keys[0]) == Some(args[0].as_str()) {
+                    self.set_expiry(&keys[0], now + ttl);
+                    RedisValue::Int(1)
+                } else {
+                    RedisValue::Int(0)
+                }
+            }
+            RedisScript::Release => {
+                if self.get(now, &keys[0]) == Some(args[0].as_str()) {
+                    self.keys.remove(&keys[0]);
+                    RedisValue::Int(1)
+                } else {
+                    RedisValue::Int(0)
+                }
+            }
+            RedisScript::FencedSet => {
+                let Ok(token) = args[0].parse::<i64>() else {
+                    return RedisValue::Error("ERR fencing token is not an integer".to_owned());
+                };
+                let highest = self
+                    .get(now, &keys[1])
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .unwrap_or(0);
+                if token < highest {
+                    return RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(highest)]);
+                }
+                self.set(&keys[1], &args[0], None);
+                self.set(&keys[0], &args[1], None);
+                RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
+            }
+        }
+    }
+
+    /// `GET key` at `now` (expired keys are gone).
+    pub fn get(&self, now: Instant, key: &str) -> Option<&str> {
+        self.keys
+            .get(key)
+            .filter(|e| e.expires_at.is_none_or(|at| now < at))
+            .map(|e| e.value.as_str())
+    }
+
+    /// `PTTL key` in ms: `None` when the key is missing, `-1` when it has no expiry.
+    pub fn pttl(&self, now: Instant, key: &str) -> Option<i64> {
+        let entry = self.keys.get(key)?;
+        match entry.expires_at {
+            None => Some(-1),
+            Some(at) if now < at => {
+                let ms = at
+                    .saturating_duration_since(now)
+                    .as_nanos()
+                    .div_ceil(1_000_000);
+                Some(i64::try_from(ms).unwrap_or(i64::MAX))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// `DEL key`, as an operator (or a bug) might do behind the holder's back.
+    pub fn delete(&mut self, key: &str) -> bool {
+        self.keys.remove(key).is_some()
+    }
+
+    /// Forgets everything, as a restart without persistence does.
+    pub fn flush(&mut self) {
+        self.keys.clear();
+    }
+
+    fn set(&mut self, key: &str, value: &str, expires_at: Option<Instant>) {
+        self.keys.insert(
+            key.to_owned(),
+            Entry {
+                value: value.to_owned(),
+                expires_at,
+            },
+        );
+    }
+
+    fn set_expiry(&mut self, key: &str, at: Instant) {
+        if let Some(e) = self.keys.get_mut(key) {
+            e.expires_at = Some(at);
+        }
+    }
+
+    fn incr(&mut self, now: Instant, key: &str) -> i64 {
+        let next = self
+            .get(now, key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+            + 1;
+        self.set(key, &next.to_string(), None);
+        next
+    }
+}
+
+fn parse_ms(s: &str) -> Option<core::time::Duration> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(core::time::Duration::from_millis)
+}
