@@ -101,9 +101,9 @@ pub(crate) enum State {
         /// Whether the lease had been granted (else this cancels an acquisition).
         was_held: bool,
     },
-    Released,
-    Lost,
-    AcquireFailed,
+    /// Released, lost or failed. Replies still in flight are awaited until
+    /// `forget_at` (late grants must be released); then the lock is forgotten.
+    Finished { forget_at: Instant },
 }
 
 pub(crate) struct Lock {
@@ -146,11 +146,19 @@ impl Lock {
         }
     }
 
-    pub(crate) fn is_finished(&self) -> bool {
-        matches!(
-            self.state,
-            State::Released | State::Lost | State::AcquireFailed
-        )
+    /// Finished and nothing left to wait for: the machine may forget the lock.
+    pub(crate) fn can_forget(&self, now: Instant) -> bool {
+        match self.state {
+            State::Finished { forget_at } => self.in_flight == 0 || now >= forget_at,
+            _ => false,
+        }
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        self.state = State::Finished {
+            forget_at: ctx.now + self.options.ttl,
+        };
+        self.emit(ctx, event);
     }
 
     /// The next instant at which [`Lock::on_timer`] has something to do.
@@ -174,7 +182,7 @@ impl Lock {
             } else {
                 deadline
             }),
-            State::Released | State::Lost | State::AcquireFailed => None,
+            State::Finished { forget_at } => (self.in_flight > 0).then_some(forget_at),
         }
     }
 
@@ -299,9 +307,8 @@ impl Lock {
             if ambiguous {
                 self.send_cleanup(ctx, self.owner, 0);
             }
-            self.state = State::AcquireFailed;
             let last_error = self.last_error.take();
-            self.emit(
+            self.finish(
                 ctx,
                 Event::AcquireFailed {
                     reason: AcquireFailedReason::Timeout { last_error },
@@ -322,8 +329,7 @@ impl Lock {
             // A renewal may have landed without its reply reaching us: free the key.
             self.send_cleanup(ctx, self.owner, 0);
         }
-        self.state = State::Lost;
-        self.emit(ctx, Event::Lost { reason });
+        self.finish(ctx, Event::Lost { reason });
     }
 
     /// Held or renewing past the validity deadline: lost, whatever else is happening
@@ -346,12 +352,9 @@ impl Lock {
         }
         let now = ctx.now;
         match self.state.clone() {
-            State::Acquiring {
-                request, sent_at, ..
-            } if now >= sent_at + self.options.validity() => {
-                // No reply within the validity: the outcome is unknown.
-                ctx.requests.remove(&request);
-                self.in_flight = self.in_flight.saturating_sub(1);
+            State::Acquiring { sent_at, .. } if now >= sent_at + self.options.validity() => {
+                // No reply within the validity: the outcome is unknown. A reply that
+                // still comes is late, and `on_late_reply` releases what it granted.
                 self.on_acquire_ambiguous(
                     ctx,
                     "acquire got no reply within the lease validity".to_owned(),
@@ -384,8 +387,7 @@ impl Lock {
             }
             State::Releasing { deadline, .. } if now >= deadline => {
                 // The key has expired on its own by now; the release is moot.
-                self.state = State::Released;
-                self.emit(ctx, Event::Released);
+                self.finish(ctx, Event::Released);
             }
             _ => {}
         }
@@ -435,10 +437,9 @@ impl Lock {
             State::Waiting {
                 ambiguous: false, ..
             } => {
-                self.state = State::Released;
-                self.emit(ctx, Event::Released);
+                self.finish(ctx, Event::Released);
             }
-            State::Releasing { .. } | State::Released | State::Lost | State::AcquireFailed => {}
+            State::Releasing { .. } | State::Finished { .. } => {}
         }
     }
 
@@ -550,8 +551,7 @@ impl Lock {
             Err(ReplyError::Transient(e)) => self.on_acquire_ambiguous(ctx, e),
             Err(ReplyError::Protocol(error)) => {
                 self.send_cleanup(ctx, self.owner, 0);
-                self.state = State::AcquireFailed;
-                self.emit(
+                self.finish(
                     ctx,
                     Event::AcquireFailed {
                         reason: AcquireFailedReason::Protocol { error },
@@ -605,17 +605,14 @@ impl Lock {
     ) {
         match reply.map(|r| ctx.backend.read_owner_check(r)) {
             Ok(Ok(OwnerCheck::Done)) => {
-                self.state = State::Released;
-                self.emit(ctx, Event::Released);
+                self.finish(ctx, Event::Released);
             }
             Ok(Ok(OwnerCheck::NotHeld)) => {
                 if !was_held {
                     // A cancelled acquisition that never took the lock.
-                    self.state = State::Released;
-                    self.emit(ctx, Event::Released);
+                    self.finish(ctx, Event::Released);
                 } else {
-                    self.state = State::Lost;
-                    self.emit(
+                    self.finish(
                         ctx,
                         Event::Lost {
                             reason: LostReason::NotHeldAtRelease,
@@ -626,8 +623,7 @@ impl Lock {
             Err(_) | Ok(Err(_)) => {
                 let attempt = attempt + 1;
                 if attempt >= RELEASE_ATTEMPTS || ctx.now >= deadline {
-                    self.state = State::Released;
-                    self.emit(ctx, Event::Released);
+                    self.finish(ctx, Event::Released);
                 } else {
                     let retry_at =
                         ctx.now + ctx.jitter(self.options.retry_base.saturating_mul(1 << attempt));
@@ -675,11 +671,16 @@ impl Lock {
                     | State::Renewing { .. }
             );
         if still_ours {
-            // The lock still uses this owner id: a retry re-acquires it idempotently,
-            // and a release sent now could race that retry.
             if let State::Waiting { ambiguous, .. } = &mut self.state {
-                *ambiguous = true;
+                // Granted too late to use (a pause, a slow network): release it and
+                // retry under a fresh owner id, which the release cannot race.
+                *ambiguous = false;
+                self.send_cleanup(ctx, flight.owner, 0);
+                self.owner = ctx.new_owner();
             }
+            // Otherwise a retry with this owner id is in flight and re-acquires it
+            // idempotently; a release sent now could race that retry. Held or
+            // renewing: a duplicate of the reply already used.
             return;
         }
         self.send_cleanup(ctx, flight.owner, 0);

@@ -296,7 +296,11 @@ impl Machine {
                 (at, self.next_timer_gen)
             });
         }
-        if lock.is_finished() && lock.in_flight == 0 {
+        if lock.can_forget(now) {
+            if lock.in_flight > 0 {
+                // Replies that never came: forget them too.
+                self.requests.retain(|_, f| f.lock != id);
+            }
             self.locks.remove(&id);
         }
         // Stale heap entries are skipped lazily; rebuild when they dominate.
