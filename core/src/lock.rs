@@ -164,7 +164,7 @@ impl Lock {
     /// The next instant at which [`Lock::on_timer`] has something to do.
     pub(crate) fn wakeup(&self) -> Option<Instant> {
         match self.state {
-            State::Acquiring { sent_at, .. } => Some(sent_at + self.options.validity()),
+            State::Acquiring { sent_at, .. } => Some(self.attempt_deadline(sent_at)),
             State::Waiting { retry_at, .. } => Some(retry_at),
             State::Held {
                 valid_until,
@@ -248,8 +248,19 @@ impl Lock {
         self.send(ctx, Operation::Release, owner, deadline, true, attempt);
     }
 
+    /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
+    /// would grant, or at the acquire deadline if that comes first and came after the
+    /// send (the last try, made at the deadline or with timeout 0, gets its full time).
+    fn attempt_deadline(&self, sent_at: Instant) -> Instant {
+        let validity_end = sent_at + self.options.validity();
+        match self.acquire_deadline {
+            Some(deadline) if deadline > sent_at => deadline.min(validity_end),
+            _ => validity_end,
+        }
+    }
+
     fn send_acquire(&mut self, ctx: &mut Ctx<'_>, attempt: u32) {
-        let deadline = ctx.now + self.options.validity();
+        let deadline = self.attempt_deadline(ctx.now);
         let request = self.send(
             ctx,
             Operation::Acquire,
@@ -352,12 +363,12 @@ impl Lock {
         }
         let now = ctx.now;
         match self.state.clone() {
-            State::Acquiring { sent_at, .. } if now >= sent_at + self.options.validity() => {
-                // No reply within the validity: the outcome is unknown. A reply that
-                // still comes is late, and `on_late_reply` releases what it granted.
+            State::Acquiring { sent_at, .. } if now >= self.attempt_deadline(sent_at) => {
+                // No reply in time: the outcome is unknown. A reply that still comes
+                // is late, and `on_late_reply` releases what it granted.
                 self.on_acquire_ambiguous(
                     ctx,
-                    "acquire got no reply within the lease validity".to_owned(),
+                    "the acquire request got no reply in time".to_owned(),
                 );
             }
             State::Waiting {

@@ -607,3 +607,32 @@ fn invalid_input_is_rejected_before_anything_changes() {
     let err = m.acquire(at(0), "x", o).unwrap_err();
     assert!(err.to_string().starts_with("retry_max"), "{err}");
 }
+
+#[test]
+fn rule10_a_hung_acquire_gives_up_at_the_acquire_timeout_and_releases() {
+    let mut t = Timeline::new(1);
+    let mut o = opts(30_000);
+    o.acquire_timeout = Some(ms(500));
+    t.at(0);
+    t.acquire(0, "report", o);
+    let hung = t.take(0, Acquire);
+    assert_eq!(
+        hung.deadline,
+        at(500),
+        "cancel the request at the acquire timeout"
+    );
+    t.apply(&hung); // it did reach the server
+    t.at(499);
+    assert_eq!(t.events(0), vec![]);
+    t.at(500);
+    assert!(matches!(
+        t.events(0).as_slice(),
+        [Event::AcquireFailed {
+            reason: AcquireFailedReason::Timeout {
+                last_error: Some(_)
+            }
+        }]
+    ));
+    t.serve(0, Release); // owner-checked release of the ambiguous grant
+    assert_eq!(t.holder("report"), None);
+}
