@@ -1,0 +1,183 @@
+"""The base class of backends: an adapter that executes the core's requests with a
+client library, plus the drivers that run lock machines for it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Dict, Optional, Union
+
+from . import _core
+from ._driver import AsyncDriver, ThreadDriver
+from .errors import BackendError, ConfigError
+
+__all__ = ["Backend"]
+
+CommandLike = Union[_core.Request, _core.Command]
+
+
+class Backend:
+    """A lock server as fencepost sees it: executes the core's script calls and runs
+    the lock machines (one per event loop for ``async with``, one for the blocking
+    ``with`` API, shared by every :class:`fencepost.Lock` on this backend).
+
+    Subclasses implement :meth:`_execute_async` and/or :meth:`_execute_sync`: run the
+    command, return the server's reply as the client gives it (int, bytes, str, None,
+    lists) and *return* a :class:`fencepost._core.RedisErrorReply` for an error reply;
+    raise for a transport failure (the machine treats the outcome as unknown).
+
+    Args:
+        key_prefix: prefix of every key fencepost writes (``"fencepost:"``); the keys of
+            lock ``name`` are ``{prefix}{{name}}:lock`` and ``{prefix}{{name}}:token``.
+
+    Raises:
+        ConfigError: ``key_prefix`` is not a str.
+    """
+
+    #: Whether ``async with`` / ``await lock.acquire()`` work with this backend.
+    supports_async: bool = True
+    #: Whether ``with`` / ``lock.acquire_sync()`` work with this backend.
+    supports_sync: bool = True
+
+    def __init__(self, *, key_prefix: str = "fencepost:") -> None:
+        if not isinstance(key_prefix, str):
+            raise ConfigError(f"key_prefix must be a str, got {key_prefix!r}")
+        self.key_prefix = key_prefix
+        self._state = threading.Lock()
+        self._async_drivers: Dict[int, AsyncDriver] = {}
+        self._thread_driver: Optional[ThreadDriver] = None
+        self._closed = False
+
+    # -- keys --
+
+    def lock_key(self, name: str) -> str:
+        """The lease key of lock ``name`` (holds the owner id, with the TTL)."""
+        return _core.lock_key(self.key_prefix, name)
+
+    def token_key(self, name: str) -> str:
+        """The fencing-token counter key of lock ``name``."""
+        return _core.token_key(self.key_prefix, name)
+
+    # -- adapter hooks --
+
+    async def _execute_async(self, command: CommandLike) -> object:
+        """Runs ``command`` without blocking the loop; see the class docstring."""
+        raise self._mode_error("async")
+
+    def _execute_sync(self, command: CommandLike) -> object:
+        """Runs ``command``, blocking; see the class docstring."""
+        raise self._mode_error("sync")
+
+    def _mode_error(self, wanted: str) -> ConfigError:
+        """The error for using this backend in a mode (``"async"``/``"sync"``) it
+        does not support."""
+        if wanted == "async":
+            return ConfigError(
+                f"{type(self).__name__} does not support asyncio: use `with lock` and "
+                "lock.acquire_sync()"
+            )
+        return ConfigError(
+            f"{type(self).__name__} does not support blocking use: use `async with lock` "
+            "and await lock.acquire()"
+        )
+
+    def _new_machine(self) -> _core.Machine:
+        return _core.Machine(self.key_prefix)
+
+    # -- drivers --
+
+    def _async_driver(self) -> AsyncDriver:
+        """The driver for the running event loop (created on first use)."""
+        if not self.supports_async:
+            raise self._mode_error("async")
+        loop = asyncio.get_running_loop()
+        with self._state:
+            if self._closed:
+                raise BackendError("this backend is closed; create a new one")
+            for key, stale in list(self._async_drivers.items()):
+                if stale.loop.is_closed():
+                    del self._async_drivers[key]
+            driver = self._async_drivers.get(id(loop))
+            if driver is None or driver.loop is not loop:
+                driver = AsyncDriver(self, loop)
+                self._async_drivers[id(loop)] = driver
+            return driver
+
+    def _sync_driver(self) -> ThreadDriver:
+        """The driver of the blocking API (created on first use)."""
+        if not self.supports_sync:
+            raise self._mode_error("sync")
+        with self._state:
+            if self._closed:
+                raise BackendError("this backend is closed; create a new one")
+            if self._thread_driver is None:
+                self._thread_driver = ThreadDriver(self)
+            return self._thread_driver
+
+    def close(self) -> None:
+        """Stops this backend's drivers. Locks still held or being acquired are released
+        (best effort, the requests still run), their leases are marked lost with reason
+        ``"closed"`` (``lease.check()`` raises :class:`~fencepost.errors.LockLost`), and
+        pending acquisitions fail with :class:`~fencepost.errors.BackendError`. The
+        client passed to the backend is not closed: its owner closes it. Idempotent.
+        """
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            drivers = list(self._async_drivers.values())
+            self._async_drivers.clear()
+            thread_driver, self._thread_driver = self._thread_driver, None
+        if thread_driver is not None:
+            thread_driver.close()
+        for driver in drivers:
+            if driver.loop.is_closed():
+                continue
+            running = _running_loop()
+            if running is driver.loop or not driver.loop.is_running():
+                driver.close()
+            else:
+                driver.loop.call_soon_threadsafe(driver.close)
+
+    # -- fenced writes --
+
+    async def fenced_set(self, data_key: str, fence_key: str, token: int, value: str) -> None:
+        """Writes ``value`` to ``data_key`` unless ``token`` is lower than the highest
+        token ``fence_key`` has seen (checked and written atomically by the core's
+        ``fenced_set`` script); the fence then remembers ``token``.
+
+        Raises:
+            StaleToken: a newer lock holder has already written (attributes
+                ``resource`` = ``data_key``, ``token``, ``highest``).
+            BackendError: the server could not be reached (the write may or may not
+                have happened).
+            ProtocolError: the server answered with an error or a reply of the wrong
+                shape.
+            ConfigError: wrong argument types, or a backend without asyncio support.
+        """
+        command = _core.redis_fenced_set(data_key, fence_key, token, value)
+        try:
+            reply = await self._execute_async(command)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"fenced SET of {data_key!r} failed: {exc}") from exc
+        _core.read_redis_fenced_set(data_key, token, reply)
+
+    def fenced_set_sync(self, data_key: str, fence_key: str, token: int, value: str) -> None:
+        """Blocking form of :meth:`fenced_set`; same arguments and errors."""
+        command = _core.redis_fenced_set(data_key, fence_key, token, value)
+        try:
+            reply = self._execute_sync(command)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"fenced SET of {data_key!r} failed: {exc}") from exc
+        _core.read_redis_fenced_set(data_key, token, reply)
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

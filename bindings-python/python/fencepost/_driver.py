@@ -1,0 +1,524 @@
+"""Drivers: run the core's lock machine on the host's event loop. Translations only.
+
+A driver feeds the machine the host's monotonic time (``time.monotonic_ns()``) and the
+outcomes of the requests it emitted, executes those requests through the backend's
+adapter, wakes the machine at the instant it asks for, and turns its events into
+Python: futures resolved, ``lease.lost`` set, the body task cancelled. It decides
+nothing about leases: every if below is about plumbing (is a future still waiting, is
+this driver closed), never about validity, renew timing or tokens.
+
+* :class:`AsyncDriver` — one per (backend, event loop): event-driven, a single
+  ``loop.call_later`` handle for the machine's next timeout, one task per request with
+  ``asyncio.wait_for`` at the request's deadline.
+* :class:`ThreadDriver` — one per backend for the blocking API: a daemon thread owns
+  the wakeups (``threading.Condition``), every machine call happens under that
+  condition's lock, requests run on a small pool of daemon threads so a hung request
+  never delays a ``Lost`` and never keeps the process alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Set, Union
+
+from . import _core
+from .errors import AcquireTimeout, BackendError, FencepostError, LockLost, ProtocolError
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from .lock import Lease, SyncLease, _Options
+
+__all__ = ["AsyncDriver", "ThreadDriver", "AsyncAcquisition", "SyncAcquisition"]
+
+_log = logging.getLogger("fencepost")
+
+CommandLike = Union[_core.Request, _core.Command]
+
+_TERMINAL = frozenset({"lost", "released", "acquire_failed"})
+
+_LOST_WHY = {
+    "expired": "its validity deadline passed without a confirmed renewal",
+    "renew_rejected": "the server refused the renewal: the lock key was deleted or "
+    "is held by another owner",
+    "not_held_at_release": "the server no longer held it for this owner when it was "
+    "released",
+    "closed": "its backend was closed while it was held",
+}
+
+
+def lost_error(name: str, token: int, reason: str) -> LockLost:
+    """The :class:`LockLost` for a lease of ``name`` lost for ``reason``."""
+    why = _LOST_WHY.get(reason, reason)
+    return LockLost(
+        f"lock {name!r} (fencing token {token}) was lost: {why}",
+        name=name,
+        token=token,
+        reason=reason,
+    )
+
+
+def acquire_error(name: str, event: _core.Event) -> FencepostError:
+    """The exception for an ``acquire_failed`` event."""
+    if event.reason == "protocol":
+        return ProtocolError(f"acquiring lock {name!r} failed: {event.message}")
+    detail = (
+        f"; last error: {event.message}"
+        if event.message
+        else "; it was held by another owner"
+    )
+    return AcquireTimeout(
+        f"could not acquire lock {name!r} before the acquire timeout{detail}",
+        name=name,
+        last_error=event.message,
+    )
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"TypeName: message"`` for transport-error reports."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# ---- acquisitions: one per acquire() call; events land here ----------------------------
+
+
+class AsyncAcquisition:
+    """One acquisition driven by an :class:`AsyncDriver`: its futures and lease."""
+
+    def __init__(self, driver: AsyncDriver, name: str) -> None:
+        self.driver = driver
+        self.name = name
+        self.lock_id = -1
+        self.acquired: asyncio.Future[Lease] = driver.loop.create_future()
+        self.released: Optional[asyncio.Future[None]] = None
+        self.lease: Optional[Lease] = None
+        #: The task running the ``async with`` body; cancelled when the lease is lost.
+        self.body_task: Optional[asyncio.Task[Any]] = None
+        #: Whether this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo it).
+        self.cancelled_body = False
+
+    def on_event(self, event: _core.Event) -> None:
+        from .lock import Lease
+
+        kind = event.kind
+        if kind == "acquired":
+            lease = Lease(
+                name=self.name,
+                token=event.token or 0,
+                owner_id=self.driver.owner(self.lock_id),
+                valid_until_ns=event.valid_until_ns or 0,
+                poke=self.driver.poke,
+                lost=asyncio.Event(),
+            )
+            self.lease = lease
+            if not self.acquired.done():
+                self.acquired.set_result(lease)
+        elif kind == "renewed" and self.lease is not None:
+            self.lease._valid_until_ns = event.valid_until_ns or 0
+        elif kind == "lost" and self.lease is not None:
+            reason = event.reason or "expired"
+            self.lease._lose(reason)
+            self.lease.lost.set()
+            self._interrupt_body()
+            if self.released is not None and not self.released.done():
+                self.released.set_exception(self.lease._lost_error())
+        elif kind == "released":
+            if self.released is not None and not self.released.done():
+                self.released.set_result(None)
+        elif kind == "acquire_failed":
+            if not self.acquired.done():
+                self.acquired.set_exception(acquire_error(self.name, event))
+
+    def _interrupt_body(self) -> None:
+        if self.body_task is None:
+            return
+        if self.body_task is _current_task():
+            # The body itself is running (lease.check() / valid_for() found the loss):
+            # cancel it once it next yields, unless it leaves the `async with` first.
+            self.driver.loop.call_soon(self._cancel_body)
+        else:
+            self._cancel_body()
+
+    def _cancel_body(self) -> None:
+        """Interrupts the ``async with`` body at its current await (the exit turns the
+        CancelledError into LockLost)."""
+        task = self.body_task
+        if task is not None and not task.done() and not self.cancelled_body:
+            reason = self.lease.lost_reason if self.lease is not None else None
+            task.cancel(msg=f"fencepost: lock {self.name!r} was lost ({reason})")
+            self.cancelled_body = True
+
+    def closed(self) -> None:
+        """The backend was closed under this acquisition."""
+        if self.lease is not None and self.lease.lost_reason is None:
+            self.lease._lose("closed")
+            self.lease.lost.set()
+            self._interrupt_body()
+        if not self.acquired.done():
+            self.acquired.set_exception(
+                BackendError(f"the backend was closed while acquiring lock {self.name!r}")
+            )
+        if self.released is not None and not self.released.done():
+            self.released.set_result(None)
+
+
+class SyncAcquisition:
+    """One acquisition driven by a :class:`ThreadDriver`: its futures and lease. Its
+    methods run on whichever thread holds the driver's lock."""
+
+    def __init__(self, driver: ThreadDriver, name: str) -> None:
+        self.driver = driver
+        self.name = name
+        self.lock_id = -1
+        self.acquired: concurrent.futures.Future[SyncLease] = concurrent.futures.Future()
+        self.released: Optional[concurrent.futures.Future[None]] = None
+        self.lease: Optional[SyncLease] = None
+
+    def on_event(self, event: _core.Event) -> None:
+        from .lock import SyncLease
+
+        kind = event.kind
+        if kind == "acquired":
+            lease = SyncLease(
+                name=self.name,
+                token=event.token or 0,
+                owner_id=self.driver.owner(self.lock_id),
+                valid_until_ns=event.valid_until_ns or 0,
+                poke=self.driver.poke,
+                lost=threading.Event(),
+            )
+            self.lease = lease
+            if not self.acquired.done():
+                self.acquired.set_result(lease)
+        elif kind == "renewed" and self.lease is not None:
+            self.lease._valid_until_ns = event.valid_until_ns or 0
+        elif kind == "lost" and self.lease is not None:
+            self.lease._lose(event.reason or "expired")
+            self.lease.lost.set()
+            if self.released is not None and not self.released.done():
+                self.released.set_exception(self.lease._lost_error())
+        elif kind == "released":
+            if self.released is not None and not self.released.done():
+                self.released.set_result(None)
+        elif kind == "acquire_failed":
+            if not self.acquired.done():
+                self.acquired.set_exception(acquire_error(self.name, event))
+
+    def closed(self) -> None:
+        """The backend was closed under this acquisition."""
+        if self.lease is not None and self.lease.lost_reason is None:
+            self.lease._lose("closed")
+            self.lease.lost.set()
+        if not self.acquired.done():
+            self.acquired.set_exception(
+                BackendError(f"the backend was closed while acquiring lock {self.name!r}")
+            )
+        if self.released is not None and not self.released.done():
+            self.released.set_result(None)
+
+
+def _current_task() -> Optional[asyncio.Task[Any]]:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+# ---- asyncio --------------------------------------------------------------------------
+
+
+class AsyncDriver:
+    """Runs one machine on one asyncio event loop. All methods must be called on that
+    loop's thread."""
+
+    def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
+        self.backend = backend
+        self.loop = loop
+        self._machine = backend._new_machine()
+        self._acquisitions: Dict[int, AsyncAcquisition] = {}
+        self._tasks: Set[asyncio.Task[None]] = set()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at: Optional[int] = None
+        self._closed = False
+
+    # -- inputs from the Lock API --
+
+    def start(self, acquisition: AsyncAcquisition, options: _Options) -> None:
+        """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
+        self._check_open()
+        lock = self._machine.acquire(time.monotonic_ns(), acquisition.name, *options.args())
+        acquisition.lock_id = lock
+        self._acquisitions[lock] = acquisition
+        self._drain()
+
+    def release(self, acquisition: AsyncAcquisition) -> None:
+        """Releases the lock, or cancels its acquisition. A no-op once the machine has
+        reported the acquisition finished (or the driver is closed)."""
+        if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
+            self._machine.release(time.monotonic_ns(), acquisition.lock_id)
+            self._drain()
+
+    def poke(self) -> None:
+        """Delivers due timers now (``lease.check()``), so a lease past its deadline is
+        reported lost by the machine before the caller reads it."""
+        if not self._closed:
+            self._machine.timeout(time.monotonic_ns())
+            self._drain()
+
+    def owner(self, lock: int) -> str:
+        return self._machine.owner(lock) or ""
+
+    def close(self) -> None:
+        """Releases every lock this driver tracks (best effort: the requests still run if
+        the loop does), marks held leases lost with reason ``"closed"``, fails pending
+        acquisitions with BackendError and stops the timer."""
+        if self._closed:
+            return
+        now = time.monotonic_ns()
+        for acquisition in list(self._acquisitions.values()):
+            self._machine.release(now, acquisition.lock_id)
+        self._drain()
+        self._closed = True
+        for acquisition in list(self._acquisitions.values()):
+            acquisition.closed()
+        self._acquisitions.clear()
+        self._arm(None)
+
+    # -- the loop --
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("this backend is closed; create a new one")
+
+    def _drain(self) -> None:
+        outputs, next_ns = self._machine.poll()
+        for output in outputs:
+            if isinstance(output, _core.Request):
+                task = self.loop.create_task(self._execute(output))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                if output.kind in _TERMINAL:
+                    acquisition = self._acquisitions.pop(output.lock, None)
+                else:
+                    acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None:
+                    acquisition.on_event(output)
+        if not self._closed:
+            self._arm(next_ns)
+
+    def _arm(self, at_ns: Optional[int]) -> None:
+        if at_ns == self._timer_at and (at_ns is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at_ns
+        if at_ns is not None:
+            delay = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
+            self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._feed(lambda now: self._machine.timeout(now))
+
+    def _feed(self, call: Callable[[int], None]) -> None:
+        """Feeds one input at the current time and drains. Errors here are host bugs
+        (the machine refuses nothing the driver sends): report them to the loop."""
+        try:
+            call(time.monotonic_ns())
+            self._drain()
+        except Exception as exc:  # pragma: no cover - defensive
+            self.loop.call_exception_handler(
+                {"message": "fencepost: driver failed to feed the lock machine", "exception": exc}
+            )
+
+    async def _execute(self, request: _core.Request) -> None:
+        timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
+        try:
+            value = await asyncio.wait_for(self.backend._execute_async(request), timeout)
+        except asyncio.CancelledError:
+            # Only the loop shutting down cancels these tasks. Nothing is fed: the
+            # machine's own timers give up on the request (acquire validity, renew
+            # deadline, release deadline), and new requests would never run.
+            raise
+        except asyncio.TimeoutError:
+            message = f"no reply before the request deadline ({timeout:.3f} s)"
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+        except Exception as exc:
+            message = describe_exception(exc)
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+        else:
+            self._feed(lambda now: self._machine.reply(now, request.id, value))
+
+
+# ---- threads --------------------------------------------------------------------------
+
+
+class _DaemonPool:
+    """A few daemon worker threads that run submitted callables, started on demand and
+    retired after ``idle_s`` without work. Unlike ``ThreadPoolExecutor`` (whose workers
+    are joined at interpreter exit), a request hung in a worker never keeps the process
+    alive."""
+
+    def __init__(self, max_workers: int, name: str, idle_s: float = 10.0) -> None:
+        self._max = max_workers
+        self._name = name
+        self._idle_s = idle_s
+        self._cond = threading.Condition()
+        self._queue: Deque[Callable[[], None]] = collections.deque()
+        self._workers = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._cond:
+            self._queue.append(fn)
+            if len(self._queue) > self._idle and self._workers < self._max:
+                self._workers += 1
+                threading.Thread(
+                    target=self._work, name=f"{self._name}-{self._workers}", daemon=True
+                ).start()
+            else:
+                self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                deadline = time.monotonic() + self._idle_s
+                while not self._queue:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        self._workers -= 1
+                        return
+                    self._idle += 1
+                    self._cond.wait(remaining)
+                    self._idle -= 1
+                fn = self._queue.popleft()
+            try:
+                fn()
+            except Exception:  # pragma: no cover - a bug; keep the worker alive
+                _log.exception("fencepost: request worker failed")
+
+
+class ThreadDriver:
+    """Runs one machine for the blocking API. Every machine call happens under
+    ``self._cond``'s lock; a daemon thread sleeps on that condition until the machine's
+    next timeout and exits when the machine tracks no lock or the driver is closed."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._machine = backend._new_machine()
+        self._cond = threading.Condition(threading.RLock())
+        self._acquisitions: Dict[int, SyncAcquisition] = {}
+        self._next_ns: Optional[int] = None
+        self._thread: Optional[threading.Thread] = None
+        self._pool = _DaemonPool(max_workers=8, name="fencepost-request")
+        self._closed = False
+
+    def start(self, acquisition: SyncAcquisition, options: _Options) -> None:
+        """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
+        with self._cond:
+            if self._closed:
+                raise BackendError("this backend is closed; create a new one")
+            lock = self._machine.acquire(
+                time.monotonic_ns(), acquisition.name, *options.args()
+            )
+            acquisition.lock_id = lock
+            self._acquisitions[lock] = acquisition
+            self._drain()
+            if self._thread is None and self._machine.lock_count() > 0:
+                self._thread = threading.Thread(
+                    target=self._run, name="fencepost-driver", daemon=True
+                )
+                self._thread.start()
+
+    def release(self, acquisition: SyncAcquisition) -> None:
+        """Releases the lock, or cancels its acquisition; a no-op once finished."""
+        with self._cond:
+            if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
+                self._machine.release(time.monotonic_ns(), acquisition.lock_id)
+                self._drain()
+
+    def poke(self) -> None:
+        """Delivers due timers now (``lease.check()``)."""
+        with self._cond:
+            if not self._closed:
+                self._machine.timeout(time.monotonic_ns())
+                self._drain()
+
+    def owner(self, lock: int) -> str:
+        with self._cond:
+            return self._machine.owner(lock) or ""
+
+    def close(self) -> None:
+        """Releases every tracked lock (the requests still run on the worker threads),
+        marks held leases lost with reason ``"closed"``, fails pending acquisitions with
+        BackendError, and stops the driver thread."""
+        with self._cond:
+            if self._closed:
+                return
+            now = time.monotonic_ns()
+            for acquisition in list(self._acquisitions.values()):
+                self._machine.release(now, acquisition.lock_id)
+            self._drain()
+            self._closed = True
+            for acquisition in list(self._acquisitions.values()):
+                acquisition.closed()
+            self._acquisitions.clear()
+            self._cond.notify_all()
+
+    @property
+    def thread(self) -> Optional[threading.Thread]:
+        """The driver thread while it runs (for tests)."""
+        return self._thread
+
+    def _drain(self) -> None:
+        outputs, next_ns = self._machine.poll()
+        for output in outputs:
+            if isinstance(output, _core.Request):
+                request = output
+                self._pool.submit(lambda: self._execute(request))
+            else:
+                if output.kind in _TERMINAL:
+                    acquisition = self._acquisitions.pop(output.lock, None)
+                else:
+                    acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None:
+                    acquisition.on_event(output)
+        self._next_ns = next_ns
+        self._cond.notify_all()
+
+    def _run(self) -> None:
+        with self._cond:
+            try:
+                while not self._closed and self._machine.lock_count() > 0:
+                    now = time.monotonic_ns()
+                    at = self._next_ns
+                    if at is not None and now >= at:
+                        self._machine.timeout(now)
+                        self._drain()
+                        continue
+                    self._cond.wait(None if at is None else (at - now) / 1e9)
+            finally:
+                self._thread = None
+
+    def _execute(self, request: _core.Request) -> None:
+        # A blocking client cannot be cancelled at the request's deadline; the machine
+        # does not need it to be: its own timers decide loss and give up on requests.
+        try:
+            value = self.backend._execute_sync(request)
+        except Exception as exc:
+            message = describe_exception(exc)
+            with self._cond:
+                self._machine.transport_error(time.monotonic_ns(), request.id, message)
+                self._drain()
+        else:
+            with self._cond:
+                self._machine.reply(time.monotonic_ns(), request.id, value)
+                self._drain()

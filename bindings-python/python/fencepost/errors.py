@@ -1,0 +1,158 @@
+"""Every error fencepost raises, under one base class, :class:`FencepostError`.
+
+Each class has a stable ``code`` (the same string the JavaScript bindings put on their
+``Error.code``), so logs and alerts can match on it across languages:
+
+=====================  ======================  ==========================================
+class                  ``code``                raised when
+=====================  ======================  ==========================================
+:class:`ConfigError`   ``ERR_CONFIG``          bad input or misuse (also a ``ValueError``)
+:class:`ClockError`    ``ERR_CONFIG``          the monotonic clock went backwards
+:class:`LockLost`      ``ERR_LOCK_LOST``       a held lease ended before it was released
+:class:`AcquireTimeout` ``ERR_ACQUIRE_TIMEOUT`` the acquire timeout passed
+:class:`StaleToken`    ``ERR_STALE_TOKEN``     a fence refused a write with an old token
+:class:`ProtocolError` ``ERR_PROTOCOL``        the server's reply made no sense
+:class:`BackendError`  ``ERR_BACKEND``         a helper could not reach the server
+=====================  ======================  ==========================================
+
+All exceptions pickle (they cross ``multiprocessing`` boundaries intact).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+__all__ = [
+    "FencepostError",
+    "ConfigError",
+    "ClockError",
+    "LockLost",
+    "AcquireTimeout",
+    "StaleToken",
+    "ProtocolError",
+    "BackendError",
+]
+
+
+class FencepostError(Exception):
+    """Base class of every fencepost error. Catch it to handle them all."""
+
+    code: str = "ERR_FENCEPOST"
+
+
+class ConfigError(FencepostError, ValueError):
+    """The caller's input or usage is wrong: an option of the wrong type or out of range
+    (``ttl=0``, ``renew_every >= ttl``), an empty lock name, a ``correctness`` lock on
+    Redis without ``accept_failover_risk=True``, a sync Redis client used with
+    ``async with``. Raised before any request is sent. Also a :class:`ValueError`.
+
+    The message names the value that was wrong and what would be right.
+    """
+
+    code = "ERR_CONFIG"
+
+
+class ClockError(ConfigError):
+    """A monotonic time earlier than one given before reached the lock machine. Only a
+    host bug (or a non-monotonic clock) causes it; fencepost never uses such a time to
+    extend a lease."""
+
+    code = "ERR_CONFIG"
+
+
+class LockLost(FencepostError):
+    """A held lease ended while its holder still believed it held it: another holder
+    may already have been granted the lock, so the protected work must stop.
+
+    Raised by the exit of ``async with lock`` / ``with lock`` when the lease was lost
+    during the body, by :meth:`fencepost.Lease.check`, and by ``release()`` when the
+    server no longer held the lock for this owner.
+
+    Attributes:
+        name: the lock name.
+        token: the fencing token of the lost lease.
+        reason: ``"expired"`` (validity passed without a confirmed renewal),
+            ``"renew_rejected"`` (the key was gone or had another owner at renewal),
+            ``"not_held_at_release"`` (the release found the key gone or re-owned), or
+            ``"closed"`` (the backend was closed while the lease was held).
+    """
+
+    code = "ERR_LOCK_LOST"
+
+    def __init__(self, message: str, *, name: str, token: int, reason: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.token = token
+        self.reason = reason
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class AcquireTimeout(FencepostError):
+    """The acquire timeout passed before the lock could be taken (another owner held
+    it, or the server could not be reached). The lock was never held by this attempt.
+
+    Attributes:
+        name: the lock name.
+        last_error: the last transport or server error seen while trying, or None
+            when the lock was simply held by someone else.
+    """
+
+    code = "ERR_ACQUIRE_TIMEOUT"
+
+    def __init__(self, message: str, *, name: str, last_error: Optional[str]) -> None:
+        super().__init__(message)
+        self.name = name
+        self.last_error = last_error
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class StaleToken(FencepostError):
+    """A fenced write was refused: its token is lower than one the resource already
+    accepted, so a newer lock holder has written since this lease was granted.
+
+    Attributes:
+        resource: the fenced resource (key or name).
+        token: the refused token.
+        highest: the highest token the resource had accepted.
+    """
+
+    code = "ERR_STALE_TOKEN"
+
+    def __init__(self, message: str, *, resource: str, token: int, highest: int) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.token = token
+        self.highest = highest
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class ProtocolError(FencepostError):
+    """The lock server's reply made no sense for the request it answers (wrong shape,
+    an error reply that retrying cannot fix, e.g. ``WRONGTYPE`` on the lock key).
+    Raised by ``acquire`` when acquiring gave up for that reason, and by the fenced
+    write helpers."""
+
+    code = "ERR_PROTOCOL"
+
+
+class BackendError(FencepostError):
+    """A helper that talks to the server directly (the fenced write helpers) could not
+    get an answer: connection refused or reset, client timeout. The write may or may
+    not have happened. The original exception is chained as ``__cause__``. (Lock
+    acquisition and renewal never raise it: their transport errors are retried by the
+    lock machine and end in :class:`AcquireTimeout` or :class:`LockLost`.)"""
+
+    code = "ERR_BACKEND"
+
+
+def _rebuild(cls: Any, args: Tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = Exception.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error

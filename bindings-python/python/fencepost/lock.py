@@ -1,0 +1,483 @@
+"""The public lock API: :class:`Lock`, and the leases it hands out (:class:`Lease` for
+asyncio, :class:`SyncLease` for threads).
+
+Durations are seconds, as ``float`` (or ``int``) or :class:`datetime.timedelta`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import numbers
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import Callable, Optional, Tuple, Type, Union
+
+from . import _core
+from ._backend import Backend
+from ._driver import AsyncAcquisition, SyncAcquisition, lost_error
+from .errors import ConfigError, LockLost
+
+__all__ = ["Lock", "Lease", "SyncLease", "Seconds"]
+
+#: A duration in seconds: ``float``, ``int`` or :class:`datetime.timedelta`.
+Seconds = Union[float, int, timedelta]
+
+_NS_MAX = 2**64 - 1
+
+
+def _seconds_to_ns(param: str, value: object) -> int:
+    """Seconds (number or timedelta) to integer nanoseconds, saturating at 2**64 - 1.
+    The one place user durations are converted; ranges are the core's to check."""
+    if isinstance(value, timedelta):
+        ns = (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(
+            f"{param} must be a number of seconds (float or datetime.timedelta), got {value!r}"
+        )
+    elif isinstance(value, numbers.Integral):
+        ns = int(value) * 1_000_000_000
+    else:
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ConfigError(f"{param} must be a finite number of seconds, got {value!r}")
+        ns = round(seconds * 1e9)
+    if ns < 0:
+        raise ConfigError(f"{param} must not be negative, got {value!r} s")
+    return min(ns, _NS_MAX)
+
+
+def _optional_seconds_to_ns(param: str, value: object) -> Optional[int]:
+    return None if value is None else _seconds_to_ns(param, value)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """Lock options in the core's units (nanoseconds), in ``Machine.acquire`` order."""
+
+    ttl_ns: int
+    purpose: str
+    accept_failover_risk: bool
+    acquire_timeout_ns: Optional[int]
+    retry_base_ns: int
+    retry_max_ns: int
+    renew_every_ns: Optional[int]
+    auto_renew: bool
+    drift_factor: float
+    clock_margin_ns: int
+
+    def args(
+        self,
+    ) -> Tuple[int, str, bool, Optional[int], int, int, Optional[int], bool, float, int]:
+        return (
+            self.ttl_ns,
+            self.purpose,
+            self.accept_failover_risk,
+            self.acquire_timeout_ns,
+            self.retry_base_ns,
+            self.retry_max_ns,
+            self.renew_every_ns,
+            self.auto_renew,
+            self.drift_factor,
+            self.clock_margin_ns,
+        )
+
+
+class _LeaseBase:
+    """What both lease kinds share. Created by the drivers, never by users."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+    ) -> None:
+        self._name = name
+        self._token = token
+        self._owner_id = owner_id
+        self._valid_until_ns = valid_until_ns
+        self._poke = poke
+        self._lost_reason: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        """The lock name."""
+        return self._name
+
+    @property
+    def token(self) -> int:
+        """The fencing token: carry it on every write to the protected resource (see
+        :meth:`fencepost.Backend.fenced_set`, :class:`fencepost.Fence`,
+        :func:`fencepost.sql_fenced_update`)."""
+        return self._token
+
+    @property
+    def owner_id(self) -> str:
+        """This acquisition's owner id, 32 lowercase hex digits (the lock key's value)."""
+        return self._owner_id
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """None while held; after loss ``"expired"``, ``"renew_rejected"``,
+        ``"not_held_at_release"`` or ``"closed"``."""
+        return self._lost_reason
+
+    @property
+    def valid_until_ns(self) -> int:
+        """The validity deadline on ``time.monotonic_ns()``'s clock, as last reported by
+        the lock machine (moves on every confirmed renewal)."""
+        return self._valid_until_ns
+
+    def valid_for(self) -> float:
+        """Seconds left before the validity deadline by the local monotonic clock
+        (``>= 0``; ``0.0`` once the lease is lost). Due timers are delivered first."""
+        self._poke()
+        if self._lost_reason is not None:
+            return 0.0
+        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+
+    def check(self) -> None:
+        """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
+        timers are delivered first, so a lease past its deadline is reported lost even
+        if the driver has not woken yet. Call it before each step of long work and
+        before writing to the protected resource."""
+        self._poke()
+        if self._lost_reason is not None:
+            raise self._lost_error()
+
+    def _lose(self, reason: str) -> None:
+        if self._lost_reason is None:
+            self._lost_reason = reason
+
+    def _lost_error(self) -> LockLost:
+        return lost_error(self._name, self._token, self._lost_reason or "expired")
+
+    def __repr__(self) -> str:
+        state = f"lost={self._lost_reason!r}" if self._lost_reason else "held"
+        return f"<{type(self).__name__} {self._name!r} token={self._token} {state}>"
+
+
+class Lease(_LeaseBase):
+    """A held lock, from ``async with lock as lease`` or ``await lock.acquire()``.
+
+    Renewal runs on the event loop. When the lease is lost, :attr:`lost` is set and,
+    inside ``async with``, the body task is cancelled at its next ``await`` (the exit
+    then raises :class:`~fencepost.errors.LockLost`). Work that does not await should
+    call :meth:`check` between steps.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+        lost: asyncio.Event,
+    ) -> None:
+        super().__init__(
+            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
+        )
+        #: Set when the lease is lost (``await lease.lost.wait()``).
+        self.lost = lost
+
+
+class SyncLease(_LeaseBase):
+    """A held lock, from ``with lock as lease`` or ``lock.acquire_sync()``.
+
+    Renewal runs on a daemon driver thread. A thread cannot be interrupted safely, so
+    the body must call :meth:`check` between steps; :attr:`lost` is set when the lease
+    is lost, and the ``with`` exit raises :class:`~fencepost.errors.LockLost` if it was
+    lost during the body.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+        lost: threading.Event,
+    ) -> None:
+        super().__init__(
+            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
+        )
+        #: Set when the lease is lost.
+        self.lost = lost
+
+
+class Lock:
+    """A distributed lock named ``name`` on ``backend``.
+
+    One ``Lock`` object holds at most one lease at a time; create one per concurrent
+    user (they are cheap: every ``Lock`` on a backend shares its lock machine).
+
+    Use ``async with lock as lease:`` (asyncio) or ``with lock as lease:`` (threads), or
+    the explicit ``await lock.acquire()`` / ``await lock.release()`` and
+    ``lock.acquire_sync()`` / ``lock.release_sync()``.
+
+    Args:
+        backend: a :class:`fencepost.redis.RedisBackend` or :class:`fencepost.MemoryBackend`.
+        name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8).
+        ttl: lease length the server enforces, seconds (1 ms to ~24.8 days).
+        purpose: ``"efficiency"`` (two holders waste work) or ``"correctness"`` (two
+            holders corrupt data). Redis tokens can go backwards on failover, so a
+            correctness lock on Redis needs ``accept_failover_risk=True``.
+        accept_failover_risk: the explicit opt-in described above.
+        acquire_timeout: seconds to keep trying; ``None`` waits forever, ``0`` tries
+            exactly once.
+        retry_base: first backoff step, seconds; step n is
+            ``min(retry_max, retry_base * 2**n)`` with full jitter.
+        retry_max: largest backoff step, seconds.
+        renew_every: seconds between renewals; ``None`` means ``ttl / 3``. Must be
+            below the validity ``ttl * (1 - drift_factor) - clock_margin``.
+        auto_renew: renew automatically (default); when off the lease simply ends at
+            its validity deadline.
+        drift_factor: bound on clock-rate difference with the server, a fraction in
+            ``[0, 0.5)`` (0.01 = 1 %).
+        clock_margin: seconds subtracted from every validity (default 2 ms).
+
+    Raises:
+        ConfigError: a value of the wrong type (``ttl="1"``, ``ttl=True``), NaN,
+            infinite or negative durations, or any option the core rejects (``ttl=0``,
+            ``renew_every >= ttl``, a correctness lock without the opt-in, an empty
+            name). Raised here, before any request is sent.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        *,
+        ttl: Seconds = 30.0,
+        purpose: str = "efficiency",
+        accept_failover_risk: bool = False,
+        acquire_timeout: Optional[Seconds] = None,
+        retry_base: Seconds = 0.01,
+        retry_max: Seconds = 0.5,
+        renew_every: Optional[Seconds] = None,
+        auto_renew: bool = True,
+        drift_factor: float = 0.01,
+        clock_margin: Seconds = 0.002,
+    ) -> None:
+        if not isinstance(backend, Backend):
+            raise ConfigError(
+                "backend must be a fencepost backend (fencepost.redis.RedisBackend or "
+                f"fencepost.MemoryBackend), got {backend!r}"
+            )
+        if not isinstance(name, str):
+            raise ConfigError(f"lock name must be a str, got {name!r}")
+        options = _Options(
+            ttl_ns=_seconds_to_ns("ttl", ttl),
+            purpose=purpose,
+            accept_failover_risk=accept_failover_risk,
+            acquire_timeout_ns=_optional_seconds_to_ns("acquire_timeout", acquire_timeout),
+            retry_base_ns=_seconds_to_ns("retry_base", retry_base),
+            retry_max_ns=_seconds_to_ns("retry_max", retry_max),
+            renew_every_ns=_optional_seconds_to_ns("renew_every", renew_every),
+            auto_renew=auto_renew,
+            drift_factor=drift_factor,
+            clock_margin_ns=_seconds_to_ns("clock_margin", clock_margin),
+        )
+        _core.check_lock_options(name, *options.args())
+        self._backend = backend
+        self._name = name
+        self._options = options
+        self._acquisition: Optional[Union[AsyncAcquisition, SyncAcquisition]] = None
+
+    @property
+    def name(self) -> str:
+        """The lock name."""
+        return self._name
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this lock lives on."""
+        return self._backend
+
+    @property
+    def lease(self) -> Optional[Union[Lease, SyncLease]]:
+        """The current lease while this object holds one (possibly lost), else None."""
+        acquisition = self._acquisition
+        return None if acquisition is None else acquisition.lease
+
+    def _claim(self) -> None:
+        if self._acquisition is not None:
+            raise ConfigError(
+                f"this Lock object already holds (or is acquiring) {self._name!r}; "
+                "release it first, or create one Lock per concurrent user"
+            )
+
+    # -- asyncio --
+
+    async def acquire(self) -> Lease:
+        """Acquires the lock, waiting as the options say; renews it on the running
+        event loop until :meth:`release`.
+
+        Without ``async with`` nothing is cancelled on loss: watch ``lease.lost`` or
+        call ``lease.check()``. If the awaiting task is cancelled, the acquisition is
+        cancelled too (the lock is released if the server had already granted it) and
+        ``CancelledError`` propagates.
+
+        Raises:
+            AcquireTimeout: the acquire timeout passed.
+            ProtocolError: the server's reply made no sense.
+            ConfigError: this object already holds the lock, or the backend does not
+                support asyncio (e.g. a sync ``redis.Redis`` client).
+        """
+        self._claim()
+        driver = self._backend._async_driver()
+        acquisition = AsyncAcquisition(driver, self._name)
+        driver.start(acquisition, self._options)
+        self._acquisition = acquisition
+        try:
+            return await acquisition.acquired
+        except asyncio.CancelledError:
+            self._acquisition = None
+            driver.release(acquisition)
+            raise
+        except BaseException:
+            self._acquisition = None
+            raise
+
+    async def release(self) -> None:
+        """Releases the lock (owner-checked on the server).
+
+        Raises:
+            LockLost: the lease was lost while held, or the server no longer held it
+                for this owner at release (reason ``"not_held_at_release"``).
+            ConfigError: this object holds no lease.
+        """
+        acquisition = self._acquisition
+        if not isinstance(acquisition, AsyncAcquisition) or acquisition.lease is None:
+            raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}")
+        self._acquisition = None
+        await self._release_async(acquisition)
+
+    async def _release_async(self, acquisition: AsyncAcquisition) -> None:
+        acquisition.body_task = None
+        lease = acquisition.lease
+        if lease is None:  # pragma: no cover - callers check
+            return
+        if lease.lost_reason is not None:
+            raise lease._lost_error()
+        released = acquisition.driver.loop.create_future()
+        acquisition.released = released
+        acquisition.driver.release(acquisition)
+        # The release runs in the driver whatever happens to this await.
+        await released
+
+    async def __aenter__(self) -> Lease:
+        lease = await self.acquire()
+        acquisition = self._acquisition
+        if isinstance(acquisition, AsyncAcquisition):
+            acquisition.body_task = asyncio.current_task()
+        return lease
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Optional[bool]:
+        acquisition = self._acquisition
+        if not isinstance(acquisition, AsyncAcquisition) or acquisition.lease is None:
+            return None  # released inside the body
+        self._acquisition = None
+        task, acquisition.body_task = acquisition.body_task, None
+        lease = acquisition.lease
+        if lease.lost_reason is not None:
+            if isinstance(exc, LockLost):
+                return None  # the body saw it first (lease.check())
+            ours = acquisition.cancelled_body and task is not None
+            if ours and task is not None and sys.version_info >= (3, 11):
+                others = task.uncancel()  # undo our cancel; others may remain
+            else:
+                others = 0
+            if exc_type is asyncio.CancelledError and (not ours or others > 0):
+                return None  # cancelled by someone else too: that cancellation wins
+            if exc_type is asyncio.CancelledError:
+                raise lease._lost_error() from None
+            raise lease._lost_error()
+        await self._release_async(acquisition)
+        return None
+
+    # -- threads --
+
+    def acquire_sync(self) -> SyncLease:
+        """Blocking :meth:`acquire`: renewal runs on a daemon driver thread. If
+        interrupted (``KeyboardInterrupt``), the acquisition is cancelled first.
+
+        Raises:
+            AcquireTimeout, ProtocolError: as :meth:`acquire`.
+            ConfigError: this object already holds the lock, or the backend does not
+                support blocking use (e.g. a ``redis.asyncio.Redis`` client).
+        """
+        self._claim()
+        driver = self._backend._sync_driver()
+        acquisition = SyncAcquisition(driver, self._name)
+        driver.start(acquisition, self._options)
+        self._acquisition = acquisition
+        try:
+            return acquisition.acquired.result()
+        except BaseException:
+            self._acquisition = None
+            if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
+                driver.release(acquisition)
+            raise
+
+    def release_sync(self) -> None:
+        """Blocking :meth:`release`; same errors."""
+        acquisition = self._acquisition
+        if not isinstance(acquisition, SyncAcquisition) or acquisition.lease is None:
+            raise ConfigError(
+                f"release_sync(): this Lock object holds no blocking lease of {self._name!r}"
+            )
+        self._acquisition = None
+        self._release_sync(acquisition)
+
+    def _release_sync(self, acquisition: SyncAcquisition) -> None:
+        lease = acquisition.lease
+        if lease is None:  # pragma: no cover - callers check
+            return
+        import concurrent.futures
+
+        released: concurrent.futures.Future[None] = concurrent.futures.Future()
+        acquisition.released = released
+        acquisition.driver.release(acquisition)
+        if lease.lost_reason is not None:
+            raise lease._lost_error()
+        released.result()
+
+    def __enter__(self) -> SyncLease:
+        return self.acquire_sync()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Optional[bool]:
+        acquisition = self._acquisition
+        if not isinstance(acquisition, SyncAcquisition) or acquisition.lease is None:
+            return None  # released inside the body
+        self._acquisition = None
+        lease = acquisition.lease
+        lease._poke()
+        if lease.lost_reason is not None and isinstance(exc, LockLost):
+            return None  # the body saw it first (lease.check())
+        self._release_sync(acquisition)
+        return None
+
+    def __repr__(self) -> str:
+        return f"<fencepost.Lock {self._name!r} on {type(self._backend).__name__}>"

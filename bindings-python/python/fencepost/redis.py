@@ -1,0 +1,179 @@
+"""The Redis adapter: executes the lock machine's requests with redis-py.
+
+``RedisBackend(redis.Redis(...))`` serves the blocking API (``with lock``,
+``lock.acquire_sync()``); ``RedisBackend(redis.asyncio.Redis(...))`` serves asyncio
+(``async with lock``, ``await lock.acquire()``). Requires ``redis>=5`` (the ``redis``
+extra: ``pip install fencepost[redis]``).
+
+Every request is a Lua script run with ``EVALSHA``; when the server answers
+``NOSCRIPT`` (after a restart or ``SCRIPT FLUSH``) the adapter sends ``EVAL`` with the
+source, which caches it again. Error replies go to the lock machine, which decides
+whether they are transient (``LOADING``, ``READONLY``, ``TRYAGAIN``…) or not;
+connection errors and timeouts are reported as transport errors (outcome unknown).
+
+Set ``socket_timeout`` on the client: a blocking call cannot be cancelled at the
+request's deadline, so a hung connection occupies a worker thread until it times out
+(a lost lease is still reported on time: loss is decided by the machine's timer).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, List, Tuple, Type, Union
+
+from . import _core
+from ._backend import Backend
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import redis as _redis_sync
+    import redis.asyncio as _redis_async
+
+__all__ = ["RedisBackend"]
+
+CommandLike = Union[_core.Request, _core.Command]
+
+
+def _error_codes() -> List[Tuple[Type[BaseException], str]]:
+    """redis-py strips the code word of some error replies and encodes it in the
+    exception class instead; this maps the classes back (most specific first) so the
+    machine sees the reply as the server sent it."""
+    import redis.exceptions as e
+
+    names = [
+        ("NoScriptError", "NOSCRIPT"),
+        ("OutOfMemoryError", "OOM"),
+        ("ExecAbortError", "EXECABORT"),
+        ("ReadOnlyError", "READONLY"),
+        ("NoPermissionError", "NOPERM"),
+        ("MovedError", "MOVED"),
+        ("AskError", "ASK"),
+        ("TryAgainError", "TRYAGAIN"),
+        ("MasterDownError", "MASTERDOWN"),
+        ("ClusterDownError", "CLUSTERDOWN"),
+        ("ClusterCrossSlotError", "CROSSSLOT"),
+    ]
+    found: List[Tuple[Type[BaseException], str]] = []
+    for class_name, code in names:
+        cls = getattr(e, class_name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append((cls, code))
+    return found
+
+
+def _error_reply(exc: BaseException, codes: List[Tuple[Type[BaseException], str]]) -> object:
+    text = str(exc)
+    for cls, code in codes:
+        if isinstance(exc, cls):
+            if not text.startswith(code):
+                text = f"{code} {text}".rstrip()
+            break
+    return _core.RedisErrorReply(text)
+
+
+def _is_async_client(client: Any) -> bool:
+    try:
+        import redis.asyncio as aioredis
+
+        async_types: Tuple[type, ...] = (aioredis.Redis,)
+        cluster = getattr(aioredis, "RedisCluster", None)
+        if isinstance(cluster, type):
+            async_types += (cluster,)
+        if isinstance(client, async_types):
+            return True
+    except ImportError:  # pragma: no cover - redis is what the client comes from
+        pass
+    return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+
+
+class RedisBackend(Backend):
+    """Locks on one Redis server (or a Redis-compatible one: Valkey, KeyDB, Dragonfly
+    with Lua), through a redis-py client the caller owns.
+
+    Args:
+        client: ``redis.Redis`` (or ``RedisCluster``) for the blocking API, or
+            ``redis.asyncio.Redis`` (or its ``RedisCluster``) for asyncio. Any
+            ``decode_responses`` setting works.
+        key_prefix: prefix of every key (``"fencepost:"``); lock ``name`` uses
+            ``{prefix}{{name}}:lock`` and ``{prefix}{{name}}:token`` (one hash slot).
+
+    Raises:
+        ConfigError: ``client`` has no ``evalsha``, or ``key_prefix`` is not a str.
+            Using an async client with ``with`` (or a sync client with ``async with``)
+            raises ConfigError when the lock is entered.
+
+    Redis fencing tokens can go backwards after a failover to a replica that missed
+    the last ``INCR``; Redis locks are for ``purpose="efficiency"`` unless you pass
+    ``accept_failover_risk=True``.
+    """
+
+    def __init__(
+        self,
+        client: Union[_redis_sync.Redis, _redis_async.Redis, Any],
+        *,
+        key_prefix: str = "fencepost:",
+    ) -> None:
+        super().__init__(key_prefix=key_prefix)
+        if not callable(getattr(client, "evalsha", None)):
+            raise ConfigError(
+                f"client must be a redis-py client (redis.Redis or redis.asyncio.Redis), got {client!r}"
+            )
+        import redis.exceptions
+
+        self._client: Any = client
+        self._is_async = _is_async_client(client)
+        self.supports_async = self._is_async
+        self.supports_sync = not self._is_async
+        self._no_script: Type[BaseException] = redis.exceptions.NoScriptError
+        self._response_error: Type[BaseException] = redis.exceptions.ResponseError
+        self._codes = _error_codes()
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this backend uses."""
+        return self._client
+
+    def _mode_error(self, wanted: str) -> ConfigError:
+        if wanted == "async":
+            return ConfigError(
+                "this RedisBackend wraps a blocking redis.Redis client: use `with lock` / "
+                "lock.acquire_sync(), or give it a redis.asyncio.Redis client for "
+                "`async with lock` / await lock.acquire()"
+            )
+        return ConfigError(
+            "this RedisBackend wraps a redis.asyncio.Redis client: use `async with lock` / "
+            "await lock.acquire(), or give it a blocking redis.Redis client for "
+            "`with lock` / lock.acquire_sync()"
+        )
+
+    async def _execute_async(self, command: CommandLike) -> object:
+        if not self._is_async:
+            raise self._mode_error("async")
+        keys, args = command.keys, command.args
+        try:
+            try:
+                return await self._client.evalsha(
+                    command.script_sha, len(keys), *keys, *args
+                )
+            except self._no_script:
+                return await self._client.eval(
+                    command.script_source, len(keys), *keys, *args
+                )
+        except self._response_error as exc:
+            return _error_reply(exc, self._codes)
+
+    def _execute_sync(self, command: CommandLike) -> object:
+        if self._is_async:
+            raise self._mode_error("sync")
+        keys, args = command.keys, command.args
+        try:
+            try:
+                return self._client.evalsha(command.script_sha, len(keys), *keys, *args)
+            except self._no_script:
+                return self._client.eval(command.script_source, len(keys), *keys, *args)
+        except self._response_error as exc:
+            return _error_reply(exc, self._codes)
+
+    def __repr__(self) -> str:
+        kind = "asyncio" if self._is_async else "blocking"
+        return f"<fencepost.redis.RedisBackend {kind} key_prefix={self.key_prefix!r}>"

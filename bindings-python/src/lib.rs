@@ -1,0 +1,1010 @@
+//! `fencepost._core`: the pyo3 face of `fencepost-core`.
+//!
+//! This module converts types and maps errors; it makes no lock decision. Times are
+//! integer nanoseconds on the host's monotonic clock (`time.monotonic_ns()`); the
+//! Python package above it (`fencepost`) converts the user's seconds and runs the
+//! driver loop.
+//!
+//! Errors raised here are the classes of `fencepost.errors` (looked up at raise time):
+//! `ConfigError` for bad input and `UsageError`s, `ClockError` for time going
+//! backwards, `StaleToken` for fence refusals, `ProtocolError` for replies of the
+//! wrong shape. No function panics on user input.
+
+use core::time::Duration;
+
+use fencepost_core::backends::redis::RedisBackend as RedisSettings;
+use fencepost_core::fence::{self, ParamStyle};
+use fencepost_core::{
+    AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
+    LostReason, Machine as CoreMachine, Operation, Output, ProtocolError as CoreProtocolError,
+    Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
+};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+pyo3::create_exception!(
+    fencepost._core,
+    RedisErrorReply,
+    PyException,
+    "An error reply of a Redis server (`-ERR …`, `-LOADING …`) carried as a value.\n\n\
+     Adapters return (not raise) an instance with the full message, code word first, and\n\
+     pass it to `Machine.reply`; `MemoryRedis.execute` returns one for error replies."
+);
+
+// ---- errors ----------------------------------------------------------------------------
+
+/// An instance of `fencepost.errors.<class>` built with `args` and `kwargs`, as a `PyErr`.
+/// Falls back to `ValueError` if the Python package cannot be imported (never panics).
+fn fp_error<'py>(
+    py: Python<'py>,
+    class: &str,
+    message: String,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyErr {
+    let built = py
+        .import("fencepost.errors")
+        .and_then(|m| m.getattr(class))
+        .and_then(|cls| cls.call((message.clone(),), kwargs));
+    match built {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyValueError::new_err(message),
+    }
+}
+
+fn config_error(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    fp_error(py, "ConfigError", message.into(), None)
+}
+
+fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
+    match err {
+        UsageError::TimeWentBackwards { .. } => fp_error(py, "ClockError", err.to_string(), None),
+        _ => config_error(py, err.to_string()),
+    }
+}
+
+fn protocol_error(py: Python<'_>, err: &CoreProtocolError) -> PyErr {
+    fp_error(py, "ProtocolError", err.to_string(), None)
+}
+
+fn stale_token_error(py: Python<'_>, err: fencepost_core::StaleToken) -> PyErr {
+    let kwargs = PyDict::new(py);
+    let filled = kwargs
+        .set_item("resource", &err.resource)
+        .and_then(|()| kwargs.set_item("token", err.token.get()))
+        .and_then(|()| kwargs.set_item("highest", err.highest.get()));
+    match filled {
+        Ok(()) => fp_error(py, "StaleToken", err.to_string(), Some(&kwargs)),
+        Err(e) => e,
+    }
+}
+
+// ---- argument conversion ----------------------------------------------------------------
+
+fn describe(value: &Bound<'_, PyAny>) -> String {
+    let type_name = value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    let repr = value
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<unrepresentable>".to_owned());
+    format!("{repr} ({type_name})")
+}
+
+/// A non-negative integer below 2^64; `bool`, `float` and anything else are refused.
+fn arg_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    let py = value.py();
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(config_error(
+            py,
+            format!("{name} must be an int, got {}", describe(value)),
+        ));
+    }
+    value.extract::<u64>().map_err(|_| {
+        config_error(
+            py,
+            format!(
+                "{name} must be an integer in 0 ..= 2**64 - 1, got {}",
+                describe(value)
+            ),
+        )
+    })
+}
+
+fn arg_opt_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        arg_u64(value, name).map(Some)
+    }
+}
+
+fn arg_bool(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    if value.is_instance_of::<PyBool>() {
+        Ok(value.is_truthy()?)
+    } else {
+        Err(config_error(
+            value.py(),
+            format!("{name} must be True or False, got {}", describe(value)),
+        ))
+    }
+}
+
+/// A real number (`int` or `float`, not `bool`). NaN passes: the core's validation
+/// rejects it with the option's allowed range.
+fn arg_f64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    if value.is_instance_of::<PyBool>()
+        || !(value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyInt>())
+    {
+        return Err(config_error(
+            value.py(),
+            format!("{name} must be a number, got {}", describe(value)),
+        ));
+    }
+    value.extract::<f64>().map_err(|_| {
+        config_error(
+            value.py(),
+            format!("{name} must be a finite number, got {}", describe(value)),
+        )
+    })
+}
+
+fn arg_str(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    value
+        .cast::<PyString>()
+        .map_err(|_| {
+            config_error(
+                value.py(),
+                format!("{name} must be a str, got {}", describe(value)),
+            )
+        })
+        .and_then(|s| Ok(s.to_cow()?.into_owned()))
+}
+
+fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Instant> {
+    arg_u64(value, name).map(Instant::from_nanos)
+}
+
+fn lock_id(value: &Bound<'_, PyAny>) -> PyResult<LockId> {
+    arg_u64(value, "lock").map(LockId)
+}
+
+fn request_id(value: &Bound<'_, PyAny>) -> PyResult<RequestId> {
+    arg_u64(value, "request_id").map(RequestId)
+}
+
+/// Lock options from the Python arguments (nanoseconds). Type errors only: every range
+/// is checked by the core (`LockOptions::validate`).
+#[allow(clippy::too_many_arguments)]
+fn lock_options(
+    ttl_ns: &Bound<'_, PyAny>,
+    purpose: &Bound<'_, PyAny>,
+    accept_failover_risk: &Bound<'_, PyAny>,
+    acquire_timeout_ns: &Bound<'_, PyAny>,
+    retry_base_ns: &Bound<'_, PyAny>,
+    retry_max_ns: &Bound<'_, PyAny>,
+    renew_every_ns: &Bound<'_, PyAny>,
+    auto_renew: &Bound<'_, PyAny>,
+    drift_factor: &Bound<'_, PyAny>,
+    clock_margin_ns: &Bound<'_, PyAny>,
+) -> PyResult<LockOptions> {
+    let py = ttl_ns.py();
+    let purpose = match arg_str(purpose, "purpose")?.as_str() {
+        "efficiency" => Purpose::Efficiency,
+        "correctness" => Purpose::Correctness,
+        other => {
+            return Err(config_error(
+                py,
+                format!("purpose must be 'efficiency' or 'correctness', got {other:?}"),
+            ))
+        }
+    };
+    Ok(LockOptions {
+        ttl: Duration::from_nanos(arg_u64(ttl_ns, "ttl_ns")?),
+        purpose,
+        accept_failover_risk: arg_bool(accept_failover_risk, "accept_failover_risk")?,
+        acquire_timeout: arg_opt_u64(acquire_timeout_ns, "acquire_timeout_ns")?
+            .map(Duration::from_nanos),
+        retry_base: Duration::from_nanos(arg_u64(retry_base_ns, "retry_base_ns")?),
+        retry_max: Duration::from_nanos(arg_u64(retry_max_ns, "retry_max_ns")?),
+        renew_every: arg_opt_u64(renew_every_ns, "renew_every_ns")?.map(Duration::from_nanos),
+        auto_renew: arg_bool(auto_renew, "auto_renew")?,
+        drift_factor: arg_f64(drift_factor, "drift_factor")?,
+        clock_margin: Duration::from_nanos(arg_u64(clock_margin_ns, "clock_margin_ns")?),
+    })
+}
+
+fn redis_backend(key_prefix: &str) -> Backend {
+    Backend::Redis(RedisSettings {
+        key_prefix: key_prefix.to_owned(),
+    })
+}
+
+// ---- replies: Python -> RedisValue -> Python --------------------------------------------
+
+/// Deepest nesting of reply arrays accepted; deeper input becomes an error value.
+const MAX_REPLY_DEPTH: usize = 32;
+
+/// Converts what a Redis client returned into a `RedisValue`. Never fails: a value of an
+/// unknown type becomes `RedisValue::Error` describing it, which the core reads as a
+/// protocol error.
+fn to_redis_value(value: &Bound<'_, PyAny>, depth: usize) -> RedisValue {
+    if depth > MAX_REPLY_DEPTH {
+        return RedisValue::Error(format!(
+            "fencepost: reply nested deeper than {MAX_REPLY_DEPTH} arrays"
+        ));
+    }
+    if value.is_none() {
+        return RedisValue::Nil;
+    }
+    if value.is_instance_of::<PyBool>() {
+        // RESP3 booleans (Lua true/false); RESP2 gives 1 / nil.
+        return RedisValue::Int(i64::from(value.is_truthy().unwrap_or(false)));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return match value.extract::<i64>() {
+            Ok(n) => RedisValue::Int(n),
+            Err(_) => RedisValue::Error(format!(
+                "fencepost: integer reply out of the 64-bit range: {}",
+                describe(value)
+            )),
+        };
+    }
+    if let Ok(b) = value.cast::<PyBytes>() {
+        return RedisValue::Data(String::from_utf8_lossy(b.as_bytes()).into_owned());
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return match s.to_cow() {
+            Ok(s) => RedisValue::Data(s.into_owned()),
+            Err(_) => RedisValue::Data(s.to_string_lossy().into_owned()),
+        };
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        return RedisValue::Array(
+            list.iter()
+                .map(|item| to_redis_value(&item, depth + 1))
+                .collect(),
+        );
+    }
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return RedisValue::Array(
+            tuple
+                .iter()
+                .map(|item| to_redis_value(&item, depth + 1))
+                .collect(),
+        );
+    }
+    if value.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+        return RedisValue::Error(
+            value
+                .str()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|_| "ERR unprintable error reply".to_owned()),
+        );
+    }
+    RedisValue::Error(format!(
+        "fencepost: unsupported reply value from the adapter: {}",
+        describe(value)
+    ))
+}
+
+fn from_redis_value(py: Python<'_>, value: &RedisValue) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        RedisValue::Nil => py.None(),
+        RedisValue::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
+        RedisValue::Data(s) | RedisValue::Status(s) => s.into_pyobject(py)?.into_any().unbind(),
+        RedisValue::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(from_redis_value(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        RedisValue::Error(message) => RedisErrorReply::new_err(message.clone())
+            .into_value(py)
+            .into_any(),
+    })
+}
+
+// ---- outputs ----------------------------------------------------------------------------
+
+fn script_name(script: RedisScript) -> &'static str {
+    match script {
+        RedisScript::Acquire => "acquire",
+        RedisScript::Renew => "renew",
+        RedisScript::Release => "release",
+        RedisScript::FencedSet => "fenced_set",
+    }
+}
+
+/// One Redis script call: `EVALSHA script_sha len(keys) *keys *args`, or `EVAL
+/// script_source …` when the server answers `NOSCRIPT`.
+#[pyclass(frozen, module = "fencepost._core")]
+struct Command {
+    cmd: RedisCommand,
+}
+
+#[pymethods]
+impl Command {
+    /// Which script: "acquire", "renew", "release" or "fenced_set".
+    #[getter]
+    fn script(&self) -> &'static str {
+        script_name(self.cmd.script)
+    }
+    /// SHA-1 of the script source, 40 lowercase hex digits (for `EVALSHA`).
+    #[getter]
+    fn script_sha(&self) -> &'static str {
+        self.cmd.script.sha1()
+    }
+    /// The Lua source (for `EVAL` and `SCRIPT LOAD`).
+    #[getter]
+    fn script_source(&self) -> &'static str {
+        self.cmd.script.source()
+    }
+    /// `KEYS`, in order.
+    #[getter]
+    fn keys(&self) -> Vec<String> {
+        self.cmd.keys.clone()
+    }
+    /// `ARGV`, in order.
+    #[getter]
+    fn args(&self) -> Vec<String> {
+        self.cmd.args.clone()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Command(script={:?}, keys={:?}, args={:?})",
+            self.script(),
+            self.cmd.keys,
+            self.cmd.args
+        )
+    }
+}
+
+/// A backend request the machine wants executed; answer it with `Machine.reply` or
+/// `Machine.transport_error` quoting `id`. After `deadline_ns` its outcome no longer
+/// matters: cancel it and report a transport error.
+#[pyclass(frozen, module = "fencepost._core")]
+struct Request {
+    /// Request id, unique within its machine.
+    #[pyo3(get)]
+    id: u64,
+    /// The lock id it is for.
+    #[pyo3(get)]
+    lock: u64,
+    /// "acquire", "renew" or "release".
+    #[pyo3(get)]
+    operation: &'static str,
+    /// Monotonic nanoseconds after which to give up on it.
+    #[pyo3(get)]
+    deadline_ns: u64,
+    cmd: RedisCommand,
+}
+
+#[pymethods]
+impl Request {
+    /// Which script: "acquire", "renew" or "release".
+    #[getter]
+    fn script(&self) -> &'static str {
+        script_name(self.cmd.script)
+    }
+    /// SHA-1 of the script source, 40 lowercase hex digits (for `EVALSHA`).
+    #[getter]
+    fn script_sha(&self) -> &'static str {
+        self.cmd.script.sha1()
+    }
+    /// The Lua source (for `EVAL` after `NOSCRIPT`).
+    #[getter]
+    fn script_source(&self) -> &'static str {
+        self.cmd.script.source()
+    }
+    /// `KEYS`, in order.
+    #[getter]
+    fn keys(&self) -> Vec<String> {
+        self.cmd.keys.clone()
+    }
+    /// `ARGV`, in order.
+    #[getter]
+    fn args(&self) -> Vec<String> {
+        self.cmd.args.clone()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Request(id={}, lock={}, operation={:?}, deadline_ns={}, keys={:?})",
+            self.id, self.lock, self.operation, self.deadline_ns, self.cmd.keys
+        )
+    }
+}
+
+/// Something the host must act on, for lock `lock`.
+///
+/// `kind` is one of "acquired" (with `token`, `valid_until_ns`), "renewed" (with
+/// `valid_until_ns`), "lost" (with `reason`: "expired", "renew_rejected" or
+/// "not_held_at_release"), "released", "acquire_failed" (with `reason`: "timeout" or
+/// "protocol", and `message`: the last error seen or the protocol error).
+#[pyclass(frozen, module = "fencepost._core")]
+struct Event {
+    #[pyo3(get)]
+    lock: u64,
+    #[pyo3(get)]
+    kind: &'static str,
+    #[pyo3(get)]
+    token: Option<u64>,
+    #[pyo3(get)]
+    valid_until_ns: Option<u64>,
+    #[pyo3(get)]
+    reason: Option<&'static str>,
+    #[pyo3(get)]
+    message: Option<String>,
+}
+
+#[pymethods]
+impl Event {
+    fn __repr__(&self) -> String {
+        format!(
+            "Event(lock={}, kind={:?}, token={:?}, valid_until_ns={:?}, reason={:?}, message={:?})",
+            self.lock, self.kind, self.token, self.valid_until_ns, self.reason, self.message
+        )
+    }
+}
+
+fn event(lock: LockId, event: CoreEvent) -> Event {
+    let mut out = Event {
+        lock: lock.0,
+        kind: "",
+        token: None,
+        valid_until_ns: None,
+        reason: None,
+        message: None,
+    };
+    match event {
+        CoreEvent::Acquired { token, valid_until } => {
+            out.kind = "acquired";
+            out.token = Some(token.get());
+            out.valid_until_ns = Some(valid_until.as_nanos());
+        }
+        CoreEvent::Renewed { valid_until } => {
+            out.kind = "renewed";
+            out.valid_until_ns = Some(valid_until.as_nanos());
+        }
+        CoreEvent::Lost { reason } => {
+            out.kind = "lost";
+            out.reason = Some(match reason {
+                LostReason::Expired => "expired",
+                LostReason::RenewRejected => "renew_rejected",
+                LostReason::NotHeldAtRelease => "not_held_at_release",
+            });
+        }
+        CoreEvent::Released => out.kind = "released",
+        CoreEvent::AcquireFailed { reason } => {
+            out.kind = "acquire_failed";
+            match reason {
+                AcquireFailedReason::Timeout { last_error } => {
+                    out.reason = Some("timeout");
+                    out.message = last_error;
+                }
+                AcquireFailedReason::Protocol { error } => {
+                    out.reason = Some("protocol");
+                    out.message = Some(error.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn redis_command(body: RequestBody) -> RedisCommand {
+    match body {
+        RequestBody::Redis(cmd) => cmd,
+    }
+}
+
+// ---- Machine ----------------------------------------------------------------------------
+
+/// The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
+///
+/// Every method taking `now_ns` wants `time.monotonic_ns()`; a value earlier than one
+/// given before raises `ClockError`. After every input drain `poll()`.
+#[pyclass(module = "fencepost._core")]
+struct Machine {
+    inner: CoreMachine,
+}
+
+impl Machine {
+    fn input(&mut self, py: Python<'_>, result: Result<(), UsageError>) -> PyResult<()> {
+        result.map_err(|e| usage_error(py, e))
+    }
+}
+
+#[pymethods]
+impl Machine {
+    /// `key_prefix` prefixes every Redis key (`{prefix}{{name}}:lock`,
+    /// `{prefix}{{name}}:token`). `seed` makes owner ids and jitter deterministic (tests
+    /// only); without it the machine seeds from the operating system.
+    ///
+    /// Errors: `ConfigError` for a non-str prefix or a bad seed; `FencepostError` when
+    /// the OS has no secure randomness.
+    #[new]
+    #[pyo3(signature = (key_prefix = None, seed = None))]
+    fn new(
+        py: Python<'_>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let backend = match key_prefix {
+            Some(prefix) => redis_backend(&arg_str(prefix, "key_prefix")?),
+            None => Backend::default(),
+        };
+        let inner = match seed {
+            Some(seed) if !seed.is_none() => {
+                CoreMachine::with_seed(backend, arg_u64(seed, "seed")?)
+            }
+            _ => CoreMachine::new(backend)
+                .map_err(|e| fp_error(py, "FencepostError", e.to_string(), None))?,
+        };
+        Ok(Machine { inner })
+    }
+
+    /// Starts acquiring `name`; returns the new lock id (int). All durations are integer
+    /// nanoseconds; `acquire_timeout_ns=None` waits forever, `0` tries once;
+    /// `renew_every_ns=None` renews every ttl/3. `purpose` is "efficiency" or
+    /// "correctness".
+    ///
+    /// Errors: `ConfigError` naming the bad argument (wrong type, or out of the range the
+    /// core accepts), or an unsafe purpose; `ClockError`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (now_ns, name, ttl_ns, purpose, accept_failover_risk, acquire_timeout_ns,
+                        retry_base_ns, retry_max_ns, renew_every_ns, auto_renew, drift_factor,
+                        clock_margin_ns))]
+    fn acquire(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        ttl_ns: &Bound<'_, PyAny>,
+        purpose: &Bound<'_, PyAny>,
+        accept_failover_risk: &Bound<'_, PyAny>,
+        acquire_timeout_ns: &Bound<'_, PyAny>,
+        retry_base_ns: &Bound<'_, PyAny>,
+        retry_max_ns: &Bound<'_, PyAny>,
+        renew_every_ns: &Bound<'_, PyAny>,
+        auto_renew: &Bound<'_, PyAny>,
+        drift_factor: &Bound<'_, PyAny>,
+        clock_margin_ns: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let now = instant(now_ns, "now_ns")?;
+        let name = arg_str(name, "name")?;
+        let options = lock_options(
+            ttl_ns,
+            purpose,
+            accept_failover_risk,
+            acquire_timeout_ns,
+            retry_base_ns,
+            retry_max_ns,
+            renew_every_ns,
+            auto_renew,
+            drift_factor,
+            clock_margin_ns,
+        )?;
+        self.inner
+            .acquire(now, &name, options)
+            .map(|id| id.0)
+            .map_err(|e| usage_error(py, e))
+    }
+
+    /// Releases `lock`, or cancels its acquisition. Finished locks that still have
+    /// requests in flight ignore it.
+    ///
+    /// Errors: `ConfigError` for an unknown lock id; `ClockError`.
+    fn release(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        lock: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (now, lock) = (instant(now_ns, "now_ns")?, lock_id(lock)?);
+        let result = self.inner.release(now, lock);
+        self.input(py, result)
+    }
+
+    /// The server's reply to request `request_id`, as the Redis client returned it: int,
+    /// bytes, str, None, bool, list/tuple (nested), or an exception instance for an
+    /// error reply (its `str()` must start with the error code, e.g. "LOADING …").
+    /// Values of other types are read as a protocol error. Unknown ids are ignored.
+    ///
+    /// Errors: `ConfigError` for a non-int id; `ClockError`.
+    fn reply(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        request_id: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (now, request) = (instant(now_ns, "now_ns")?, self::request_id(request_id)?);
+        let reply = Reply::Redis(to_redis_value(value, 0));
+        let result = self.inner.handle_input(fencepost_core::Input::Reply {
+            now,
+            request,
+            reply,
+        });
+        self.input(py, result)
+    }
+
+    /// Request `request_id` failed in transport (connection error, client timeout,
+    /// cancelled at its deadline): it may or may not have reached the server.
+    ///
+    /// Errors: `ConfigError` for a non-int id or non-str message; `ClockError`.
+    fn transport_error(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        request_id: &Bound<'_, PyAny>,
+        message: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (now, request) = (instant(now_ns, "now_ns")?, self::request_id(request_id)?);
+        let message = arg_str(message, "message")?;
+        let result = self
+            .inner
+            .handle_input(fencepost_core::Input::TransportError {
+                now,
+                request,
+                message,
+            });
+        self.input(py, result)
+    }
+
+    /// Time passed: fires due timers. Early and spurious calls are harmless.
+    ///
+    /// Errors: `ClockError`.
+    fn timeout(&mut self, py: Python<'_>, now_ns: &Bound<'_, PyAny>) -> PyResult<()> {
+        let now = instant(now_ns, "now_ns")?;
+        let result = self
+            .inner
+            .handle_input(fencepost_core::Input::Timeout { now });
+        self.input(py, result)
+    }
+
+    /// Drains every pending output: returns `(outputs, next_timeout_ns)` where outputs
+    /// is a list of `Request` and `Event` in order, and `next_timeout_ns` is the
+    /// monotonic instant at which to call `timeout`, or None when no timer is set.
+    fn poll(&mut self, py: Python<'_>) -> PyResult<(Vec<Py<PyAny>>, Option<u64>)> {
+        let mut outputs = Vec::new();
+        loop {
+            match self.inner.poll_output() {
+                Output::Request(req) => {
+                    let request = Request {
+                        id: req.id.0,
+                        lock: req.lock.0,
+                        operation: match req.operation {
+                            Operation::Acquire => "acquire",
+                            Operation::Renew => "renew",
+                            Operation::Release => "release",
+                        },
+                        deadline_ns: req.deadline.as_nanos(),
+                        cmd: redis_command(req.body),
+                    };
+                    outputs.push(Py::new(py, request)?.into_any());
+                }
+                Output::Event { lock, event: e } => {
+                    outputs.push(Py::new(py, event(lock, e))?.into_any());
+                }
+                Output::Timeout(at) => return Ok((outputs, Some(at.as_nanos()))),
+                Output::Idle => return Ok((outputs, None)),
+            }
+        }
+    }
+
+    /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
+    /// None once the machine has forgotten the lock.
+    fn owner(&self, lock: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        Ok(self.inner.owner(lock_id(lock)?).map(|o| o.to_string()))
+    }
+
+    /// The validity deadline of `lock` (monotonic ns) while it is held, else None.
+    fn valid_until_ns(&self, lock: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        Ok(self
+            .inner
+            .valid_until(lock_id(lock)?)
+            .map(Instant::as_nanos))
+    }
+
+    /// How many locks the machine tracks (pending, held, or finished with requests in
+    /// flight). Zero means the machine has nothing left to do.
+    fn lock_count(&self) -> usize {
+        self.inner.lock_count()
+    }
+
+    /// How many requests await a reply or transport error.
+    fn requests_in_flight(&self) -> usize {
+        self.inner.requests_in_flight()
+    }
+}
+
+/// Checks a lock's name and options exactly as `Machine.acquire` would, without a
+/// machine or any I/O. Arguments as for `Machine.acquire` (nanoseconds).
+///
+/// Errors: `ConfigError` naming the bad argument; the message comes from the core.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (name, ttl_ns, purpose, accept_failover_risk, acquire_timeout_ns,
+                    retry_base_ns, retry_max_ns, renew_every_ns, auto_renew, drift_factor,
+                    clock_margin_ns))]
+fn check_lock_options(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    ttl_ns: &Bound<'_, PyAny>,
+    purpose: &Bound<'_, PyAny>,
+    accept_failover_risk: &Bound<'_, PyAny>,
+    acquire_timeout_ns: &Bound<'_, PyAny>,
+    retry_base_ns: &Bound<'_, PyAny>,
+    retry_max_ns: &Bound<'_, PyAny>,
+    renew_every_ns: &Bound<'_, PyAny>,
+    auto_renew: &Bound<'_, PyAny>,
+    drift_factor: &Bound<'_, PyAny>,
+    clock_margin_ns: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let name = arg_str(name, "name")?;
+    let options = lock_options(
+        ttl_ns,
+        purpose,
+        accept_failover_risk,
+        acquire_timeout_ns,
+        retry_base_ns,
+        retry_max_ns,
+        renew_every_ns,
+        auto_renew,
+        drift_factor,
+        clock_margin_ns,
+    )?;
+    // The core validates inside `Machine::acquire`; a throwaway machine runs exactly
+    // that code (no duplicate of its rules here). It emits a request nobody executes.
+    let mut probe = CoreMachine::with_seed(Backend::default(), 0);
+    probe
+        .acquire(Instant::ZERO, &name, options)
+        .map(|_| ())
+        .map_err(|e| usage_error(py, e))
+}
+
+// ---- MemoryRedis --------------------------------------------------------------------
+
+/// The core's in-memory Redis (`fencepost_core::sim::MemoryRedis`): executes
+/// fencepost's scripts with TTLs on injected monotonic time (`now_ns`). Not
+/// thread-safe by itself: the Python `MemoryServer` wraps it in a lock.
+#[pyclass(module = "fencepost._core")]
+struct MemoryRedis {
+    inner: fencepost_core::sim::MemoryRedis,
+}
+
+#[derive(FromPyObject)]
+enum AnyCommand<'py> {
+    Request(Bound<'py, Request>),
+    Command(Bound<'py, Command>),
+}
+
+#[pymethods]
+impl MemoryRedis {
+    /// An empty key space.
+    #[new]
+    fn new() -> Self {
+        MemoryRedis {
+            inner: fencepost_core::sim::MemoryRedis::new(),
+        }
+    }
+
+    /// Runs a `Request` or `Command` at `now_ns` and returns what redis-py would: int,
+    /// str, None, list, or (returned, not raised) a `RedisErrorReply` for an error reply.
+    ///
+    /// Errors: `ConfigError` for a `now_ns` that is not an int.
+    fn execute(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        request: AnyCommand<'_>,
+    ) -> PyResult<Py<PyAny>> {
+        let now = instant(now_ns, "now_ns")?;
+        let value = match request {
+            AnyCommand::Request(r) => self.inner.eval(now, &r.get().cmd),
+            AnyCommand::Command(c) => self.inner.eval(now, &c.get().cmd),
+        };
+        from_redis_value(py, &value)
+    }
+
+    /// `GET key` at `now_ns` (expired keys are gone): str or None.
+    fn get(&self, now_ns: &Bound<'_, PyAny>, key: &str) -> PyResult<Option<String>> {
+        Ok(self
+            .inner
+            .get(instant(now_ns, "now_ns")?, key)
+            .map(str::to_owned))
+    }
+
+    /// `PTTL key` in ms at `now_ns`: None when missing, -1 when it has no expiry.
+    fn pttl(&self, now_ns: &Bound<'_, PyAny>, key: &str) -> PyResult<Option<i64>> {
+        Ok(self.inner.pttl(instant(now_ns, "now_ns")?, key))
+    }
+
+    /// `DEL key`; True if it existed.
+    fn delete(&mut self, key: &str) -> bool {
+        self.inner.delete(key)
+    }
+
+    /// Forgets every key, as a restart without persistence does.
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+}
+
+// ---- fence --------------------------------------------------------------------------
+
+/// An in-memory fence: keeps the highest fencing token accepted per resource and
+/// refuses lower ones (equal tokens pass: one lease may write many times).
+#[pyclass(module = "fencepost._core")]
+struct Fence {
+    inner: fence::Fence,
+}
+
+#[pymethods]
+impl Fence {
+    /// An empty fence.
+    #[new]
+    fn new() -> Self {
+        Fence {
+            inner: fence::Fence::new(),
+        }
+    }
+
+    /// Accepts a write to `resource` carrying `token` and remembers the token.
+    ///
+    /// Errors: `StaleToken` (attributes resource, token, highest) when a higher token
+    /// was accepted before; `ConfigError` for a token that is not a non-negative int.
+    fn check(&mut self, py: Python<'_>, resource: &str, token: &Bound<'_, PyAny>) -> PyResult<()> {
+        let token = FencingToken(arg_u64(token, "token")?);
+        self.inner
+            .check(resource, token)
+            .map_err(|e| stale_token_error(py, e))
+    }
+
+    /// The highest token accepted for `resource`, or None.
+    fn highest(&self, resource: &str) -> Option<u64> {
+        self.inner.highest(resource).map(FencingToken::get)
+    }
+}
+
+/// The SQL text of a fenced conditional update:
+/// `UPDATE "table" SET "c" = …, "token_column" = <token> WHERE "id_column" = <id> AND
+/// "token_column" <= <token>`. With style "pyformat" the parameters are `%(id)s`,
+/// `%(token)s` and `%(<column>)s`; with "dollar", `$1` (id), `$2` (token), `$3…`
+/// (columns in order). Zero rows updated means the token is stale.
+///
+/// Errors: `ConfigError` for a name that is not a plain SQL identifier or a bad style.
+#[pyfunction]
+#[pyo3(signature = (table, id_column, token_column, columns, style = None))]
+fn sql_fenced_update(
+    py: Python<'_>,
+    table: &Bound<'_, PyAny>,
+    id_column: &Bound<'_, PyAny>,
+    token_column: &Bound<'_, PyAny>,
+    columns: &Bound<'_, PyAny>,
+    style: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let table = arg_str(table, "table")?;
+    let id_column = arg_str(id_column, "id_column")?;
+    let token_column = arg_str(token_column, "token_column")?;
+    if columns.is_instance_of::<PyString>() {
+        return Err(config_error(
+            py,
+            format!("columns must be a list of str, got {}", describe(columns)),
+        ));
+    }
+    let columns: Vec<String> = columns
+        .try_iter()
+        .map_err(|_| {
+            config_error(
+                py,
+                format!("columns must be a list of str, got {}", describe(columns)),
+            )
+        })?
+        .map(|item| item.and_then(|item| arg_str(&item, "columns[]")))
+        .collect::<PyResult<_>>()?;
+    let style = match style.map(|s| arg_str(s, "style")).transpose()?.as_deref() {
+        None | Some("pyformat") => ParamStyle::Pyformat,
+        Some("dollar") => ParamStyle::Dollar,
+        Some(other) => {
+            return Err(config_error(
+                py,
+                format!("style must be 'pyformat' or 'dollar', got {other:?}"),
+            ))
+        }
+    };
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    fence::sql_fenced_update(&table, &id_column, &token_column, &columns, style)
+        .map_err(|e| config_error(py, e.to_string()))
+}
+
+/// The fenced Redis SET as a `Command`: writes `value` to `data_key` unless `token` is
+/// lower than the highest token stored at `fence_key`.
+///
+/// Errors: `ConfigError` for a token that is not a non-negative int.
+#[pyfunction]
+fn redis_fenced_set(
+    data_key: &str,
+    fence_key: &str,
+    token: &Bound<'_, PyAny>,
+    value: &str,
+) -> PyResult<Command> {
+    let token = FencingToken(arg_u64(token, "token")?);
+    Ok(Command {
+        cmd: fence::redis_fenced_set(data_key, fence_key, token, value),
+    })
+}
+
+/// Reads the reply of `redis_fenced_set` for `resource`: returns None when the write
+/// was accepted.
+///
+/// Errors: `StaleToken` when refused; `ProtocolError` for a reply of another shape
+/// (including an error reply).
+#[pyfunction]
+fn read_redis_fenced_set(
+    py: Python<'_>,
+    resource: &str,
+    token: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let token = FencingToken(arg_u64(token, "token")?);
+    match fence::read_redis_fenced_set(resource, token, &to_redis_value(reply, 0)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(stale)) => Err(stale_token_error(py, stale)),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
+/// "renew", "release", "fenced_set".
+#[pyfunction]
+fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let scripts = PyDict::new(py);
+    for s in RedisScript::ALL {
+        scripts.set_item(script_name(s), (s.sha1(), s.source()))?;
+    }
+    Ok(scripts)
+}
+
+/// The lease key of lock `name` under `key_prefix` (`{prefix}{{name}}:lock`).
+#[pyfunction]
+fn lock_key(key_prefix: &str, name: &str) -> String {
+    RedisSettings {
+        key_prefix: key_prefix.to_owned(),
+    }
+    .lock_key(name)
+}
+
+/// The fencing-token counter key of lock `name` under `key_prefix`.
+#[pyfunction]
+fn token_key(key_prefix: &str, name: &str) -> String {
+    RedisSettings {
+        key_prefix: key_prefix.to_owned(),
+    }
+    .token_key(name)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Machine>()?;
+    m.add_class::<Request>()?;
+    m.add_class::<Command>()?;
+    m.add_class::<Event>()?;
+    m.add_class::<MemoryRedis>()?;
+    m.add_class::<Fence>()?;
+    m.add("RedisErrorReply", m.py().get_type::<RedisErrorReply>())?;
+    m.add_function(wrap_pyfunction!(check_lock_options, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_fenced_update, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_fenced_set, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_fenced_set, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_scripts, m)?)?;
+    m.add_function(wrap_pyfunction!(lock_key, m)?)?;
+    m.add_function(wrap_pyfunction!(token_key, m)?)?;
+    m.add("CORE_VERSION", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
