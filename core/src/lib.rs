@@ -58,6 +58,8 @@ pub mod fence;
 mod lock;
 mod machine;
 mod options;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 pub mod sim;
 mod time;
 

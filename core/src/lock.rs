@@ -39,9 +39,21 @@ pub(crate) struct Ctx<'a> {
     pub next_request: &'a mut u64,
     pub requests: &'a mut HashMap<RequestId, InFlight>,
     pub outputs: &'a mut VecDeque<Output>,
+    #[cfg(feature = "sabotage")]
+    pub sabotage: crate::sabotage::Sabotage,
 }
 
 impl Ctx<'_> {
+    /// Where validity is measured from: the send (DESIGN.md rule 1), or — only when a
+    /// test sabotages the rule to show the checker catches it — the reply.
+    fn validity_base(&self, sent_at: Instant) -> Instant {
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.validity_from_reply {
+            return self.now;
+        }
+        sent_at
+    }
+
     /// A uniform draw from `0 ..= max` (full jitter).
     fn jitter(&mut self, max: Duration) -> Duration {
         let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
@@ -532,7 +544,7 @@ impl Lock {
         };
         match outcome {
             Ok(AcquireOutcome::Granted(token)) => {
-                let valid_until = sent_at + self.options.validity();
+                let valid_until = ctx.validity_base(sent_at) + self.options.validity();
                 if ctx.now >= valid_until {
                     // The reply came too late to use (a pause, a slow network): release
                     // it, and try again under a fresh owner id so the release cannot
@@ -583,7 +595,8 @@ impl Lock {
         let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
         match outcome {
             Ok(Ok(OwnerCheck::Done)) => {
-                let valid_until = valid_until.max(sent_at + self.options.validity());
+                let valid_until =
+                    valid_until.max(ctx.validity_base(sent_at) + self.options.validity());
                 let renew_at = (sent_at + self.options.renew_interval()).max(ctx.now);
                 self.state = State::Held {
                     token,

@@ -97,6 +97,8 @@ pub struct Machine {
     requests: HashMap<RequestId, crate::lock::InFlight>,
     timers: BinaryHeap<Reverse<(Instant, LockId, u64)>>,
     outputs: VecDeque<Output>,
+    #[cfg(feature = "sabotage")]
+    sabotage: crate::sabotage::Sabotage,
 }
 
 impl Machine {
@@ -128,7 +130,16 @@ impl Machine {
             requests: HashMap::new(),
             timers: BinaryHeap::new(),
             outputs: VecDeque::new(),
+            #[cfg(feature = "sabotage")]
+            sabotage: crate::sabotage::Sabotage::default(),
         }
+    }
+
+    /// Breaks a safety rule on purpose, to show the simulator's checker catches it.
+    /// Test-only (feature `sabotage`); never enable it in a build you ship.
+    #[cfg(feature = "sabotage")]
+    pub fn sabotage(&mut self, sabotage: crate::sabotage::Sabotage) {
+        self.sabotage = sabotage;
     }
 
     /// The backend this machine phrases requests for.
@@ -286,6 +297,8 @@ impl Machine {
             next_request: &mut self.next_request,
             requests: &mut self.requests,
             outputs: &mut self.outputs,
+            #[cfg(feature = "sabotage")]
+            sabotage: self.sabotage,
         };
         f(lock, &mut ctx);
         let wakeup = lock.wakeup();

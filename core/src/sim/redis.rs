@@ -132,6 +132,17 @@ impl MemoryRedis {
         }
     }
 
+    /// When `key` expires: `None` when missing (or expired at `now`), `Some(Instant::MAX)`
+    /// when it has no expiry.
+    pub fn expires_at(&self, now: Instant, key: &str) -> Option<Instant> {
+        let entry = self.keys.get(key)?;
+        match entry.expires_at {
+            None => Some(Instant::MAX),
+            Some(at) if now < at => Some(at),
+            Some(_) => None,
+        }
+    }
+
     /// `DEL key`, as an operator (or a bug) might do behind the holder's back.
     pub fn delete(&mut self, key: &str) -> bool {
         self.keys.remove(key).is_some()

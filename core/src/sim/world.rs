@@ -1,0 +1,1143 @@
+//! Deterministic fault simulation: client machines, a reference server and a fenced
+//! resource over a simulated network, in virtual time. One seed decides everything;
+//! the same seed replays the same schedule exactly.
+//!
+//! Every holder writes to the fenced resource inside its critical section (the writes
+//! travel over the network too, so they can arrive late), and [`Checker`] verifies
+//! the properties S1–S4 after every step (see [`Property`]).
+
+use core::fmt;
+use core::time::Duration;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use super::MemoryRedis;
+use crate::backends::{Operation, RedisBackend, RedisValue, Reply};
+use crate::{
+    Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
+    OwnerId, Request, RequestId,
+};
+
+/// The lock every client contends for.
+pub const LOCK_NAME: &str = "r";
+
+/// The faults a schedule may contain, each with a probability drawn from the seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Faults {
+    /// Every message takes a uniform delay in `0 ..= delay_max`.
+    pub delay_max: Duration,
+    /// Probability that a message is delayed much longer, up to `long_delay_max`.
+    pub p_long_delay: f64,
+    /// Upper bound of a long delay (several TTLs).
+    pub long_delay_max: Duration,
+    /// Probability that a message is lost.
+    pub p_drop: f64,
+    /// Probability that a message is delivered twice (the copy with its own delay, so
+    /// duplicates also reorder).
+    pub p_duplicate: f64,
+    /// Probability, at each step of a client's own work, that its process stops (GC,
+    /// VM suspend) for up to `pause_max`.
+    pub p_pause: f64,
+    /// Longest pause.
+    pub pause_max: Duration,
+    /// Each client's clock runs at a rate drawn from `1 ± clock_drift`.
+    pub clock_drift: f64,
+    /// Probability, per second of virtual time and client, of a partition cutting the
+    /// client off from the server (both ways) for up to `partition_max`.
+    pub p_partition: f64,
+    /// Longest partition.
+    pub partition_max: Duration,
+    /// Probability, per second of virtual time, that the server restarts and loses all
+    /// state (Redis without persistence). Outside the declared model.
+    pub p_server_restart: f64,
+}
+
+impl Faults {
+    /// No faults: a short, fixed-bound delay. The liveness property S4 is checked.
+    pub fn none() -> Self {
+        Faults {
+            delay_max: Duration::from_micros(500),
+            p_long_delay: 0.0,
+            long_delay_max: Duration::ZERO,
+            p_drop: 0.0,
+            p_duplicate: 0.0,
+            p_pause: 0.0,
+            pause_max: Duration::ZERO,
+            clock_drift: 0.0,
+            p_partition: 0.0,
+            partition_max: Duration::ZERO,
+            p_server_restart: 0.0,
+        }
+    }
+
+    /// Delay up to three TTLs, drops, duplicates, reordering.
+    pub fn network(ttl: Duration) -> Self {
+        Faults {
+            delay_max: Duration::from_millis(5),
+            p_long_delay: 0.05,
+            long_delay_max: ttl * 3,
+            p_drop: 0.05,
+            p_duplicate: 0.05,
+            ..Faults::none()
+        }
+    }
+
+    /// Process pauses of any length up to three TTLs.
+    pub fn pauses(ttl: Duration) -> Self {
+        Faults {
+            delay_max: Duration::from_millis(2),
+            p_pause: 0.15,
+            pause_max: ttl * 3,
+            ..Faults::none()
+        }
+    }
+
+    /// Clock rates within the drift bound the options declare.
+    pub fn drift(options: &LockOptions) -> Self {
+        Faults {
+            delay_max: Duration::from_millis(2),
+            clock_drift: options.drift_factor,
+            ..Faults::none()
+        }
+    }
+
+    /// Partitions between clients and the server.
+    pub fn partitions(ttl: Duration) -> Self {
+        Faults {
+            delay_max: Duration::from_millis(2),
+            p_partition: 0.3,
+            partition_max: ttl * 2,
+            ..Faults::none()
+        }
+    }
+
+    /// Every in-model fault at once.
+    pub fn all(options: &LockOptions) -> Self {
+        Faults {
+            clock_drift: options.drift_factor,
+            p_pause: 0.1,
+            pause_max: options.ttl * 3,
+            p_partition: 0.2,
+            partition_max: options.ttl * 2,
+            ..Faults::network(options.ttl)
+        }
+    }
+
+    /// Outside the model: clocks running up to 10 × the declared drift slow or fast.
+    pub fn drift_beyond(options: &LockOptions) -> Self {
+        Faults {
+            clock_drift: (options.drift_factor * 10.0).min(0.5),
+            ..Faults::drift(options)
+        }
+    }
+
+    /// Outside the model: the server restarts and forgets every key.
+    pub fn server_restarts() -> Self {
+        Faults {
+            delay_max: Duration::from_millis(2),
+            p_server_restart: 0.3,
+            ..Faults::none()
+        }
+    }
+
+    /// Whether these faults stay inside what `options` declare (drift within the bound,
+    /// a server that keeps its state). Violations of S2 and S3 outside the model are
+    /// reported as explained by the breach.
+    pub fn within_model(&self, options: &LockOptions) -> bool {
+        self.clock_drift <= options.drift_factor && self.p_server_restart == 0.0
+    }
+
+    /// No fault at all: liveness (S4) is checked.
+    fn fault_free(&self) -> bool {
+        self.p_long_delay == 0.0
+            && self.p_drop == 0.0
+            && self.p_duplicate == 0.0
+            && self.p_pause == 0.0
+            && self.clock_drift == 0.0
+            && self.p_partition == 0.0
+            && self.p_server_restart == 0.0
+    }
+}
+
+/// One simulated schedule's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// How many client processes contend.
+    pub clients: usize,
+    /// How long the schedule runs, in virtual time.
+    pub run_for: Duration,
+    /// Lock options of every acquisition (an acquire timeout is drawn per attempt).
+    pub options: LockOptions,
+    /// Lock cycles each client performs before it stops contending; `None` contends
+    /// until the end. With faults off, every client must finish them (S4).
+    pub cycles_per_client: Option<u32>,
+    /// The fault mix.
+    pub faults: Faults,
+    /// Break a rule on purpose (tests of the checker).
+    #[cfg(feature = "sabotage")]
+    pub sabotage: crate::sabotage::Sabotage,
+}
+
+impl SimConfig {
+    /// Three clients, five virtual seconds, 1 s TTL, with `faults`. Without faults,
+    /// each client performs three lock cycles and the run lasts until all are done (at
+    /// most 30 virtual seconds).
+    pub fn new(faults: impl FnOnce(&LockOptions) -> Faults) -> Self {
+        let mut options = LockOptions::ttl(Duration::from_secs(1));
+        options.retry_base = Duration::from_millis(10);
+        options.retry_max = Duration::from_millis(200);
+        let faults = faults(&options);
+        let fault_free = faults.fault_free();
+        SimConfig {
+            clients: 3,
+            run_for: Duration::from_secs(if fault_free { 30 } else { 5 }),
+            cycles_per_client: fault_free.then_some(3),
+            options,
+            faults,
+            #[cfg(feature = "sabotage")]
+            sabotage: crate::sabotage::Sabotage::default(),
+        }
+    }
+}
+
+/// The properties the checker verifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Property {
+    /// Tokens and fencing: every grant gets a token higher than all earlier grants, and
+    /// the resource never accepts a write carrying a lower token than one it accepted.
+    S1,
+    /// Local validity is conservative: while a client's clock has not passed its
+    /// `valid_until`, the server holds the lock for that owner, until at least then.
+    S2,
+    /// No orphans: a lock that finished (released, lost, failed) sends no request that
+    /// could set or extend the lease again.
+    S3,
+    /// Liveness without faults: every contender acquires, and the lock is never idle
+    /// longer than the longest backoff step plus one round trip while someone waits.
+    S4,
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A broken property, with the virtual time and what was seen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    pub property: Property,
+    /// Virtual (true) time of the check that failed.
+    pub at: Instant,
+    pub detail: String,
+    /// The schedule left the declared fault model; the violation is explained by it.
+    pub explained_by_breach: bool,
+}
+
+/// What one schedule did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// Violations, first first (the run stops at the first unexplained one).
+    pub violations: Vec<Violation>,
+    /// Grants the server made.
+    pub grants: u64,
+    /// Writes the resource accepted and refused as stale.
+    pub writes_accepted: u64,
+    pub writes_refused: u64,
+    /// Steps the simulation took.
+    pub steps: u64,
+    /// The readable timeline, when tracing was on.
+    pub trace: Vec<String>,
+}
+
+impl Outcome {
+    /// The violations not explained by a breach of the fault model.
+    pub fn unexplained(&self) -> impl Iterator<Item = &Violation> {
+        self.violations.iter().filter(|v| !v.explained_by_breach)
+    }
+}
+
+// ---- the world -------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Msg {
+    /// Client → server.
+    Request { client: usize, request: Request },
+    /// Server → client.
+    Reply {
+        client: usize,
+        request: RequestId,
+        reply: Reply,
+    },
+    /// Client → resource: a fenced write.
+    Write {
+        client: usize,
+        token: FencingToken,
+        owner: OwnerId,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Deliver(Msg),
+    /// A client's machine timer (scheduled for its local instant).
+    Timer {
+        client: usize,
+        local: Instant,
+    },
+    /// A client's own work: start acquiring, write, release.
+    Work {
+        client: usize,
+        gen: u64,
+    },
+    /// A request reached its deadline on the client (the host cancels it).
+    Deadline {
+        client: usize,
+        request: RequestId,
+    },
+    Resume {
+        client: usize,
+    },
+    Partition {
+        client: usize,
+        until: Instant,
+    },
+    ServerRestart,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Work {
+    /// Thinking until the next `Work` event.
+    Idle,
+    Acquiring {
+        lock: LockId,
+    },
+    Holding {
+        lock: LockId,
+        token: FencingToken,
+        writes_left: u32,
+    },
+    Releasing {
+        lock: LockId,
+    },
+}
+
+struct Client {
+    machine: Machine,
+    /// Local clock rate relative to true time.
+    rate: f64,
+    paused_until: Option<Instant>,
+    /// Inputs that arrived while paused, in arrival order.
+    inbox: VecDeque<Msg>,
+    work: Work,
+    work_gen: u64,
+    /// A write checked valid before a pause, sent when the process resumes.
+    write_after_pause: Option<(FencingToken, OwnerId)>,
+    partitioned_until: Instant,
+    /// Requests in flight and their deadlines (the host cancels at the deadline).
+    in_flight: HashMap<RequestId, Request>,
+    /// Locks that emitted their final event.
+    finished: Vec<LockId>,
+    /// Lock cycles completed (acquired, then released or lost).
+    cycles: u32,
+    /// Since when this client has been waiting for the lock (for S4).
+    waiting_since: Option<Instant>,
+    timer_local: Option<Instant>,
+}
+
+impl Client {
+    fn local(&self, now: Instant) -> Instant {
+        Instant::from_nanos((now.as_nanos() as f64 * self.rate) as u64)
+    }
+
+    /// The first true instant at which the local clock reads at least `local`.
+    fn true_of(&self, local: Instant) -> Instant {
+        Instant::from_nanos((local.as_nanos() as f64 / self.rate).ceil() as u64)
+    }
+}
+
+/// One schedule: build with [`Simulation::new`] and [`Simulation::run`].
+pub struct Simulation {
+    cfg: SimConfig,
+    rng: ChaCha8Rng,
+    now: Instant,
+    end: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    events: HashMap<u64, Ev>,
+    server: MemoryRedis,
+    server_epoch: u32,
+    resource: Fence,
+    clients: Vec<Client>,
+    checker: Checker,
+    tracing: bool,
+    outcome: Outcome,
+    lock_key: String,
+}
+
+impl Simulation {
+    /// A schedule decided entirely by `seed`.
+    pub fn new(cfg: SimConfig, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let clients = (0..cfg.clients)
+            .map(|_| {
+                let drift = cfg.faults.clock_drift;
+                let rate = 1.0 + drift * (2.0 * unit(&mut rng) - 1.0);
+                #[allow(unused_mut)]
+                let mut machine =
+                    Machine::with_seed(Backend::Redis(RedisBackend::default()), rng.next_u64());
+                #[cfg(feature = "sabotage")]
+                machine.sabotage(cfg.sabotage);
+                Client {
+                    machine,
+                    rate,
+                    paused_until: None,
+                    inbox: VecDeque::new(),
+                    work: Work::Idle,
+                    work_gen: 0,
+                    write_after_pause: None,
+                    partitioned_until: Instant::ZERO,
+                    in_flight: HashMap::new(),
+                    finished: Vec::new(),
+                    cycles: 0,
+                    waiting_since: None,
+                    timer_local: None,
+                }
+            })
+            .collect();
+        let within = cfg.faults.within_model(&cfg.options);
+        let end = Instant::ZERO + cfg.run_for;
+        Simulation {
+            checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
+            cfg,
+            rng,
+            now: Instant::ZERO,
+            end,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            server: MemoryRedis::new(),
+            server_epoch: 0,
+            resource: Fence::new(),
+            clients,
+            tracing: false,
+            outcome: Outcome::default(),
+            lock_key: RedisBackend::default().lock_key(LOCK_NAME),
+        }
+    }
+
+    /// Records a readable timeline in [`Outcome::trace`].
+    pub fn with_trace(mut self) -> Self {
+        self.tracing = true;
+        self
+    }
+
+    /// Runs the schedule to its end (or its first unexplained violation).
+    pub fn run(mut self) -> Outcome {
+        for c in 0..self.clients.len() {
+            let think = self.uniform(Duration::from_millis(50));
+            self.schedule_work(c, think);
+        }
+        if self.cfg.faults.p_server_restart > 0.0 {
+            let at = self.exp_interval(self.cfg.faults.p_server_restart);
+            self.push(at, Ev::ServerRestart);
+        }
+        for c in 0..self.clients.len() {
+            if self.cfg.faults.p_partition > 0.0 {
+                let at = self.exp_interval(self.cfg.faults.p_partition);
+                let len = self.uniform(self.cfg.faults.partition_max);
+                self.push(
+                    at,
+                    Ev::Partition {
+                        client: c,
+                        until: at + len,
+                    },
+                );
+            }
+        }
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > self.end {
+                break;
+            }
+            self.now = at;
+            let Some(ev) = self.events.remove(&seq) else {
+                continue;
+            };
+            self.outcome.steps += 1;
+            self.step(ev);
+            self.check();
+            if self.outcome.unexplained().next().is_some() || self.all_done() {
+                break;
+            }
+        }
+        if self.outcome.unexplained().next().is_none() {
+            self.checker
+                .at_end(&self.clients, self.now, &mut self.outcome);
+        }
+        self.outcome
+    }
+
+    fn all_done(&self) -> bool {
+        self.cfg.cycles_per_client.is_some_and(|n| {
+            self.clients
+                .iter()
+                .all(|c| c.cycles >= n && c.work == Work::Idle)
+        })
+    }
+
+    // ---- scheduling helpers ----
+
+    fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && unit(&mut self.rng) < p
+    }
+
+    fn uniform(&mut self, max: Duration) -> Duration {
+        let n = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        if n == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.rng.next_u64() % (n + 1))
+    }
+
+    /// An exponentially distributed time from now for a process of `rate_per_s`.
+    fn exp_interval(&mut self, rate_per_s: f64) -> Instant {
+        let u = unit(&mut self.rng).max(1e-12);
+        self.now + Duration::from_secs_f64((-u.ln() / rate_per_s).min(1e6))
+    }
+
+    fn trace(&mut self, text: impl FnOnce() -> String) {
+        if self.tracing {
+            let line = format!("{:>12} {}", self.now.to_string(), text());
+            self.outcome.trace.push(line);
+        }
+    }
+
+    /// Sends a message over the network with the configured faults.
+    fn send(&mut self, msg: Msg) {
+        let client = match &msg {
+            Msg::Request { client, .. } | Msg::Reply { client, .. } | Msg::Write { client, .. } => {
+                *client
+            }
+        };
+        let server_link = !matches!(msg, Msg::Write { .. });
+        if server_link && self.clients[client].partitioned_until > self.now {
+            self.trace(|| format!("net: partition drops {}", describe(&msg)));
+            return;
+        }
+        if self.chance(self.cfg.faults.p_drop) {
+            self.trace(|| format!("net: drops {}", describe(&msg)));
+            return;
+        }
+        let copies = if self.chance(self.cfg.faults.p_duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut delay = self.uniform(self.cfg.faults.delay_max);
+            if self.chance(self.cfg.faults.p_long_delay) {
+                delay += self.uniform(self.cfg.faults.long_delay_max);
+            }
+            let at = self.now + delay;
+            self.push(at, Ev::Deliver(msg.clone()));
+        }
+    }
+
+    fn schedule_work(&mut self, c: usize, after: Duration) {
+        self.clients[c].work_gen += 1;
+        let gen = self.clients[c].work_gen;
+        let at = self.now + after;
+        self.push(at, Ev::Work { client: c, gen });
+    }
+
+    fn paused(&self, c: usize) -> bool {
+        self.clients[c].paused_until.is_some_and(|t| t > self.now)
+    }
+
+    // ---- the step ----
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver(msg) => self.deliver(msg),
+            Ev::Timer { client, local } => {
+                if self.clients[client].timer_local == Some(local) {
+                    self.clients[client].timer_local = None;
+                    // a paused process misses it; resuming feeds a timeout anyway
+                    if !self.paused(client) {
+                        let now = self.clients[client].local(self.now);
+                        self.input(client, Input::Timeout { now });
+                    }
+                }
+            }
+            Ev::Work { client, gen } => {
+                if gen == self.clients[client].work_gen {
+                    if self.paused(client) {
+                        // the process is stopped: its work waits for it
+                        let until = self.clients[client].paused_until.unwrap_or(self.now);
+                        self.push(until, Ev::Work { client, gen });
+                    } else {
+                        self.work(client);
+                    }
+                }
+            }
+            Ev::Deadline { client, request } => {
+                if self.clients[client].in_flight.contains_key(&request) {
+                    if self.paused(client) {
+                        let until = self.clients[client].paused_until.unwrap_or(self.now);
+                        self.push(until, Ev::Deadline { client, request });
+                    } else {
+                        self.clients[client].in_flight.remove(&request);
+                        let now = self.clients[client].local(self.now);
+                        self.trace(|| {
+                            format!("c{client}: request {} cancelled at its deadline", request.0)
+                        });
+                        self.input(
+                            client,
+                            Input::TransportError {
+                                now,
+                                request,
+                                message: "deadline".into(),
+                            },
+                        );
+                    }
+                }
+            }
+            Ev::Resume { client } => self.resume(client),
+            Ev::Partition { client, until } => {
+                self.trace(|| format!("c{client}: partitioned from the server until {until}"));
+                self.clients[client].partitioned_until = until;
+                let next = self.exp_interval(self.cfg.faults.p_partition).max(until);
+                let len = self.uniform(self.cfg.faults.partition_max);
+                self.push(
+                    next,
+                    Ev::Partition {
+                        client,
+                        until: next + len,
+                    },
+                );
+            }
+            Ev::ServerRestart => {
+                self.trace(|| "server: restarts and loses every key".to_owned());
+                self.server.flush();
+                self.server_epoch += 1;
+                self.checker.server_restarted();
+                let next = self.exp_interval(self.cfg.faults.p_server_restart);
+                self.push(next, Ev::ServerRestart);
+            }
+        }
+    }
+
+    fn deliver(&mut self, msg: Msg) {
+        match msg {
+            Msg::Request { client, request } => {
+                let before = self.server.get(self.now, &self.lock_key).map(str::to_owned);
+                let reply = self.server.execute(self.now, &request.body);
+                if request.operation == Operation::Acquire {
+                    if let Reply::Redis(RedisValue::Array(items)) = &reply {
+                        if let [RedisValue::Int(1), RedisValue::Int(token)] = items.as_slice() {
+                            let owner = request_owner(&request);
+                            if before.as_deref() != Some(owner.as_str()) {
+                                self.outcome.grants += 1;
+                                self.checker.grant(
+                                    self.now,
+                                    FencingToken(*token as u64),
+                                    &mut self.outcome,
+                                );
+                                self.trace(|| format!("server: grants token {token} to c{client}"));
+                            }
+                        }
+                    }
+                }
+                self.trace(|| {
+                    format!("server: {:?} from c{client} → {reply:?}", request.operation)
+                });
+                self.send(Msg::Reply {
+                    client,
+                    request: request.id,
+                    reply,
+                });
+            }
+            Msg::Reply { client, .. } if self.paused(client) => {
+                self.clients[client].inbox.push_back(msg);
+            }
+            Msg::Reply {
+                client,
+                request,
+                reply,
+            } => {
+                if self.clients[client].in_flight.remove(&request).is_some() {
+                    let now = self.clients[client].local(self.now);
+                    self.input(
+                        client,
+                        Input::Reply {
+                            now,
+                            request,
+                            reply,
+                        },
+                    );
+                }
+                // else: cancelled at its deadline or a duplicate — the host drops it
+            }
+            Msg::Write {
+                client,
+                token,
+                owner,
+            } => match self.resource.check("resource", token) {
+                Ok(()) => {
+                    self.outcome.writes_accepted += 1;
+                    self.trace(|| {
+                        format!("resource: accepts c{client}'s write with token {token}")
+                    });
+                    self.checker
+                        .accepted(self.now, token, owner, &mut self.outcome);
+                }
+                Err(stale) => {
+                    self.outcome.writes_refused += 1;
+                    self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
+                }
+            },
+        }
+    }
+
+    fn resume(&mut self, c: usize) {
+        if self.clients[c].paused_until.is_some_and(|t| t > self.now) {
+            return; // extended by a later pause
+        }
+        self.clients[c].paused_until = None;
+        self.trace(|| format!("c{c}: resumes"));
+        // The seed story: a write checked before the pause goes out now, unchecked.
+        if let Some((token, owner)) = self.clients[c].write_after_pause.take() {
+            self.trace(|| {
+                format!("c{c}: sends the write it checked before pausing (token {token})")
+            });
+            self.send(Msg::Write {
+                client: c,
+                token,
+                owner,
+            });
+        }
+        // Timers first (the machine fires them before any input anyway), then messages.
+        let now = self.clients[c].local(self.now);
+        self.input(c, Input::Timeout { now });
+        while let Some(msg) = self.clients[c].inbox.pop_front() {
+            self.deliver(msg);
+        }
+    }
+
+    fn pause(&mut self, c: usize) -> bool {
+        if !self.chance(self.cfg.faults.p_pause) {
+            return false;
+        }
+        let len = self.uniform(self.cfg.faults.pause_max);
+        let until = self.now + len;
+        self.trace(|| format!("c{c}: process paused for {len:?}"));
+        self.clients[c].paused_until = Some(until);
+        self.push(until, Ev::Resume { client: c });
+        true
+    }
+
+    /// The client's own work: acquire after thinking, write while holding, release.
+    fn work(&mut self, c: usize) {
+        match self.clients[c].work.clone() {
+            Work::Idle => {
+                if self
+                    .cfg
+                    .cycles_per_client
+                    .is_some_and(|n| self.clients[c].cycles >= n)
+                {
+                    return; // done contending
+                }
+                let mut options = self.cfg.options.clone();
+                options.acquire_timeout = match self.rng.next_u64() % 4 {
+                    0 => Some(Duration::ZERO),
+                    1 => Some(self.cfg.options.ttl * 2),
+                    _ => None,
+                };
+                if self.checker.fault_free {
+                    options.acquire_timeout = None;
+                }
+                let now = self.clients[c].local(self.now);
+                match self.clients[c].machine.acquire(now, LOCK_NAME, options) {
+                    Ok(lock) => {
+                        self.trace(|| format!("c{c}: acquire (lock {lock})"));
+                        self.clients[c].work = Work::Acquiring { lock };
+                        self.clients[c].waiting_since = Some(self.now);
+                        self.drain(c);
+                        if !self.checker.fault_free {
+                            // maybe an impatient host cancels before it is granted
+                            let patience = self.uniform(self.cfg.options.ttl * 2);
+                            self.schedule_work(c, patience);
+                        }
+                    }
+                    Err(e) => self.outcome.violations.push(Violation {
+                        property: Property::S1,
+                        at: self.now,
+                        detail: format!("the machine refused a valid acquire: {e}"),
+                        explained_by_breach: false,
+                    }),
+                }
+            }
+            Work::Holding {
+                lock,
+                token,
+                writes_left,
+            } => {
+                let local = self.clients[c].local(self.now);
+                let valid = self.clients[c]
+                    .machine
+                    .valid_until(lock)
+                    .is_some_and(|v| local < v);
+                if !valid {
+                    return; // the event telling us is on its way
+                }
+                if writes_left == 0 {
+                    self.trace(|| format!("c{c}: release (lock {lock})"));
+                    self.clients[c].work = Work::Releasing { lock };
+                    self.input(c, Input::Release { now: local, lock });
+                    return;
+                }
+                let owner = self.clients[c]
+                    .machine
+                    .owner(lock)
+                    .unwrap_or(OwnerId([0; 16]));
+                // checked valid; a pause may strike between the check and the send
+                if self.pause(c) {
+                    self.clients[c].write_after_pause = Some((token, owner));
+                } else {
+                    self.send(Msg::Write {
+                        client: c,
+                        token,
+                        owner,
+                    });
+                }
+                self.clients[c].work = Work::Holding {
+                    lock,
+                    token,
+                    writes_left: writes_left - 1,
+                };
+                let step = self.uniform(self.cfg.options.ttl / 3);
+                self.schedule_work(c, step);
+            }
+            Work::Acquiring { lock } => {
+                if self.rng.next_u64() % 4 == 0 {
+                    let now = self.clients[c].local(self.now);
+                    self.trace(|| format!("c{c}: cancels acquiring (lock {lock})"));
+                    self.clients[c].work = Work::Releasing { lock };
+                    self.input(c, Input::Release { now, lock });
+                }
+            }
+            Work::Releasing { .. } => {}
+        }
+    }
+
+    fn input(&mut self, c: usize, input: Input) {
+        if let Err(e) = self.clients[c].machine.handle_input(input) {
+            // Releasing a lock the machine already forgot is fine; anything else is a bug.
+            if !matches!(e, crate::UsageError::UnknownLock { .. }) {
+                self.outcome.violations.push(Violation {
+                    property: Property::S1,
+                    at: self.now,
+                    detail: format!("c{c}: input rejected: {e}"),
+                    explained_by_breach: false,
+                });
+            }
+        }
+        self.drain(c);
+    }
+
+    fn drain(&mut self, c: usize) {
+        loop {
+            match self.clients[c].machine.poll_output() {
+                Output::Request(request) => {
+                    if self.clients[c].finished.contains(&request.lock)
+                        && request.operation != Operation::Release
+                    {
+                        let detail = format!(
+                            "c{c}: lock {} finished, then sent {:?}",
+                            request.lock, request.operation
+                        );
+                        self.checker
+                            .violate(Property::S3, self.now, detail, &mut self.outcome);
+                    }
+                    let deadline = self.clients[c].true_of(request.deadline);
+                    self.push(
+                        deadline.max(self.now),
+                        Ev::Deadline {
+                            client: c,
+                            request: request.id,
+                        },
+                    );
+                    self.trace(|| {
+                        format!(
+                            "c{c}: sends {:?} (request {})",
+                            request.operation, request.id.0
+                        )
+                    });
+                    self.clients[c]
+                        .in_flight
+                        .insert(request.id, request.clone());
+                    self.send(Msg::Request { client: c, request });
+                }
+                Output::Event { lock, event } => self.on_event(c, lock, event),
+                Output::Timeout(local) => {
+                    if self.clients[c].timer_local != Some(local) {
+                        self.clients[c].timer_local = Some(local);
+                        let at = self.clients[c].true_of(local).max(self.now);
+                        self.push(at, Ev::Timer { client: c, local });
+                    }
+                    break;
+                }
+                Output::Idle => break,
+            }
+        }
+    }
+
+    fn on_event(&mut self, c: usize, lock: LockId, event: Event) {
+        self.trace(|| format!("c{c}: event {event:?} (lock {lock})"));
+        match event {
+            Event::Acquired { token, .. } => {
+                if let Some(since) = self.clients[c].waiting_since.take() {
+                    self.checker.waited(c, since, self.now);
+                }
+                let writes = 1 + (self.rng.next_u64() % 5) as u32;
+                self.clients[c].work = Work::Holding {
+                    lock,
+                    token,
+                    writes_left: writes,
+                };
+                self.schedule_work(c, Duration::ZERO);
+            }
+            Event::Renewed { .. } => {}
+            Event::Lost { .. } | Event::Released | Event::AcquireFailed { .. } => {
+                if matches!(
+                    self.clients[c].work,
+                    Work::Holding { .. } | Work::Releasing { .. }
+                ) {
+                    self.clients[c].cycles += 1;
+                }
+                self.clients[c].finished.push(lock);
+                self.clients[c].waiting_since = None;
+                self.clients[c].work = Work::Idle;
+                let think = self.uniform(Duration::from_millis(200));
+                self.schedule_work(c, think);
+            }
+        }
+    }
+
+    fn check(&mut self) {
+        let holder = self.server.get(self.now, &self.lock_key).map(str::to_owned);
+        let expires = self.server.expires_at(self.now, &self.lock_key);
+        self.checker
+            .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
+        for c in 0..self.clients.len() {
+            let client = &self.clients[c];
+            let local = client.local(self.now);
+            let lock = match client.work {
+                Work::Holding { lock, .. }
+                | Work::Releasing { lock }
+                | Work::Acquiring { lock } => lock,
+                Work::Idle => continue,
+            };
+            let Some(valid_until) = client.machine.valid_until(lock) else {
+                continue;
+            };
+            if local >= valid_until {
+                continue;
+            }
+            let Some(owner) = client.machine.owner(lock) else {
+                continue;
+            };
+            let believed_until = client.true_of(valid_until);
+            let ok = holder.as_deref().is_some_and(|h| is_hex_of(h, &owner))
+                && expires.is_some_and(|e| e >= believed_until);
+            if !ok {
+                let detail = format!(
+                    "c{c} believes it holds lock {lock} until {believed_until} (its clock: {valid_until}), \
+                     but the server's holder is {holder:?}, expiring at {expires:?}"
+                );
+                self.checker
+                    .violate(Property::S2, self.now, detail, &mut self.outcome);
+            }
+        }
+    }
+}
+
+/// Whether `s` is the 32-hex-digit form of `owner`, without allocating.
+fn is_hex_of(s: &str, owner: &OwnerId) -> bool {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    b.len() == 32
+        && owner.0.iter().enumerate().all(|(i, x)| {
+            b[2 * i] == HEX[(x >> 4) as usize] && b[2 * i + 1] == HEX[(x & 15) as usize]
+        })
+}
+
+fn unit(rng: &mut ChaCha8Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn request_owner(request: &Request) -> String {
+    match &request.body {
+        crate::RequestBody::Redis(cmd) => cmd.args.first().cloned().unwrap_or_default(),
+    }
+}
+
+fn describe(msg: &Msg) -> String {
+    match msg {
+        Msg::Request { client, request } => format!(
+            "c{client}'s {:?} request {}",
+            request.operation, request.id.0
+        ),
+        Msg::Reply {
+            client, request, ..
+        } => format!("the reply to c{client}'s request {}", request.0),
+        Msg::Write { client, token, .. } => format!("c{client}'s write with token {token}"),
+    }
+}
+
+// ---- the checker -----------------------------------------------------------------------
+
+/// Verifies S1–S4 as the schedule runs.
+struct Checker {
+    within_model: bool,
+    fault_free: bool,
+    last_grant: Option<FencingToken>,
+    last_accepted: Option<(FencingToken, OwnerId)>,
+    /// Per token: the owner whose write the resource accepted.
+    writers: BTreeMap<FencingToken, OwnerId>,
+    server_restarts: u32,
+    idle_since: Option<Instant>,
+    idle_bound: Duration,
+    longest_wait: Duration,
+    cycles: Option<u32>,
+}
+
+impl Checker {
+    fn new(within_model: bool, fault_free: bool, cfg: &SimConfig) -> Self {
+        Checker {
+            within_model,
+            fault_free,
+            last_grant: None,
+            last_accepted: None,
+            writers: BTreeMap::new(),
+            server_restarts: 0,
+            idle_since: None,
+            // the longest backoff step plus one round trip (two one-way delays)
+            idle_bound: cfg.options.retry_max + cfg.faults.delay_max * 2,
+            longest_wait: Duration::ZERO,
+            cycles: cfg.cycles_per_client,
+        }
+    }
+
+    /// Records the first violation of each property in a schedule.
+    fn violate(&mut self, property: Property, at: Instant, detail: String, outcome: &mut Outcome) {
+        if outcome.violations.iter().any(|v| v.property == property) {
+            return;
+        }
+        outcome.violations.push(Violation {
+            property,
+            at,
+            detail,
+            explained_by_breach: !self.within_model,
+        });
+    }
+
+    fn server_restarted(&mut self) {
+        self.server_restarts += 1;
+    }
+
+    fn grant(&mut self, at: Instant, token: FencingToken, outcome: &mut Outcome) {
+        if let Some(last) = self.last_grant {
+            if token <= last {
+                let detail = format!("granted token {token} after token {last}");
+                self.violate(Property::S1, at, detail, outcome);
+            }
+        }
+        self.last_grant = Some(self.last_grant.map_or(token, |l| l.max(token)));
+    }
+
+    fn accepted(
+        &mut self,
+        at: Instant,
+        token: FencingToken,
+        owner: OwnerId,
+        outcome: &mut Outcome,
+    ) {
+        // The fence must survive whatever else happens: never explained by a breach.
+        if let Some((last, _)) = self.last_accepted {
+            if token < last {
+                outcome.violations.push(Violation {
+                    property: Property::S1,
+                    at,
+                    detail: format!("the resource accepted token {token} after token {last}"),
+                    explained_by_breach: false,
+                });
+                return;
+            }
+        }
+        match self.writers.get(&token) {
+            Some(first) if *first != owner => {
+                let detail = format!("token {token} was used by two owners ({first} and {owner})");
+                self.violate(Property::S1, at, detail, outcome);
+            }
+            Some(_) => {}
+            None => {
+                self.writers.insert(token, owner);
+            }
+        }
+        self.last_accepted = Some((token, owner));
+    }
+
+    fn waited(&mut self, _client: usize, since: Instant, now: Instant) {
+        self.longest_wait = self.longest_wait.max(now.saturating_duration_since(since));
+    }
+
+    /// S4: while a contender waits and nobody holds the lock, the gap stays bounded.
+    fn idle_check(&mut self, now: Instant, held: bool, clients: &[Client], outcome: &mut Outcome) {
+        if !self.fault_free {
+            return;
+        }
+        let waiting = clients
+            .iter()
+            .any(|c| matches!(c.work, Work::Acquiring { .. }));
+        if held || !waiting {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        let idle = now.saturating_duration_since(since);
+        if idle > self.idle_bound {
+            let detail = format!(
+                "the lock was free for {idle:?} while a contender waited (bound {:?})",
+                self.idle_bound
+            );
+            self.idle_since = None;
+            self.violate(Property::S4, now, detail, outcome);
+        }
+    }
+
+    fn at_end(&mut self, clients: &[Client], now: Instant, outcome: &mut Outcome) {
+        if !self.fault_free {
+            return;
+        }
+        let Some(cycles) = self.cycles else { return };
+        for (i, c) in clients.iter().enumerate() {
+            if c.cycles < cycles {
+                let detail = format!(
+                    "c{i} completed {} of its {cycles} lock cycles in {now}",
+                    c.cycles
+                );
+                self.violate(Property::S4, now, detail, outcome);
+            }
+        }
+    }
+}
