@@ -1,0 +1,75 @@
+"""A process that contends for one Redis lock (run by test_redis.py with the spawn
+start method, so it imports everything afresh, like a separate service would).
+
+Each critical section writes through the Redis fenced-SET script with the lease's
+token, then appends ``[start_ns, end_ns, token, pid, mode]`` to a Redis list. Times are
+``time.monotonic_ns()``: CLOCK_MONOTONIC, one clock for every process on Linux.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from typing import Any
+
+HOLD_S = 0.001  # inside the critical section
+PAUSE_S = 0.004  # at most, between sections: lets the others in
+
+
+def _record(client: Any, log_key: str, start: int, end: int, token: int, mode: str) -> None:
+    client.rpush(log_key, json.dumps([start, end, token, os.getpid(), mode]))
+
+
+def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool) -> None:
+    """Takes lock ``name`` ``rounds`` times; raises (non-zero exit) on any failure."""
+    import redis
+
+    import fencepost
+    from fencepost.redis import RedisBackend
+
+    options: dict[str, Any] = dict(ttl=2.0, acquire_timeout=30.0, retry_base=0.002, retry_max=0.02)
+    data_key, fence_key, log_key = f"{prefix}data", f"{prefix}fence", f"{prefix}log"
+    if not go.wait(30):
+        raise RuntimeError("no start signal")
+
+    if not use_async:
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        backend = RedisBackend(client, key_prefix=prefix)
+        lock = fencepost.Lock(backend, name, **options)
+        for i in range(rounds):
+            with lock as lease:
+                start = time.monotonic_ns()
+                backend.fenced_set_sync(data_key, fence_key, lease.token, f"{os.getpid()}:{i}")
+                time.sleep(HOLD_S)
+                lease.check()
+                end = time.monotonic_ns()
+                _record(client, log_key, start, end, lease.token, "sync")
+            time.sleep(random.uniform(0, PAUSE_S))
+        backend.close()
+        client.close()
+        return
+
+    async def main() -> None:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(url, socket_timeout=5)
+        log = redis.Redis.from_url(url, socket_timeout=5)
+        backend = RedisBackend(client, key_prefix=prefix)
+        lock = fencepost.Lock(backend, name, **options)
+        for i in range(rounds):
+            async with lock as lease:
+                start = time.monotonic_ns()
+                await backend.fenced_set(data_key, fence_key, lease.token, f"{os.getpid()}:{i}")
+                await asyncio.sleep(HOLD_S)
+                lease.check()
+                end = time.monotonic_ns()
+                _record(log, log_key, start, end, lease.token, "async")
+            await asyncio.sleep(random.uniform(0, PAUSE_S))
+        backend.close()
+        await client.aclose()
+        log.close()
+
+    asyncio.run(main())

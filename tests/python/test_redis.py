@@ -1,0 +1,301 @@
+"""Integration tests against a real Redis server at $FENCEPOST_REDIS_URL
+(``scripts/test`` starts one on 127.0.0.1 and sets it). Each test uses its own key
+prefix, so tests never see each other's keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import socket
+import time
+import uuid
+from typing import AsyncIterator, Iterator
+
+import pytest
+
+import fencepost
+from fencepost.errors import AcquireTimeout, BackendError, ConfigError, LockLost, ProtocolError, StaleToken
+from fencepost.redis import RedisBackend
+
+import contender
+
+URL = os.environ.get("FENCEPOST_REDIS_URL")
+pytestmark = pytest.mark.skipif(
+    not URL,
+    reason="FENCEPOST_REDIS_URL is not set (scripts/test starts Redis and sets it; or run "
+    "scripts/services/redis.sh start and export FENCEPOST_REDIS_URL=$(cat .state/redis/url))",
+)
+
+redis = pytest.importorskip("redis")
+import redis.asyncio  # noqa: E402
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"fptest:{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def client(prefix: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(URL, socket_timeout=5)
+    yield c
+    keys = list(c.scan_iter(match=prefix + "*"))
+    if keys:
+        c.delete(*keys)
+    c.close()
+
+
+@pytest.fixture
+async def aclient() -> AsyncIterator[redis.asyncio.Redis]:
+    c = redis.asyncio.Redis.from_url(URL, socket_timeout=5)
+    yield c
+    await c.aclose()
+
+
+def lock_value(client: redis.Redis, backend: fencepost.Backend, name: str) -> str | None:
+    value = client.get(backend.lock_key(name))
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# ---- many processes, one lock ------------------------------------------------------------
+
+
+def test_eight_processes_never_overlap_and_tokens_increase(client: redis.Redis, prefix: str) -> None:
+    """8 spawned processes × 10 critical sections on one lock: no two sections overlap on
+    CLOCK_MONOTONIC, tokens strictly increase in order of start, every fenced write is
+    accepted. Half the processes use the blocking API, half asyncio."""
+    processes, rounds = 8, 10
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    workers = [
+        ctx.Process(
+            target=contender.run,
+            args=(URL, prefix, "contended", rounds, go, i % 2 == 1),
+            name=f"contender-{i}",
+        )
+        for i in range(processes)
+    ]
+    started = time.monotonic()
+    for w in workers:
+        w.start()
+    go.set()
+    for w in workers:
+        w.join(timeout=max(1.0, 50 - (time.monotonic() - started)))
+    stuck = [w.name for w in workers if w.is_alive()]
+    for w in workers:
+        if w.is_alive():
+            w.kill()
+            w.join(5)
+    assert not stuck, f"contenders still running after 50 s: {stuck}"
+    assert [w.exitcode for w in workers] == [0] * processes
+
+    records = [json.loads(r) for r in client.lrange(prefix + "log", 0, -1)]
+    assert len(records) == processes * rounds
+    records.sort(key=lambda r: r[0])
+    assert {r[4] for r in records} == {"sync", "async"}
+    assert len({r[3] for r in records}) == processes
+    for before, after in zip(records, records[1:]):
+        assert before[1] < after[0], f"critical sections overlap: {before} and {after}"
+        assert before[2] < after[2], f"tokens do not increase in order of start: {before}, {after}"
+    # every fenced write was accepted: the fence holds the last token, the data its write
+    last = records[-1]
+    assert int(client.get(prefix + "fence")) == last[2]
+    assert client.get(prefix + "data").decode().startswith(f"{last[3]}:")
+    assert time.monotonic() - started < 50
+
+
+# ---- loss --------------------------------------------------------------------------------
+
+
+async def test_async_lease_whose_key_is_deleted_is_lost_and_the_body_cancelled(
+    client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str
+) -> None:
+    backend = RedisBackend(aclient, key_prefix=prefix)
+    lock = fencepost.Lock(backend, "victim", ttl=0.3)  # renews every 0.1 s
+    cancelled = False
+    deleted_at = 0.0
+    with pytest.raises(LockLost) as info:
+        async with lock as lease:
+            assert lock_value(client, backend, "victim") == lease.owner_id
+            assert client.delete(backend.lock_key("victim")) == 1
+            deleted_at = time.monotonic()
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+    assert cancelled
+    assert time.monotonic() - deleted_at < 0.1 + 0.1
+    assert info.value.reason == "renew_rejected" and info.value.token == lease.token
+    assert lease.lost.is_set()
+    assert client.get(backend.lock_key("victim")) is None  # a renewal never re-creates it
+
+
+def test_sync_lease_whose_key_is_deleted_is_lost(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    with pytest.raises(LockLost) as info:
+        with fencepost.Lock(backend, "victim", ttl=0.3) as lease:
+            client.delete(backend.lock_key("victim"))
+            assert lease.lost.wait(0.1 + 0.2)
+            with pytest.raises(LockLost):
+                lease.check()
+    assert info.value.reason == "renew_rejected"
+    with pytest.raises(LockLost):  # the exit reports it when the body does not look
+        with fencepost.Lock(backend, "victim", ttl=0.3) as lease:
+            client.delete(backend.lock_key("victim"))
+            lease.lost.wait(1.0)
+    assert client.get(backend.lock_key("victim")) is None
+
+
+async def test_release_after_expiry_leaves_the_next_holders_key_intact(
+    client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str
+) -> None:
+    a_backend = RedisBackend(aclient, key_prefix=prefix)
+    b_backend = RedisBackend(redis.asyncio.Redis.from_url(URL), key_prefix=prefix)
+    a = fencepost.Lock(a_backend, "shared", ttl=0.3, auto_renew=False)
+    a_lease = await a.acquire()
+    await asyncio.sleep(0.35)  # A's lease expires on the server
+    b = fencepost.Lock(b_backend, "shared", ttl=5.0, acquire_timeout=0)
+    b_lease = await b.acquire()
+    assert b_lease.token == a_lease.token + 1
+    with pytest.raises(LockLost) as info:
+        await a.release()
+    assert info.value.reason == "expired"  # A's machine knew before it released
+    await asyncio.sleep(0.05)  # let any release A might (wrongly) send land
+    assert lock_value(client, b_backend, "shared") == b_lease.owner_id
+    await b.release()
+    await b_backend.client.aclose()
+
+
+def test_release_of_a_reowned_key_is_refused_by_the_server(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    lock = fencepost.Lock(backend, "stolen", ttl=5.0, auto_renew=False)
+    lock.acquire_sync()
+    client.set(backend.lock_key("stolen"), "someone-else", px=5000)  # behind A's back
+    with pytest.raises(LockLost) as info:
+        lock.release_sync()
+    assert info.value.reason == "not_held_at_release"
+    assert lock_value(client, backend, "stolen") == "someone-else"
+
+
+# ---- scripts and replies -----------------------------------------------------------------
+
+
+def test_noscript_falls_back_to_eval_then_evalsha_works_again(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    acquire_sha = fencepost.redis_scripts()["acquire"][0]
+    client.script_flush()
+    assert client.script_exists(acquire_sha) == [False]
+    with fencepost.Lock(backend, "ns", ttl=5.0) as lease:
+        assert lease.token == 1
+    assert client.script_exists(acquire_sha) == [True]  # EVAL cached it
+    with fencepost.Lock(backend, "ns", ttl=5.0) as lease:
+        assert lease.token == 2
+
+
+async def test_async_noscript_fallback(client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str) -> None:
+    client.script_flush()
+    async with fencepost.Lock(RedisBackend(aclient, key_prefix=prefix), "ns", ttl=5.0) as lease:
+        assert lease.token == 1
+
+
+def test_wrong_type_at_the_lock_key_is_a_protocol_error(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    client.rpush(backend.lock_key("typed"), "not a string")
+    with pytest.raises(ProtocolError, match="WRONGTYPE"):
+        fencepost.Lock(backend, "typed", ttl=5.0, acquire_timeout=1.0).acquire_sync()
+
+
+def test_unreachable_server_times_out_with_the_transport_error(prefix: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    dead = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    backend = RedisBackend(dead, key_prefix=prefix)
+    started = time.monotonic()
+    with pytest.raises(AcquireTimeout) as info:
+        fencepost.Lock(backend, "x", ttl=1.0, acquire_timeout=0.2, retry_base=0.01, retry_max=0.05).acquire_sync()
+    assert time.monotonic() - started < 2.0
+    assert info.value.last_error is not None and "ConnectionError" in info.value.last_error
+    with pytest.raises(BackendError, match="fenced SET"):
+        backend.fenced_set_sync(prefix + "d", prefix + "f", 1, "v")
+
+
+# ---- the blocking API, modes, fenced writes ----------------------------------------------
+
+
+def test_sync_with_against_redis(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    lock = fencepost.Lock(backend, "sync", ttl=0.3, acquire_timeout=1.0)
+    with lock as lease:
+        assert lock_value(client, backend, "sync") == lease.owner_id
+        assert 0 < client.pttl(backend.lock_key("sync")) <= 300
+        time.sleep(0.5)  # longer than the ttl: renewals keep it
+        lease.check()
+        assert lock_value(client, backend, "sync") == lease.owner_id
+    assert client.get(backend.lock_key("sync")) is None
+    assert int(client.get(backend.token_key("sync"))) == lease.token
+    other = fencepost.Lock(RedisBackend(client, key_prefix=prefix), "sync", ttl=1.0, acquire_timeout=0)
+    with lock:
+        with pytest.raises(AcquireTimeout):
+            other.acquire_sync()
+
+
+async def test_async_with_against_redis(client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str) -> None:
+    backend = RedisBackend(aclient, key_prefix=prefix)
+    async with fencepost.Lock(backend, "a", ttl=0.3) as lease:
+        await asyncio.sleep(0.5)
+        lease.check()
+        assert lock_value(client, backend, "a") == lease.owner_id
+        await backend.fenced_set(prefix + "doc", prefix + "doc:fence", lease.token, "v1")
+    assert client.get(backend.lock_key("a")) is None
+    assert client.get(prefix + "doc") == b"v1"
+
+
+async def test_mismatched_client_modes_raise_config_error(client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str) -> None:
+    with pytest.raises(ConfigError, match="redis.asyncio.Redis client"):
+        with fencepost.Lock(RedisBackend(aclient, key_prefix=prefix), "m"):
+            pass
+    with pytest.raises(ConfigError, match="blocking redis.Redis client"):
+        async with fencepost.Lock(RedisBackend(client, key_prefix=prefix), "m"):
+            pass
+    with pytest.raises(ConfigError, match="must be a redis-py client"):
+        RedisBackend(object())
+
+
+def test_fenced_set_rejects_stale_tokens(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    data, fence = prefix + "row", prefix + "row:fence"
+    backend.fenced_set_sync(data, fence, 5, "five")
+    backend.fenced_set_sync(data, fence, 5, "five again")  # same token: same lease
+    backend.fenced_set_sync(data, fence, 7, "seven")
+    with pytest.raises(StaleToken) as info:
+        backend.fenced_set_sync(data, fence, 6, "six")
+    assert (info.value.resource, info.value.token, info.value.highest) == (data, 6, 7)
+    assert client.get(data) == b"seven"
+
+
+def test_decode_responses_clients_work(prefix: str) -> None:
+    c = redis.Redis.from_url(URL, decode_responses=True)
+    backend = RedisBackend(c, key_prefix=prefix)
+    with fencepost.Lock(backend, "dec", ttl=5.0) as lease:
+        assert c.get(backend.lock_key("dec")) == lease.owner_id
+        backend.fenced_set_sync(prefix + "d", prefix + "f", lease.token, "v")
+    c.delete(backend.token_key("dec"), prefix + "d", prefix + "f")
+    c.close()
+
+
+def test_bad_options_are_refused_before_any_redis_traffic(client: redis.Redis, prefix: str) -> None:
+    def script_calls() -> int:
+        stats = client.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+    backend = RedisBackend(client, key_prefix=prefix)
+    before = script_calls()
+    for kwargs in ({"ttl": 0}, {"ttl": -1.0}, {"ttl": float("nan")}, {"ttl": "30"}, {"ttl": 1.0, "renew_every": 2.0}):
+        with pytest.raises(ConfigError):
+            fencepost.Lock(backend, "cfg", **kwargs)  # type: ignore[arg-type]
+    assert script_calls() == before
+    assert client.exists(backend.lock_key("cfg"), backend.token_key("cfg")) == 0
