@@ -378,7 +378,13 @@ class Lock:
         await released
 
     async def __aenter__(self) -> Lease:
+        """``async with lock as lease``: acquires (as :meth:`acquire`) and arranges for
+        the body task to be cancelled if the lease is lost. Raises as :meth:`acquire`,
+        and LockLost if the lease was lost before the body started."""
         lease = await self.acquire()
+        if lease.lost_reason is not None:  # lost before the body could start
+            self._acquisition = None
+            raise lease._lost_error()
         acquisition = self._acquisition
         if isinstance(acquisition, AsyncAcquisition):
             acquisition.body_task = asyncio.current_task()
@@ -390,6 +396,10 @@ class Lock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> Optional[bool]:
+        """Releases the lock. If the lease was lost during the body, raises LockLost
+        instead of the CancelledError the body received (a cancellation from elsewhere
+        still propagates as CancelledError). Raises LockLost if the release found the
+        lock no longer held."""
         acquisition = self._acquisition
         if not isinstance(acquisition, AsyncAcquisition) or acquisition.lease is None:
             return None  # released inside the body
@@ -460,7 +470,14 @@ class Lock:
         released.result()
 
     def __enter__(self) -> SyncLease:
-        return self.acquire_sync()
+        """``with lock as lease``: acquires (as :meth:`acquire_sync`). Raises as
+        :meth:`acquire_sync`, and LockLost if the lease was lost before the body
+        started."""
+        lease = self.acquire_sync()
+        if lease.lost_reason is not None:  # lost before the body could start
+            self._acquisition = None
+            raise lease._lost_error()
+        return lease
 
     def __exit__(
         self,
@@ -468,6 +485,9 @@ class Lock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> Optional[bool]:
+        """Releases the lock; raises LockLost if the lease was lost during the body (or
+        the release found it no longer held). An exception from the body propagates
+        unchanged otherwise."""
         acquisition = self._acquisition
         if not isinstance(acquisition, SyncAcquisition) or acquisition.lease is None:
             return None  # released inside the body
