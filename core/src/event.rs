@@ -22,8 +22,10 @@ pub enum Event {
     /// The lease is gone. Stop the protected work now: another holder may already
     /// have been granted the lock.
     Lost { reason: LostReason },
-    /// The release was confirmed (or the acquisition was cancelled); the lock is free
-    /// of this owner.
+    /// The lock is done with: the server confirmed the owner-checked release, or the
+    /// acquisition was cancelled before it was granted, or the release could not be
+    /// confirmed (three transport failures, or its deadline of one TTL passed) — then
+    /// the server frees the lock when the TTL runs out, as it would after a crash.
     Released,
     /// Acquiring gave up; the lock was never held by this acquisition.
     AcquireFailed { reason: AcquireFailedReason },

@@ -129,6 +129,8 @@ pub(crate) struct Lock {
     pub in_flight: u32,
     /// The wakeup currently in the machine's timer heap, with its generation.
     pub timer: Option<(Instant, u64)>,
+    /// Owner ids with a cleanup release in flight (usually none or one).
+    cleanups: Vec<OwnerId>,
     last_error: Option<String>,
 }
 
@@ -154,6 +156,7 @@ impl Lock {
             },
             in_flight: 0,
             timer: None,
+            cleanups: Vec::new(),
             last_error: None,
         }
     }
@@ -257,6 +260,7 @@ impl Lock {
     /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
     pub(crate) fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
         let deadline = ctx.now + self.options.ttl;
+        self.cleanups.push(owner);
         self.send(ctx, Operation::Release, owner, deadline, true, attempt);
     }
 
@@ -302,10 +306,10 @@ impl Lock {
             .retry_base
             .saturating_mul(1u32 << attempt.min(20))
             .min(self.options.retry_max);
-        let mut wait = ctx.jitter(step);
-        if let Some(remaining) = holder_remaining {
-            wait = wait.min(remaining);
-        }
+        // Waiting longer than the holder's remaining TTL is pointless; jitter below it
+        // so contenders told the same TTL still spread out.
+        let cap = holder_remaining.map_or(step, |r| step.min(r));
+        let wait = ctx.jitter(cap);
         let retry_at = ctx.now + wait;
         match self.acquire_deadline {
             Some(deadline) => retry_at.min(deadline),
@@ -696,8 +700,9 @@ impl Lock {
             );
         if still_ours {
             if let State::Waiting { ambiguous, .. } = &mut self.state {
-                // Granted too late to use (a pause, a slow network): release it and
-                // retry under a fresh owner id, which the release cannot race.
+                // An earlier attempt was granted too late to use, or its outcome stays
+                // unknown, and no retry is in flight: release it and retry under a
+                // fresh owner id, which the release cannot race.
                 *ambiguous = false;
                 self.send_cleanup(ctx, flight.owner, 0);
                 self.owner = ctx.new_owner();
@@ -705,6 +710,12 @@ impl Lock {
             // Otherwise a retry with this owner id is in flight and re-acquires it
             // idempotently; a release sent now could race that retry. Held or
             // renewing: a duplicate of the reply already used.
+            return;
+        }
+        if flight.operation == Operation::Renew && self.cleanups.contains(&flight.owner) {
+            // A renewal never creates the key, so it took effect before the cleanup
+            // release already in flight for this owner, which will remove it. (A late
+            // *grant* may have landed after that release: it gets its own.)
             return;
         }
         self.send_cleanup(ctx, flight.owner, 0);
@@ -716,6 +727,9 @@ impl Lock {
         flight: InFlight,
         reply: Result<&Reply, String>,
     ) {
+        if let Some(i) = self.cleanups.iter().position(|o| *o == flight.owner) {
+            self.cleanups.swap_remove(i);
+        }
         let failed = !matches!(reply.map(|r| ctx.backend.read_owner_check(r)), Ok(Ok(_)));
         if failed && flight.attempt + 1 < RELEASE_ATTEMPTS && ctx.now < flight.deadline {
             self.send_cleanup(ctx, flight.owner, flight.attempt + 1);

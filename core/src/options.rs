@@ -148,10 +148,16 @@ impl LockOptions {
                     ),
                 ));
             }
-        } else if self.renew_interval().is_zero() {
+        } else if self.auto_renew && self.renew_interval() >= validity {
             return Err(UsageError::option(
                 "ttl",
-                format!("{:?} is too short to renew; use at least 1 ms", self.ttl),
+                format!(
+                    "{:?} is too short to renew automatically: the default renew interval ttl/3 \
+                     ({:?}) is not below the validity {validity:?} (ttl less drift and margin); \
+                     use a longer ttl, a shorter renew_every, or auto_renew=false",
+                    self.ttl,
+                    self.renew_interval()
+                ),
             ));
         }
         if self.retry_base.is_zero() {
@@ -213,6 +219,12 @@ mod tests {
         // 2 ms − 1 % − 2 ms margin leaves nothing
         let err = LockOptions::ttl(ms(2)).validate("redis", true).unwrap_err();
         assert!(err.to_string().contains("leaves no validity"), "{err}");
+        // 3 ms: validity 0.97 ms, renew every 1 ms — never in time
+        let err = LockOptions::ttl(ms(3)).validate("redis", true).unwrap_err();
+        assert!(err.to_string().contains("too short to renew"), "{err}");
+        let mut o = LockOptions::ttl(ms(3));
+        o.auto_renew = false;
+        assert_eq!(o.validate("redis", true), Ok(()));
     }
 
     #[test]
