@@ -759,12 +759,9 @@ fn check_lock_options(
         drift_factor,
         clock_margin_ns,
     )?;
-    // The core validates inside `Machine::acquire`; a throwaway machine runs exactly
-    // that code (no duplicate of its rules here). It emits a request nobody executes.
-    let mut probe = CoreMachine::with_seed(Backend::default(), 0);
-    probe
-        .acquire(Instant::ZERO, &name, options)
-        .map(|_| ())
+    // The core's own check, the same one `Machine::acquire` runs.
+    CoreMachine::with_seed(Backend::default(), 0)
+        .check_acquire(&name, &options)
         .map_err(|e| usage_error(py, e))
 }
 

@@ -32,7 +32,7 @@ pub enum UsageError {
     /// The lock name is empty or too long.
     #[error("lock name must be 1 to 1024 bytes of UTF-8, got {len} bytes")]
     InvalidName { len: usize },
-    /// No lock with this id is known to the machine (never acquired, or finished and forgotten).
+    /// This machine never issued a lock with this id.
     #[error("unknown lock {lock}")]
     UnknownLock { lock: LockId },
 }

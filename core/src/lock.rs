@@ -530,7 +530,12 @@ impl Lock {
             State::Acquiring { attempt, .. } => attempt,
             _ => 0,
         };
-        self.last_error = Some(error);
+        // Keep the first real error: "no reply in time" after a connection error says
+        // less than the connection error did.
+        self.last_error = Some(match self.last_error.take() {
+            Some(earlier) if earlier != error => format!("{error} (earlier: {earlier})"),
+            _ => error,
+        });
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
         self.attempt_failed(ctx, attempt, true, None);
     }

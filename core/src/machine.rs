@@ -23,7 +23,9 @@ pub enum Input {
         name: String,
         options: LockOptions,
     },
-    /// Release a lock (or cancel its acquisition). Finished locks ignore it.
+    /// Release a lock (or cancel its acquisition). A lock that already finished
+    /// (released, lost, failed) ignores it, remembered or not; only an id this machine
+    /// never issued is an error.
     Release { now: Instant, lock: LockId },
     /// The server's reply to a request.
     Reply {
@@ -72,8 +74,10 @@ pub struct Request {
 
 /// Something the machine tells the host; drain with [`Machine::poll_output`] after every
 /// input until it returns `Timeout` or `Idle`.
+///
+/// In JSON (serde) an output is `{"type": "request"|"event"|"timeout"|"idle", "data": …}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum Output {
     /// Execute this request and report its outcome.
     Request(Request),
@@ -164,13 +168,8 @@ impl Machine {
         }
         // Validate before anything changes.
         match &input {
-            Input::Acquire { name, options, .. } => {
-                if name.is_empty() || name.len() > 1024 {
-                    return Err(UsageError::InvalidName { len: name.len() });
-                }
-                options.validate(self.backend.name(), self.backend.tokens_may_regress())?;
-            }
-            Input::Release { lock, .. } if !self.locks.contains_key(lock) => {
+            Input::Acquire { name, options, .. } => self.check_acquire(name, options)?,
+            Input::Release { lock, .. } if lock.0 == 0 || lock.0 > self.next_lock => {
                 return Err(UsageError::UnknownLock { lock: *lock });
             }
             _ => {}
@@ -194,6 +193,18 @@ impl Machine {
             Input::Timeout { .. } => {}
         }
         Ok(())
+    }
+
+    /// Checks a lock name and options as [`Input::Acquire`] would, without acquiring:
+    /// hosts call it to report bad options when a lock object is built.
+    ///
+    /// Errors: [`UsageError::InvalidName`] (empty or over 1024 bytes),
+    /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`].
+    pub fn check_acquire(&self, name: &str, options: &LockOptions) -> Result<(), UsageError> {
+        if name.is_empty() || name.len() > 1024 {
+            return Err(UsageError::InvalidName { len: name.len() });
+        }
+        options.validate(self.backend.name(), self.backend.tokens_may_regress())
     }
 
     /// Starts acquiring `name`; returns the new lock's id. Same as [`Input::Acquire`].

@@ -642,3 +642,44 @@ fn rule10_a_hung_acquire_gives_up_at_the_acquire_timeout_and_releases() {
     t.serve(0, Release); // owner-checked release of the ambiguous grant
     assert_eq!(t.holder("report"), None);
 }
+
+#[test]
+fn outputs_and_inputs_are_plain_data_in_json() {
+    let mut m = Machine::with_seed(Backend::default(), 1);
+    m.acquire(at(0), "report", opts(1_000)).unwrap();
+    let mut outputs = Vec::new();
+    loop {
+        let o = m.poll_output();
+        let done = matches!(o, Output::Timeout(_) | Output::Idle);
+        outputs.push(o);
+        if done {
+            break;
+        }
+    }
+    let json = serde_json::to_string(&outputs).expect("outputs serialize");
+    let back: Vec<Output> = serde_json::from_str(&json).expect("and deserialize");
+    assert_eq!(back, outputs);
+    assert!(
+        json.contains(r#""type":"timeout","data":988000000"#),
+        "{json}"
+    );
+}
+
+#[test]
+fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
+    let mut t = Timeline::new(1);
+    t.at(0);
+    let l = t.acquire(0, "report", opts(1_000));
+    t.serve(0, Acquire);
+    t.release(0, l);
+    t.serve(0, Release);
+    assert_eq!(t.clients[0].machine.lock_count(), 0, "forgotten");
+    t.release(0, l); // no error, nothing sent
+    assert!(t.clients[0].pending.is_empty());
+    assert!(matches!(
+        t.clients[0]
+            .machine
+            .release(t.now, fencepost_core::LockId(99)),
+        Err(UsageError::UnknownLock { .. })
+    ));
+}
