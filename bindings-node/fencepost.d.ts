@@ -1,0 +1,472 @@
+// fencepost: distributed locks with fencing tokens, for JavaScript.
+//
+// This file is THE interface of the JavaScript packages: the Node addon (napi-rs) and the
+// WebAssembly package share it word for word. Every lock decision (acquire, wait, renew,
+// expire, release) is made by one sans-IO Rust state machine, the same one the Python
+// package runs; these packages feed it `performance.now()` and your client's replies, and
+// turn its events into JavaScript: promises, an `AbortSignal` aborted on loss, errors with
+// a stable `code`.
+//
+// Units: durations and instants are milliseconds (`number`, fractions allowed) on
+// `performance.now()`'s clock; fencing tokens are `bigint`, never a lossy `number`.
+//
+// Needs TypeScript 5.2+ with `lib` "esnext.disposable" (or "esnext") for `await using`.
+
+// ---- options --------------------------------------------------------------------------------
+
+/** Why a lock is taken; decides which backends are acceptable. */
+export type Purpose = 'efficiency' | 'correctness'
+
+/**
+ * Options of a lock. Types are checked when the `Lock` is built, ranges by the core: a bad
+ * value throws `ConfigError` (code `ERR_CONFIG`) naming the option, before any request.
+ */
+export interface LockOptions {
+  /** Lease length the server enforces, ms: 1 ..= 2^31 (about 24.8 days). Default 30 000. */
+  ttlMs?: number
+  /**
+   * `'efficiency'` (default: two holders at once waste work) or `'correctness'` (two
+   * holders corrupt data). Redis tokens can go backwards on failover, so a correctness
+   * lock on Redis needs `acceptFailoverRisk: true`.
+   */
+  purpose?: Purpose
+  /** The explicit opt-in described under `purpose`. Default false. */
+  acceptFailoverRisk?: boolean
+  /**
+   * How long to keep trying, ms: `null`, `undefined` or `Infinity` wait forever (default);
+   * `0` tries exactly once.
+   */
+  acquireTimeoutMs?: number | null
+  /** First backoff step, ms (default 10); step n is `min(retryMaxMs, retryBaseMs · 2^n)`,
+   * each wait drawn uniformly from 0 ..= step ("full jitter"). */
+  retryBaseMs?: number
+  /** Largest backoff step, ms (default 500). */
+  retryMaxMs?: number
+  /** Renew this long after the last renewal was sent, ms; `null`/`undefined` = ttl / 3.
+   * Must be below the validity `ttlMs · (1 − driftFactor) − clockMarginMs`. */
+  renewEveryMs?: number | null
+  /** Renew automatically (default true); when false the lease ends at its validity. */
+  autoRenew?: boolean
+  /** Bound on the clock-rate difference with the server, a fraction in 0 ..< 0.5
+   * (default 0.01 = 1 %). */
+  driftFactor?: number
+  /** Safety margin subtracted from every validity, ms (default 2). */
+  clockMarginMs?: number
+}
+
+export interface AcquireOptions {
+  /** Cancels the wait: the acquisition is abandoned (and the lock released if the server
+   * had granted it already), and `acquire()` rejects with `signal.reason`. */
+  signal?: AbortSignal
+}
+
+// ---- locks and leases -----------------------------------------------------------------------
+
+/** Why a lease was lost. */
+export type LostReason =
+  /** the validity deadline passed without a confirmed renewal */
+  | 'expired'
+  /** the server refused a renewal: the key was deleted or is held by another owner */
+  | 'renew_rejected'
+  /** the release found the key gone or held by another owner */
+  | 'not_held_at_release'
+  /** the backend was closed while the lease was held */
+  | 'closed'
+
+/**
+ * A distributed lock named `name` on `backend`: a description from which every
+ * `acquire()` makes an independent acquisition (each with its own owner id), so one
+ * `Lock` may be shared by concurrent tasks; they contend like separate processes.
+ *
+ * @throws ConfigError (`ERR_CONFIG`) for a backend that is not one, a name that is not a
+ *   1..1024-byte string, an unknown option (`ttl` instead of `ttlMs`), a value of the wrong
+ *   type, NaN, ±Infinity or negative durations, or any value the core refuses
+ *   (`ttlMs: 0`, `renewEveryMs >= ttlMs`, a correctness lock on Redis without opt-in).
+ */
+export declare class Lock {
+  constructor(backend: Backend, name: string, options?: LockOptions)
+  /** The lock name. */
+  readonly name: string
+  /** The backend the lock lives on. */
+  readonly backend: Backend
+  /**
+   * Acquires the lock, waiting as the options say; the lease is renewed on the event loop
+   * until it is released.
+   *
+   * @throws AcquireTimeoutError (`ERR_ACQUIRE_TIMEOUT`) when the acquire timeout passed.
+   * @throws ProtocolError (`ERR_PROTOCOL`) when the server's reply made no sense.
+   * @throws BackendError (`ERR_BACKEND`) when the backend is (or gets) closed.
+   * @throws `signal.reason` when `signal` aborts the wait.
+   */
+  acquire(options?: AcquireOptions): Promise<Lease>
+  /**
+   * Acquires, runs `fn(signal, lease)` while the lease is renewed, and releases in
+   * `finally`. `signal` is aborted the moment the lease is lost (pass it to `fetch`,
+   * timers, database queries…); then `using` rejects with the `LockLostError`, whatever
+   * `fn` returned or threw. Resolves with `fn`'s result otherwise.
+   */
+  using<T>(fn: (signal: AbortSignal, lease: Lease) => T | PromiseLike<T>, options?: AcquireOptions): Promise<Awaited<T>>
+}
+
+/**
+ * A held lock. Carry `token` on every write to the protected resource; stop working when
+ * `signal` aborts. `await using lease = await lock.acquire()` releases it at the end of
+ * the block.
+ */
+export declare class Lease implements AsyncDisposable {
+  private constructor()
+  /** The lock name. */
+  readonly name: string
+  /** The fencing token: rises every time the lock is granted. Carry it on every write
+   * (see `Fence`, `sqlFencedUpdate`, `RedisProtocolBackend.fencedSet`). */
+  readonly token: bigint
+  /** This acquisition's owner id: 32 lowercase hex digits, the value in the lock key. */
+  readonly ownerId: string
+  /** Aborted the moment the lease is lost, with the `LockLostError` as its `reason`. */
+  readonly signal: AbortSignal
+  /** Whether the lease has been lost. */
+  readonly lost: boolean
+  /** `null` while held, else why the lease was lost. */
+  readonly lostReason: LostReason | null
+  /** The validity deadline on `performance.now()`'s clock; moves on every confirmed
+   * renewal. Validity is measured from when the request was *sent*:
+   * `sent + ttlMs · (1 − driftFactor) − clockMarginMs`. */
+  readonly validUntilMs: number
+  /** Milliseconds left before the validity deadline (≥ 0; 0 once lost). Timers that are
+   * due are delivered first. */
+  validForMs(): number
+  /** Throws the `LockLostError` if the lease has been lost (due timers delivered first).
+   * Call it between steps of long synchronous work and before each protected write. */
+  check(): void
+  /**
+   * Releases the lock (owner-checked on the server). Idempotent: later calls return the
+   * same promise.
+   *
+   * @throws LockLostError (`ERR_LOCK_LOST`) if the lease was lost, or the server no longer
+   *   held it for this owner (reason `'not_held_at_release'`).
+   */
+  release(): Promise<void>
+  /** `await using`: the same as `release()`, so a block whose lease was lost ends with
+   * `LockLostError` (had the block thrown too, both arrive in a `SuppressedError`;
+   * `lock.using()` reports a loss once). */
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+// ---- backends -------------------------------------------------------------------------------
+
+/**
+ * Where locks live. Every `Lock` on one backend shares its lock machine and driver.
+ * Backends: `MemoryBackend` (in process), `RedisBackend` (ioredis, node-redis). PostgreSQL
+ * (pg) and etcd (fetch) backends follow when the core has them.
+ */
+export declare abstract class Backend {
+  /**
+   * Stops this backend's driver: locks still held or being acquired are released (best
+   * effort), their leases are lost with reason `'closed'` (signals aborted), pending
+   * acquisitions reject with `BackendError`. The client you passed is not closed: its
+   * owner closes it. Idempotent.
+   */
+  close(): void
+}
+
+/** A Redis script call as data, as the lock machine and `redisFencedSet` emit it: run
+ * `EVALSHA sha1 keys.length ...keys ...args`, or `EVAL` with the source on `NOSCRIPT`. */
+export interface RedisScriptCall {
+  /** `'acquire'`, `'renew'`, `'release'` or `'fenced_set'`. */
+  readonly script: 'acquire' | 'renew' | 'release' | 'fenced_set'
+  /** SHA-1 of the script source, 40 lowercase hex digits. */
+  readonly sha1: string
+  readonly keys: readonly string[]
+  readonly args: readonly string[]
+}
+
+/**
+ * A backend speaking fencepost's Redis scripts. Keys of lock `name` are
+ * `{prefix}{name}:lock` (owner id, with the TTL) and `{prefix}{name}:token` (the fencing
+ * counter), one hash slot. Redis tokens can go backwards after a failover: Redis locks are
+ * for `purpose: 'efficiency'` unless you pass `acceptFailoverRisk: true`.
+ */
+export declare abstract class RedisProtocolBackend extends Backend {
+  /** The prefix of every key fencepost writes (default `'fencepost:'`). */
+  readonly keyPrefix: string
+  /** The lease key of lock `name`. */
+  lockKey(name: string): string
+  /** The fencing-token counter key of lock `name`. */
+  tokenKey(name: string): string
+  /**
+   * Writes `value` to `dataKey` unless `token` is lower than the highest token `fenceKey`
+   * has seen (checked and written atomically by one script); the fence then remembers
+   * `token`. Put both keys in one hash slot on Redis Cluster.
+   *
+   * @throws StaleTokenError (`ERR_STALE_TOKEN`) when a newer holder has written.
+   * @throws BackendError (`ERR_BACKEND`) when the server could not be reached (the write
+   *   may or may not have happened).
+   * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
+   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint.
+   */
+  fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): Promise<void>
+  /**
+   * Runs one script call; returns the reply as the client gives it (an `Error` value for
+   * an error reply); throws for a transport failure. Adapters for other clients override it.
+   */
+  execute(command: RedisScriptCall): unknown
+}
+
+export interface RedisBackendOptions {
+  /** The prefix of every key fencepost writes (default `'fencepost:'`). */
+  keyPrefix?: string
+}
+
+/** An in-memory Redis-like server running fencepost's scripts (TTLs on
+ * `performance.now()`). Share one between backends to contend on the same keys. */
+export declare class MemoryServer {
+  constructor()
+  /** Runs a script call now. */
+  execute(command: Pick<RedisScriptCall, 'script' | 'keys' | 'args'>): unknown
+  /** `GET key` now (expired keys are gone). */
+  get(key: string): string | null
+  /** `PTTL key` now, in ms: `null` when missing, -1 without expiry. */
+  pttl(key: string): number | null
+  /** `DEL key`; true if it existed. */
+  delete(key: string): boolean
+  /** The owner id holding lock `name` now, or `null` when free. */
+  lockOwner(name: string, options?: RedisBackendOptions): string | null
+  /** Deletes lock `name`'s lease key behind its holder's back, as an operator (or a bug)
+   * might: the holder's next renewal is refused and its lease is lost. */
+  deleteLock(name: string, options?: RedisBackendOptions): boolean
+  /** Forgets every key, as a Redis restart without persistence does (fencing counters too). */
+  flush(): void
+}
+
+export interface MemoryBackendOptions extends RedisBackendOptions {
+  /** The server to use; a new empty one when omitted. */
+  server?: MemoryServer
+}
+
+/** A backend on an in-process `MemoryServer`: no server process needed (tests, demos,
+ * single-process programs). */
+export declare class MemoryBackend extends RedisProtocolBackend {
+  constructor(options?: MemoryBackendOptions)
+  /** The in-memory server this backend talks to. */
+  readonly server: MemoryServer
+  execute(command: RedisScriptCall): unknown
+}
+
+/** What `RedisBackend` needs of an ioredis client (`new Redis()`, `new Redis.Cluster()`). */
+export interface IoredisLike {
+  evalsha(sha1: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
+  eval(script: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
+}
+
+/** What `RedisBackend` needs of a node-redis v4+ client (`createClient()`, `createCluster()`). */
+export interface NodeRedisLike {
+  evalSha(sha1: string, options: { keys: string[], arguments: string[] }): Promise<unknown>
+  eval(script: string, options: { keys: string[], arguments: string[] }): Promise<unknown>
+}
+
+/**
+ * Locks on a Redis server (or Valkey, KeyDB, Dragonfly with Lua) through an ioredis or
+ * node-redis (v4+) client that you own and connect. Requests run as EVALSHA, falling back
+ * to EVAL on NOSCRIPT; error replies go to the lock machine (which tells transient from
+ * fatal), connection failures count as transport errors (outcome unknown).
+ *
+ * @throws ConfigError for a client that is neither.
+ */
+export declare class RedisBackend extends RedisProtocolBackend {
+  constructor(client: IoredisLike | NodeRedisLike, options?: RedisBackendOptions)
+  /** The client this backend uses. */
+  readonly client: IoredisLike | NodeRedisLike
+  /** Which client library it is. */
+  readonly clientKind: 'ioredis' | 'node-redis'
+  execute(command: RedisScriptCall): Promise<unknown>
+}
+
+// ---- fencing --------------------------------------------------------------------------------
+
+/** An in-memory fence for resources your process guards itself: the highest token accepted
+ * per resource. The same token as the highest passes (one lease may write many times). */
+export declare class Fence {
+  constructor()
+  /** Accepts a write to `resource` carrying `token` and remembers the token.
+   * @throws StaleTokenError (`ERR_STALE_TOKEN`) if a higher token was accepted before.
+   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint. */
+  check(resource: string, token: bigint): void
+  /** The highest token accepted for `resource`, or `null`. */
+  highest(resource: string): bigint | null
+}
+
+export interface SqlFencedUpdateOptions {
+  /** `'dollar'` (`$1` id, `$2` token, `$3…` the columns in order: node-postgres; default)
+   * or `'pyformat'` (`%(id)s`, `%(token)s`, `%(column)s`). */
+  style?: 'dollar' | 'pyformat'
+}
+
+/**
+ * The SQL of a fenced conditional update, checked and written in one statement:
+ *
+ *     UPDATE "table" SET "c1" = $3, …, "token_column" = $2
+ *      WHERE "id_column" = $1 AND "token_column" <= $2
+ *
+ * Run it with `[id, lease.token, ...values]`; **zero rows updated means the token is
+ * stale** (or the row does not exist). The token column is a `bigint NOT NULL` starting at 0.
+ *
+ * @throws ConfigError for a name that is not a plain SQL identifier (names are quoted,
+ *   never taken from user data).
+ */
+export declare function sqlFencedUpdate(
+  table: string,
+  idColumn: string,
+  tokenColumn: string,
+  columns: readonly string[],
+  options?: SqlFencedUpdateOptions
+): string
+
+/** The fenced Redis SET as a script call (run it yourself, or use
+ * `RedisProtocolBackend.fencedSet`): writes `value` to `dataKey` unless `token` is lower than
+ * the highest token stored at `fenceKey`. */
+export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): RedisScriptCall
+
+/** Reads the reply of `redisFencedSet`: returns when the write happened.
+ * @throws StaleTokenError when it was refused; ProtocolError for any other reply. */
+export declare function readRedisFencedSet(resource: string, token: bigint, reply: unknown): void
+
+/** Every Lua script fencepost runs on Redis (for `SCRIPT LOAD`). */
+export declare function redisScripts(): Record<'acquire' | 'renew' | 'release' | 'fenced_set', { sha1: string, source: string }>
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/** The `code` of every fencepost error, stable across versions and languages. */
+export type ErrorCode =
+  | 'ERR_CONFIG'
+  | 'ERR_LOCK_LOST'
+  | 'ERR_ACQUIRE_TIMEOUT'
+  | 'ERR_STALE_TOKEN'
+  | 'ERR_PROTOCOL'
+  | 'ERR_BACKEND'
+
+/** The base class of every error fencepost throws. */
+export declare class FencepostError extends Error {
+  readonly code: ErrorCode | 'ERR_FENCEPOST'
+}
+
+/** The caller's input or usage is wrong; thrown before any request is sent. The message
+ * names the value that was wrong and what would be right. */
+export declare class ConfigError extends FencepostError {
+  readonly code: 'ERR_CONFIG'
+  /** `'invalid_argument'` (a JavaScript type), or the core's reason: `'invalid_option'`,
+   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`. */
+  readonly kind: string
+  /** The option at fault (`'ttlMs'`, `'renewEveryMs'`…), or `null`. */
+  readonly option: string | null
+}
+
+/** A monotonic time earlier than one given before reached the lock machine (only a host
+ * bug causes it); it is never used to extend a lease. */
+export declare class ClockError extends ConfigError {
+  readonly kind: 'time_went_backwards'
+}
+
+/** A held lease ended while its holder still believed it held it: another holder may
+ * already have the lock, so the protected work must stop. It is `lease.signal.reason`. */
+export declare class LockLostError extends FencepostError {
+  readonly code: 'ERR_LOCK_LOST'
+  /** The lock name. */
+  readonly lockName: string
+  /** The fencing token of the lost lease. */
+  readonly token: bigint
+  readonly reason: LostReason
+}
+
+/** The acquire timeout passed before the lock could be taken; it was never held by this
+ * attempt. */
+export declare class AcquireTimeoutError extends FencepostError {
+  readonly code: 'ERR_ACQUIRE_TIMEOUT'
+  readonly lockName: string
+  /** The last transport or server error seen while trying, or `null` when the lock was
+   * simply held by someone else. */
+  readonly lastError: string | null
+}
+
+/** A fenced write was refused: a newer lock holder has written since this lease began. */
+export declare class StaleTokenError extends FencepostError {
+  readonly code: 'ERR_STALE_TOKEN'
+  readonly resource: string
+  /** The refused token. */
+  readonly token: bigint
+  /** The highest token the resource had accepted. */
+  readonly highest: bigint
+}
+
+/** The lock server's reply made no sense for its request (wrong shape, an error reply
+ * retrying cannot fix, e.g. `WRONGTYPE` at the lock key). */
+export declare class ProtocolError extends FencepostError {
+  readonly code: 'ERR_PROTOCOL'
+}
+
+/** A helper could not reach the server (the write may or may not have happened; the
+ * client's error is the `cause`), or the backend was closed. Lock acquisition and renewal
+ * never throw it for network trouble: they retry and end in `AcquireTimeoutError` or
+ * `LockLostError`. */
+export declare class BackendError extends FencepostError {
+  readonly code: 'ERR_BACKEND'
+}
+
+// ---- the sans-IO machine --------------------------------------------------------------------
+
+/** A request of the lock machine, for the host to run and answer. */
+export interface MachineRequest extends RedisScriptCall {
+  readonly type: 'request'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+}
+
+/** An event of the lock machine. */
+export type MachineEvent =
+  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
+  | { readonly type: 'renewed', readonly lock: number, readonly validUntilMs: number }
+  | { readonly type: 'lost', readonly lock: number, readonly reason: Exclude<LostReason, 'closed'> }
+  | { readonly type: 'released', readonly lock: number }
+  | { readonly type: 'acquire_failed', readonly lock: number, readonly reason: 'timeout' | 'protocol', readonly message: string | null }
+
+/**
+ * The core's sans-IO lock machine (Redis protocol), for hosts that drive it themselves
+ * and for the cross-language scenario vectors. `Lock` runs one for you. Feed every input
+ * with the current monotonic `nowMs`, then drain `poll()`: run its requests, act on its
+ * events, call `timeout(now)` at `nextTimeoutMs`.
+ */
+export declare class LockMachine {
+  /** `seed` makes owner ids and jitter deterministic: tests only, never in production. */
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number })
+  /** Checks a name and options as `acquire` would. @throws ConfigError */
+  check(name: string, options?: LockOptions): void
+  /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
+  acquire(nowMs: number, name: string, options?: LockOptions): number
+  /** Releases a lock or cancels its acquisition (a finished lock ignores it). */
+  release(nowMs: number, lock: number): void
+  /** The reply to `request` as a Redis client gave it: `null`, integer `number` or
+   * `bigint`, `string`, `Uint8Array`, arrays, an `Error` (or `{ error }`) for an error
+   * reply, `{ status }` for a simple string. Anything else is read as a protocol error. */
+  reply(nowMs: number, request: number, value: unknown): void
+  /** `request` failed in transport: it may or may not have reached the server. */
+  transportError(nowMs: number, request: number, message: string): void
+  /** Time passed. Early and spurious calls are harmless. */
+  timeout(nowMs: number): void
+  /** Every pending output, and when to call `timeout` next (`null`: no timer). */
+  poll(): { outputs: Array<MachineRequest | MachineEvent>, nextTimeoutMs: number | null }
+  /** The owner id of `lock`, or `null` once forgotten. */
+  owner(lock: number): string | null
+  /** The validity deadline of `lock` while held, else `null`. */
+  validUntilMs(lock: number): number | null
+  /** Locks tracked (pending, held, or finished with requests out). */
+  readonly lockCount: number
+  /** Requests awaiting a reply or transport error. */
+  readonly requestsInFlight: number
+}
+
+/** Version of fencepost-core compiled into this package. */
+export declare const coreVersion: string
+/** Which build of the core runs: the Node addon or the WebAssembly module. */
+export declare const implementation: 'napi' | 'wasm'

@@ -1,0 +1,3 @@
+// Types of the `fencepost` package (CommonJS entry). The interface itself is fencepost.d.ts,
+// shared word for word with the WebAssembly package.
+export * from './fencepost'

@@ -1,0 +1,155 @@
+'use strict'
+// Type checks of user input, and lock options in the native shape. Types only: every
+// range (a TTL of 0, renewEveryMs not below the validity, a correctness lock on Redis…)
+// is the core's to refuse (`LockMachine.check`), so the rules live in one place for
+// every language. Shared word for word by the napi and WASM packages.
+
+const { ConfigError } = require('./errors')
+
+/** A short description of a value for error messages: `NaN`, `"30" (string)`, `5n`. */
+function describe (value) {
+  switch (typeof value) {
+    case 'string': return `${JSON.stringify(value.length > 60 ? value.slice(0, 57) + '...' : value)} (string)`
+    case 'bigint': return `${value}n (bigint)`
+    case 'number': return `${value} (number)`
+    case 'undefined': return 'undefined'
+    case 'function': return `a function${value.name ? ' ' + value.name : ''}`
+    case 'symbol': return String(value)
+    case 'boolean': return `${value} (boolean)`
+    default:
+      if (value === null) return 'null'
+      if (Array.isArray(value)) return 'an array'
+      return `an object${value.constructor && value.constructor.name ? ` (${value.constructor.name})` : ''}`
+  }
+}
+
+function string (value, what) {
+  if (typeof value !== 'string') throw new ConfigError(`${what} must be a string, got ${describe(value)}`)
+  return value
+}
+
+function boolean (value, what) {
+  if (typeof value !== 'boolean') throw new ConfigError(`${what} must be true or false, got ${describe(value)}`)
+  return value
+}
+
+/** A duration or instant in milliseconds: a finite number ≥ 0 (fractions allowed). */
+function millis (value, what) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new ConfigError(`${what} must be a finite number of milliseconds ≥ 0, got ${describe(value)}`)
+  }
+  return value
+}
+
+/** A lock or request id. */
+function id (value, what) {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new ConfigError(`${what} must be an integer id ≥ 0, got ${describe(value)}`)
+  }
+  return value
+}
+
+/** A fencing token: a bigint in 0n ..= 2n ** 64n - 1n. Never a (lossy) number. */
+function token (value, what = 'token') {
+  if (typeof value !== 'bigint') {
+    const hint = typeof value === 'number' && Number.isInteger(value) ? ` (write ${value}n, or BigInt(${value}))` : ''
+    throw new ConfigError(`${what} must be a bigint fencing token, got ${describe(value)}${hint}`)
+  }
+  if (value < 0n || value > 0xffff_ffff_ffff_ffffn) {
+    throw new ConfigError(`${what} must be in 0n ..= 2n ** 64n - 1n, got ${value}n`)
+  }
+  return value
+}
+
+function plainObject (value, what) {
+  if (value === undefined || value === null) return {}
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new ConfigError(`${what} must be an object, got ${describe(value)}`)
+  }
+  return value
+}
+
+const DURATION_OPTIONS = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs']
+const OPTIONAL_DURATION_OPTIONS = ['acquireTimeoutMs', 'renewEveryMs']
+const BOOLEAN_OPTIONS = ['acceptFailoverRisk', 'autoRenew']
+const KNOWN_OPTIONS = new Set([
+  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor'
+])
+
+function suggestion (key) {
+  const bare = key.toLowerCase().replace(/[^a-z]/g, '')
+  for (const known of KNOWN_OPTIONS) {
+    const k = known.toLowerCase()
+    if (k === bare || k === bare + 'ms' || k.replace(/ms$/, '') === bare.replace(/(s|ms|seconds)$/, '')) return known
+  }
+  return null
+}
+
+/**
+ * Lock options as the user gave them → the native shape: the same names, types checked,
+ * absent (or `null`) options left out so the core's defaults apply. `acquireTimeoutMs`
+ * `null`, `undefined` or `Infinity` means wait forever; `renewEveryMs` `null` or
+ * `undefined` means ttl / 3.
+ */
+function lockOptions (options) {
+  const given = plainObject(options, 'lock options')
+  const out = {}
+  for (const key of Object.keys(given)) {
+    if (!KNOWN_OPTIONS.has(key)) {
+      const near = suggestion(key)
+      throw new ConfigError(
+        `unknown lock option ${JSON.stringify(key)}${near ? `; did you mean ${near}? (durations are milliseconds)` : ''}; ` +
+        `known options: ${[...KNOWN_OPTIONS].join(', ')}`,
+        { option: key }
+      )
+    }
+  }
+  for (const key of DURATION_OPTIONS) {
+    if (given[key] !== undefined && given[key] !== null) out[key] = optionMillis(given[key], key)
+  }
+  if (given.acquireTimeoutMs !== undefined && given.acquireTimeoutMs !== null && given.acquireTimeoutMs !== Infinity) {
+    out.acquireTimeoutMs = optionMillis(given.acquireTimeoutMs, 'acquireTimeoutMs')
+  }
+  if (given.renewEveryMs !== undefined && given.renewEveryMs !== null) {
+    out.renewEveryMs = optionMillis(given.renewEveryMs, 'renewEveryMs')
+  }
+  for (const key of BOOLEAN_OPTIONS) {
+    if (given[key] !== undefined && given[key] !== null) {
+      if (typeof given[key] !== 'boolean') {
+        throw new ConfigError(`${key} must be true or false, got ${describe(given[key])}`, { option: key })
+      }
+      out[key] = given[key]
+    }
+  }
+  if (given.purpose !== undefined && given.purpose !== null) {
+    if (given.purpose !== 'efficiency' && given.purpose !== 'correctness') {
+      throw new ConfigError(`purpose must be 'efficiency' or 'correctness', got ${describe(given.purpose)}`, { option: 'purpose' })
+    }
+    out.purpose = given.purpose
+  }
+  if (given.driftFactor !== undefined && given.driftFactor !== null) {
+    // NaN passes the type check: the core refuses it naming the allowed range.
+    if (typeof given.driftFactor !== 'number') {
+      throw new ConfigError(`driftFactor must be a number (a fraction, 0.01 = 1 %), got ${describe(given.driftFactor)}`, { option: 'driftFactor' })
+    }
+    out.driftFactor = given.driftFactor
+  }
+  return out
+}
+
+function optionMillis (value, key) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new ConfigError(`${key} must be a finite number of milliseconds ≥ 0, got ${describe(value)}`, { option: key })
+  }
+  return value
+}
+
+function abortSignal (value, what) {
+  if (value === undefined || value === null) return null
+  if (typeof value !== 'object' || typeof value.aborted !== 'boolean' || typeof value.addEventListener !== 'function') {
+    throw new ConfigError(`${what} must be an AbortSignal, got ${describe(value)}`)
+  }
+  return value
+}
+
+module.exports = { describe, string, boolean, millis, id, token, plainObject, lockOptions, abortSignal }

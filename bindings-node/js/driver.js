@@ -1,0 +1,201 @@
+'use strict'
+// The driver: runs one lock machine on the JavaScript event loop. Translations only.
+//
+// It feeds the machine the host's monotonic time (`performance.now()`, milliseconds; the
+// addon turns them into the core's nanoseconds) and the outcomes of the requests it
+// emitted, runs those requests through the backend's adapter (all at once, each reply fed
+// back the moment it arrives), wakes the machine with ONE timer at the earliest of its
+// next timeout and the pending requests' deadlines, and hands events to the acquisitions
+// they concern. Every `if` below is plumbing (is a request still pending, is this driver
+// closed, is anyone awaiting); none is about validity, renew timing or tokens.
+//
+// The timer keeps the process alive while a lock is being acquired, held or released, and
+// is unref'd otherwise, so the bookkeeping of finished locks (a cleanup release, late
+// replies remembered for one TTL) never keeps a process alive after release.
+//
+// Shared word for word by the napi and WASM packages.
+
+const { BackendError } = require('./errors')
+
+/** The host's monotonic clock, in milliseconds. */
+const now = () => performance.now()
+
+/** setTimeout clamps longer delays to 1 ms; an early wakeup is harmless, so cap them. */
+const MAX_DELAY_MS = 2 ** 31 - 1
+
+const TERMINAL = new Set(['lost', 'released', 'acquire_failed'])
+
+function describeError (error) {
+  if (error instanceof Error) {
+    const name = error.name && error.name !== 'Error' ? error.name : (error.constructor && error.constructor.name) || 'Error'
+    return error.message ? `${name}: ${error.message}` : name
+  }
+  return `thrown: ${String(error)}`
+}
+
+/** A bug in the host (the machine refused an input the driver made): surface it loudly. */
+function reportBug (error) {
+  setTimeout(() => { throw error }, 0)
+}
+
+class Driver {
+  /**
+   * @param {object} backend  has `execute(request)`: returns the reply (or a promise of
+   *   it), an `Error` value for a server error reply; throws (rejects) on transport failure.
+   * @param {object} machine  a LockMachine.
+   */
+  constructor (backend, machine) {
+    this.backend = backend
+    this.machine = machine
+    /** lock id → acquisition (with `onEvent(event)` and `closed()`) */
+    this.acquisitions = new Map()
+    /** request id → { deadlineMs } of requests whose outcome has not been fed yet */
+    this.pending = new Map()
+    this.machineAt = null
+    this.timer = null
+    this.timerAt = null
+    this.closed = false
+  }
+
+  // -- inputs from the Lock API --
+
+  /** Starts acquiring; throws ConfigError for options the core refuses. */
+  start (acquisition, options) {
+    this._checkOpen()
+    acquisition.lockId = this.machine.acquire(now(), acquisition.name, options)
+    this.acquisitions.set(acquisition.lockId, acquisition)
+    this._drain()
+  }
+
+  /** Releases the lock, or cancels its acquisition; a no-op once the machine has
+   * reported the acquisition finished (or the driver is closed). */
+  release (acquisition) {
+    if (!this.closed && this.acquisitions.get(acquisition.lockId) === acquisition) {
+      this.machine.release(now(), acquisition.lockId)
+      this._drain()
+    }
+  }
+
+  /** Delivers due timers now, so a lease past its deadline is reported lost before the
+   * caller reads its state. */
+  poke () {
+    if (!this.closed) this._feed((m, t) => m.timeout(t))
+  }
+
+  owner (lock) {
+    return this.machine.owner(lock) ?? ''
+  }
+
+  /** Releases every lock (best effort: the requests still run), then marks held leases
+   * lost ('closed'), fails pending acquisitions and stops the timer. Idempotent. */
+  close () {
+    if (this.closed) return
+    const t = now()
+    for (const lock of this.acquisitions.keys()) {
+      try { this.machine.release(t, lock) } catch (error) { reportBug(error) }
+    }
+    this._drain()
+    this.closed = true
+    const acquisitions = [...this.acquisitions.values()]
+    this.acquisitions.clear()
+    this.pending.clear()
+    this._disarm()
+    for (const acquisition of acquisitions) acquisition.closed()
+  }
+
+  // -- the loop --
+
+  _checkOpen () {
+    if (this.closed) throw new BackendError('this backend is closed; create a new one')
+  }
+
+  _drain () {
+    const { outputs, nextTimeoutMs } = this.machine.poll()
+    for (const output of outputs) {
+      if (output.type === 'request') {
+        this._execute(output)
+      } else {
+        const acquisition = this.acquisitions.get(output.lock)
+        if (TERMINAL.has(output.type)) this.acquisitions.delete(output.lock)
+        if (acquisition !== undefined) acquisition.onEvent(output)
+      }
+    }
+    this.machineAt = nextTimeoutMs
+    this._arm()
+    this._ref()
+  }
+
+  /** Feeds one input at the current time and drains. */
+  _feed (input) {
+    if (this.closed) return
+    try {
+      input(this.machine, now())
+      this._drain()
+    } catch (error) {
+      reportBug(error)
+    }
+  }
+
+  _execute (request) {
+    const entry = { deadlineMs: request.deadlineMs }
+    this.pending.set(request.id, entry)
+    // Run it on a later microtask, never inside this drain.
+    Promise.resolve()
+      .then(() => this.backend.execute(request))
+      .then(
+        (value) => this._settle(request.id, entry, (m, t) => m.reply(t, request.id, value)),
+        (error) => this._settle(request.id, entry, (m, t) => m.transportError(t, request.id, describeError(error)))
+      )
+  }
+
+  _settle (id, entry, input) {
+    if (this.pending.get(id) !== entry) return // given up at its deadline, or closed
+    this.pending.delete(id)
+    this._feed(input)
+  }
+
+  _arm () {
+    if (this.closed) return
+    let at = this.machineAt
+    for (const entry of this.pending.values()) {
+      if (at === null || entry.deadlineMs < at) at = entry.deadlineMs
+    }
+    if (at === this.timerAt && this.timer !== null) return
+    this._disarm()
+    if (at === null) return
+    const delay = Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(at - now())))
+    this.timerAt = at
+    this.timer = setTimeout(() => this._onTimer(), delay)
+    this._ref()
+  }
+
+  _disarm () {
+    if (this.timer !== null) clearTimeout(this.timer)
+    this.timer = null
+    this.timerAt = null
+  }
+
+  _ref () {
+    const timer = this.timer
+    if (timer === null || typeof timer !== 'object') return // browsers: numeric ids
+    if (this.acquisitions.size > 0) timer.ref?.()
+    else timer.unref?.()
+  }
+
+  _onTimer () {
+    this.timer = null
+    this.timerAt = null
+    const t = now()
+    // Requests past their deadline no longer matter: report them, ignore their outcome.
+    for (const [id, entry] of this.pending) {
+      if (entry.deadlineMs <= t) {
+        this.pending.delete(id)
+        const late = (t - entry.deadlineMs).toFixed(3)
+        this._feed((m, t2) => m.transportError(t2, id, `no reply before the request deadline (${late} ms ago)`))
+      }
+    }
+    this._feed((m, t2) => m.timeout(t2))
+  }
+}
+
+module.exports = { Driver, now, describeError }
