@@ -1,0 +1,367 @@
+'use strict'
+// Replays the cross-language scenario vectors tests/scenarios/*.json through the package's
+// sans-IO API, `LockMachine` (the same object the drivers run).
+//
+// The format, the reply shorthand and the matching rules are in tests/scenarios/README.md;
+// this file mirrors the Rust runner core/tests/scenarios.rs: read a vector (losslessly:
+// tokens go up to 2^63 − 1), turn each step into one LockMachine call, render what `poll()`
+// returns in the vector's vocabulary, match it against the expectation.
+//
+// What differs from the Rust runner, because the package is not the core:
+// * Options become the JavaScript options (`ttl_ms` → `ttlMs`, `auto_renew` → `autoRenew`,
+//   …) in milliseconds; the addon rounds them to nanoseconds as the Rust runner does.
+// * Replies become what an adapter passes to `LockMachine.reply`, in two flavours, and every
+//   vector is replayed in both: `client` is what ioredis and node-redis return (strings for
+//   bulk and simple strings, an `Error` for an error reply); `tagged` uses the other shapes
+//   the binding accepts (`Buffer` bulk strings, `{ status }`, `{ error }`).
+// * A usage error is a thrown ConfigError (ClockError for `time_went_backwards`) whose
+//   `kind` is the core's; for `invalid_option` its `option` is the JavaScript name, which
+//   is mapped back (`ttlMs` → `ttl`), and the message must start with it.
+// * Binding checks the Rust runner has no counterpart for: `acquire` returns the lock id
+//   the README promises (the n-th accepted acquire is lock n), and `owner(lock)` is the
+//   owner id in the lock's acquire and renew requests.
+
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+
+const { fencepost, REPO } = require('./impl')
+const { parseJson } = require('./json')
+
+const { LockMachine, ConfigError, ClockError } = fencepost
+
+const SCENARIO_DIR = path.join(REPO, 'tests', 'scenarios')
+/** The suite must not shrink silently (the Rust runner's MIN_VECTORS). */
+const MIN_VECTORS = 25
+
+const vectorsIn = (dir) => fs.existsSync(dir)
+  ? fs.readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => path.join(dir, f))
+  : []
+
+const VECTORS = vectorsIn(SCENARIO_DIR)
+/** Vectors stating what the rules demand where the machine disagrees today: replayed only
+ * with FENCEPOST_PENDING_VECTORS=1, like the Rust runner's `--ignored` test. */
+const PENDING = vectorsIn(path.join(SCENARIO_DIR, 'pending'))
+
+class VectorError extends Error {}
+
+// ---- vector → package calls -------------------------------------------------------------
+
+/** Vector option → JavaScript option. */
+const OPTIONS = {
+  ttl_ms: 'ttlMs',
+  acquire_timeout_ms: 'acquireTimeoutMs',
+  retry_base_ms: 'retryBaseMs',
+  retry_max_ms: 'retryMaxMs',
+  renew_every_ms: 'renewEveryMs',
+  auto_renew: 'autoRenew',
+  drift_factor: 'driftFactor',
+  clock_margin_ms: 'clockMarginMs',
+  purpose: 'purpose',
+  accept_failover_risk: 'acceptFailoverRisk'
+}
+/** JavaScript option → the core's option name in a usage error. */
+const CORE_OPTION = Object.fromEntries(Object.entries(OPTIONS).map(([v, js]) => [js, v.replace(/_ms$/, '')]))
+
+function lockOptions (...layers) {
+  const out = {}
+  for (const layer of layers) {
+    if (layer === null || typeof layer !== 'object' || Array.isArray(layer)) throw new VectorError('options must be an object')
+    for (const [key, value] of Object.entries(layer)) {
+      if (!Object.hasOwn(OPTIONS, key)) throw new VectorError(`unknown option ${JSON.stringify(key)}`)
+      out[OPTIONS[key]] = value
+    }
+  }
+  return out
+}
+
+const FLAVOURS = {
+  client: { text: (s) => s, status: (s) => s, error: (s) => new Error(s) },
+  tagged: { text: (s) => Buffer.from(s, 'utf8'), status: (s) => ({ status: s }), error: (s) => ({ error: s }) }
+}
+
+/** Reply shorthand → what an adapter hands `LockMachine.reply`. */
+function reply (v, flavour) {
+  if (v === null) return null
+  if (typeof v === 'bigint') {
+    if (v < -(2n ** 63n) || v >= 2n ** 63n) throw new VectorError(`not an i64: ${v}`)
+    return v
+  }
+  if (typeof v === 'number') {
+    if (!Number.isInteger(v)) throw new VectorError(`not an i64: ${v}`)
+    return v
+  }
+  if (typeof v === 'string') return flavour.text(v)
+  if (Array.isArray(v)) return v.map((item) => reply(item, flavour))
+  if (typeof v === 'object') {
+    const keys = Object.keys(v)
+    if (keys.length === 1 && keys[0] === 'status' && typeof v.status === 'string') return flavour.status(v.status)
+    if (keys.length === 1 && keys[0] === 'error' && typeof v.error === 'string') return flavour.error(v.error)
+  }
+  throw new VectorError(`bad reply shorthand ${show(v)}`)
+}
+
+const isU64 = (v) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) ||
+  (typeof v === 'bigint' && v >= 0n && v < 2n ** 64n)
+
+function checkKeys (what, obj, required, optional = []) {
+  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) throw new VectorError(`${what} must be an object`)
+  const missing = required.filter((k) => !Object.hasOwn(obj, k))
+  const unknown = Object.keys(obj).filter((k) => !required.includes(k) && !optional.includes(k))
+  if (missing.length) throw new VectorError(`${what}: missing field(s) ${missing.join(', ')}`)
+  if (unknown.length) throw new VectorError(`${what}: unknown field(s) ${unknown.join(', ')}`)
+}
+
+const INPUTS = {
+  acquire: [['name'], ['options']],
+  release: [['lock'], []],
+  reply: [['request', 'reply'], []],
+  transport_error: [['request', 'message'], []],
+  timeout: [[], []]
+}
+
+function load (file) {
+  const raw = parseJson(fs.readFileSync(file, 'utf8'))
+  checkKeys('scenario', raw, ['name', 'description', 'rules', 'seed', 'steps'], ['backend', 'options'])
+  if (raw.name !== path.basename(file, '.json')) throw new VectorError(`name ${show(raw.name)} differs from the file name`)
+  if (!Array.isArray(raw.rules) || raw.rules.length === 0) throw new VectorError('say which rules it covers in "rules"')
+  if (!isU64(raw.seed)) throw new VectorError(`seed must be a u64, got ${show(raw.seed)}`)
+  let keyPrefix
+  if (raw.backend !== undefined) {
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix'])
+    if (raw.backend.kind !== 'redis') throw new VectorError(`unknown backend ${show(raw.backend)}`)
+    keyPrefix = raw.backend.key_prefix
+  }
+  if (!Array.isArray(raw.steps)) throw new VectorError('steps must be an array')
+  raw.steps.forEach((step, i) => {
+    checkKeys(`step ${i}`, step, ['at_ms', 'input', 'expect'], ['note'])
+    if (typeof step.at_ms !== 'number') throw new VectorError(`step ${i}: at_ms must be a number`)
+    if (!Array.isArray(step.expect)) throw new VectorError(`step ${i}: expect must be an array`)
+    const kind = step.input && step.input.type
+    if (!Object.hasOwn(INPUTS, kind)) throw new VectorError(`step ${i}: unknown input ${show(step.input)}`)
+    const [required, optional] = INPUTS[kind]
+    checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
+  })
+  return { name: raw.name, keyPrefix, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+}
+
+// ---- package → vector vocabulary --------------------------------------------------------
+
+function renderOutput (o) {
+  if (o.type === 'request') {
+    return {
+      request: {
+        id: o.id,
+        lock: o.lock,
+        operation: o.operation,
+        deadline_ms: o.deadlineMs,
+        script: o.script,
+        keys: [...o.keys],
+        args: [...o.args]
+      }
+    }
+  }
+  const e = { lock: o.lock, type: o.type }
+  switch (o.type) {
+    case 'acquired': e.token = o.token; e.valid_until_ms = o.validUntilMs; break
+    case 'renewed': e.valid_until_ms = o.validUntilMs; break
+    case 'lost': e.reason = o.reason; break
+    case 'released': break
+    case 'acquire_failed':
+      e.reason = o.reason
+      if (o.reason === 'timeout') e.last_error = o.message
+      else e.error = o.message
+      break
+    default: return { unexpected_output: o }
+  }
+  return { event: e }
+}
+
+function renderUsageError (error) {
+  if (error instanceof ClockError) return { usage_error: { kind: error.kind } }
+  if (!(error instanceof ConfigError)) {
+    return { usage_error: { unexpected: `${error && error.constructor && error.constructor.name}: ${error && error.message}` } }
+  }
+  const out = { kind: error.kind }
+  if (error.kind === 'invalid_option') {
+    out.option = CORE_OPTION[error.option] ?? `(${error.option})`
+    if (!error.message.startsWith(`${error.option}: `)) out.message_does_not_name_the_option = error.message
+  }
+  return { usage_error: out }
+}
+
+// ---- matching (README "Matching rules", as core/tests/scenarios.rs) -----------------------
+
+const OPTIONAL_KEYS = ['last_error', 'error']
+
+/** round(ms × 1e6), as the Rust runner rounds. */
+const msToNs = (ms) => Math.round(Number(ms) * 1e6)
+
+class Owners {
+  constructor (byName = new Map()) { this.byName = byName }
+  clone () { return new Owners(new Map(this.byName)) }
+  check (name, actual) {
+    if (!/^[0-9a-f]{32}$/.test(actual)) return false
+    if (this.byName.has(name)) return this.byName.get(name) === actual
+    for (const v of this.byName.values()) if (v === actual) return false // another name's
+    this.byName.set(name, actual)
+    return true
+  }
+
+  disguise (v) {
+    if (typeof v === 'string') {
+      for (const [name, hex] of this.byName) if (hex === v) return name
+      return v
+    }
+    if (Array.isArray(v)) return v.map((x) => this.disguise(x))
+    if (v !== null && typeof v === 'object' && !(v instanceof Error)) {
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.disguise(x)]))
+    }
+    return v
+  }
+}
+
+const isNumeric = (v) => typeof v === 'number' || typeof v === 'bigint'
+const isPlainObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v)
+
+function matches (key, expected, actual, owners) {
+  if (key.endsWith('_ms') && isPlainObject(expected) && typeof actual === 'number') {
+    const a = msToNs(actual)
+    return Object.keys(expected).every((k) => k === 'at_least' || k === 'at_most') &&
+      (expected.at_least === undefined || msToNs(expected.at_least) <= a) &&
+      (expected.at_most === undefined || a <= msToNs(expected.at_most))
+  }
+  if (key.endsWith('_ms') && isNumeric(expected) && typeof actual === 'number') {
+    return msToNs(expected) === msToNs(actual)
+  }
+  if (typeof expected === 'string' && typeof actual === 'string') {
+    if (expected.startsWith('$')) return owners.check(expected, actual)
+    if (OPTIONAL_KEYS.includes(key)) return actual.includes(expected)
+    return expected === actual
+  }
+  if (Array.isArray(expected) && Array.isArray(actual)) {
+    return expected.length === actual.length && expected.every((e, i) => matches(key, e, actual[i], owners))
+  }
+  if (isPlainObject(expected) && isPlainObject(actual)) {
+    const ek = Object.keys(expected)
+    const ak = Object.keys(actual)
+    return ek.every((k) => Object.hasOwn(actual, k) || OPTIONAL_KEYS.includes(k)) &&
+      ak.every((k) => Object.hasOwn(expected, k) || OPTIONAL_KEYS.includes(k)) &&
+      ek.every((k) => Object.hasOwn(actual, k) && matches(k, expected[k], actual[k], owners))
+  }
+  if (isNumeric(expected) && isNumeric(actual)) {
+    // integers exactly (tokens are bigint); anything else as JSON numbers
+    const bothIntegers = [expected, actual].every((v) => typeof v === 'bigint' || Number.isInteger(v))
+    return bothIntegers ? BigInt(expected) === BigInt(actual) : expected === actual
+  }
+  return expected === actual
+}
+
+// ---- replay -----------------------------------------------------------------------------
+
+function show (v) {
+  return JSON.stringify(v, (k, x) => typeof x === 'bigint' ? Number.isSafeInteger(Number(x)) ? Number(x) : `${x}n` : x)
+}
+
+function replay (file, flavourName) {
+  const scenario = load(file)
+  const flavour = FLAVOURS[flavourName]
+  const machine = new LockMachine({ keyPrefix: scenario.keyPrefix, seed: scenario.seed })
+  const owners = new Owners()
+  let accepted = 0
+  scenario.steps.forEach((step, index) => {
+    const input = step.input
+    const now = step.at_ms
+    const actual = []
+    try {
+      switch (input.type) {
+        case 'acquire': {
+          const lock = machine.acquire(now, input.name, lockOptions(scenario.options, input.options ?? {}))
+          accepted += 1
+          assert.equal(lock, accepted, `step ${index}: the n-th accepted acquire is lock n`)
+          break
+        }
+        case 'release': machine.release(now, Number(input.lock)); break
+        case 'reply': machine.reply(now, Number(input.request), reply(input.reply, flavour)); break
+        case 'transport_error': machine.transportError(now, Number(input.request), input.message); break
+        case 'timeout': machine.timeout(now); break
+      }
+    } catch (error) {
+      if (error instanceof VectorError || error instanceof assert.AssertionError) throw error
+      actual.push(renderUsageError(error))
+    }
+    const { outputs, nextTimeoutMs } = machine.poll()
+    for (const o of outputs) {
+      actual.push(renderOutput(o))
+      if (o.type === 'request' && (o.operation === 'acquire' || o.operation === 'renew')) {
+        const owner = machine.owner(o.lock)
+        if (owner !== null && owner !== o.args[0]) {
+          assert.fail(`step ${index}: owner(${o.lock}) is ${owner}, but its ${o.operation} request carries ${o.args[0]}`)
+        }
+      }
+    }
+    actual.push(nextTimeoutMs === null ? { idle: true } : { next_timeout_ms: nextTimeoutMs })
+    if (!matches('', step.expect, actual, owners)) {
+      assert.fail(mismatch(scenario.name, flavourName, index, step, actual, owners))
+    }
+  })
+  return scenario.steps.length
+}
+
+function mismatch (name, flavourName, index, step, actual, owners) {
+  const lines = [`${name} (${flavourName} replies)`, `  step ${index} at ${step.at_ms} ms, input ${show(step.input)}`]
+  const trial = owners.clone()
+  for (let i = 0; i < Math.max(step.expect.length, actual.length); i++) {
+    const [e, a] = [step.expect[i], actual[i]]
+    const shown = (v) => v === undefined ? '(nothing)' : show(owners.disguise(v))
+    if (e !== undefined && a !== undefined && matches('', e, a, trial)) {
+      lines.push(`      [${i}] ${shown(e)}`)
+    } else {
+      lines.push(`  >>> [${i}] expected ${shown(e)}`, `  >>> [${i}] actual   ${shown(a)}`)
+    }
+  }
+  lines.push(`  owner ids so far: ${show(Object.fromEntries(owners.byName))}`)
+  return lines.join('\n')
+}
+
+// ---- the tests ----------------------------------------------------------------------------
+
+test(`at least ${MIN_VECTORS} scenario vectors`, () => {
+  assert.ok(VECTORS.length >= MIN_VECTORS, `only ${VECTORS.length} vectors in ${SCENARIO_DIR}`)
+})
+
+for (const file of VECTORS) {
+  for (const flavour of Object.keys(FLAVOURS)) {
+    test(`vector ${path.basename(file, '.json')} (${flavour} replies)`, () => {
+      assert.ok(replay(file, flavour) > 0)
+    })
+  }
+}
+
+const runPending = process.env.FENCEPOST_PENDING_VECTORS === '1'
+for (const file of PENDING) {
+  test(`pending vector ${path.basename(file, '.json')}`, { skip: !runPending && 'set FENCEPOST_PENDING_VECTORS=1 to replay pending vectors' }, () => {
+    replay(file, 'client')
+  })
+}
+
+test('the runner itself: times, ranges, owner placeholders, lossless tokens', () => {
+  assert.equal(msToNs(333.333333), 333_333_333)
+  assert.ok(matches('deadline_ms', 666.666666, 666_666_666 / 1e6, new Owners()))
+  assert.ok(matches('next_timeout_ms', { at_least: 5, at_most: 15 }, 15, new Owners()))
+  assert.ok(!matches('next_timeout_ms', { at_least: 5, at_most: 15 }, 15.000001, new Owners()))
+  const owners = new Owners()
+  const [x, y] = ['0'.repeat(32), 'f'.repeat(32)]
+  assert.ok(matches('args', ['$a', '$a'], [x, x], owners))
+  assert.ok(!matches('args', ['$a'], [y], owners))
+  assert.ok(!matches('args', ['$b'], [x], owners))
+  assert.ok(matches('args', ['$b'], [y], owners))
+  assert.ok(!matches('args', ['$c'], ['1000'], owners))
+  const big = parseJson('{"token": 9223372036854775807}').token
+  assert.equal(big, 9223372036854775807n)
+  assert.ok(matches('token', big, 9223372036854775807n, owners))
+  assert.ok(!matches('token', big, 9223372036854775806n, owners))
+  assert.deepEqual(reply([null, 1, 'x', { status: 'OK' }, [[]]], FLAVOURS.client), [null, 1, 'x', 'OK', [[]]])
+  assert.throws(() => reply({ oops: 1 }, FLAVOURS.client), VectorError)
+})
