@@ -259,10 +259,36 @@ const MAX_REPLY_DEPTH: usize = 32;
 /// | `Array` | `Array` |
 /// | an `Error` (its `message`, code word first) or `{ error: string }` | `Error` |
 /// | `{ status: string }` | `Status` |
-fn to_redis_value(value: Unknown<'_>, depth: usize) -> RedisValue {
-    match read_redis_value(value, depth) {
+fn to_redis_value(env: &Env, value: Unknown<'_>, depth: usize) -> RedisValue {
+    match read_redis_value(env, value, depth) {
         Ok(v) => v,
-        Err(e) => RedisValue::Error(format!("fencepost: unreadable reply value: {}", e.reason)),
+        Err(e) => {
+            // A getter or proxy trap of the value threw: that exception is the reply's
+            // fault, not the caller's. Clear it so it does not escape this call.
+            clear_pending_exception(env);
+            RedisValue::Error(format!(
+                "fencepost: unreadable reply value: {}",
+                if e.reason.is_empty() {
+                    "reading it threw"
+                } else {
+                    &e.reason
+                }
+            ))
+        }
+    }
+}
+
+fn clear_pending_exception(env: &Env) {
+    let mut pending = false;
+    // SAFETY: `env` is the live environment of the current call.
+    unsafe {
+        if napi::sys::napi_is_exception_pending(env.raw(), &mut pending)
+            == napi::sys::Status::napi_ok
+            && pending
+        {
+            let mut exception = std::ptr::null_mut();
+            napi::sys::napi_get_and_clear_last_exception(env.raw(), &mut exception);
+        }
     }
 }
 
@@ -272,7 +298,7 @@ fn unsupported(what: &str) -> RedisValue {
     ))
 }
 
-fn read_redis_value(value: Unknown<'_>, depth: usize) -> napi::Result<RedisValue> {
+fn read_redis_value(env: &Env, value: Unknown<'_>, depth: usize) -> napi::Result<RedisValue> {
     if depth > MAX_REPLY_DEPTH {
         return Ok(RedisValue::Error(format!(
             "fencepost: reply nested deeper than {MAX_REPLY_DEPTH} arrays"
@@ -330,7 +356,7 @@ fn read_redis_value(value: Unknown<'_>, depth: usize) -> napi::Result<RedisValue
                 for i in 0..array.len() {
                     let item = array.get::<Unknown>(i)?;
                     items.push(match item {
-                        Some(item) => to_redis_value(item, depth + 1),
+                        Some(item) => to_redis_value(env, item, depth + 1),
                         None => RedisValue::Nil,
                     });
                 }
@@ -582,7 +608,7 @@ impl Machine {
         let input = Input::Reply {
             now: instant(&env, now_ms)?,
             request: RequestId(id(&env, request, "request")?),
-            reply: Reply::Redis(to_redis_value(value, 0)),
+            reply: Reply::Redis(to_redis_value(&env, value, 0)),
         };
         self.feed(&env, input)
     }
@@ -878,7 +904,7 @@ pub fn read_redis_fenced_set<'env>(
 ) -> napi::Result<Object<'env>> {
     let token = self::token(env, &token)?;
     let mut o = Object::new(env)?;
-    match fence::read_redis_fenced_set(&resource, token, &to_redis_value(reply, 0)) {
+    match fence::read_redis_fenced_set(&resource, token, &to_redis_value(env, reply, 0)) {
         Ok(Ok(())) => o.set("ok", true)?,
         Ok(Err(stale)) => {
             o.set("ok", false)?;
