@@ -1,0 +1,325 @@
+'use strict'
+// Integration tests against a real Redis server at $FENCEPOST_REDIS_URL (scripts/test
+// starts one on 127.0.0.1 and exports it), through ioredis and node-redis (v4 and v5).
+// Each test uses its own key prefix and deletes its keys. Mirrors tests/python/test_redis.py.
+
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const { fork } = require('node:child_process')
+const net = require('node:net')
+const path = require('node:path')
+const crypto = require('node:crypto')
+
+const { fencepost, devRequire, sleep, waitUntil } = require('./impl')
+
+const { Lock, RedisBackend, ConfigError, LockLostError, AcquireTimeoutError, ProtocolError, StaleTokenError, BackendError, redisScripts } = fencepost
+
+const URL = process.env.FENCEPOST_REDIS_URL
+const skip = URL ? false : 'FENCEPOST_REDIS_URL is not set (scripts/test starts Redis and sets it)'
+
+const IORedis = devRequire('ioredis')
+const nodeRedis4 = devRequire('redis')
+const nodeRedis5 = devRequire('redis5')
+
+/** The clients every adapter test runs with. */
+const CLIENTS = {
+  ioredis: {
+    connect: async () => new IORedis(URL, { maxRetriesPerRequest: 2 }),
+    close: (c) => c.quit()
+  },
+  'node-redis v4': {
+    connect: async () => { const c = nodeRedis4.createClient({ url: URL }); await c.connect(); return c },
+    close: (c) => c.quit()
+  },
+  'node-redis v5': {
+    connect: async () => { const c = nodeRedis5.createClient({ url: URL }); await c.connect(); return c },
+    close: (c) => c.quit()
+  }
+}
+
+/** A raw ioredis connection for looking behind the backend's back, with the test's prefix;
+ * `done()` deletes the prefix's keys and disconnects. */
+async function admin () {
+  const prefix = `fptest:${crypto.randomBytes(6).toString('hex')}:`
+  const redis = new IORedis(URL, { maxRetriesPerRequest: 2 })
+  return {
+    redis,
+    prefix,
+    async done () {
+      const keys = await redis.keys(`${prefix}*`)
+      if (keys.length) await redis.del(...keys)
+      await redis.quit()
+    }
+  }
+}
+
+/** Runs `fn(client)` with a fresh client of `kind`, closed afterwards. */
+async function withClient (kind, fn) {
+  const client = await CLIENTS[kind].connect()
+  try {
+    return await fn(client)
+  } finally {
+    await CLIENTS[kind].close(client)
+  }
+}
+
+const aborted = (signal) => new Promise((resolve) => {
+  if (signal.aborted) resolve(signal.reason)
+  else signal.addEventListener('abort', () => resolve(signal.reason), { once: true })
+})
+
+// ---- many processes, one lock ---------------------------------------------------------------
+
+test('8 processes × 10 critical sections never overlap, tokens rise, every fenced write lands', { skip, timeout: 50_000 }, async () => {
+  const { redis, prefix, done } = await admin()
+  const processes = 8
+  const rounds = 10
+  const started = performance.now()
+  const children = Array.from({ length: processes }, (_, i) => fork(
+    path.join(__dirname, 'contender.js'),
+    [URL, prefix, 'contended', String(rounds), i % 2 === 0 ? 'ioredis' : 'node-redis'],
+    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
+  ))
+  const exits = children.map((child) => new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal))))
+  try {
+    await Promise.all(children.map((child) => new Promise((resolve, reject) => {
+      child.once('message', resolve)
+      child.once('exit', () => reject(new Error(`contender ${child.pid} exited before it was ready`)))
+    })))
+    for (const child of children) child.send('go')
+    let timer
+    const codes = await Promise.race([
+      Promise.all(exits),
+      new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error('contenders still running after 40 s')), 40_000) })
+    ]).finally(() => clearTimeout(timer))
+    assert.deepEqual(codes, Array(processes).fill(0))
+  } finally {
+    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+  }
+  const records = (await redis.lrange(`${prefix}log`, 0, -1)).map((r) => {
+    const [start, end, token, pid, kind] = JSON.parse(r)
+    return { start: BigInt(start), end: BigInt(end), token: BigInt(token), pid, kind }
+  })
+  try {
+    assert.equal(records.length, processes * rounds)
+    records.sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0))
+    assert.deepEqual(new Set(records.map((r) => r.kind)), new Set(['ioredis', 'node-redis']))
+    assert.equal(new Set(records.map((r) => r.pid)).size, processes)
+    for (let i = 1; i < records.length; i++) {
+      const [before, after] = [records[i - 1], records[i]]
+      assert.ok(before.end < after.start, `critical sections overlap: ${JSON.stringify([before, after], (k, v) => typeof v === 'bigint' ? String(v) : v)}`)
+      assert.ok(before.token < after.token, `tokens do not rise in order of start: ${before.token}, ${after.token}`)
+    }
+    // every fenced write was accepted: the fence holds the last token, the data its write
+    const last = records[records.length - 1]
+    assert.equal(BigInt(await redis.get(`${prefix}fence`)), last.token)
+    assert.ok((await redis.get(`${prefix}data`)).startsWith(`${last.pid}:`))
+    assert.ok(performance.now() - started < 45_000)
+  } finally {
+    await done()
+  }
+})
+
+// ---- loss -------------------------------------------------------------------------------------
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: a lease whose key is deleted externally aborts its signal`, { skip }, async () => {
+    const { redis, prefix, done } = await admin()
+    try {
+      await withClient(kind, async (client) => {
+        const backend = new RedisBackend(client, { keyPrefix: prefix })
+        let deletedAt = 0
+        let signalReason = null
+        const error = await new Lock(backend, 'victim', { ttlMs: 300 }).using(async (signal, lease) => { // renews every 100 ms
+          assert.equal(await redis.get(backend.lockKey('victim')), lease.ownerId)
+          assert.equal(await redis.del(backend.lockKey('victim')), 1)
+          deletedAt = performance.now()
+          signalReason = await aborted(signal)
+          assert.ok(performance.now() - deletedAt < 100 + 150, `lost ${performance.now() - deletedAt} ms after the DEL`)
+          return 'not reached as a success'
+        }).then(() => null, (e) => e)
+        assert.ok(error instanceof LockLostError)
+        assert.equal(error, signalReason)
+        assert.equal(error.reason, 'renew_rejected')
+        assert.equal(error.token, 1n)
+        assert.equal(await redis.get(backend.lockKey('victim')), null, 'a renewal never re-creates the key')
+        backend.close()
+      })
+    } finally {
+      await done()
+    }
+  })
+}
+
+test('release after expiry leaves the next holder\'s key alone', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  try {
+    await withClient('ioredis', (clientA) => withClient('node-redis v4', async (clientB) => {
+      const a = new RedisBackend(clientA, { keyPrefix: prefix })
+      const b = new RedisBackend(clientB, { keyPrefix: prefix })
+      const leaseA = await new Lock(a, 'shared', { ttlMs: 300, autoRenew: false }).acquire()
+      await sleep(350) // A's lease expires on the server
+      const leaseB = await new Lock(b, 'shared', { ttlMs: 5_000, acquireTimeoutMs: 0 }).acquire()
+      assert.equal(leaseB.token, leaseA.token + 1n)
+      await assert.rejects(leaseA.release(), { code: 'ERR_LOCK_LOST', reason: 'expired' }) // A's machine knew
+      await sleep(50) // let any release A might (wrongly) send land
+      assert.equal(await redis.get(b.lockKey('shared')), leaseB.ownerId)
+      await leaseB.release()
+      a.close()
+      b.close()
+    }))
+  } finally {
+    await done()
+  }
+})
+
+test('release of a key re-owned behind the holder\'s back is refused by the server', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  try {
+    await withClient('node-redis v5', async (client) => {
+      const backend = new RedisBackend(client, { keyPrefix: prefix })
+      const lease = await new Lock(backend, 'stolen', { ttlMs: 5_000, autoRenew: false }).acquire()
+      await redis.set(backend.lockKey('stolen'), 'someone-else', 'PX', 5_000)
+      await assert.rejects(lease.release(), { code: 'ERR_LOCK_LOST', reason: 'not_held_at_release' })
+      assert.equal(await redis.get(backend.lockKey('stolen')), 'someone-else')
+      backend.close()
+    })
+  } finally {
+    await done()
+  }
+})
+
+// ---- scripts and replies --------------------------------------------------------------------
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: NOSCRIPT falls back to EVAL, after which EVALSHA works again`, { skip }, async () => {
+    const { redis, prefix, done } = await admin()
+    try {
+      await withClient(kind, async (client) => {
+        const backend = new RedisBackend(client, { keyPrefix: prefix })
+        const sha = redisScripts().acquire.sha1
+        await redis.script('FLUSH')
+        assert.deepEqual(await redis.script('EXISTS', sha), [0])
+        const lock = new Lock(backend, 'ns', { ttlMs: 5_000 })
+        assert.equal(await lock.using((signal, lease) => lease.token), 1n)
+        assert.deepEqual(await redis.script('EXISTS', sha), [1]) // EVAL cached it
+        assert.equal(await lock.using((signal, lease) => lease.token), 2n)
+        backend.close()
+      })
+    } finally {
+      await done()
+    }
+  })
+}
+
+test('a wrong type at the lock key is a ProtocolError naming WRONGTYPE', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  try {
+    await withClient('ioredis', async (client) => {
+      const backend = new RedisBackend(client, { keyPrefix: prefix })
+      await redis.rpush(backend.lockKey('typed'), 'not a string')
+      await assert.rejects(new Lock(backend, 'typed', { ttlMs: 5_000, acquireTimeoutMs: 1_000 }).acquire(), (e) => e instanceof ProtocolError && /WRONGTYPE/.test(e.message))
+      backend.close()
+    })
+  } finally {
+    await done()
+  }
+})
+
+function freePort () {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      server.close(() => resolve(port)) // nothing listens there once closed
+    })
+  })
+}
+
+test('an unreachable server times out with the transport error (ioredis and node-redis)', { skip }, async () => {
+  const port = await freePort()
+  const prefix = 'fptest:dead:'
+  // ioredis: no reconnects, no offline queue, so a command fails at once
+  const io = new IORedis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false })
+  io.on('error', () => {})
+  // node-redis: a client that is not connected refuses commands
+  const nr = nodeRedis4.createClient({ url: `redis://127.0.0.1:${port}` })
+  const started = performance.now()
+  for (const client of [io, nr]) {
+    const backend = new RedisBackend(client, { keyPrefix: prefix })
+    const error = await new Lock(backend, 'x', { ttlMs: 1_000, acquireTimeoutMs: 0 }).acquire().then(() => null, (e) => e)
+    assert.ok(error instanceof AcquireTimeoutError, String(error))
+    assert.ok(error.lastError && /closed|connect|ECONNREFUSED|writeable/i.test(error.lastError), error.lastError)
+    await assert.rejects(new Lock(backend, 'x', { ttlMs: 1_000, acquireTimeoutMs: 150, retryBaseMs: 10, retryMaxMs: 50 }).acquire(), AcquireTimeoutError)
+    await assert.rejects(backend.fencedSet(`${prefix}d`, `${prefix}f`, 1n, 'v'), (e) => e instanceof BackendError && /fenced SET/.test(e.message))
+    backend.close()
+  }
+  assert.ok(performance.now() - started < 3_000)
+  io.disconnect()
+})
+
+// ---- renewal, fenced writes, bad input ----------------------------------------------------------
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: renewals keep a short lease, release frees it, the fence refuses stale writes`, { skip }, async () => {
+    const { redis, prefix, done } = await admin()
+    try {
+      await withClient(kind, async (client) => {
+        const backend = new RedisBackend(client, { keyPrefix: prefix })
+        assert.equal(backend.clientKind, kind === 'ioredis' ? 'ioredis' : 'node-redis')
+        const token = await new Lock(backend, 'r', { ttlMs: 300 }).using(async (signal, lease) => {
+          const pttl = await redis.pttl(backend.lockKey('r'))
+          assert.ok(pttl > 0 && pttl <= 300, `pttl ${pttl}`)
+          await sleep(500) // longer than the TTL: renewals keep it
+          lease.check()
+          assert.equal(await redis.get(backend.lockKey('r')), lease.ownerId)
+          await backend.fencedSet(`${prefix}doc`, `${prefix}doc:fence`, lease.token, 'v1')
+          return lease.token
+        })
+        assert.equal(await redis.get(backend.lockKey('r')), null)
+        assert.equal(BigInt(await redis.get(backend.tokenKey('r'))), token)
+        assert.equal(await redis.get(`${prefix}doc`), 'v1')
+        await backend.fencedSet(`${prefix}row`, `${prefix}row:fence`, 7n, 'seven')
+        const stale = await backend.fencedSet(`${prefix}row`, `${prefix}row:fence`, 6n, 'six').then(() => null, (e) => e)
+        assert.ok(stale instanceof StaleTokenError)
+        assert.deepEqual([stale.resource, stale.token, stale.highest], [`${prefix}row`, 6n, 7n])
+        assert.equal(await redis.get(`${prefix}row`), 'seven')
+        await redis.rpush(`${prefix}list`, 'x') // a fence key of the wrong type: an error reply
+        await assert.rejects(backend.fencedSet(`${prefix}d`, `${prefix}list`, 1n, 'x'), (e) => e instanceof ProtocolError && /WRONGTYPE/.test(e.message))
+        backend.close()
+      })
+    } finally {
+      await done()
+    }
+  })
+}
+
+test('bad input is refused with ConfigError before any Redis traffic', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  const scriptCalls = async () => {
+    const stats = await redis.info('commandstats')
+    let calls = 0
+    for (const m of stats.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) calls += Number(m[2])
+    return calls
+  }
+  try {
+    await withClient('ioredis', async (client) => {
+      const backend = new RedisBackend(client, { keyPrefix: prefix })
+      const before = await scriptCalls()
+      for (const options of [{ ttlMs: 0 }, { ttlMs: -1 }, { ttlMs: NaN }, { ttlMs: Infinity }, { ttlMs: '30' }, { ttlMs: 1_000, renewEveryMs: 2_000 }, { ttl: 30_000 }, { purpose: 'correctness' }]) {
+        assert.throws(() => new Lock(backend, 'cfg', options), ConfigError)
+      }
+      for (const name of [42, '', null]) assert.throws(() => new Lock(backend, name), ConfigError)
+      await assert.rejects(backend.fencedSet(`${prefix}d`, `${prefix}f`, 5, 'v'), ConfigError) // a number where a bigint is needed
+      await assert.rejects(new Lock(backend, 'cfg', { ttlMs: 1_000 }).acquire({ signal: 'x' }), ConfigError)
+      assert.equal(await scriptCalls(), before)
+      assert.equal(await redis.exists(backend.lockKey('cfg'), backend.tokenKey('cfg')), 0)
+      assert.throws(() => new RedisBackend({ get () {} }), /client must be an ioredis client/)
+      assert.throws(() => new RedisBackend(client, { keyPrefix: 5 }), ConfigError)
+      backend.close()
+    })
+  } finally {
+    await done()
+  }
+})
