@@ -52,6 +52,8 @@
 //! 10. Every request carries a deadline; loss never waits for a hung request.
 
 pub mod backends;
+#[cfg(feature = "driver")]
+pub mod driver;
 mod error;
 mod event;
 pub mod fence;

@@ -1,0 +1,420 @@
+//! A runtime-agnostic async driver (feature `driver`): runs a [`Machine`] on any
+//! executor — tokio, async-std, smol, `futures::executor` — given a [`Transport`] that
+//! executes requests and a [`Clock`] that reads monotonic time and sleeps.
+//!
+//! ```ignore
+//! let (locks, run) = fencepost_core::driver::driver(Backend::default(), transport, clock)?;
+//! tokio::spawn(run);                       // the machine's loop; ends when `locks` is dropped
+//! let lease = locks.acquire("report", LockOptions::ttl(Duration::from_secs(30))).await?;
+//! write_report(lease.token()).await;        // carry the token on every write
+//! futures::select! { _ = lease.lost().fuse() => {}, _ = work.fuse() => {} }
+//! lease.release().await?;
+//! ```
+//!
+//! Like every binding, the driver only translates: requests go to the transport with
+//! their deadline, replies and transport errors go back to the machine in arrival
+//! order, and the machine's events resolve the futures below. It makes no lock
+//! decision of its own.
+
+use core::future::Future;
+use core::pin::Pin;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::channel::{mpsc, oneshot};
+use futures::future::{select, Either, FutureExt, Shared};
+use futures::stream::{FuturesUnordered, StreamExt};
+use thiserror::Error;
+
+use crate::{
+    AcquireFailedReason, Backend, EntropyError, Event, FencingToken, Input, Instant, LockId,
+    LockOptions, LostReason, Machine, Output, OwnerId, Reply, Request, RequestId, UsageError,
+};
+
+/// Executes backend requests with a real client library (redis-rs, fred, …).
+pub trait Transport: Clone + 'static {
+    /// The future of one request.
+    type Execute: Future<Output = Result<Reply, String>> + 'static;
+    /// Sends `request` and resolves to the server's reply as data, or to a transport
+    /// error message (connection reset, timeout). The driver cancels (drops) the
+    /// future at `request.deadline`.
+    fn execute(&self, request: &Request) -> Self::Execute;
+}
+
+/// Monotonic time and sleeping, from the host runtime.
+pub trait Clock: Clone + 'static {
+    /// The future of one sleep.
+    type Sleep: Future<Output = ()> + 'static;
+    /// The current monotonic time, in nanoseconds since an origin fixed for the clock's
+    /// life (for example `origin.elapsed()` of a `std::time::Instant` taken once).
+    fn now(&self) -> Instant;
+    /// Resolves at (or after) `at` on this clock.
+    fn sleep_until(&self, at: Instant) -> Self::Sleep;
+}
+
+/// Why a lock operation of the driver failed.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum LockError {
+    /// Bad options or name: the caller's fault.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// Acquiring gave up (timeout, or a reply retrying cannot fix).
+    #[error("acquire failed: {0:?}")]
+    AcquireFailed(AcquireFailedReason),
+    /// The lease was lost (see [`LostReason`]); at release this means it ended on the
+    /// server while this process still believed it held it.
+    #[error("lease lost: {0:?}")]
+    Lost(LostReason),
+    /// The driver's run future was dropped or finished.
+    #[error("the fencepost driver is not running")]
+    DriverGone,
+}
+
+enum Command {
+    Acquire {
+        name: String,
+        options: LockOptions,
+        reply: oneshot::Sender<Result<Lease, LockError>>,
+        /// The caller's handle, handed on to the lease (the run loop holds none, so it
+        /// ends once every handle and lease is gone).
+        handle: Locks,
+    },
+    Release {
+        lock: LockId,
+        reply: oneshot::Sender<Result<(), LockError>>,
+    },
+}
+
+/// A handle to a running driver: cheap to clone, one per task if you like.
+#[derive(Clone)]
+pub struct Locks {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+/// A held lease. Dropping it does not release the lock (the server frees it at the TTL);
+/// call [`Lease::release`].
+pub struct Lease {
+    lock: LockId,
+    token: FencingToken,
+    owner: OwnerId,
+    valid_until: Arc<AtomicU64>,
+    lost: Shared<oneshot::Receiver<LostReason>>,
+    locks: Locks,
+}
+
+impl Lease {
+    /// The fencing token: carry it on every write to the protected resource.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The owner id of this acquisition (the value in the server's lock key).
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+
+    /// The validity deadline on the driver's clock; moves on each confirmed renewal.
+    pub fn valid_until(&self) -> Instant {
+        Instant::from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
+    /// Resolves with the reason when the lease is lost; pends forever while it is held
+    /// or after it was released. Race your work against it.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
+        let lost = self.lost.clone();
+        async move {
+            match lost.await {
+                Ok(reason) => reason,
+                Err(_) => futures::future::pending().await,
+            }
+        }
+    }
+
+    /// Releases the lease (owner-checked) and waits for the outcome.
+    ///
+    /// Errors: [`LockError::Lost`] when the lease had already been lost, or the server
+    /// no longer held it; [`LockError::DriverGone`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.locks.release(self.lock).await
+    }
+}
+
+impl Locks {
+    /// Acquires `name`, waiting as `options.acquire_timeout` allows.
+    ///
+    /// Errors: [`LockError::Usage`] for bad options; [`LockError::AcquireFailed`];
+    /// [`LockError::DriverGone`]. Dropping the future cancels the acquisition (the
+    /// machine releases whatever the server may have granted).
+    pub async fn acquire(&self, name: &str, options: LockOptions) -> Result<Lease, LockError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .unbounded_send(Command::Acquire {
+                name: name.to_owned(),
+                options,
+                reply,
+                handle: self.clone(),
+            })
+            .map_err(|_| LockError::DriverGone)?;
+        rx.await.map_err(|_| LockError::DriverGone)?
+    }
+
+    async fn release(&self, lock: LockId) -> Result<(), LockError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .unbounded_send(Command::Release { lock, reply })
+            .map_err(|_| LockError::DriverGone)?;
+        rx.await.map_err(|_| LockError::DriverGone)?
+    }
+}
+
+/// What the driver keeps per lock: who waits for what.
+#[derive(Default)]
+struct Slot {
+    acquired: Option<(oneshot::Sender<Result<Lease, LockError>>, Locks)>,
+    lost: Option<oneshot::Sender<LostReason>>,
+    released: Option<oneshot::Sender<Result<(), LockError>>>,
+    valid_until: Arc<AtomicU64>,
+}
+
+/// One request in flight, cancelled at its deadline. A named future (not a boxed
+/// `dyn`) so the run future is `Send` whenever the transport's and clock's are.
+struct InFlight<E, S> {
+    id: RequestId,
+    execute: Pin<Box<E>>,
+    deadline: Pin<Box<S>>,
+}
+
+impl<E, S> Future for InFlight<E, S>
+where
+    E: Future<Output = Result<Reply, String>>,
+    S: Future<Output = ()>,
+{
+    type Output = (RequestId, Result<Reply, String>);
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<Self::Output> {
+        use core::task::Poll;
+        let id = self.id;
+        if let Poll::Ready(result) = self.execute.as_mut().poll(cx) {
+            return Poll::Ready((id, result));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready((id, Err("cancelled at its deadline".to_owned()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+type Pending<T, C> = InFlight<<T as Transport>::Execute, <C as Clock>::Sleep>;
+
+/// Builds a driver: the [`Locks`] handle, and the future that runs the machine. Spawn
+/// the future on your runtime; it finishes when every `Locks` handle is dropped and no
+/// lock remains.
+///
+/// Errors: [`EntropyError`] when the platform has no secure randomness for owner ids.
+pub fn driver<T: Transport, C: Clock>(
+    backend: Backend,
+    transport: T,
+    clock: C,
+) -> Result<(Locks, impl Future<Output = ()>), EntropyError> {
+    let machine = Machine::new(backend)?;
+    Ok(driver_with_machine(machine, transport, clock))
+}
+
+/// [`driver`] with a machine you built (a seeded one, for deterministic tests).
+pub fn driver_with_machine<T: Transport, C: Clock>(
+    machine: Machine,
+    transport: T,
+    clock: C,
+) -> (Locks, impl Future<Output = ()>) {
+    let (tx, rx) = mpsc::unbounded();
+    (Locks { commands: tx }, run(machine, transport, clock, rx))
+}
+
+async fn run<T: Transport, C: Clock>(
+    mut machine: Machine,
+    transport: T,
+    clock: C,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut slots: HashMap<LockId, Slot> = HashMap::new();
+    let mut pending: FuturesUnordered<Pending<T, C>> = FuturesUnordered::new();
+    let mut commands_open = true;
+    loop {
+        let next = drain(&mut machine, &transport, &clock, &mut pending, &mut slots);
+        if !commands_open && slots.is_empty() && pending.is_empty() {
+            return;
+        }
+        let sleep = match next {
+            Some(at) => clock.sleep_until(at).left_future(),
+            None => futures::future::pending::<()>().right_future(),
+        };
+        // An empty FuturesUnordered yields `None` at once: only wait on it when it
+        // has requests in flight.
+        let reply = if pending.is_empty() {
+            futures::future::pending().right_future()
+        } else {
+            pending.next().left_future()
+        };
+        let wake = futures::future::select(Box::pin(sleep), reply);
+        let command = if commands_open {
+            commands.next().left_future()
+        } else {
+            futures::future::pending().right_future()
+        };
+        match select(Box::pin(command), wake).await {
+            Either::Left((Some(cmd), _)) => handle_command(&mut machine, &clock, &mut slots, cmd),
+            Either::Left((None, _)) => commands_open = false,
+            Either::Right((Either::Left(((), _)), _)) => {
+                let _ = machine.handle_input(Input::Timeout { now: clock.now() });
+            }
+            Either::Right((Either::Right((Some((request, result)), _)), _)) => {
+                let now = clock.now();
+                let input = match result {
+                    Ok(reply) => Input::Reply {
+                        now,
+                        request,
+                        reply,
+                    },
+                    Err(message) => Input::TransportError {
+                        now,
+                        request,
+                        message,
+                    },
+                };
+                // Only time going backwards can fail here: a broken clock, reported by
+                // the next acquire or release.
+                let _ = machine.handle_input(input);
+            }
+            Either::Right((Either::Right((None, _)), _)) => {}
+        }
+    }
+}
+
+fn handle_command<C: Clock>(
+    machine: &mut Machine,
+    clock: &C,
+    slots: &mut HashMap<LockId, Slot>,
+    cmd: Command,
+) {
+    let now = clock.now();
+    match cmd {
+        Command::Acquire {
+            name,
+            options,
+            reply,
+            handle,
+        } => match machine.acquire(now, &name, options) {
+            Ok(lock) => {
+                slots.insert(
+                    lock,
+                    Slot {
+                        acquired: Some((reply, handle)),
+                        ..Slot::default()
+                    },
+                );
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+            }
+        },
+        Command::Release { lock, reply } => match slots.get_mut(&lock) {
+            Some(slot) => match machine.release(now, lock) {
+                Ok(()) => slot.released = Some(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                }
+            },
+            // already finished: lost or released before
+            None => {
+                let _ = reply.send(Ok(()));
+            }
+        },
+    }
+}
+
+/// Drains the machine's outputs; returns the next timeout.
+fn drain<T: Transport, C: Clock>(
+    machine: &mut Machine,
+    transport: &T,
+    clock: &C,
+    pending: &mut FuturesUnordered<Pending<T, C>>,
+    slots: &mut HashMap<LockId, Slot>,
+) -> Option<Instant> {
+    loop {
+        match machine.poll_output() {
+            Output::Request(request) => {
+                pending.push(InFlight {
+                    id: request.id,
+                    execute: Box::pin(transport.execute(&request)),
+                    deadline: Box::pin(clock.sleep_until(request.deadline)),
+                });
+            }
+            Output::Event { lock, event } => on_event(machine, clock, slots, lock, event),
+            Output::Timeout(at) => return Some(at),
+            Output::Idle => return None,
+        }
+    }
+}
+
+fn on_event<C: Clock>(
+    machine: &mut Machine,
+    clock: &C,
+    slots: &mut HashMap<LockId, Slot>,
+    lock: LockId,
+    event: Event,
+) {
+    let Some(slot) = slots.get_mut(&lock) else {
+        return;
+    };
+    match event {
+        Event::Acquired { token, valid_until } => {
+            slot.valid_until
+                .store(valid_until.as_nanos(), Ordering::Release);
+            let (lost_tx, lost_rx) = oneshot::channel();
+            slot.lost = Some(lost_tx);
+            let delivered = slot.acquired.take().is_some_and(|(tx, handle)| {
+                let lease = Lease {
+                    lock,
+                    token,
+                    owner: machine.owner(lock).unwrap_or(OwnerId([0; 16])),
+                    valid_until: slot.valid_until.clone(),
+                    lost: lost_rx.shared(),
+                    locks: handle,
+                };
+                tx.send(Ok(lease)).is_ok()
+            });
+            if !delivered {
+                // The caller stopped waiting: give the lock back.
+                let _ = machine.release(clock.now(), lock);
+            }
+        }
+        Event::Renewed { valid_until } => slot
+            .valid_until
+            .store(valid_until.as_nanos(), Ordering::Release),
+        Event::Lost { reason } => {
+            if let Some(tx) = slot.lost.take() {
+                let _ = tx.send(reason.clone());
+            }
+            if let Some(tx) = slot.released.take() {
+                let _ = tx.send(Err(LockError::Lost(reason)));
+            }
+            slots.remove(&lock);
+        }
+        Event::Released => {
+            if let Some(tx) = slot.released.take() {
+                let _ = tx.send(Ok(()));
+            }
+            slots.remove(&lock);
+        }
+        Event::AcquireFailed { reason } => {
+            if let Some((tx, _)) = slot.acquired.take() {
+                let _ = tx.send(Err(LockError::AcquireFailed(reason)));
+            }
+            slots.remove(&lock);
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The async driver on a virtual clock and a single-threaded executor, against the
+//! in-memory server with a 1 ms network each way: no real time passes.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use fencepost_core::driver::{driver_with_machine, Clock, LockError, Transport};
+use fencepost_core::sim::MemoryRedis;
+use fencepost_core::{
+    AcquireFailedReason, Backend, Instant, LockOptions, LostReason, Machine, Reply, Request,
+};
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+
+#[derive(Default)]
+struct World {
+    now: Instant,
+    sleepers: Vec<(Instant, Waker)>,
+    server: MemoryRedis,
+}
+
+#[derive(Clone, Default)]
+struct Virtual(Rc<RefCell<World>>);
+
+struct Sleep {
+    world: Virtual,
+    at: Instant,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut w = self.world.0.borrow_mut();
+        if w.now >= self.at {
+            Poll::Ready(())
+        } else {
+            w.sleepers.push((self.at, cx.waker().clone()));
+            Poll::Pending
+        }
+    }
+}
+
+impl Clock for Virtual {
+    type Sleep = Sleep;
+    fn now(&self) -> Instant {
+        self.0.borrow().now
+    }
+    fn sleep_until(&self, at: Instant) -> Sleep {
+        Sleep {
+            world: self.clone(),
+            at,
+        }
+    }
+}
+
+impl Transport for Virtual {
+    type Execute = Pin<Box<dyn Future<Output = Result<Reply, String>>>>;
+    fn execute(&self, request: &Request) -> Self::Execute {
+        let world = self.clone();
+        let body = request.body.clone();
+        Box::pin(async move {
+            let there = world.now() + Duration::from_millis(1);
+            world.sleep_until(there).await;
+            let reply = {
+                let mut w = world.0.borrow_mut();
+                let now = w.now;
+                w.server.execute(now, &body)
+            };
+            let back = world.now() + Duration::from_millis(1);
+            world.sleep_until(back).await;
+            Ok(reply)
+        })
+    }
+}
+
+impl Virtual {
+    /// Runs the executor, advancing virtual time from sleeper to sleeper, until `done`
+    /// or `limit`.
+    fn run_until(&self, pool: &mut LocalPool, limit: Duration, done: impl Fn() -> bool) {
+        let end = Instant::ZERO + limit;
+        loop {
+            pool.run_until_stalled();
+            if done() {
+                return;
+            }
+            let mut w = self.0.borrow_mut();
+            let Some(next) = w.sleepers.iter().map(|(at, _)| *at).min() else {
+                return;
+            };
+            if next > end {
+                return;
+            }
+            w.now = w.now.max(next);
+            let now = w.now;
+            let (due, rest): (Vec<_>, Vec<_>) =
+                w.sleepers.drain(..).partition(|(at, _)| *at <= now);
+            w.sleepers = rest;
+            drop(w);
+            for (_, waker) in due {
+                waker.wake();
+            }
+        }
+    }
+}
+
+fn setup() -> (Virtual, LocalPool, fencepost_core::driver::Locks) {
+    let world = Virtual::default();
+    let machine = Machine::with_seed(Backend::default(), 1);
+    let (locks, run) = driver_with_machine(machine, world.clone(), world.clone());
+    let pool = LocalPool::new();
+    pool.spawner().spawn_local(run).unwrap();
+    (world, pool, locks)
+}
+
+fn opts(ttl_ms: u64) -> LockOptions {
+    LockOptions::ttl(Duration::from_millis(ttl_ms))
+}
+
+#[test]
+fn acquire_contend_release_reacquire() {
+    let (world, mut pool, locks) = setup();
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let (o, l) = (out.clone(), locks.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = l.acquire("report", opts(1_000)).await.unwrap();
+            o.borrow_mut().push(format!("token {}", lease.token()));
+            let mut once = opts(1_000);
+            once.acquire_timeout = Some(Duration::ZERO);
+            match l.acquire("report", once).await {
+                Err(LockError::AcquireFailed(AcquireFailedReason::Timeout { .. })) => {
+                    o.borrow_mut().push("busy".into())
+                }
+                other => o
+                    .borrow_mut()
+                    .push(format!("unexpected {:?}", other.map(|l| l.token()))),
+            }
+            lease.release().await.unwrap();
+            let again = l.acquire("report", opts(1_000)).await.unwrap();
+            o.borrow_mut().push(format!("token {}", again.token()));
+            again.release().await.unwrap();
+            o.borrow_mut().push("done".into());
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(10), || {
+        out.borrow().last().is_some_and(|s| s == "done")
+    });
+    assert_eq!(*out.borrow(), ["token 1", "busy", "token 2", "done"]);
+}
+
+#[test]
+fn a_held_lease_is_renewed_and_a_deleted_key_is_reported_lost() {
+    let (world, mut pool, locks) = setup();
+    let lost = Rc::new(RefCell::new(None));
+    let l2 = lost.clone();
+    let w2 = world.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = locks.acquire("report", opts(1_000)).await.unwrap();
+            // renewed at ~333, ~667, …: still valid long after one TTL
+            w2.sleep_until(Instant::from_millis(2_500)).await;
+            assert!(lease.valid_until() > Instant::from_millis(2_500), "renewed");
+            w2.0.borrow_mut().server.delete("fencepost:{report}:lock");
+            let reason = lease.lost().await;
+            *l2.borrow_mut() = Some((reason, w2.now()));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(10), || {
+        lost.borrow().is_some()
+    });
+    let (reason, at) = lost.borrow().clone().expect("lost");
+    assert_eq!(reason, LostReason::RenewRejected);
+    assert!(
+        at <= Instant::from_millis(2_500 + 340),
+        "reported at the next renewal, got {at}"
+    );
+}
+
+#[test]
+fn dropping_the_acquire_future_gives_the_lock_back() {
+    let (world, mut pool, locks) = setup();
+    let done = Rc::new(RefCell::new(None));
+    let d = done.clone();
+    let w2 = world.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            {
+                // give up after 0.5 ms, while the request is on the wire
+                let acquire = Box::pin(locks.acquire("report", opts(1_000)));
+                let timeout = w2.sleep_until(Instant::from_nanos(500_000));
+                let _ = futures::future::select(acquire, timeout).await;
+            } // the acquire future is dropped here
+            w2.sleep_until(Instant::from_millis(50)).await;
+            let mut once = opts(1_000);
+            once.acquire_timeout = Some(Duration::ZERO);
+            *d.borrow_mut() = Some(locks.acquire("report", once).await.map(|l| l.token().get()));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(5), || {
+        done.borrow().is_some()
+    });
+    assert_eq!(
+        *done.borrow(),
+        Some(Ok(2)),
+        "the abandoned grant (token 1) was released"
+    );
+}
+
+#[test]
+fn the_run_future_ends_when_every_handle_is_gone() {
+    let (world, mut pool, locks) = setup();
+    drop(locks);
+    world.run_until(&mut pool, Duration::from_secs(1), || false);
+    pool.run_until_stalled();
+    assert!(world.0.borrow().sleepers.is_empty());
+    // a LocalPool with no live tasks: run() returns at once
+    pool.run();
+}
