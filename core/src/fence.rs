@@ -76,12 +76,19 @@ pub enum ParamStyle {
     Pyformat,
 }
 
-/// A guard builder's input was not a usable SQL identifier.
+/// A guard builder's input cannot make a correct statement.
 #[derive(Clone, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
-#[error("invalid SQL identifier {0:?}: use 1 to 63 characters of letters, digits and '_', not starting with a digit")]
-pub struct InvalidIdentifier(pub String);
+pub enum InvalidGuard {
+    /// Not a plain SQL identifier.
+    #[error("invalid SQL identifier {0:?}: use 1 to 63 characters of letters, digits and '_', not starting with a digit")]
+    Identifier(String),
+    /// A column to set is the id or token column, appears twice, or (in `pyformat`
+    /// style) is named like the `id` or `token` parameter it would be confused with.
+    #[error("column {column:?} cannot be set by a fenced update: {why}")]
+    Column { column: String, why: String },
+}
 
-fn ident(name: &str) -> Result<String, InvalidIdentifier> {
+fn ident(name: &str) -> Result<String, InvalidGuard> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -89,8 +96,38 @@ fn ident(name: &str) -> Result<String, InvalidIdentifier> {
     if ok {
         Ok(format!("\"{name}\""))
     } else {
-        Err(InvalidIdentifier(name.to_owned()))
+        Err(InvalidGuard::Identifier(name.to_owned()))
     }
+}
+
+fn check_columns(
+    id_column: &str,
+    token_column: &str,
+    columns: &[&str],
+    style: ParamStyle,
+) -> Result<(), InvalidGuard> {
+    for (i, c) in columns.iter().enumerate() {
+        let why = if *c == id_column {
+            Some("it is the id column that selects the row".to_owned())
+        } else if *c == token_column {
+            Some("it is the token column, which the update sets to the fencing token".to_owned())
+        } else if columns[..i].contains(c) {
+            Some("it is listed twice".to_owned())
+        } else if style == ParamStyle::Pyformat && (*c == "id" || *c == "token") {
+            Some(format!(
+                "its parameter %({c})s would be the {c} parameter of the fence; use ParamStyle::Dollar"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(InvalidGuard::Column {
+                column: (*c).to_owned(),
+                why,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Builds a fenced conditional update:
@@ -104,15 +141,18 @@ fn ident(name: &str) -> Result<String, InvalidIdentifier> {
 /// means the token is stale** (or the row does not exist): report [`StaleToken`].
 /// The token column must be a `bigint NOT NULL` (start it at 0).
 ///
-/// Errors: [`InvalidIdentifier`] for a table or column name that is not a plain
-/// identifier (they are quoted, never interpolated from user data).
+/// Errors: [`InvalidGuard::Identifier`] for a table or column name that is not a plain
+/// identifier (they are quoted, never interpolated from user data);
+/// [`InvalidGuard::Column`] for a column that is the id or token column, is listed
+/// twice, or in `pyformat` style is named `id` or `token`.
 pub fn sql_fenced_update(
     table: &str,
     id_column: &str,
     token_column: &str,
     columns: &[&str],
     style: ParamStyle,
-) -> Result<String, InvalidIdentifier> {
+) -> Result<String, InvalidGuard> {
+    check_columns(id_column, token_column, columns, style)?;
     let param = |n: usize, name: &str| match style {
         ParamStyle::Dollar => format!("${n}"),
         ParamStyle::Pyformat => format!("%({name})s"),
@@ -223,6 +263,21 @@ mod tests {
         );
         assert!(sql_fenced_update("a; DROP TABLE x", "id", "t", &[], ParamStyle::Dollar).is_err());
         assert!(sql_fenced_update("a", "id", "t", &["1col"], ParamStyle::Dollar).is_err());
+        // parameters and columns must not be confused
+        for (cols, style) in [
+            (&["token", "body"][..], ParamStyle::Pyformat),
+            (&["id"][..], ParamStyle::Pyformat),
+            (&["t"][..], ParamStyle::Dollar),
+            (&["body", "body"][..], ParamStyle::Dollar),
+            (&["pk"][..], ParamStyle::Dollar),
+        ] {
+            let err = sql_fenced_update("inv", "pk", "t", cols, style).unwrap_err();
+            assert!(
+                matches!(err, InvalidGuard::Column { .. }),
+                "{cols:?}: {err}"
+            );
+        }
+        assert!(sql_fenced_update("inv", "pk", "t", &["token"], ParamStyle::Dollar).is_ok());
     }
 
     #[test]

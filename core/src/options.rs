@@ -87,7 +87,8 @@ impl LockOptions {
     /// How long after a request is *sent* the holder may believe the lease it asked for
     /// is held: `ttl · (1 − drift) − margin` (the Redlock validity analysis).
     pub fn validity(&self) -> Duration {
-        let drift = self.ttl.mul_f64(self.drift_factor.clamp(0.0, 0.5));
+        // `f64::max`/`min` drop NaN (unlike `clamp`): never a panic, even unvalidated.
+        let drift = self.ttl.mul_f64(self.drift_factor.max(0.0).min(0.5));
         self.ttl
             .saturating_sub(drift)
             .saturating_sub(self.clock_margin)
@@ -253,9 +254,12 @@ mod tests {
     }
 
     #[test]
-    fn nan_drift_is_rejected() {
+    fn nan_drift_is_rejected_and_never_panics() {
         let mut o = LockOptions::ttl(ms(1_000));
         o.drift_factor = f64::NAN;
         assert!(o.validate("redis", true).is_err());
+        let _ = o.validity(); // public: must not panic on unvalidated options
+        o.drift_factor = f64::INFINITY;
+        let _ = o.validity();
     }
 }
