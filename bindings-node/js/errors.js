@@ -96,9 +96,11 @@ const JS_OPTION = {
   clock_margin: 'clockMarginMs'
 }
 
-/** Core messages name options the Rust/Python way; say them the JavaScript way. */
+/** Core messages name options the Rust/Python way (or neutrally, `accept-failover-risk`);
+ * say them the JavaScript way. */
 function jsWords (text) {
   return String(text)
+    .replace(/\b(accept|auto|renew|retry|acquire|clock|drift)-(failover-risk|renew|every|base|max|timeout|margin|factor)\b/g, (w) => w.replace(/-/g, '_'))
     .replace(/\b(accept_failover_risk|auto_renew)=(true|false)\b/g, (_, name, value) => `${JS_OPTION[name]}: ${value}`)
     .replace(/\b(accept_failover_risk|auto_renew|renew_every|retry_base|retry_max|acquire_timeout|clock_margin|drift_factor)\b/g, (name) => JS_OPTION[name])
 }

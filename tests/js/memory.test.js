@@ -380,7 +380,7 @@ const BAD_OPTIONS = [
   [{ driftFactor: '0.1' }, 'driftFactor', 'driftFactor must be a number'],
   [{ clockMarginMs: -1 }, 'clockMarginMs', 'clockMarginMs must be a finite number'],
   [{ purpose: 'speed' }, 'purpose', "purpose must be 'efficiency' or 'correctness'"],
-  [{ purpose: 'correctness' }, 'purpose', 'acceptFailoverRisk: true'],
+  [{ purpose: 'correctness' }, 'purpose', 'acceptFailoverRisk'],
   [{ autoRenew: 1 }, 'autoRenew', 'autoRenew must be true or false'],
   [{ acceptFailoverRisk: 'yes' }, 'acceptFailoverRisk', 'acceptFailoverRisk must be true or false'],
   [{ ttl: 30 }, 'ttl', 'unknown lock option "ttl"; did you mean ttlMs?'],
