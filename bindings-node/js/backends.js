@@ -37,8 +37,8 @@ function createBackends (native, LockMachine, fence) {
 
     /** Checks a lock's name and options as the core would acquire them (ConfigError). */
     _machineCheck (name, options) {
-      if (this._driverInstance !== null) this._driverInstance.machine.check(name, options)
-      else this._newMachine().check(name, options)
+      if (this._checker === undefined) this._checker = this._newMachine()
+      this._checker.check(name, options)
     }
 
     /**

@@ -54,6 +54,8 @@ class Driver {
     this.machineAt = null
     this.timer = null
     this.timerAt = null
+    this.draining = false
+    this.redrain = false
     this.closed = false
   }
 
@@ -109,18 +111,34 @@ class Driver {
     if (this.closed) throw new BackendError('this backend is closed; create a new one')
   }
 
+  /** Drains the machine's outputs. Events run user code synchronously (a lease's `abort`
+   * listeners), which may feed the machine again (release, acquire, check): such a nested
+   * drain only marks the outer one to poll once more, so outputs are handled in order and
+   * the timer is set from the machine's latest answer. */
   _drain () {
-    const { outputs, nextTimeoutMs } = this.machine.poll()
-    for (const output of outputs) {
-      if (output.type === 'request') {
-        this._execute(output)
-      } else {
-        const acquisition = this.acquisitions.get(output.lock)
-        if (TERMINAL.has(output.type)) this.acquisitions.delete(output.lock)
-        if (acquisition !== undefined) acquisition.onEvent(output)
-      }
+    if (this.draining) {
+      this.redrain = true
+      return
     }
-    this.machineAt = nextTimeoutMs
+    this.draining = true
+    try {
+      do {
+        this.redrain = false
+        const { outputs, nextTimeoutMs } = this.machine.poll()
+        this.machineAt = nextTimeoutMs
+        for (const output of outputs) {
+          if (output.type === 'request') {
+            this._execute(output)
+          } else {
+            const acquisition = this.acquisitions.get(output.lock)
+            if (TERMINAL.has(output.type)) this.acquisitions.delete(output.lock)
+            if (acquisition !== undefined) acquisition.onEvent(output)
+          }
+        }
+      } while (this.redrain)
+    } finally {
+      this.draining = false
+    }
     this._arm()
     this._ref()
   }

@@ -277,6 +277,29 @@ test('release of a key deleted behind the holder reports not_held_at_release', a
   backend.close()
 })
 
+test('an abort listener may use the same backend at once (re-entrant driver)', async () => {
+  const server = new MemoryServer()
+  const backend = new MemoryBackend({ server })
+  const other = new MemoryBackend({ server })
+  const holder = await new Lock(other, 'b', { ttlMs: 5_000 }).acquire()
+  const lease = await new Lock(backend, 'a', { ttlMs: 300 }).acquire()
+  let nested = null
+  lease.signal.addEventListener('abort', () => {
+    assert.equal(lease.validForMs(), 0) // feeds the machine from inside its own event
+    nested = new Lock(backend, 'b', { ttlMs: 1_000, acquireTimeoutMs: 3_000, retryBaseMs: 5, retryMaxMs: 20 }).acquire()
+  })
+  server.deleteLock('a')
+  await aborted(lease.signal)
+  assert.ok(nested instanceof Promise)
+  await sleep(50) // the nested acquisition waits (backoff timers) while B holds the lock
+  await holder.release()
+  const got = await nested
+  assert.equal(got.token, 2n)
+  await got.release()
+  backend.close()
+  other.close()
+})
+
 /** Acquires and releases work; renewals never get an answer. */
 class HangingRenewBackend extends MemoryBackend {
   execute (request) {
