@@ -581,6 +581,43 @@ def test_close_marks_held_leases_lost_and_frees_the_server(backend: fencepost.Me
         fencepost.Lock(backend, "closing").acquire_sync()
 
 
+def test_fifty_threads_renew_and_release_every_lease(backend: fencepost.MemoryBackend) -> None:
+    """50 threads each hold their own lock for 0.5 s with ttl=0.3 (renewed every 0.1 s):
+    one poll() often yields several renewals or releases at once, and every one of them
+    must run exactly once (a lost renewal is a spurious LockLost, a lost release an
+    orphaned lock)."""
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with fencepost.Lock(backend, f"t{i}", ttl=0.3):
+                time.sleep(0.5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not [t for t in threads if t.is_alive()]
+    assert errors == []
+    machine = backend._sync_driver()._machine
+    assert wait_until(lambda: machine.lock_count() == 0, timeout=0.2), machine.lock_count()
+    assert all(backend.server.lock_owner(f"t{i}") is None for i in range(50))
+
+
+def test_close_releases_every_held_lock_on_the_server(backend: fencepost.MemoryBackend) -> None:
+    """close() emits one release per held lock in a single poll(): all must run."""
+    leases = [fencepost.Lock(backend, f"c{i}", ttl=5.0).acquire_sync() for i in range(5)]
+    assert all(backend.server.lock_owner(f"c{i}") == lease.owner_id for i, lease in enumerate(leases))
+    backend.close()
+    assert wait_until(
+        lambda: all(backend.server.lock_owner(f"c{i}") is None for i in range(5)), timeout=1.0
+    ), [backend.server.lock_owner(f"c{i}") for i in range(5)]
+    assert all(lease.lost_reason == "closed" for lease in leases)
+
+
 async def test_sync_and_async_leases_on_one_backend_contend(backend: fencepost.MemoryBackend) -> None:
     held = await fencepost.Lock(backend, "mixed", ttl=5.0).acquire()
     result: list[BaseException] = []

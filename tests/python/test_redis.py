@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import AsyncIterator, Iterator
@@ -20,6 +21,7 @@ from fencepost.errors import AcquireTimeout, BackendError, ConfigError, LockLost
 from fencepost.redis import RedisBackend
 
 import contender
+from conftest import wait_until
 
 URL = os.environ.get("FENCEPOST_REDIS_URL")
 pytestmark = pytest.mark.skipif(
@@ -258,6 +260,43 @@ async def test_async_with_against_redis(client: redis.Redis, aclient: redis.asyn
         await backend.fenced_set(prefix + "doc", prefix + "doc:fence", lease.token, "v1")
     assert client.get(backend.lock_key("a")) is None
     assert client.get(prefix + "doc") == b"v1"
+
+
+def test_twenty_threads_renew_and_release_every_lease(client: redis.Redis, prefix: str) -> None:
+    """20 threads, one lock each, held 0.5 s with ttl=0.3: every renewal and release of a
+    poll() that yields several runs exactly once (no spurious LockLost, no orphaned
+    lock keys)."""
+    backend = RedisBackend(client, key_prefix=prefix)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with fencepost.Lock(backend, f"t{i}", ttl=0.3):
+                time.sleep(0.5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not [t for t in threads if t.is_alive()]
+    assert errors == []
+    machine = backend._sync_driver()._machine
+    assert wait_until(lambda: machine.lock_count() == 0, timeout=0.5), machine.lock_count()
+    assert list(client.scan_iter(match=prefix + "*:lock")) == []
+
+
+def test_close_releases_every_held_lock_on_redis(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    for i in range(5):
+        fencepost.Lock(backend, f"c{i}", ttl=30.0).acquire_sync()
+    assert len(list(client.scan_iter(match=prefix + "*:lock"))) == 5
+    backend.close()
+    assert wait_until(lambda: list(client.scan_iter(match=prefix + "*:lock")) == [], timeout=2.0), list(
+        client.scan_iter(match=prefix + "*:lock")
+    )
 
 
 async def test_mismatched_client_modes_raise_config_error(client: redis.Redis, aclient: redis.asyncio.Redis, prefix: str) -> None:

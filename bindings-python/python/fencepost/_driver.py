@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -482,8 +483,9 @@ class ThreadDriver:
         outputs, next_ns = self._machine.poll()
         for output in outputs:
             if isinstance(output, _core.Request):
-                request = output
-                self._pool.submit(lambda: self._execute(request))
+                # Bind the request now: a closure over the loop variable would see only
+                # the last request of this poll() when the worker gets to it.
+                self._pool.submit(functools.partial(self._execute, output))
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
