@@ -416,6 +416,8 @@ export declare class BackendError extends FencepostError {
 /** A request of the lock machine, for the host to run and answer. */
 export interface MachineRequest extends RedisScriptCall {
   readonly type: 'request'
+  /** The protocol of the request (the machines of this package speak Redis). */
+  readonly backend: 'redis'
   readonly id: number
   readonly lock: number
   readonly operation: 'acquire' | 'renew' | 'release'

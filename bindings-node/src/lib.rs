@@ -470,7 +470,6 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
     let mut o = Object::new(env)?;
     match output {
         Output::Request(req) => {
-            let RequestBody::Redis(cmd) = &req.body;
             o.set("type", "request")?;
             o.set("id", req.id.0 as f64)?;
             o.set("lock", req.lock.0 as f64)?;
@@ -483,10 +482,20 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
                 },
             )?;
             o.set("deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
-            o.set("script", script_name(cmd.script))?;
-            o.set("sha1", cmd.script.sha1())?;
-            o.set("keys", cmd.keys.clone())?;
-            o.set("args", cmd.args.clone())?;
+            // This addon only builds Redis machines; another backend's body (the core's
+            // enum is growing: PostgreSQL, etcd) is labelled, never a panic, and the
+            // adapter reports it as a failed request.
+            #[allow(unreachable_patterns)]
+            match &req.body {
+                RequestBody::Redis(cmd) => {
+                    o.set("backend", "redis")?;
+                    o.set("script", script_name(cmd.script))?;
+                    o.set("sha1", cmd.script.sha1())?;
+                    o.set("keys", cmd.keys.clone())?;
+                    o.set("args", cmd.args.clone())?;
+                }
+                _ => o.set("backend", "unsupported")?,
+            }
         }
         Output::Event { lock, event } => {
             o.set("lock", lock.0 as f64)?;
