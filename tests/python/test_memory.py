@@ -633,6 +633,84 @@ async def test_sync_and_async_leases_on_one_backend_contend(backend: fencepost.M
     assert held.token == 1
 
 
+def test_async_lease_check_from_a_worker_thread_is_thread_safe() -> None:
+    """lease.check() / valid_for() inside asyncio.to_thread never touch the loop from the
+    worker thread (debug mode raises for call_later / call_soon off the loop thread):
+    the poke is handed to the loop, the lease stays renewed, its state is readable."""
+    problems: list[BaseException] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(
+            lambda _loop, ctx: problems.append(ctx.get("exception") or RuntimeError(ctx["message"]))
+        )
+        backend = fencepost.MemoryBackend()
+        # ttl 100 ms: a renewal every 33 ms, so the worker's pokes often find a timer due
+        async with fencepost.Lock(backend, "threaded", ttl=0.1) as lease:
+
+            def work() -> int:
+                checks = 0
+                deadline = time.monotonic() + 0.5
+                while time.monotonic() < deadline:
+                    lease.check()
+                    assert lease.valid_for() > 0
+                    checks += 1
+                return checks
+
+            assert await asyncio.to_thread(work) > 100
+            lease.check()
+        assert backend.server.lock_owner("threaded") is None
+
+    asyncio.run(main(), debug=True)
+    assert problems == []
+
+
+@pytest.mark.parametrize("how", ["deleted", "expired"])
+def test_async_lease_loss_is_reported_by_check_in_a_worker_thread(how: str) -> None:
+    async def main() -> LockLost:
+        backend = fencepost.MemoryBackend()
+        lock = fencepost.Lock(backend, "threaded", ttl=0.2, auto_renew=how != "expired")
+        lease = await lock.acquire()
+
+        def work() -> LockLost:
+            if how == "deleted":
+                backend.server.delete_lock("threaded")
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                try:
+                    lease.check()
+                except LockLost as lost:
+                    assert lease.valid_for() == 0.0
+                    return lost
+                time.sleep(0.002)
+            raise AssertionError("check() never reported the loss")
+
+        lost = await asyncio.to_thread(work)
+        assert lease.lost.is_set()
+        with pytest.raises(LockLost):
+            await lock.release()
+        return lost
+
+    lost = asyncio.run(main(), debug=True)
+    assert lost.reason == ("renew_rejected" if how == "deleted" else "expired")
+
+
+def test_async_lease_check_after_its_loop_closed_reports_expiry() -> None:
+    """Once its loop is closed nothing renews the lease; check() past the deadline says
+    so (instead of failing on the closed loop)."""
+    backend = fencepost.MemoryBackend()
+
+    async def main() -> fencepost.Lease:
+        return await fencepost.Lock(backend, "orphan", ttl=0.1).acquire()
+
+    lease = asyncio.run(main())
+    lease.check()  # still within its validity
+    time.sleep(0.12)
+    with pytest.raises(LockLost) as info:
+        lease.check()
+    assert info.value.reason == "expired" and lease.valid_for() == 0.0
+
+
 # ---- the native module's conversions -----------------------------------------------------
 
 

@@ -223,6 +223,13 @@ class SyncAcquisition:
             self.released.set_result(None)
 
 
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _current_task() -> Optional[asyncio.Task[Any]]:
     try:
         return asyncio.current_task()
@@ -235,7 +242,8 @@ def _current_task() -> Optional[asyncio.Task[Any]]:
 
 class AsyncDriver:
     """Runs one machine on one asyncio event loop. All methods must be called on that
-    loop's thread."""
+    loop's thread, except :meth:`poke` (any thread) and :meth:`close` (any thread while
+    the loop is not running)."""
 
     def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
         self.backend = backend
@@ -246,6 +254,10 @@ class AsyncDriver:
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at: Optional[int] = None
         self._closed = False
+        #: Serializes pokes once the loop is closed (then no loop thread owns the machine).
+        self._orphaned = threading.Lock()
+        #: A poke handed to the loop by another thread has not run yet.
+        self._poke_pending = False
 
     # -- inputs from the Lock API --
 
@@ -265,11 +277,43 @@ class AsyncDriver:
             self._drain()
 
     def poke(self) -> None:
-        """Delivers due timers now (``lease.check()``), so a lease past its deadline is
-        reported lost by the machine before the caller reads it."""
+        """Delivers due timers (``lease.check()``, ``lease.valid_for()``), so a lease past
+        its deadline is reported lost by the machine before the caller reads it.
+
+        On the loop's thread the machine is fed at once. From any other thread (work
+        run with ``asyncio.to_thread``) the machine is not touched: the poke is handed
+        to the loop with ``call_soon_threadsafe`` and the caller reads the lease as the
+        loop last left it (lost or not, ``valid_until_ns``), so a loss shows within the
+        loop's latency. Once the loop is closed no loop can feed the machine any more:
+        the poke runs here, under a lock, and requests that could only run on the loop
+        are dropped."""
+        if self._closed:
+            return
+        if _running_loop() is self.loop:
+            self._poke_now()
+            return
+        if not self.loop.is_closed():
+            if self._poke_pending:
+                return  # one handed over and not run yet: a thread calling check() in
+                # a tight loop must not flood the loop with callbacks
+            self._poke_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._poke_soon)
+                return
+            except RuntimeError:  # closed meanwhile
+                pass
+        with self._orphaned:
+            self._poke_now()
+
+    def _poke_now(self) -> None:
         if not self._closed:
             self._machine.timeout(time.monotonic_ns())
             self._drain()
+
+    def _poke_soon(self) -> None:
+        self._poke_pending = False
+        if not self._closed:
+            self._feed(lambda now: self._machine.timeout(now))
 
     def owner(self, lock: int) -> str:
         return self._machine.owner(lock) or ""
@@ -298,8 +342,11 @@ class AsyncDriver:
 
     def _drain(self) -> None:
         outputs, next_ns = self._machine.poll()
+        orphaned = self.loop.is_closed()
         for output in outputs:
             if isinstance(output, _core.Request):
+                if orphaned:
+                    continue  # nothing can run it; the machine's deadlines give up on it
                 task = self.loop.create_task(self._execute(output))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -310,7 +357,7 @@ class AsyncDriver:
                     acquisition = self._acquisitions.get(output.lock)
                 if acquisition is not None:
                     acquisition.on_event(output)
-        if not self._closed:
+        if not self._closed and not orphaned:
             self._arm(next_ns)
 
     def _arm(self, at_ns: Optional[int]) -> None:

@@ -146,8 +146,10 @@ class _LeaseBase:
     def check(self) -> None:
         """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
         timers are delivered first, so a lease past its deadline is reported lost even
-        if the driver has not woken yet. Call it before each step of long work and
-        before writing to the protected resource."""
+        if the driver has not woken yet (for a :class:`Lease` checked from a thread
+        other than its event loop's, the loop delivers them: see :class:`Lease`). Call
+        it before each step of long work and before writing to the protected
+        resource."""
         self._poke()
         if self._lost_reason is not None:
             raise self._lost_error()
@@ -171,6 +173,12 @@ class Lease(_LeaseBase):
     inside ``async with``, the body task is cancelled at its next ``await`` (the exit
     then raises :class:`~fencepost.errors.LockLost`). Work that does not await should
     call :meth:`check` between steps.
+
+    :meth:`check` and :meth:`valid_for` may also be called from another thread (work
+    run with ``asyncio.to_thread``): there they never touch the event loop's state
+    directly; they ask the loop to deliver due timers and read the lease as the loop
+    last left it, so a loss shows up as soon as the loop gets to it. A thread cannot be
+    cancelled: it sees the loss only through :meth:`check`.
     """
 
     def __init__(
