@@ -496,9 +496,15 @@ fn event(lock: LockId, event: CoreEvent) -> Event {
     out
 }
 
-fn redis_command(body: RequestBody) -> RedisCommand {
+/// The Redis command of a request. This module builds Redis machines only; another
+/// backend's body (the core's enum grows: PostgreSQL, etcd) is an error, never a panic.
+fn redis_command(py: Python<'_>, body: RequestBody) -> PyResult<RedisCommand> {
     match body {
-        RequestBody::Redis(cmd) => cmd,
+        RequestBody::Redis(cmd) => Ok(cmd),
+        other => Err(config_error(
+            py,
+            format!("this machine only runs Redis requests, got {other:?}"),
+        )),
     }
 }
 
@@ -684,7 +690,7 @@ impl Machine {
                             Operation::Release => "release",
                         },
                         deadline_ns: req.deadline.as_nanos(),
-                        cmd: redis_command(req.body),
+                        cmd: redis_command(py, req.body)?,
                     };
                     outputs.push(Py::new(py, request)?.into_any());
                 }

@@ -1,6 +1,7 @@
 //! Backends: how to phrase each request for one kind of lock server and how to read
 //! its reply. A backend never decides *when* to send or whether a lease is valid.
 
+pub mod postgres;
 pub mod redis;
 
 use core::time::Duration;
@@ -10,14 +11,18 @@ use serde::{Deserialize, Serialize};
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
+pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisCommand, RedisScript, RedisValue};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Backend {
     /// A single Redis (or Redis-compatible) server.
     Redis(RedisBackend),
+    /// PostgreSQL: lease rows or session-level advisory locks.
+    Postgres(PostgresBackend),
 }
 
 impl Default for Backend {
@@ -41,17 +46,23 @@ pub enum Operation {
 /// A backend request as data, for the host's adapter to execute.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "backend", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RequestBody {
     /// Run a Lua script on Redis (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
     Redis(RedisCommand),
+    /// Run a SQL statement on PostgreSQL, on the connection it names.
+    Sql(SqlStatement),
 }
 
 /// A backend reply as data, converted by the host's adapter from its client library.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "backend", content = "value", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reply {
     /// A Redis reply.
     Redis(RedisValue),
+    /// A SQL reply.
+    Sql(SqlReply),
 }
 
 /// The outcome of an acquire request.
@@ -87,6 +98,7 @@ impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Redis(_) => "redis",
+            Backend::Postgres(_) => "postgres",
         }
     }
 
@@ -94,36 +106,53 @@ impl Backend {
     pub fn tokens_may_regress(&self) -> bool {
         match self {
             Backend::Redis(_) => true,
+            // Lease rows and token rows are durable, transactional state.
+            Backend::Postgres(_) => false,
         }
     }
 
     pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms)),
+            Backend::Postgres(b) => RequestBody::Sql(b.acquire(name, owner, ttl_ms)),
         }
     }
 
     pub(crate) fn renew(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.renew(name, owner, ttl_ms)),
+            Backend::Postgres(b) => RequestBody::Sql(b.renew(name, owner, ttl_ms)),
         }
     }
 
     pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> RequestBody {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.release(name, owner)),
+            Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
         }
     }
 
     pub(crate) fn read_acquire(&self, reply: &Reply) -> Result<AcquireOutcome, ReplyError> {
         match (self, reply) {
             (Backend::Redis(_), Reply::Redis(v)) => redis::read_acquire(v),
+            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_acquire(v),
+            (b, r) => Err(wrong_reply(b, r)),
         }
     }
 
     pub(crate) fn read_owner_check(&self, reply: &Reply) -> Result<OwnerCheck, ReplyError> {
         match (self, reply) {
             (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
+            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_owner_check(v),
+            (b, r) => Err(wrong_reply(b, r)),
         }
     }
+}
+
+/// A reply of another backend's kind: the host's adapter is miswired.
+fn wrong_reply(backend: &Backend, reply: &Reply) -> ReplyError {
+    ReplyError::Protocol(ProtocolError {
+        backend: backend.name().to_owned(),
+        message: format!("got a reply for another backend: {reply:?}"),
+    })
 }

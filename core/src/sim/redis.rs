@@ -30,6 +30,9 @@ impl MemoryRedis {
     pub fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
         match body {
             RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
+            _ => Reply::Redis(RedisValue::Error(
+                "ERR the in-memory server runs Redis scripts only".to_owned(),
+            )),
         }
     }
 

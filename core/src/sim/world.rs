@@ -988,6 +988,7 @@ fn unit(rng: &mut ChaCha8Rng) -> f64 {
 fn request_owner(request: &Request) -> String {
     match &request.body {
         crate::RequestBody::Redis(cmd) => cmd.args.first().cloned().unwrap_or_default(),
+        _ => String::new(),
     }
 }
 
