@@ -21,7 +21,9 @@ use fencepost_core::{
 };
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+};
 
 pyo3::create_exception!(
     fencepost._core,
@@ -152,16 +154,60 @@ fn arg_f64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     })
 }
 
+/// A `str` as UTF-8; other types and strings with lone surrogates (which UTF-8 cannot
+/// hold) are `ConfigError`s naming the parameter.
 fn arg_str(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
-    value
-        .cast::<PyString>()
-        .map_err(|_| {
-            config_error(
-                value.py(),
-                format!("{name} must be a str, got {}", describe(value)),
-            )
-        })
-        .and_then(|s| Ok(s.to_cow()?.into_owned()))
+    let s = value.cast::<PyString>().map_err(|_| {
+        config_error(
+            value.py(),
+            format!("{name} must be a str, got {}", describe(value)),
+        )
+    })?;
+    utf8(s, name)
+}
+
+fn utf8(s: &Bound<'_, PyString>, name: &str) -> PyResult<String> {
+    match s.to_cow() {
+        Ok(text) => Ok(text.into_owned()),
+        Err(_) => {
+            let repr = s
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "<unrepresentable>".to_owned());
+            Err(config_error(
+                s.py(),
+                format!("{name} must be valid UTF-8 (no lone surrogates), got {repr}"),
+            ))
+        }
+    }
+}
+
+/// Text given as `str` or as UTF-8 `bytes` / `bytearray` (what Redis clients hand
+/// around). Redis commands carry UTF-8 strings, so other bytes are a `ConfigError`.
+fn arg_text(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    let py = value.py();
+    let bytes: Vec<u8> = if let Ok(s) = value.cast::<PyString>() {
+        return utf8(s, name);
+    } else if let Ok(b) = value.cast::<PyBytes>() {
+        b.as_bytes().to_vec()
+    } else if let Ok(b) = value.cast::<PyByteArray>() {
+        b.to_vec()
+    } else {
+        return Err(config_error(
+            py,
+            format!("{name} must be a str or bytes, got {}", describe(value)),
+        ));
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        config_error(
+            py,
+            format!(
+                "{name} must be str or UTF-8 bytes (fenced writes carry text), got bytes that \
+                 are not UTF-8 at byte {}",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
 }
 
 fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Instant> {
@@ -861,17 +907,27 @@ impl Fence {
     /// Accepts a write to `resource` carrying `token` and remembers the token.
     ///
     /// Errors: `StaleToken` (attributes resource, token, highest) when a higher token
-    /// was accepted before; `ConfigError` for a token that is not a non-negative int.
-    fn check(&mut self, py: Python<'_>, resource: &str, token: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// was accepted before; `ConfigError` for a resource that is not a str or a token
+    /// that is not a non-negative int.
+    fn check(
+        &mut self,
+        py: Python<'_>,
+        resource: &Bound<'_, PyAny>,
+        token: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let resource = arg_str(resource, "resource")?;
         let token = FencingToken(arg_u64(token, "token")?);
         self.inner
-            .check(resource, token)
+            .check(&resource, token)
             .map_err(|e| stale_token_error(py, e))
     }
 
     /// The highest token accepted for `resource`, or None.
-    fn highest(&self, resource: &str) -> Option<u64> {
-        self.inner.highest(resource).map(FencingToken::get)
+    ///
+    /// Errors: `ConfigError` for a resource that is not a str.
+    fn highest(&self, resource: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let resource = arg_str(resource, "resource")?;
+        Ok(self.inner.highest(&resource).map(FencingToken::get))
     }
 }
 
@@ -927,19 +983,23 @@ fn sql_fenced_update(
 }
 
 /// The fenced Redis SET as a `Command`: writes `value` to `data_key` unless `token` is
-/// lower than the highest token stored at `fence_key`.
+/// lower than the highest token stored at `fence_key`. `value` is a str or UTF-8 bytes.
 ///
-/// Errors: `ConfigError` for a token that is not a non-negative int.
+/// Errors: `ConfigError` naming the argument: keys that are not str, a value that is
+/// neither str nor UTF-8 bytes, a token that is not a non-negative int.
 #[pyfunction]
 fn redis_fenced_set(
-    data_key: &str,
-    fence_key: &str,
+    data_key: &Bound<'_, PyAny>,
+    fence_key: &Bound<'_, PyAny>,
     token: &Bound<'_, PyAny>,
-    value: &str,
+    value: &Bound<'_, PyAny>,
 ) -> PyResult<Command> {
+    let data_key = arg_str(data_key, "data_key")?;
+    let fence_key = arg_str(fence_key, "fence_key")?;
     let token = FencingToken(arg_u64(token, "token")?);
+    let value = arg_text(value, "value")?;
     Ok(Command {
-        cmd: fence::redis_fenced_set(data_key, fence_key, token, value),
+        cmd: fence::redis_fenced_set(&data_key, &fence_key, token, &value),
     })
 }
 
@@ -951,12 +1011,13 @@ fn redis_fenced_set(
 #[pyfunction]
 fn read_redis_fenced_set(
     py: Python<'_>,
-    resource: &str,
+    resource: &Bound<'_, PyAny>,
     token: &Bound<'_, PyAny>,
     reply: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
+    let resource = arg_str(resource, "resource")?;
     let token = FencingToken(arg_u64(token, "token")?);
-    match fence::read_redis_fenced_set(resource, token, &to_redis_value(reply, 0)) {
+    match fence::read_redis_fenced_set(&resource, token, &to_redis_value(reply, 0)) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(stale)) => Err(stale_token_error(py, stale)),
         Err(e) => Err(protocol_error(py, &e)),
@@ -975,21 +1036,25 @@ fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// The lease key of lock `name` under `key_prefix` (`{prefix}{{name}}:lock`).
+///
+/// Errors: `ConfigError` for arguments that are not str.
 #[pyfunction]
-fn lock_key(key_prefix: &str, name: &str) -> String {
-    RedisSettings {
-        key_prefix: key_prefix.to_owned(),
-    }
-    .lock_key(name)
+fn lock_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    Ok(settings.lock_key(&arg_str(name, "name")?))
 }
 
 /// The fencing-token counter key of lock `name` under `key_prefix`.
+///
+/// Errors: `ConfigError` for arguments that are not str.
 #[pyfunction]
-fn token_key(key_prefix: &str, name: &str) -> String {
-    RedisSettings {
-        key_prefix: key_prefix.to_owned(),
-    }
-    .token_key(name)
+fn token_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    Ok(settings.token_key(&arg_str(name, "name")?))
 }
 
 #[pymodule]

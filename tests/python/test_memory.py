@@ -465,6 +465,20 @@ def test_bad_names_raise_config_error(backend: fencepost.MemoryBackend, name: ob
         fencepost.Lock(backend, name)  # type: ignore[arg-type]
 
 
+def test_lone_surrogates_are_config_errors_naming_the_parameter(backend: fencepost.MemoryBackend) -> None:
+    with pytest.raises(ConfigError) as info:
+        fencepost.Lock(backend, "\udc80")
+    assert str(info.value) == "name must be valid UTF-8 (no lone surrogates), got '\\udc80'"
+    with pytest.raises(ConfigError, match="^table must be valid UTF-8"):
+        fencepost.sql_fenced_update("\ud800x", "id", "t", [])
+    with pytest.raises(ConfigError, match="^resource must be valid UTF-8"):
+        fencepost.Fence().check("\udc80", 1)
+    with pytest.raises(ConfigError, match="^name must be valid UTF-8"):
+        backend.lock_key("\udc80")
+    with pytest.raises(ConfigError, match="^key_prefix must be valid UTF-8"):
+        fencepost.MemoryBackend(key_prefix="p\udc80:")
+
+
 def test_bad_backend_raises_config_error() -> None:
     with pytest.raises(ConfigError, match="backend must be"):
         fencepost.Lock(object(), "x")  # type: ignore[arg-type]
@@ -546,6 +560,37 @@ async def test_memory_fenced_set_accepts_current_and_rejects_stale_tokens(backen
     with pytest.raises(StaleToken) as info:
         backend.fenced_set_sync("doc:data", "doc:fence", first.token, "stale")
     assert (info.value.token, info.value.highest) == (first.token, second.token)
+    assert backend.server.get("doc:data") == "v2"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ((b"doc:data", "doc:fence", 1, "v"), "data_key must be a str, got b'doc:data' (bytes)"),
+        (("doc:data", 7, 1, "v"), "fence_key must be a str, got 7 (int)"),
+        (("doc:data", "doc:fence", 1, 5), "value must be a str or bytes, got 5 (int)"),
+        (("doc:data", "doc:fence", 1, None), "value must be a str or bytes, got None"),
+        (("doc:data", "doc:fence", 1, b"\xff"), "value must be str or UTF-8 bytes"),
+        (("doc:data", "doc:fence", 1, "\udc80"), "value must be valid UTF-8 (no lone surrogates)"),
+        (("doc:data", "doc:fence", "1", "v"), "token must be an int"),
+    ],
+)
+async def test_fenced_set_bad_arguments_are_config_errors(
+    backend: fencepost.MemoryBackend, args: tuple[object, object, object, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        backend.fenced_set_sync(*args)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        await backend.fenced_set(*args)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+    assert backend.server.get("doc:data") is None
+
+
+async def test_fenced_set_accepts_utf8_bytes_values(backend: fencepost.MemoryBackend) -> None:
+    backend.fenced_set_sync("doc:data", "doc:fence", 1, b"caf\xc3\xa9")
+    assert backend.server.get("doc:data") == "café"
+    await backend.fenced_set("doc:data", "doc:fence", 2, bytearray(b"v2"))
     assert backend.server.get("doc:data") == "v2"
 
 

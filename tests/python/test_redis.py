@@ -322,6 +322,14 @@ def test_fenced_set_rejects_stale_tokens(client: redis.Redis, prefix: str) -> No
     assert client.get(data) == b"seven"
 
 
+def test_fenced_set_stores_bytes_values(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    backend.fenced_set_sync(prefix + "row", prefix + "row:fence", 1, b"caf\xc3\xa9")
+    assert client.get(prefix + "row") == "café".encode()
+    with pytest.raises(ConfigError, match="value must be a str or bytes"):
+        backend.fenced_set_sync(prefix + "row", prefix + "row:fence", 2, 2)  # type: ignore[arg-type]
+
+
 def test_decode_responses_clients_work(prefix: str) -> None:
     c = redis.Redis.from_url(URL, decode_responses=True)
     backend = RedisBackend(c, key_prefix=prefix)

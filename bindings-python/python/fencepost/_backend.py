@@ -31,7 +31,8 @@ class Backend:
             lock ``name`` are ``{prefix}{{name}}:lock`` and ``{prefix}{{name}}:token``.
 
     Raises:
-        ConfigError: ``key_prefix`` is not a str.
+        ConfigError: ``key_prefix`` is not a str (or holds lone surrogates, which UTF-8
+            cannot encode).
     """
 
     #: Whether ``async with`` / ``await lock.acquire()`` work with this backend.
@@ -42,6 +43,7 @@ class Backend:
     def __init__(self, *, key_prefix: str = "fencepost:") -> None:
         if not isinstance(key_prefix, str):
             raise ConfigError(f"key_prefix must be a str, got {key_prefix!r}")
+        _core.lock_key(key_prefix, "")  # ConfigError for a prefix UTF-8 cannot encode
         self.key_prefix = key_prefix
         self._state = threading.Lock()
         self._async_drivers: Dict[int, AsyncDriver] = {}
@@ -141,10 +143,15 @@ class Backend:
 
     # -- fenced writes --
 
-    async def fenced_set(self, data_key: str, fence_key: str, token: int, value: str) -> None:
+    async def fenced_set(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
         """Writes ``value`` to ``data_key`` unless ``token`` is lower than the highest
         token ``fence_key`` has seen (checked and written atomically by the core's
         ``fenced_set`` script); the fence then remembers ``token``.
+
+        ``value`` is a ``str`` or UTF-8 ``bytes`` (the script's arguments are text:
+        arbitrary binary values are refused with ConfigError).
 
         Raises:
             StaleToken: a newer lock holder has already written (attributes
@@ -153,7 +160,10 @@ class Backend:
                 have happened).
             ProtocolError: the server answered with an error or a reply of the wrong
                 shape.
-            ConfigError: wrong argument types, or a backend without asyncio support.
+            ConfigError: an argument of the wrong type (keys that are not str, a value
+                that is neither str nor UTF-8 bytes, a token that is not an int >= 0),
+                named in the message, or a backend without asyncio support. Raised
+                before anything is sent.
         """
         command = _core.redis_fenced_set(data_key, fence_key, token, value)
         try:
@@ -164,7 +174,9 @@ class Backend:
             raise BackendError(f"fenced SET of {data_key!r} failed: {exc}") from exc
         _core.read_redis_fenced_set(data_key, token, reply)
 
-    def fenced_set_sync(self, data_key: str, fence_key: str, token: int, value: str) -> None:
+    def fenced_set_sync(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
         """Blocking form of :meth:`fenced_set`; same arguments and errors."""
         command = _core.redis_fenced_set(data_key, fence_key, token, value)
         try:

@@ -206,7 +206,9 @@ class Fence:
 
         Raises: StaleToken (``resource``, ``token``, ``highest``), ConfigError."""
     def highest(self, resource: str) -> Optional[int]:
-        """Highest token accepted for ``resource``, or None."""
+        """Highest token accepted for ``resource``, or None.
+
+        Raises: ConfigError for a resource that is not a str."""
 
 def sql_fenced_update(
     table: str,
@@ -222,23 +224,31 @@ def sql_fenced_update(
 
     Raises: ConfigError for a name that is not a plain SQL identifier, or a bad style."""
 
-def redis_fenced_set(data_key: str, fence_key: str, token: int, value: str) -> Command:
-    """The fenced Redis SET: writes ``value`` to ``data_key`` unless ``token`` is lower
-    than the highest token stored at ``fence_key``.
+def redis_fenced_set(
+    data_key: str, fence_key: str, token: int, value: Union[str, bytes, bytearray]
+) -> Command:
+    """The fenced Redis SET: writes ``value`` (str or UTF-8 bytes) to ``data_key`` unless
+    ``token`` is lower than the highest token stored at ``fence_key``.
 
-    Raises: ConfigError for a bad token."""
+    Raises: ConfigError naming the argument (keys not str, a value neither str nor
+    UTF-8 bytes, a token not an int >= 0)."""
 
 def read_redis_fenced_set(resource: str, token: int, reply: object) -> None:
     """Reads the reply of :func:`redis_fenced_set`; returns when the write was accepted.
 
-    Raises: StaleToken when refused, ProtocolError for a reply of another shape."""
+    Raises: StaleToken when refused, ProtocolError for a reply of another shape,
+    ConfigError for arguments of the wrong type."""
 
 def redis_scripts() -> Dict[str, Tuple[str, str]]:
     """Every Redis script: name → (sha1, Lua source). Names: ``"acquire"``,
     ``"renew"``, ``"release"``, ``"fenced_set"``."""
 
 def lock_key(key_prefix: str, name: str) -> str:
-    """The lease key of lock ``name``: ``{key_prefix}{{name}}:lock``."""
+    """The lease key of lock ``name``: ``{key_prefix}{{name}}:lock``.
+
+    Raises: ConfigError for arguments that are not str (or hold lone surrogates)."""
 
 def token_key(key_prefix: str, name: str) -> str:
-    """The fencing-token counter key of lock ``name``: ``{key_prefix}{{name}}:token``."""
+    """The fencing-token counter key of lock ``name``: ``{key_prefix}{{name}}:token``.
+
+    Raises: ConfigError for arguments that are not str (or hold lone surrogates)."""
