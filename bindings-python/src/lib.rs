@@ -58,10 +58,25 @@ fn config_error(py: Python<'_>, message: impl Into<String>) -> PyErr {
     fp_error(py, "ConfigError", message.into(), None)
 }
 
+/// A `UsageError` as `ConfigError` (`ClockError` for time going backwards) with the
+/// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
-    match err {
-        UsageError::TimeWentBackwards { .. } => fp_error(py, "ClockError", err.to_string(), None),
-        _ => config_error(py, err.to_string()),
+    let (class, kind, option) = match &err {
+        UsageError::TimeWentBackwards { .. } => ("ClockError", "time_went_backwards", None),
+        UsageError::InvalidOption { option, .. } => {
+            ("ConfigError", "invalid_option", Some(option.as_str()))
+        }
+        UsageError::UnsafePurpose { .. } => ("ConfigError", "unsafe_purpose", None),
+        UsageError::InvalidName { .. } => ("ConfigError", "invalid_name", None),
+        UsageError::UnknownLock { .. } => ("ConfigError", "unknown_lock", None),
+    };
+    let kwargs = PyDict::new(py);
+    match kwargs
+        .set_item("kind", kind)
+        .and_then(|()| kwargs.set_item("option", option))
+    {
+        Ok(()) => fp_error(py, class, err.to_string(), Some(&kwargs)),
+        Err(e) => e,
     }
 }
 

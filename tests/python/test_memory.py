@@ -451,6 +451,46 @@ def test_bad_options_raise_config_error_naming_the_value(kwargs: dict[str, objec
     assert info.value.code == "ERR_CONFIG"
 
 
+@pytest.mark.parametrize(
+    ("name", "kwargs", "kind", "option"),
+    [
+        ("cfg", {"ttl": 0}, "invalid_option", "ttl"),
+        ("cfg", {"ttl": 1.0, "renew_every": 1.0}, "invalid_option", "renew_every"),
+        ("cfg", {"retry_base": 0.5, "retry_max": 0.1}, "invalid_option", "retry_max"),
+        ("cfg", {"drift_factor": 0.5}, "invalid_option", "drift_factor"),
+        ("cfg", {"purpose": "correctness"}, "unsafe_purpose", None),
+        ("", {}, "invalid_name", None),
+        ("x" * 1025, {}, "invalid_name", None),
+        ("cfg", {"ttl": "1"}, "invalid_argument", None),  # refused before the core
+        ("cfg", {"purpose": "speed"}, "invalid_argument", None),
+    ],
+)
+def test_config_errors_carry_the_core_kind_and_option(
+    name: str, kwargs: dict[str, object], kind: str, option: str | None
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        fencepost.Lock(fencepost.MemoryBackend(), name, **kwargs)  # type: ignore[arg-type]
+    assert (info.value.kind, info.value.option) == (kind, option)
+    assert not isinstance(info.value, ClockError)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (type(copy), copy.kind, copy.option, str(copy)) == (ConfigError, kind, option, str(info.value))
+
+
+def test_machine_usage_errors_carry_their_kind() -> None:
+    machine = _core.Machine(seed=1)
+    machine.timeout(10_000)
+    with pytest.raises(ClockError) as clock:
+        machine.timeout(5_000)
+    assert (clock.value.kind, clock.value.option) == ("time_went_backwards", None)
+    with pytest.raises(ConfigError) as unknown:
+        machine.release(20_000, 99)
+    assert (unknown.value.kind, unknown.value.option) == ("unknown_lock", None)
+    with pytest.raises(ConfigError) as typed:
+        machine.release(20_000, "1")  # type: ignore[arg-type]
+    assert (typed.value.kind, typed.value.option) == ("invalid_argument", None)
+    assert ClockError("c").kind == "time_went_backwards"
+
+
 def test_correctness_lock_on_redis_needs_the_opt_in(backend: fencepost.MemoryBackend) -> None:
     with pytest.raises(ConfigError, match="etcd"):
         fencepost.Lock(backend, "money", purpose="correctness")

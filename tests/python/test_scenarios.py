@@ -16,12 +16,11 @@ What differs from the Rust runner, because the binding is not the core:
   (redis-py's default) or ``str`` (``decode_responses=True``), and an error reply as a
   ``fencepost._core.RedisErrorReply`` whose ``str()`` is the full message. Every vector
   is replayed once per string flavour.
-* A usage error is an exception: ``time_went_backwards`` must raise
-  ``fencepost.errors.ClockError``; ``invalid_option``, ``unsafe_purpose``,
-  ``invalid_name`` and ``unknown_lock`` must raise ``ConfigError`` (not a
-  ``ClockError``), and for ``invalid_option`` the message must name the option. The
-  binding does not expose the core's error kind, so those four are told apart only by
-  the option name.
+* A usage error is an exception, rendered as the Rust runner renders the core's
+  ``UsageError`` from its ``kind`` and ``option`` attributes: ``{"kind": k}``, plus
+  ``"option"`` for ``invalid_option``, compared exactly. ``time_went_backwards`` must
+  also be a ``fencepost.errors.ClockError``, the other kinds a ``ConfigError`` that is
+  not one.
 * ``AcquireFailed``'s ``last_error`` / ``error`` are read from ``Event.message``; for a
   protocol error that is the core's ``ProtocolError`` display
   (``"redis protocol error: <message>"``), so the substring rule still applies.
@@ -316,10 +315,15 @@ class Raised:
     error: BaseException
 
     def render(self) -> Dict[str, Any]:
+        rendered = usage_error_of(self.error)
+        if rendered is not None:
+            return {"usage_error": rendered}
         return {
             "usage_error": {
                 "exception": type(self.error).__name__,
                 "message": str(self.error),
+                "kind": getattr(self.error, "kind", None),
+                "option": getattr(self.error, "option", None),
             }
         }
 
@@ -423,27 +427,28 @@ class Owners:
         return v
 
 
-def match_usage_error(expected: Any, raised: Raised) -> bool:
-    """``{"kind": k, "option"?: o}`` against the exception the binding raised."""
-    if not isinstance(expected, dict) or "kind" not in expected:
-        return False
-    kind = expected["kind"]
+def usage_error_of(error: BaseException) -> Optional[Dict[str, Any]]:
+    """The Rust runner's rendering of the core's ``UsageError`` (``{"kind": k}``, plus
+    ``"option"`` for ``invalid_option``) from the exception the binding raised, or
+    None when it is not one: not a ConfigError, a kind the core does not have, a
+    ClockError for another kind (or the reverse), an option on another kind."""
+    if not isinstance(error, ConfigError):
+        return None
+    kind, option = error.kind, error.option
     if kind not in USAGE_ERROR_KINDS:
-        return False
-    # The Rust runner renders "option" for invalid_option only, and objects must have
-    # the same keys.
-    want_keys = {"kind", "option"} if kind == "invalid_option" else {"kind"}
-    if expected.keys() != want_keys:
-        return False
-    error = raised.error
-    if kind == "time_went_backwards":
-        return isinstance(error, ClockError)
-    if not isinstance(error, ConfigError) or isinstance(error, ClockError):
-        return False
+        return None
+    if isinstance(error, ClockError) != (kind == "time_went_backwards"):
+        return None
     if kind == "invalid_option":
-        option = expected["option"]
-        return isinstance(option, str) and option in str(error)
-    return True
+        return {"kind": kind, "option": option}
+    return {"kind": kind} if option is None else None
+
+
+def match_usage_error(expected: Any, raised: Raised) -> bool:
+    """``{"kind": k, "option"?: o}`` against the exception the binding raised, exactly
+    (JSON equality, as the Rust runner compares its rendering)."""
+    actual = usage_error_of(raised.error)
+    return actual is not None and json_equal(expected, actual)
 
 
 def matches(key: str, expected: Any, actual: Any, owners: Owners) -> bool:
@@ -714,11 +719,45 @@ def test_owner_placeholders_bind_once_and_stay_distinct() -> None:
 
 def test_usage_errors_map_to_the_binding_exceptions() -> None:
     clock = Raised(ClockError("time went backwards"))
-    option = Raised(ConfigError("ttl: must be at least 1 ms, got 0ns"))
+    option = Raised(ConfigError("ttl: must be at least 1 ms, got 0ns", kind="invalid_option", option="ttl"))
     assert match_usage_error({"kind": "time_went_backwards"}, clock)
     assert not match_usage_error({"kind": "unknown_lock"}, clock)  # ClockError is a ConfigError
     assert match_usage_error({"kind": "invalid_option", "option": "ttl"}, option)
     assert not match_usage_error({"kind": "invalid_option", "option": "drift_factor"}, option)
     assert not match_usage_error({"kind": "invalid_option"}, option)
+    assert not match_usage_error({"kind": "invalid_option", "option": "ttl", "x": 1}, option)
     assert not match_usage_error({"kind": "time_went_backwards"}, option)
     assert not match_usage_error({"kind": "invalid_name"}, Raised(ValueError("x")))
+    # the kind decides, not the message
+    name = Raised(ConfigError("ttl: mentioned in passing", kind="invalid_name"))
+    assert match_usage_error({"kind": "invalid_name"}, name)
+    assert not match_usage_error({"kind": "invalid_option", "option": "ttl"}, name)
+    assert not match_usage_error({"kind": "unknown_lock"}, Raised(ConfigError("unknown lock 9")))
+    assert not match_usage_error({"kind": "time_went_backwards"}, Raised(ConfigError("x", kind="time_went_backwards")))
+    assert not match_usage_error({"kind": "unsafe_purpose"}, Raised(ConfigError("x", kind="unsafe_purpose", option="purpose")))
+
+
+def test_the_binding_raises_each_usage_error_kind() -> None:
+    """Every kind the vectors use comes out of the binding with its kind and option."""
+    machine = _core.Machine(seed=7)
+    seen = {}
+    cases = [
+        lambda: machine.acquire(0, "n", **{**DEFAULT_OPTIONS, "ttl_ns": 0}),
+        lambda: machine.acquire(0, "", **DEFAULT_OPTIONS),
+        lambda: machine.acquire(0, "n", **{**DEFAULT_OPTIONS, "purpose": "correctness"}),
+        lambda: machine.release(0, 5),
+        lambda: (machine.timeout(10), machine.timeout(5)),
+    ]
+    for call in cases:
+        with pytest.raises(ConfigError) as info:
+            call()
+        rendered = usage_error_of(info.value)
+        assert rendered is not None, info.value
+        seen[rendered["kind"]] = rendered
+    assert seen == {
+        "invalid_option": {"kind": "invalid_option", "option": "ttl"},
+        "invalid_name": {"kind": "invalid_name"},
+        "unsafe_purpose": {"kind": "unsafe_purpose"},
+        "unknown_lock": {"kind": "unknown_lock"},
+        "time_went_backwards": {"kind": "time_went_backwards"},
+    }

@@ -47,17 +47,47 @@ class ConfigError(FencepostError, ValueError):
     ``async with``. Raised before any request is sent. Also a :class:`ValueError`.
 
     The message names the value that was wrong and what would be right.
+
+    Attributes:
+        kind: why, as a stable string to match on. When the lock machine (the core)
+            refused the input, its reason: ``"invalid_option"`` (an option out of
+            range), ``"invalid_name"`` (an empty or too long lock name),
+            ``"unsafe_purpose"`` (a correctness lock without the failover opt-in),
+            ``"unknown_lock"`` (a lock id the machine never issued) or
+            ``"time_went_backwards"`` (:class:`ClockError`). ``"invalid_argument"``
+            when the Python package refused it before the core saw it (a wrong type,
+            NaN, a negative duration, misuse of a ``Lock`` object, a client of the
+            wrong kind).
+        option: for ``kind == "invalid_option"``, the option the core refused
+            (``"ttl"``, ``"renew_every"``, ``"retry_base"``, ``"retry_max"``,
+            ``"drift_factor"``, ``"clock_margin"``…, the ``Lock`` keyword of the same
+            name); otherwise None.
     """
 
     code = "ERR_CONFIG"
+
+    def __init__(
+        self, message: str, *, kind: str = "invalid_argument", option: Optional[str] = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.option = option
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class ClockError(ConfigError):
     """A monotonic time earlier than one given before reached the lock machine. Only a
     host bug (or a non-monotonic clock) causes it; fencepost never uses such a time to
-    extend a lease."""
+    extend a lease. Its ``kind`` is ``"time_went_backwards"``."""
 
     code = "ERR_CONFIG"
+
+    def __init__(
+        self, message: str, *, kind: str = "time_went_backwards", option: Optional[str] = None
+    ) -> None:
+        super().__init__(message, kind=kind, option=option)
 
 
 class LockLost(FencepostError):
