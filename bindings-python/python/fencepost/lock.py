@@ -31,8 +31,10 @@ _NS_MAX = 2**64 - 1
 
 
 def _seconds_to_ns(param: str, value: object) -> int:
-    """Seconds (number or timedelta) to integer nanoseconds, saturating at 2**64 - 1.
-    The one place user durations are converted; ranges are the core's to check."""
+    """Seconds (number or timedelta) to integer nanoseconds. The one place user
+    durations are converted; ranges are the core's to check, so only what the core
+    cannot be given is refused here: wrong types, NaN and infinities, negative values,
+    and values beyond 2**64 - 1 ns (whose message quotes the value as given)."""
     if isinstance(value, timedelta):
         ns = (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -46,9 +48,15 @@ def _seconds_to_ns(param: str, value: object) -> int:
         if not math.isfinite(seconds):
             raise ConfigError(f"{param} must be a finite number of seconds, got {value!r}")
         ns = round(seconds * 1e9)
+    shown = repr(value) if isinstance(value, timedelta) else f"{value!r} s"
     if ns < 0:
-        raise ConfigError(f"{param} must not be negative, got {value!r} s")
-    return min(ns, _NS_MAX)
+        raise ConfigError(f"{param} must not be negative, got {shown}")
+    if ns > _NS_MAX:
+        raise ConfigError(
+            f"{param} is too long: durations must be below 2**64 ns (about 584 years), "
+            f"got {shown}"
+        )
+    return ns
 
 
 def _optional_seconds_to_ns(param: str, value: object) -> Optional[int]:
@@ -257,9 +265,10 @@ class Lock:
 
     Raises:
         ConfigError: a value of the wrong type (``ttl="1"``, ``ttl=True``), NaN,
-            infinite or negative durations, or any option the core rejects (``ttl=0``,
-            ``renew_every >= ttl``, a correctness lock without the opt-in, an empty
-            name). Raised here, before any request is sent.
+            infinite, negative or unrepresentable (2**64 ns and more) durations, or any
+            option the core rejects (``ttl=0``, ``renew_every >= ttl``, a correctness
+            lock without the opt-in, an empty name). Raised here, before any request
+            is sent.
     """
 
     def __init__(
