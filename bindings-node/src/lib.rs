@@ -236,7 +236,10 @@ fn lock_options(env: &Env, o: &LockOptionsMs) -> napi::Result<LockOptions> {
 
 fn redis_backend(key_prefix: Option<String>) -> Backend {
     match key_prefix {
-        Some(key_prefix) => Backend::Redis(RedisSettings { key_prefix }),
+        Some(key_prefix) => Backend::Redis(RedisSettings {
+            key_prefix,
+            ..RedisSettings::default()
+        }),
         None => Backend::default(),
     }
 }
@@ -430,6 +433,8 @@ fn script_name(script: RedisScript) -> &'static str {
         RedisScript::Renew => "renew",
         RedisScript::Release => "release",
         RedisScript::FencedSet => "fenced_set",
+        RedisScript::AcquireFair => "acquire_fair",
+        RedisScript::ReleaseFair => "release_fair",
     }
 }
 
@@ -479,6 +484,7 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
                     Operation::Acquire => "acquire",
                     Operation::Renew => "renew",
                     Operation::Release => "release",
+                    Operation::Wait => "wait",
                 },
             )?;
             o.set("deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
@@ -944,13 +950,21 @@ pub fn redis_scripts(env: &Env) -> napi::Result<Object<'_>> {
 /// The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`).
 #[napi]
 pub fn lock_key(key_prefix: String, name: String) -> String {
-    RedisSettings { key_prefix }.lock_key(&name)
+    RedisSettings {
+        key_prefix,
+        ..RedisSettings::default()
+    }
+    .lock_key(&name)
 }
 
 /// The fencing-token counter key of lock `name` under `keyPrefix`.
 #[napi]
 pub fn token_key(key_prefix: String, name: String) -> String {
-    RedisSettings { key_prefix }.token_key(&name)
+    RedisSettings {
+        key_prefix,
+        ..RedisSettings::default()
+    }
+    .token_key(&name)
 }
 
 /// Version of the fencepost-core crate compiled into this addon.

@@ -281,6 +281,7 @@ fn lock_options(
 fn redis_backend(key_prefix: &str) -> Backend {
     Backend::Redis(RedisSettings {
         key_prefix: key_prefix.to_owned(),
+        ..RedisSettings::default()
     })
 }
 
@@ -378,6 +379,8 @@ fn script_name(script: RedisScript) -> &'static str {
         RedisScript::Renew => "renew",
         RedisScript::Release => "release",
         RedisScript::FencedSet => "fenced_set",
+        RedisScript::AcquireFair => "acquire_fair",
+        RedisScript::ReleaseFair => "release_fair",
     }
 }
 
@@ -749,6 +752,7 @@ impl Machine {
                             Operation::Acquire => "acquire",
                             Operation::Renew => "renew",
                             Operation::Release => "release",
+                            Operation::Wait => "wait",
                         },
                         deadline_ns: req.deadline.as_nanos(),
                         cmd: redis_command(py, req.body)?,
@@ -1057,6 +1061,7 @@ fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 fn lock_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
     let settings = RedisSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..RedisSettings::default()
     };
     Ok(settings.lock_key(&arg_str(name, "name")?))
 }
@@ -1068,6 +1073,7 @@ fn lock_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<
 fn token_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
     let settings = RedisSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..RedisSettings::default()
     };
     Ok(settings.token_key(&arg_str(name, "name")?))
 }

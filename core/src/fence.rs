@@ -197,11 +197,18 @@ pub fn read_redis_fenced_set(
     token: FencingToken,
     reply: &RedisValue,
 ) -> Result<Result<(), StaleToken>, ProtocolError> {
+    // The script returns tokens as decimal strings (exact beyond 2^53); integers are
+    // accepted too.
+    let int = |v: &RedisValue| match v {
+        RedisValue::Int(n) => u64::try_from(*n).ok(),
+        RedisValue::Data(s) | RedisValue::Status(s) => s.parse::<u64>().ok(),
+        _ => None,
+    };
     if let RedisValue::Array(items) = reply {
-        if let [RedisValue::Int(flag), RedisValue::Int(n)] = items.as_slice() {
-            match (*flag, u64::try_from(*n)) {
+        if let [RedisValue::Int(flag), n] = items.as_slice() {
+            match (*flag, int(n)) {
                 (1, _) => return Ok(Ok(())),
-                (0, Ok(highest)) => {
+                (0, Some(highest)) => {
                     return Ok(Err(StaleToken {
                         resource: resource.to_owned(),
                         token,
@@ -284,7 +291,7 @@ mod tests {
     fn redis_fenced_set_reply_is_read_strictly() {
         let ok = RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(5)]);
         assert_eq!(read_redis_fenced_set("r", FencingToken(5), &ok), Ok(Ok(())));
-        let stale = RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(9)]);
+        let stale = RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Data("9".into())]);
         let err = read_redis_fenced_set("r", FencingToken(5), &stale)
             .unwrap()
             .unwrap_err();

@@ -91,6 +91,14 @@ pub(crate) enum State {
         /// this owner id, so giving up must release it (DESIGN.md rule 5).
         ambiguous: bool,
     },
+    /// Queued on the server and blocked until a release wakes this waiter, or until
+    /// the backoff the wait stands in for has passed (fair hand-off).
+    Parked {
+        request: RequestId,
+        attempt: u32,
+        /// When to stop waiting for the wait's reply and try anyway.
+        give_up_at: Instant,
+    },
     Held {
         token: FencingToken,
         valid_until: Instant,
@@ -181,6 +189,7 @@ impl Lock {
         match self.state {
             State::Acquiring { sent_at, .. } => Some(self.attempt_deadline(sent_at)),
             State::Waiting { retry_at, .. } => Some(retry_at),
+            State::Parked { give_up_at, .. } => Some(give_up_at),
             State::Held {
                 valid_until,
                 renew_at,
@@ -227,11 +236,31 @@ impl Lock {
         attempt: u32,
     ) -> RequestId {
         let ttl_ms = self.options.ttl_ms();
+        let retry_max_ms = u64::try_from(self.options.retry_max.as_millis()).unwrap_or(u64::MAX);
         let body = match operation {
-            Operation::Acquire => ctx.backend.acquire(&self.name, &owner, ttl_ms),
+            Operation::Acquire => ctx
+                .backend
+                .acquire(&self.name, &owner, ttl_ms, retry_max_ms),
             Operation::Renew => ctx.backend.renew(&self.name, &owner, ttl_ms),
-            Operation::Release => ctx.backend.release(&self.name, &owner),
+            // a fair release reserves the lock for the woken waiter for one backoff step
+            Operation::Release => ctx.backend.release(&self.name, &owner, retry_max_ms),
+            // built by `park`; never reached
+            Operation::Wait => return RequestId(0),
         };
+        self.send_body(ctx, operation, owner, deadline, cleanup, attempt, body)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_body(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        operation: Operation,
+        owner: OwnerId,
+        deadline: Instant,
+        cleanup: bool,
+        attempt: u32,
+        body: crate::backends::RequestBody,
+    ) -> RequestId {
         *ctx.next_request += 1;
         let id = RequestId(*ctx.next_request);
         ctx.requests.insert(
@@ -323,13 +352,18 @@ impl Lock {
 
     /// An attempt did not get the lock. Retry after a backoff, or give up at the
     /// acquire deadline (releasing first if the server might hold it for us).
+    /// `contended`: another owner holds the lock (rather than an error); on a fair
+    /// backend that also means this owner is queued there.
     fn attempt_failed(
         &mut self,
         ctx: &mut Ctx<'_>,
         attempt: u32,
         ambiguous: bool,
         holder_remaining: Option<Duration>,
+        contended: bool,
     ) {
+        // Queued on the server: giving up or cancelling must leave the queue.
+        let ambiguous = ambiguous || (contended && ctx.backend.notifies_waiters());
         if self.acquire_deadline_passed(ctx.now) {
             if ambiguous {
                 self.send_cleanup(ctx, self.owner, 0);
@@ -344,6 +378,32 @@ impl Lock {
             return;
         }
         let retry_at = self.backoff(ctx, attempt, holder_remaining);
+        if contended {
+            // Queued on a backend that wakes waiters: block until woken, with the
+            // backoff as the timeout (the fallback if a wake-up is missed).
+            let wait = retry_at.saturating_duration_since(ctx.now);
+            let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            if wait_ms > 0 {
+                if let Some(body) = ctx.backend.wait(&self.name, &self.owner, wait_ms) {
+                    let give_up_at = retry_at + self.options.retry_max;
+                    let request = self.send_body(
+                        ctx,
+                        Operation::Wait,
+                        self.owner,
+                        give_up_at,
+                        false,
+                        0,
+                        body,
+                    );
+                    self.state = State::Parked {
+                        request,
+                        attempt: attempt + 1,
+                        give_up_at,
+                    };
+                    return;
+                }
+            }
+        }
         self.state = State::Waiting {
             retry_at,
             attempt: attempt + 1,
@@ -390,6 +450,12 @@ impl Lock {
             State::Waiting {
                 retry_at, attempt, ..
             } if now >= retry_at => self.send_acquire(ctx, attempt),
+            // The wait got no reply in time (a host that does not cancel it): try anyway.
+            State::Parked {
+                attempt,
+                give_up_at,
+                ..
+            } if now >= give_up_at => self.send_acquire(ctx, attempt),
             State::Held {
                 token,
                 valid_until,
@@ -455,6 +521,7 @@ impl Lock {
                 self.send_release(ctx, 0, deadline, true);
             }
             State::Acquiring { .. }
+            | State::Parked { .. }
             | State::Waiting {
                 ambiguous: true, ..
             } => {
@@ -486,6 +553,7 @@ impl Lock {
         let expired = self.expire_if_due(ctx);
         let current = match self.state {
             State::Acquiring { request: r, .. }
+            | State::Parked { request: r, .. }
             | State::Renewing { request: r, .. }
             | State::Releasing {
                 request: Some(r), ..
@@ -503,6 +571,21 @@ impl Lock {
                 },
                 Operation::Acquire,
             ) => self.on_acquire_reply(ctx, sent_at, attempt, reply),
+            (State::Parked { attempt, .. }, Operation::Wait) => {
+                match reply.map(|r| ctx.backend.read_wait(r)) {
+                    // woken, or the wait timed out: try now
+                    Ok(Ok(())) => self.send_acquire(ctx, attempt),
+                    // the blocking call failed: fall back on the plain backoff
+                    Ok(Err(_)) | Err(_) => {
+                        let retry_at = self.backoff(ctx, attempt, None);
+                        self.state = State::Waiting {
+                            retry_at,
+                            attempt,
+                            ambiguous: true,
+                        };
+                    }
+                }
+            }
             (
                 State::Renewing {
                     token,
@@ -537,7 +620,7 @@ impl Lock {
             _ => error,
         });
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
-        self.attempt_failed(ctx, attempt, true, None);
+        self.attempt_failed(ctx, attempt, true, None, false);
     }
 
     fn on_acquire_reply(
@@ -562,7 +645,7 @@ impl Lock {
                     self.owner = ctx.new_owner();
                     self.last_error =
                         Some("the lock was granted only after its validity had passed".to_owned());
-                    return self.attempt_failed(ctx, attempt, false, None);
+                    return self.attempt_failed(ctx, attempt, false, None, false);
                 }
                 let renew_at = if self.options.auto_renew {
                     (sent_at + self.options.renew_interval()).max(ctx.now)
@@ -578,7 +661,7 @@ impl Lock {
             }
             Ok(AcquireOutcome::Contended { remaining }) => {
                 self.last_error = None;
-                self.attempt_failed(ctx, attempt, false, remaining)
+                self.attempt_failed(ctx, attempt, false, remaining, true)
             }
             Err(ReplyError::Transient(e)) => self.on_acquire_ambiguous(ctx, e),
             Err(ReplyError::Protocol(error)) => {
@@ -682,7 +765,7 @@ impl Lock {
         reply: Result<&Reply, String>,
     ) {
         let may_hold = match (flight.operation, reply) {
-            (Operation::Release, _) => false,
+            (Operation::Release | Operation::Wait, _) => false,
             (_, Err(_)) => true,
             (Operation::Acquire, Ok(r)) => !matches!(
                 ctx.backend.read_acquire(r),

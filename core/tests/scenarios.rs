@@ -225,7 +225,23 @@ fn render_event(lock: LockId, event: &Event) -> Value {
 fn render(output: &Output) -> Value {
     match output {
         Output::Request(r) => {
-            let RequestBody::Redis(cmd) = &r.body;
+            if let RequestBody::RedisBlpop(b) = &r.body {
+                // fair hand-off: a blocking pop (README: `wait_key` / `wait_timeout_ms`)
+                return json!({ "request": {
+                    "id": r.id.0,
+                    "lock": r.lock.0,
+                    "operation": serde_name(&r.operation),
+                    "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
+                    "wait_key": b.key,
+                    "wait_timeout_ms": b.timeout_ms,
+                }});
+            }
+            let RequestBody::Redis(cmd) = &r.body else {
+                panic!(
+                    "scenario vectors cover the Redis backend only, got {:?}",
+                    r.body
+                )
+            };
             json!({ "request": {
                 "id": r.id.0,
                 "lock": r.lock.0,

@@ -121,6 +121,21 @@ fn beyond_the_model_violations_are_explained_and_the_fence_holds() {
     }
 }
 
+fn fair(mut cfg: SimConfig) -> SimConfig {
+    cfg.fair = true;
+    cfg
+}
+
+#[test]
+fn fair_hand_off_without_faults_keeps_liveness() {
+    run_mix("fair-none", fair(SimConfig::new(|_| Faults::none())), true);
+}
+
+#[test]
+fn fair_hand_off_under_every_in_model_fault() {
+    run_mix("fair-all", fair(SimConfig::new(Faults::all)), true);
+}
+
 #[test]
 fn the_same_seed_replays_the_same_schedule() {
     let cfg = SimConfig::new(Faults::all);

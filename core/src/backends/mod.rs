@@ -12,7 +12,7 @@ use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
-pub use redis::{RedisBackend, RedisCommand, RedisScript, RedisValue};
+pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +41,9 @@ pub enum Operation {
     Renew,
     /// Free the lock, only if this owner still holds it.
     Release,
+    /// Park until woken by a release or a timeout (fair hand-off); any reply is
+    /// answered with the next acquire attempt.
+    Wait,
 }
 
 /// A backend request as data, for the host's adapter to execute.
@@ -52,6 +55,9 @@ pub enum RequestBody {
     Redis(RedisCommand),
     /// Run a SQL statement on PostgreSQL, on the connection it names.
     Sql(SqlStatement),
+    /// Block on a Redis list (`BLPOP`) until a release wakes this waiter or the
+    /// timeout passes (fair hand-off).
+    RedisBlpop(RedisBlpop),
 }
 
 /// A backend reply as data, converted by the host's adapter from its client library.
@@ -111,9 +117,16 @@ impl Backend {
         }
     }
 
-    pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
+    /// `retry_max_ms` sizes how long a fair waiter stays queued without asking again.
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        retry_max_ms: u64,
+    ) -> RequestBody {
         match self {
-            Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms)),
+            Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms, retry_max_ms)),
             Backend::Postgres(b) => RequestBody::Sql(b.acquire(name, owner, ttl_ms)),
         }
     }
@@ -125,10 +138,31 @@ impl Backend {
         }
     }
 
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> RequestBody {
+    /// `claim_ms` is how long a fair release reserves the lock for the woken waiter.
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RequestBody {
         match self {
-            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner)),
+            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner, claim_ms)),
             Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
+        }
+    }
+
+    /// Whether contended acquirers are queued on the server and woken by releases.
+    pub(crate) fn notifies_waiters(&self) -> bool {
+        matches!(self, Backend::Redis(b) if b.fair)
+    }
+
+    /// The blocking wait of a contended acquirer, when the backend notifies waiters.
+    pub(crate) fn wait(&self, name: &str, owner: &OwnerId, timeout_ms: u64) -> Option<RequestBody> {
+        match self {
+            Backend::Redis(b) => b.wait(name, owner, timeout_ms).map(RequestBody::RedisBlpop),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    pub(crate) fn read_wait(&self, reply: &Reply) -> Result<(), ReplyError> {
+        match (self, reply) {
+            (Backend::Redis(_), Reply::Redis(v)) => redis::read_wait(v),
+            (b, r) => Err(wrong_reply(b, r)),
         }
     }
 

@@ -5,8 +5,20 @@
 //! * `p{name}:lock` — the lease: value = owner id (32 hex chars), `PX` = TTL;
 //! * `p{name}:token` — the fencing-token counter; never expires.
 //!
-//! Both keys share the hash tag `{name…}`, so the scripts also work on Redis Cluster.
-//! Tokens come from `INCR` on the counter. A failover to a replica that had not seen
+//! With fair hand-off ([`RedisBackend::fair`]) also:
+//! * `p{name}:queue` — waiters in FIFO order (a sorted set scored by `p{name}:seq`);
+//! * `p{name}:alive:<owner>` — a waiter's presence, expiring unless it keeps asking;
+//! * `p{name}:wake:<owner>` — the list a parked waiter blocks on (`BLPOP`).
+//!
+//! A fair release does not free the lock: it reserves it (`r:<owner>`, for a short
+//! claim window) for the first live waiter and wakes that waiter, so the releasing
+//! process cannot take the lock straight back and waiters are served in order. A
+//! waiter that misses its wake-up falls back on its jittered backoff.
+//!
+//! All keys share the hash tag `{name…}`, so the scripts also work on Redis Cluster.
+//! Tokens come from `INCR` on the counter and travel as decimal strings (Lua numbers
+//! are doubles, exact only below 2^53); the fenced SET compares them as strings of
+//! digits, length first. A failover to a replica that had not seen
 //! the last `INCR`, or a restart without persistence, can hand out a token again:
 //! Redis locks are for efficiency unless the user opts in (DESIGN.md rule 8).
 
@@ -24,12 +36,18 @@ use crate::{FencingToken, OwnerId};
 pub struct RedisBackend {
     /// Prefix of every key fencepost writes; default `fencepost:`.
     pub key_prefix: String,
+    /// Fair, instant hand-off: contended acquirers queue up and park on a blocking
+    /// `BLPOP`; a release reserves the lock for the first live waiter and wakes it.
+    /// Default off (polling with jittered backoff). Locks of both kinds may share a
+    /// name safely; only fairness is lost.
+    pub fair: bool,
 }
 
 impl Default for RedisBackend {
     fn default() -> Self {
         RedisBackend {
             key_prefix: "fencepost:".to_owned(),
+            fair: false,
         }
     }
 }
@@ -51,20 +69,31 @@ pub enum RedisScript {
     /// `token` is lower than the highest token the `fence` key has seen. Returns
     /// `{1, token}` when written, `{0, highest}` when the token is stale.
     FencedSet,
+    /// Fair acquire. `KEYS = [lock, token, queue, seq, alive, wake]`,
+    /// `ARGV = [owner, ttl_ms, presence_ms]`. Ours already: as `Acquire`. Free, or
+    /// reserved for this owner: take it, leave the queue, `{1, token}`. Held by
+    /// another: join the queue (once, FIFO), refresh presence, `{0, pttl}`.
+    AcquireFair,
+    /// Fair release. `KEYS = [lock, queue, alive]`, `ARGV = [owner, claim_ms,
+    /// alive_prefix, wake_prefix]`. Leaves the queue; if the owner holds the lock (or
+    /// its reservation), reserves it for the first waiter whose presence key lives and
+    /// pushes to that waiter's wake list; `1`. Otherwise `0`.
+    ReleaseFair,
 }
 
 const ACQUIRE_LUA: &str = r#"local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local token = redis.call('GET', KEYS[2])
-  if not token then token = redis.call('INCR', KEYS[2]) end
-  return {1, tonumber(token)}
+  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
+  return {1, token}
 end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-return {1, redis.call('INCR', KEYS[2])}
+redis.call('INCR', KEYS[2])
+return {1, redis.call('GET', KEYS[2])}
 "#;
 
 const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -79,23 +108,74 @@ end
 return 0
 "#;
 
-const FENCED_SET_LUA: &str = r#"local token = tonumber(ARGV[1])
-local highest = tonumber(redis.call('GET', KEYS[2]) or '0')
-if token < highest then
+const ACQUIRE_FAIR_LUA: &str = r#"local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local token = redis.call('GET', KEYS[2])
+  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
+  return {1, token}
+end
+if (not holder) or holder == 'r:' .. ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('DEL', KEYS[5], KEYS[6])
+  redis.call('INCR', KEYS[2])
+  return {1, redis.call('GET', KEYS[2])}
+end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
+end
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+const RELEASE_FAIR_LUA: &str = r#"redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3])
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] and holder ~= 'r:' .. ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+while true do
+  local head = redis.call('ZPOPMIN', KEYS[2])
+  if #head == 0 then break end
+  local waiter = head[1]
+  if redis.call('EXISTS', ARGV[3] .. waiter) == 1 then
+    redis.call('SET', KEYS[1], 'r:' .. waiter, 'PX', ARGV[2])
+    redis.call('RPUSH', ARGV[4] .. waiter, '1')
+    redis.call('PEXPIRE', ARGV[4] .. waiter, ARGV[2])
+    break
+  end
+end
+return 1
+"#;
+
+const FENCED_SET_LUA: &str = r#"local function lower(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local token = ARGV[1]
+if not string.match(token, '^[1-9][0-9]*$') then
+  return redis.error_reply('ERR fencing token must be a positive integer')
+end
+local highest = redis.call('GET', KEYS[2]) or '0'
+if lower(token, highest) then
   return {0, highest}
 end
-redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[2], token)
 redis.call('SET', KEYS[1], ARGV[2])
 return {1, token}
 "#;
 
 impl RedisScript {
     /// Every script, for hosts that preload them with `SCRIPT LOAD`.
-    pub const ALL: [RedisScript; 4] = [
+    pub const ALL: [RedisScript; 6] = [
         RedisScript::Acquire,
         RedisScript::Renew,
         RedisScript::Release,
         RedisScript::FencedSet,
+        RedisScript::AcquireFair,
+        RedisScript::ReleaseFair,
     ];
 
     /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
@@ -105,12 +185,14 @@ impl RedisScript {
             RedisScript::Renew => RENEW_LUA,
             RedisScript::Release => RELEASE_LUA,
             RedisScript::FencedSet => FENCED_SET_LUA,
+            RedisScript::AcquireFair => ACQUIRE_FAIR_LUA,
+            RedisScript::ReleaseFair => RELEASE_FAIR_LUA,
         }
     }
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
-        static SHAS: [OnceLock<String>; 4] = [const { OnceLock::new() }; 4];
+        static SHAS: [OnceLock<String>; 6] = [const { OnceLock::new() }; 6];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
@@ -125,6 +207,17 @@ pub struct RedisCommand {
     pub keys: Vec<String>,
     /// `ARGV`.
     pub args: Vec<String>,
+}
+
+/// A blocking pop a parked waiter waits on: `BLPOP key timeout` with the timeout in
+/// seconds (`timeout_ms / 1000`, fractional; Redis ≥ 6). Run it on a connection of
+/// its own (it blocks that connection). Any reply — the wake-up, or nil at the
+/// timeout — is answered by the next acquire attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisBlpop {
+    pub key: String,
+    /// At least 1 ms (0 would block forever).
+    pub timeout_ms: u64,
 }
 
 /// A Redis reply as plain data. Adapters convert their client's values: integers to
@@ -153,12 +246,55 @@ impl RedisBackend {
         format!("{}{{{}}}:token", self.key_prefix, name)
     }
 
-    pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RedisCommand {
+    fn tagged(&self, name: &str, suffix: &str) -> String {
+        format!("{}{{{}}}:{}", self.key_prefix, name, suffix)
+    }
+
+    /// How long a queued waiter stays in line without asking again: its longest park
+    /// (`retry_max`) plus a claim window plus slack.
+    fn presence_ms(retry_max_ms: u64) -> u64 {
+        retry_max_ms.saturating_mul(2).saturating_add(1_000)
+    }
+
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        retry_max_ms: u64,
+    ) -> RedisCommand {
+        if self.fair {
+            let o = owner.to_string();
+            return RedisCommand {
+                script: RedisScript::AcquireFair,
+                keys: vec![
+                    self.lock_key(name),
+                    self.token_key(name),
+                    self.tagged(name, "queue"),
+                    self.tagged(name, "seq"),
+                    self.tagged(name, &format!("alive:{o}")),
+                    self.tagged(name, &format!("wake:{o}")),
+                ],
+                args: vec![
+                    o,
+                    ttl_ms.to_string(),
+                    Self::presence_ms(retry_max_ms).to_string(),
+                ],
+            };
+        }
         RedisCommand {
             script: RedisScript::Acquire,
             keys: vec![self.lock_key(name), self.token_key(name)],
             args: vec![owner.to_string(), ttl_ms.to_string()],
         }
+    }
+
+    /// The blocking wait of a parked fair waiter, or `None` when not fair.
+    pub(crate) fn wait(&self, name: &str, owner: &OwnerId, timeout_ms: u64) -> Option<RedisBlpop> {
+        self.fair.then(|| RedisBlpop {
+            key: self.tagged(name, &format!("wake:{owner}")),
+            timeout_ms: timeout_ms.max(1),
+        })
     }
 
     pub(crate) fn renew(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RedisCommand {
@@ -169,7 +305,24 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> RedisCommand {
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RedisCommand {
+        if self.fair {
+            let o = owner.to_string();
+            return RedisCommand {
+                script: RedisScript::ReleaseFair,
+                keys: vec![
+                    self.lock_key(name),
+                    self.tagged(name, "queue"),
+                    self.tagged(name, &format!("alive:{o}")),
+                ],
+                args: vec![
+                    o,
+                    claim_ms.max(1).to_string(),
+                    self.tagged(name, "alive:"),
+                    self.tagged(name, "wake:"),
+                ],
+            };
+        }
         RedisCommand {
             script: RedisScript::Release,
             keys: vec![self.lock_key(name)],
@@ -242,6 +395,14 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError>
     }
 }
 
+/// Any reply to a blocking wait ends the park; only an error reply is worth reporting.
+pub(crate) fn read_wait(v: &RedisValue) -> Result<(), ReplyError> {
+    match v {
+        RedisValue::Error(e) => Err(server_error(e)),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn read_owner_check(v: &RedisValue) -> Result<OwnerCheck, ReplyError> {
     match v {
         RedisValue::Error(e) => Err(server_error(e)),
@@ -279,7 +440,7 @@ mod tests {
     fn names_travel_as_keys_never_inside_the_script() {
         let b = RedisBackend::default();
         let evil = "x') redis.call('FLUSHALL') --";
-        let cmd = b.acquire(evil, &OwnerId([7; 16]), 1_000);
+        let cmd = b.acquire(evil, &OwnerId([7; 16]), 1_000, 500);
         assert_eq!(cmd.script.source(), ACQUIRE_LUA);
         assert!(cmd.keys[0].contains(evil));
         assert_eq!(cmd.args, vec!["07".repeat(16), "1000".to_owned()]);

@@ -2,7 +2,7 @@
 //! semantics of the Lua in [`crate::backends::redis`], with TTLs driven by injected time.
 //! Integration tests run the same scenarios against real Redis to keep the two in step.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::backends::{RedisCommand, RedisScript, RedisValue, Reply, RequestBody};
 use crate::Instant;
@@ -13,11 +13,15 @@ struct Entry {
     expires_at: Option<Instant>,
 }
 
-/// An in-memory Redis-like key space: strings with optional expiry, enough for the
-/// lock, renew, release and fenced-SET scripts.
+/// An in-memory Redis-like key space: strings with optional expiry, lists and sorted
+/// sets — enough for the lock, renew, release, fair hand-off and fenced-SET scripts.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryRedis {
     keys: HashMap<String, Entry>,
+    /// Lists (wake-ups) with their expiry.
+    lists: HashMap<String, (VecDeque<String>, Option<Instant>)>,
+    /// Sorted sets (waiter queues): (score, member), kept sorted.
+    zsets: HashMap<String, Vec<(i64, String)>>,
 }
 
 impl MemoryRedis {
@@ -30,6 +34,14 @@ impl MemoryRedis {
     pub fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
         match body {
             RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
+            // Non-blocking here: a host or simulator emulating BLPOP parks the caller
+            // itself until `lpop` yields or the timeout passes.
+            RequestBody::RedisBlpop(b) => Reply::Redis(match self.lpop(now, &b.key) {
+                Some(v) => {
+                    RedisValue::Array(vec![RedisValue::Data(b.key.clone()), RedisValue::Data(v)])
+                }
+                None => RedisValue::Nil,
+            }),
             _ => Reply::Redis(RedisValue::Error(
                 "ERR the in-memory server runs Redis scripts only".to_owned(),
             )),
@@ -43,6 +55,8 @@ impl MemoryRedis {
             RedisScript::Acquire | RedisScript::FencedSet => keys.len() == 2 && args.len() == 2,
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
+            RedisScript::AcquireFair => keys.len() == 6 && args.len() == 3,
+            RedisScript::ReleaseFair => keys.len() == 3 && args.len() == 4,
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -92,6 +106,72 @@ impl MemoryRedis {
                 } else {
                     RedisValue::Int(0)
                 }
+            }
+            RedisScript::AcquireFair => {
+                let (Some(ttl), Some(presence)) = (parse_ms(&args[1]), parse_ms(&args[2])) else {
+                    return RedisValue::Error("ERR invalid expire time".to_owned());
+                };
+                let holder = self.get(now, &keys[0]).map(str::to_owned);
+                let owner = &args[0];
+                if holder.as_deref() == Some(owner.as_str()) {
+                    self.set_expiry(&keys[0], now + ttl);
+                    let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
+                        Some(t) => t,
+                        None => self.incr(now, &keys[1]),
+                    };
+                    return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
+                }
+                let reserved_for_me = holder.as_deref() == Some(format!("r:{owner}").as_str());
+                if holder.is_none() || reserved_for_me {
+                    self.set(&keys[0], owner, Some(now + ttl));
+                    self.zrem(&keys[2], owner);
+                    self.keys.remove(&keys[4]);
+                    self.lists.remove(&keys[5]);
+                    let token = self.incr(now, &keys[1]);
+                    return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
+                }
+                if !self
+                    .zsets
+                    .get(&keys[2])
+                    .is_some_and(|z| z.iter().any(|(_, m)| m == owner))
+                {
+                    let seq = self.incr(now, &keys[3]);
+                    let z = self.zsets.entry(keys[2].clone()).or_default();
+                    z.push((seq, owner.clone()));
+                    z.sort();
+                }
+                self.set(&keys[4], "1", Some(now + presence));
+                let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
+                RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
+            }
+            RedisScript::ReleaseFair => {
+                let Some(claim) = parse_ms(&args[1]) else {
+                    return RedisValue::Error("ERR invalid expire time".to_owned());
+                };
+                let owner = &args[0];
+                self.zrem(&keys[1], owner);
+                self.keys.remove(&keys[2]);
+                let holder = self.get(now, &keys[0]).map(str::to_owned);
+                if holder.as_deref() != Some(owner.as_str()) && holder != Some(format!("r:{owner}"))
+                {
+                    return RedisValue::Int(0);
+                }
+                self.keys.remove(&keys[0]);
+                loop {
+                    let head = match self.zsets.get_mut(&keys[1]) {
+                        Some(z) if !z.is_empty() => z.remove(0).1,
+                        _ => break,
+                    };
+                    if self.get(now, &format!("{}{head}", args[2])).is_some() {
+                        self.set(&keys[0], &format!("r:{head}"), Some(now + claim));
+                        let wake = format!("{}{head}", args[3]);
+                        let list = self.lists.entry(wake).or_default();
+                        list.0.push_back("1".to_owned());
+                        list.1 = Some(now + claim);
+                        break;
+                    }
+                }
+                RedisValue::Int(1)
             }
             RedisScript::FencedSet => {
                 let Ok(token) = args[0].parse::<i64>() else {
@@ -154,6 +234,38 @@ impl MemoryRedis {
     /// Forgets everything, as a restart without persistence does.
     pub fn flush(&mut self) {
         self.keys.clear();
+        self.lists.clear();
+        self.zsets.clear();
+    }
+
+    /// `LPOP key` at `now`: the head of a list, if it exists and has not expired.
+    pub fn lpop(&mut self, now: Instant, key: &str) -> Option<String> {
+        let (list, expires) = self.lists.get_mut(key)?;
+        if expires.is_some_and(|at| now >= at) {
+            self.lists.remove(key);
+            return None;
+        }
+        let v = list.pop_front();
+        if list.is_empty() {
+            self.lists.remove(key);
+        }
+        v
+    }
+
+    /// Whether `LPOP key` would yield at `now`.
+    pub fn has_list_item(&self, now: Instant, key: &str) -> bool {
+        self.lists
+            .get(key)
+            .is_some_and(|(l, exp)| !l.is_empty() && exp.is_none_or(|at| now < at))
+    }
+
+    fn zrem(&mut self, key: &str, member: &str) {
+        if let Some(z) = self.zsets.get_mut(key) {
+            z.retain(|(_, m)| m != member);
+            if z.is_empty() {
+                self.zsets.remove(key);
+            }
+        }
     }
 
     fn set(&mut self, key: &str, value: &str, expires_at: Option<Instant>) {

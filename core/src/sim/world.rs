@@ -176,6 +176,8 @@ pub struct SimConfig {
     pub cycles_per_client: Option<u32>,
     /// The fault mix.
     pub faults: Faults,
+    /// Fair hand-off on the Redis backend (queued waiters parked on `BLPOP`).
+    pub fair: bool,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -195,6 +197,7 @@ impl SimConfig {
             clients: 3,
             run_for: Duration::from_secs(if fault_free { 30 } else { 5 }),
             cycles_per_client: fault_free.then_some(3),
+            fair: false,
             options,
             faults,
             #[cfg(feature = "sabotage")]
@@ -306,6 +309,19 @@ enum Ev {
         until: Instant,
     },
     ServerRestart,
+    /// A blocked `BLPOP` reached its timeout.
+    BlpopTimeout {
+        client: usize,
+        request: RequestId,
+    },
+}
+
+/// A `BLPOP` blocked on the server.
+#[derive(Clone, Debug)]
+struct Blocked {
+    client: usize,
+    request: RequestId,
+    key: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -371,6 +387,8 @@ pub struct Simulation {
     server: MemoryRedis,
     server_epoch: u32,
     resource: Fence,
+    /// Blocked `BLPOP`s in the order they blocked (Redis serves them FIFO).
+    blocked: Vec<Blocked>,
     clients: Vec<Client>,
     checker: Checker,
     tracing: bool,
@@ -386,9 +404,12 @@ impl Simulation {
             .map(|_| {
                 let drift = cfg.faults.clock_drift;
                 let rate = 1.0 + drift * (2.0 * unit(&mut rng) - 1.0);
+                let backend = RedisBackend {
+                    fair: cfg.fair,
+                    ..RedisBackend::default()
+                };
                 #[allow(unused_mut)]
-                let mut machine =
-                    Machine::with_seed(Backend::Redis(RedisBackend::default()), rng.next_u64());
+                let mut machine = Machine::with_seed(Backend::Redis(backend), rng.next_u64());
                 #[cfg(feature = "sabotage")]
                 machine.sabotage(cfg.sabotage);
                 Client {
@@ -422,6 +443,7 @@ impl Simulation {
             server: MemoryRedis::new(),
             server_epoch: 0,
             resource: Fence::new(),
+            blocked: Vec::new(),
             clients,
             tracing: false,
             outcome: Outcome::default(),
@@ -625,9 +647,31 @@ impl Simulation {
                     },
                 );
             }
+            Ev::BlpopTimeout { client, request } => {
+                if let Some(i) = self
+                    .blocked
+                    .iter()
+                    .position(|b| b.client == client && b.request == request)
+                {
+                    self.blocked.remove(i);
+                    self.send(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::Redis(RedisValue::Nil),
+                    });
+                }
+            }
             Ev::ServerRestart => {
                 self.trace(|| "server: restarts and loses every key".to_owned());
                 self.server.flush();
+                // blocked clients see their connections drop
+                for b in std::mem::take(&mut self.blocked) {
+                    self.send(Msg::Reply {
+                        client: b.client,
+                        request: b.request,
+                        reply: Reply::Redis(RedisValue::Error("LOADING server restarted".into())),
+                    });
+                }
                 self.server_epoch += 1;
                 self.checker.server_restarted();
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
@@ -638,6 +682,35 @@ impl Simulation {
 
     fn deliver(&mut self, msg: Msg) {
         match msg {
+            Msg::Request { client, request }
+                if matches!(request.body, crate::RequestBody::RedisBlpop(_)) =>
+            {
+                let crate::RequestBody::RedisBlpop(b) = &request.body else {
+                    return;
+                };
+                if self.server.has_list_item(self.now, &b.key) {
+                    let reply = self.server.execute(self.now, &request.body);
+                    self.send(Msg::Reply {
+                        client,
+                        request: request.id,
+                        reply,
+                    });
+                } else {
+                    let until = self.now + Duration::from_millis(b.timeout_ms);
+                    self.blocked.push(Blocked {
+                        client,
+                        request: request.id,
+                        key: b.key.clone(),
+                    });
+                    self.push(
+                        until,
+                        Ev::BlpopTimeout {
+                            client,
+                            request: request.id,
+                        },
+                    );
+                }
+            }
             Msg::Request { client, request } => {
                 let before = self.server.get(self.now, &self.lock_key).map(str::to_owned);
                 let reply = self.server.execute(self.now, &request.body);
@@ -665,6 +738,7 @@ impl Simulation {
                     request: request.id,
                     reply,
                 });
+                self.serve_blocked();
             }
             Msg::Reply { client, .. } if self.paused(client) => {
                 self.clients[client].inbox.push_back(msg);
@@ -705,6 +779,27 @@ impl Simulation {
                     self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
                 }
             },
+        }
+    }
+
+    /// Serves blocked `BLPOP`s whose list now has an item, first blocked first.
+    fn serve_blocked(&mut self) {
+        let mut i = 0;
+        while i < self.blocked.len() {
+            if let Some(v) = self.server.lpop(self.now, &self.blocked[i].key) {
+                let b = self.blocked.remove(i);
+                self.trace(|| format!("server: wakes c{}", b.client));
+                self.send(Msg::Reply {
+                    client: b.client,
+                    request: b.request,
+                    reply: Reply::Redis(RedisValue::Array(vec![
+                        RedisValue::Data(b.key),
+                        RedisValue::Data(v),
+                    ])),
+                });
+            } else {
+                i += 1;
+            }
         }
     }
 

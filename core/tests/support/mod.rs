@@ -42,9 +42,14 @@ pub struct Timeline {
 impl Timeline {
     /// `n` clients (machines seeded 1..=n) against one server.
     pub fn new(n: usize) -> Self {
+        Self::with_backend(n, RedisBackend::default())
+    }
+
+    /// `n` clients of a Redis backend configured as `backend`.
+    pub fn with_backend(n: usize, backend: RedisBackend) -> Self {
         let clients = (1..=n as u64)
             .map(|seed| Client {
-                machine: Machine::with_seed(Backend::Redis(RedisBackend::default()), seed),
+                machine: Machine::with_seed(Backend::Redis(backend.clone()), seed),
                 pending: Vec::new(),
                 events: Vec::new(),
                 next_timeout: None,

@@ -1,0 +1,151 @@
+//! Fair, instant hand-off on Redis: contended acquirers queue in FIFO order and park on a
+//! blocking pop; a release reserves the lock for the first live waiter and wakes it, so
+//! the releasing process cannot take the lock straight back.
+
+mod support;
+
+use fencepost_core::{Event, Operation, RedisBackend, RedisValue, Reply, RequestBody};
+use support::*;
+
+use Operation::{Acquire, Release, Wait};
+
+fn fair() -> Timeline {
+    Timeline::with_backend(
+        3,
+        RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        },
+    )
+}
+
+/// Delivers a pending wait if its wake-up is there (the server pops it), else leaves it.
+fn wake_if_ready(t: &mut Timeline, c: usize) -> bool {
+    let Some(i) = t.clients[c]
+        .pending
+        .iter()
+        .position(|r| r.operation == Wait)
+    else {
+        return false;
+    };
+    let RequestBody::RedisBlpop(b) = &t.clients[c].pending[i].body else {
+        unreachable!()
+    };
+    if !t.server.has_list_item(t.now, &b.key) {
+        return false;
+    }
+    let req = t.clients[c].pending.remove(i);
+    let reply = t.apply(&req);
+    assert!(
+        matches!(reply, Reply::Redis(RedisValue::Array(_))),
+        "woken: {reply:?}"
+    );
+    t.reply(c, &req, reply);
+    true
+}
+
+#[test]
+fn waiters_are_served_in_order_and_the_releaser_cannot_barge() {
+    let mut t = fair();
+    let mut o = opts(10_000);
+    o.retry_max = ms(500);
+    t.at(0);
+    let a = t.acquire(0, "r", o.clone());
+    t.serve(0, Acquire);
+    assert_eq!(acquired_token(&t.events(0)), Some(1));
+    t.at(1);
+    t.acquire(1, "r", o.clone()); // B queues first
+    t.serve(1, Acquire);
+    assert!(t.has_pending(1, Wait), "B parks on a blocking pop");
+    t.at(2);
+    t.acquire(2, "r", o.clone()); // then C
+    t.serve(2, Acquire);
+    assert!(t.has_pending(2, Wait));
+
+    // A releases and at once asks again
+    t.at(3).release(0, a);
+    t.serve(0, Release);
+    assert_eq!(
+        t.holder("r"),
+        Some(format!(
+            "r:{}",
+            t.clients[1]
+                .machine
+                .owner(fencepost_core::LockId(1))
+                .unwrap()
+        ))
+    );
+    let a2 = t.acquire(0, "r", o.clone());
+    t.serve(0, Acquire);
+    assert!(
+        t.events(0)
+            .iter()
+            .all(|e| !matches!(e, Event::Acquired { .. })),
+        "no barging"
+    );
+    assert!(!wake_if_ready(&mut t, 2), "C is not woken: B is first");
+    assert!(wake_if_ready(&mut t, 1), "B is woken at once");
+    t.serve(1, Acquire);
+    assert_eq!(acquired_token(&t.events(1)), Some(2));
+
+    // B releases: C (queued before A's second attempt) is next, then A
+    t.at(4).release(1, fencepost_core::LockId(1));
+    t.serve(1, Release);
+    assert!(!wake_if_ready(&mut t, 0));
+    assert!(wake_if_ready(&mut t, 2));
+    t.serve(2, Acquire);
+    assert_eq!(acquired_token(&t.events(2)), Some(3));
+    t.at(5).release(2, fencepost_core::LockId(1));
+    t.serve(2, Release);
+    assert!(wake_if_ready(&mut t, 0));
+    t.serve(0, Acquire);
+    assert_eq!(acquired_token(&t.events(0)), Some(4));
+    t.release(0, a2);
+    t.serve(0, Release);
+    assert_eq!(t.holder("r"), None, "nobody waiting: the lock is free");
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_and_is_skipped() {
+    let mut t = fair();
+    let mut o = opts(10_000);
+    o.retry_max = ms(500);
+    t.at(0);
+    let a = t.acquire(0, "r", o.clone());
+    t.serve(0, Acquire);
+    t.acquire(1, "r", o.clone());
+    t.serve(1, Acquire); // B queued
+    t.acquire(2, "r", o.clone());
+    t.serve(2, Acquire); // C queued
+    t.at(10).release(1, fencepost_core::LockId(1)); // B gives up (cancels)
+    t.serve(1, Release); // leaves the queue
+    assert_eq!(t.events(1), vec![Event::Released]);
+    t.at(20).release(0, a);
+    t.serve(0, Release);
+    assert!(wake_if_ready(&mut t, 2), "C, not the departed B, is woken");
+    t.serve(2, Acquire);
+    assert_eq!(acquired_token(&t.events(2)), Some(2));
+}
+
+#[test]
+fn a_missed_wake_up_falls_back_on_the_backoff() {
+    let mut t = fair();
+    let mut o = opts(10_000);
+    o.retry_base = ms(100);
+    o.retry_max = ms(100);
+    t.at(0);
+    let a = t.acquire(0, "r", o.clone());
+    t.serve(0, Acquire);
+    t.acquire(1, "r", o.clone());
+    t.serve(1, Acquire);
+    let wait = t.take(1, Wait); // the blocking pop is lost on the way
+    let RequestBody::RedisBlpop(b) = &wait.body else {
+        unreachable!()
+    };
+    assert!(b.timeout_ms <= 100, "the wait is one backoff step at most");
+    t.at(5).release(0, a);
+    t.serve(0, Release);
+    // B retries after its backoff (the wait's deadline) and finds the lock reserved for it
+    t.run_until(400);
+    assert_eq!(acquired_token(&t.events(1)), Some(2));
+}
