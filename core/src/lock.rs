@@ -16,6 +16,15 @@ use crate::{FencingToken, Instant, LockId, Output, OwnerId, Request, RequestId};
 /// How many times a release is sent before it is given up as unconfirmed.
 const RELEASE_ATTEMPTS: u32 = 3;
 
+/// The requests a lock phrases from its name and options alone (a wait is phrased by
+/// the backend with its timeout).
+#[derive(Clone, Copy, Debug)]
+enum Phrase {
+    Acquire,
+    Renew,
+    Release,
+}
+
 /// A request the machine is waiting on.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
@@ -226,10 +235,11 @@ impl Lock {
         });
     }
 
+    /// Phrases and sends an acquire, renew or release of `owner`.
     fn send(
         &mut self,
         ctx: &mut Ctx<'_>,
-        operation: Operation,
+        phrase: Phrase,
         owner: OwnerId,
         deadline: Instant,
         cleanup: bool,
@@ -237,15 +247,21 @@ impl Lock {
     ) -> RequestId {
         let ttl_ms = self.options.ttl_ms();
         let retry_max_ms = u64::try_from(self.options.retry_max.as_millis()).unwrap_or(u64::MAX);
-        let body = match operation {
-            Operation::Acquire => ctx
-                .backend
-                .acquire(&self.name, &owner, ttl_ms, retry_max_ms),
-            Operation::Renew => ctx.backend.renew(&self.name, &owner, ttl_ms),
+        let (operation, body) = match phrase {
+            Phrase::Acquire => (
+                Operation::Acquire,
+                ctx.backend
+                    .acquire(&self.name, &owner, ttl_ms, retry_max_ms),
+            ),
+            Phrase::Renew => (
+                Operation::Renew,
+                ctx.backend.renew(&self.name, &owner, ttl_ms),
+            ),
             // a fair release reserves the lock for the woken waiter for one backoff step
-            Operation::Release => ctx.backend.release(&self.name, &owner, retry_max_ms),
-            // built by `park`; never reached
-            Operation::Wait => return RequestId(0),
+            Phrase::Release => (
+                Operation::Release,
+                ctx.backend.release(&self.name, &owner, retry_max_ms),
+            ),
         };
         self.send_body(ctx, operation, owner, deadline, cleanup, attempt, body)
     }
@@ -290,7 +306,7 @@ impl Lock {
     pub(crate) fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
         let deadline = ctx.now + self.options.ttl;
         self.cleanups.push(owner);
-        self.send(ctx, Operation::Release, owner, deadline, true, attempt);
+        self.send(ctx, Phrase::Release, owner, deadline, true, attempt);
     }
 
     /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
@@ -306,14 +322,7 @@ impl Lock {
 
     fn send_acquire(&mut self, ctx: &mut Ctx<'_>, attempt: u32) {
         let deadline = self.attempt_deadline(ctx.now);
-        let request = self.send(
-            ctx,
-            Operation::Acquire,
-            self.owner,
-            deadline,
-            false,
-            attempt,
-        );
+        let request = self.send(ctx, Phrase::Acquire, self.owner, deadline, false, attempt);
         self.state = State::Acquiring {
             request,
             sent_at: ctx.now,
@@ -461,7 +470,7 @@ impl Lock {
                 valid_until,
                 renew_at,
             } if now >= renew_at => {
-                let request = self.send(ctx, Operation::Renew, self.owner, valid_until, false, 0);
+                let request = self.send(ctx, Phrase::Renew, self.owner, valid_until, false, 0);
                 self.state = State::Renewing {
                     token,
                     valid_until,
@@ -491,14 +500,7 @@ impl Lock {
     }
 
     fn send_release(&mut self, ctx: &mut Ctx<'_>, attempt: u32, deadline: Instant, was_held: bool) {
-        let request = self.send(
-            ctx,
-            Operation::Release,
-            self.owner,
-            deadline,
-            false,
-            attempt,
-        );
+        let request = self.send(ctx, Phrase::Release, self.owner, deadline, false, attempt);
         self.state = State::Releasing {
             request: Some(request),
             retry_at: deadline,

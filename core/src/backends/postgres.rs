@@ -202,16 +202,7 @@ impl PostgresBackend {
                 // holds the lock must not take it twice, nor bump the token again
                 // (idempotent, DESIGN.md rule 5). A new grant bumps the token row in
                 // the same statement.
-                sql: format!(
-                    "WITH held AS (SELECT EXISTS ({HELD}) AS yes), \
-                     got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN true \
-                     ELSE pg_try_advisory_lock($1::bigint) END AS ok, (SELECT yes FROM held) AS again), \
-                     bump AS (INSERT INTO {t} (name, token) SELECT $2::text, 1 FROM got WHERE ok AND NOT again \
-                     ON CONFLICT (name) DO UPDATE SET token = {t}.token + 1 RETURNING token) \
-                     SELECT coalesce((SELECT token FROM bump), \
-                     (SELECT t.token FROM {t} t, got WHERE t.name = $2::text AND got.again)), NULL::bigint",
-                    t = self.token_table
-                ),
+                sql: advisory_acquire_sql("pg_try_advisory_lock", &self.token_table),
                 params: vec![
                     SqlValue::Int(advisory_key(&self.namespace, name)),
                     SqlValue::Text(name.to_owned()),
@@ -279,13 +270,7 @@ impl PostgresBackend {
 /// transaction's commit or rollback; there is nothing to renew or release.
 pub fn xact_lock_statement(backend: &PostgresBackend, name: &str) -> SqlStatement {
     SqlStatement {
-        sql: format!(
-            "WITH got AS (SELECT pg_try_advisory_xact_lock($1::bigint) AS ok), \
-             bump AS (INSERT INTO {t} (name, token) SELECT $2::text, 1 FROM got WHERE ok \
-             ON CONFLICT (name) DO UPDATE SET token = {t}.token + 1 RETURNING token) \
-             SELECT (SELECT token FROM bump), NULL::bigint",
-            t = backend.token_table
-        ),
+        sql: advisory_acquire_sql("pg_try_advisory_xact_lock", &backend.token_table),
         params: vec![
             SqlValue::Int(advisory_key(&backend.namespace, name)),
             SqlValue::Text(name.to_owned()),
@@ -313,6 +298,24 @@ pub fn read_xact_lock(reply: &SqlReply) -> Result<Option<FencingToken>, Protocol
 /// classid = high 32 bits, objid = low 32 bits, objsubid = 1).
 const HELD: &str = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() \
      AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1::bigint";
+
+/// Takes advisory lock `$1` with `try_fn` (session or transaction level) and, on a
+/// new grant, bumps the token row of name `$2` in the same statement. Advisory locks
+/// stack: when this session already holds the lock, it is not taken twice and the
+/// token is not bumped again — the current token is returned (idempotent retry,
+/// DESIGN.md rule 5). Returns one row: (token or NULL when held elsewhere, NULL).
+fn advisory_acquire_sql(try_fn: &str, token_table: &str) -> String {
+    format!(
+        "WITH held AS (SELECT EXISTS ({HELD}) AS yes), \
+         got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN true \
+         ELSE {try_fn}($1::bigint) END AS ok, (SELECT yes FROM held) AS again), \
+         bump AS (INSERT INTO {t} (name, token) SELECT $2::text, 1 FROM got WHERE ok AND NOT again \
+         ON CONFLICT (name) DO UPDATE SET token = {t}.token + 1 RETURNING token) \
+         SELECT coalesce((SELECT token FROM bump), \
+         (SELECT t.token FROM {t} t, got WHERE t.name = $2::text AND got.again)), NULL::bigint",
+        t = token_table
+    )
+}
 
 fn ms_param(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
