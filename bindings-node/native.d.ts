@@ -33,9 +33,11 @@ export declare class Machine {
   /**
    * `keyPrefix` prefixes every Redis key (default `"fencepost:"`). `seed` (a bigint)
    * makes owner ids and jitter deterministic, for tests only; without it the machine
-   * seeds itself from the operating system's secure randomness.
+   * seeds itself from the operating system's secure randomness. `fair` (default false)
+   * turns on fair, instant hand-off: contended acquirers queue on the server and park
+   * on a blocking pop (requests with `backend: "redis_blpop"`, `operation: "wait"`).
    */
-  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null)
+  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
   check(name: string, options: LockOptionsMs): void
   /** Starts acquiring `name`; returns the new lock id. */
@@ -91,6 +93,12 @@ export declare class MemoryRedis {
   get(nowMs: number, key: string): string | null
   /** `PTTL key` in ms at `nowMs`: `null` when missing, -1 when it has no expiry. */
   pttl(nowMs: number, key: string): number | null
+  /**
+   * `LPOP key` at `nowMs`: the head of a list (a fair waiter's wake-up), or `null`
+   * when the list is missing, empty or expired. Never blocks: hosts emulating `BLPOP`
+   * park the caller themselves until this yields or the timeout passes.
+   */
+  lpop(nowMs: number, key: string): string | null
   /** `DEL key`; `true` if it existed. */
   delete(key: string): boolean
   /** Forgets every key, as a restart without persistence does. */
@@ -135,7 +143,7 @@ export declare function redisFencedSet(dataKey: string, fenceKey: string, token:
 
 /**
  * Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
- * fenced_set }`.
+ * fenced_set, acquire_fair, release_fair }`.
  */
 export declare function redisScripts(): Record<string, { sha1: string, source: string }>
 
@@ -144,7 +152,10 @@ export declare function redisScripts(): Record<string, { sha1: string, source: s
  * `EVALSHA sha1 keys.length ...keys ...args` (and `EVAL` with the source on `NOSCRIPT`).
  */
 export interface ScriptCall {
-  /** `"acquire"`, `"renew"`, `"release"` or `"fenced_set"`. */
+  /**
+   * `"acquire"`, `"renew"`, `"release"`, `"fenced_set"`, `"acquire_fair"` or
+   * `"release_fair"`.
+   */
   script: string
   keys: Array<string>
   args: Array<string>

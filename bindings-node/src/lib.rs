@@ -234,14 +234,12 @@ fn lock_options(env: &Env, o: &LockOptionsMs) -> napi::Result<LockOptions> {
     Ok(options)
 }
 
-fn redis_backend(key_prefix: Option<String>) -> Backend {
-    match key_prefix {
-        Some(key_prefix) => Backend::Redis(RedisSettings {
-            key_prefix,
-            ..RedisSettings::default()
-        }),
-        None => Backend::default(),
-    }
+fn redis_backend(key_prefix: Option<String>, fair: Option<bool>) -> Backend {
+    let defaults = RedisSettings::default();
+    Backend::Redis(RedisSettings {
+        key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
+        fair: fair.unwrap_or(defaults.fair),
+    })
 }
 
 // ---- replies: JS value -> RedisValue -> JS value -------------------------------------------
@@ -446,7 +444,12 @@ fn script_by_name(env: &Env, name: &str) -> napi::Result<RedisScript> {
             config_error(
                 env,
                 &format!(
-                    "script must be 'acquire', 'renew', 'release' or 'fenced_set', got {name:?}"
+                    "script must be one of {}, got {name:?}",
+                    RedisScript::ALL
+                        .iter()
+                        .map(|s| format!("'{}'", script_name(*s)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
         })
@@ -456,7 +459,8 @@ fn script_by_name(env: &Env, name: &str) -> napi::Result<RedisScript> {
 /// `EVALSHA sha1 keys.length ...keys ...args` (and `EVAL` with the source on `NOSCRIPT`).
 #[napi(object)]
 pub struct ScriptCall {
-    /// `"acquire"`, `"renew"`, `"release"` or `"fenced_set"`.
+    /// `"acquire"`, `"renew"`, `"release"`, `"fenced_set"`, `"acquire_fair"` or
+    /// `"release_fair"`.
     pub script: String,
     pub keys: Vec<String>,
     pub args: Vec<String>,
@@ -499,6 +503,13 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
                     o.set("sha1", cmd.script.sha1())?;
                     o.set("keys", cmd.keys.clone())?;
                     o.set("args", cmd.args.clone())?;
+                }
+                // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own.
+                RequestBody::RedisBlpop(b) => {
+                    o.set("backend", "redis_blpop")?;
+                    o.set("key", b.key.as_str())?;
+                    // whole milliseconds, ≥ 1; exact as a number below 2^53
+                    o.set("timeoutMs", b.timeout_ms as f64)?;
                 }
                 _ => o.set("backend", "unsupported")?,
             }
@@ -562,10 +573,17 @@ pub struct Machine {
 impl Machine {
     /// `keyPrefix` prefixes every Redis key (default `"fencepost:"`). `seed` (a bigint)
     /// makes owner ids and jitter deterministic, for tests only; without it the machine
-    /// seeds itself from the operating system's secure randomness.
+    /// seeds itself from the operating system's secure randomness. `fair` (default false)
+    /// turns on fair, instant hand-off: contended acquirers queue on the server and park
+    /// on a blocking pop (requests with `backend: "redis_blpop"`, `operation: "wait"`).
     #[napi(constructor)]
-    pub fn new(env: Env, key_prefix: Option<String>, seed: Option<BigInt>) -> napi::Result<Self> {
-        let backend = redis_backend(key_prefix);
+    pub fn new(
+        env: Env,
+        key_prefix: Option<String>,
+        seed: Option<BigInt>,
+        fair: Option<bool>,
+    ) -> napi::Result<Self> {
+        let backend = redis_backend(key_prefix, fair);
         let inner = match seed {
             Some(seed) => CoreMachine::with_seed(backend, bigint_u64(&env, &seed, "seed")?),
             None => CoreMachine::new(backend)
@@ -781,6 +799,14 @@ impl MemoryRedis {
             .map(|ms| ms as f64))
     }
 
+    /// `LPOP key` at `nowMs`: the head of a list (a fair waiter's wake-up), or `null`
+    /// when the list is missing, empty or expired. Never blocks: hosts emulating `BLPOP`
+    /// park the caller themselves until this yields or the timeout passes.
+    #[napi]
+    pub fn lpop(&mut self, env: Env, now_ms: f64, key: String) -> napi::Result<Option<String>> {
+        Ok(self.inner.lpop(instant(&env, now_ms)?, &key))
+    }
+
     /// `DEL key`; `true` if it existed.
     #[napi]
     pub fn delete(&mut self, key: String) -> bool {
@@ -934,7 +960,7 @@ pub fn read_redis_fenced_set<'env>(
 }
 
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
-/// fenced_set }`.
+/// fenced_set, acquire_fair, release_fair }`.
 #[napi(ts_return_type = "Record<string, { sha1: string, source: string }>")]
 pub fn redis_scripts(env: &Env) -> napi::Result<Object<'_>> {
     let mut scripts = Object::new(env)?;
