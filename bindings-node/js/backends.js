@@ -7,6 +7,13 @@
 //      ├─ MemoryBackend      the core's in-memory Redis, in process (tests, demos)
 //      └─ RedisBackend       a real server through ioredis or node-redis (v4+)
 //
+// With `fair: true` a contended acquisition queues on the server and parks on a blocking
+// pop of its own wake-up list (the machine's `redis_blpop` requests); a release reserves
+// the lock for the first live waiter and wakes it. RedisBackend runs each pop on a
+// connection of its own (a duplicate of the client: BLPOP blocks its connection, and the
+// shared client must stay free for renewals); MemoryServer parks the caller until a
+// script run on that server pushes to the list, or the timeout passes.
+//
 // PostgreSQL (pg: Client and Pool) and etcd (its JSON gateway over fetch) backends come
 // here once fencepost-core has them (issue 6, item 4); their adapters will subclass
 // Backend the same way: `execute(request)` returns the server's reply as data.
@@ -69,14 +76,18 @@ function createBackends (native, LockMachine, fence) {
       super()
       const o = check.plainObject(options, 'backend options')
       this._keyPrefix = o.keyPrefix === undefined ? 'fencepost:' : check.string(o.keyPrefix, 'keyPrefix')
+      this._fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
     }
 
     _newMachine () {
-      return new LockMachine({ keyPrefix: this._keyPrefix })
+      return new LockMachine({ keyPrefix: this._keyPrefix, fair: this._fair })
     }
 
     /** The prefix of every key fencepost writes ('fencepost:'). */
     get keyPrefix () { return this._keyPrefix }
+
+    /** Whether locks on this backend hand off fairly (FIFO, woken at once, no barging). */
+    get fair () { return this._fair }
 
     /** The lease key of lock `name` (holds the owner id, with the TTL). */
     lockKey (name) {
@@ -112,12 +123,75 @@ function createBackends (native, LockMachine, fence) {
   class MemoryServer {
     constructor () {
       this._redis = new native.MemoryRedis()
+      /** list key → callers parked on it by `blpop`, first come first served */
+      this._parked = new Map()
     }
 
-    /** Runs a script call now; returns the reply as a Redis client would (an `Error`
-     * value for an error reply). */
-    execute (command) {
-      return this._redis.execute(now(), command)
+    /**
+     * Runs a request now, as a Redis server would: a script call at once, returning the
+     * reply as a Redis client would (an `Error` value for an error reply); a blocking pop
+     * (a fair waiter's `redis_blpop` request) as `blpop` does, returning its promise.
+     */
+    execute (command, options) {
+      if (command !== null && typeof command === 'object' && command.backend === 'redis_blpop') {
+        return this.blpop(command.key, command.timeoutMs, options)
+      }
+      const reply = this._redis.execute(now(), command)
+      this._wake()
+      return reply
+    }
+
+    /**
+     * `BLPOP key timeoutMs/1000`: resolves with `[key, value]` as soon as the list has an
+     * item (at once, or when a script run on this server pushes one), or with `null` when
+     * `timeoutMs` passes (`0`: never). `options.signal` abandons the wait: the promise
+     * rejects with the signal's reason.
+     */
+    blpop (key, timeoutMs, options) {
+      check.string(key, 'key')
+      check.millis(timeoutMs, 'timeoutMs')
+      const signal = check.abortSignal(check.plainObject(options, 'blpop options').signal, 'signal')
+      return new Promise((resolve, reject) => {
+        if (signal !== null && signal.aborted) return reject(signal.reason)
+        const value = this._redis.lpop(now(), key)
+        if (value !== null) return resolve([key, value])
+        const waiter = { key, resolve, timer: null, signal, onAbort: null }
+        if (timeoutMs > 0) {
+          waiter.timer = setTimeout(() => { this._unpark(waiter); resolve(null) }, timeoutMs)
+        }
+        if (signal !== null) {
+          waiter.onAbort = () => { this._unpark(waiter); reject(signal.reason) }
+          signal.addEventListener('abort', waiter.onAbort, { once: true })
+        }
+        const queue = this._parked.get(key)
+        if (queue === undefined) this._parked.set(key, [waiter])
+        else queue.push(waiter)
+      })
+    }
+
+    /** Hands the lists' new items to the callers parked on them, in the order they came. */
+    _wake () {
+      if (this._parked.size === 0) return
+      const t = now()
+      for (const [key, queue] of this._parked) {
+        while (queue.length > 0) {
+          const value = this._redis.lpop(t, key)
+          if (value === null) break
+          const waiter = queue[0]
+          this._unpark(waiter)
+          waiter.resolve([key, value])
+        }
+      }
+    }
+
+    _unpark (waiter) {
+      clearTimeout(waiter.timer)
+      if (waiter.onAbort !== null) waiter.signal.removeEventListener('abort', waiter.onAbort)
+      const queue = this._parked.get(waiter.key)
+      if (queue === undefined) return
+      const i = queue.indexOf(waiter)
+      if (i >= 0) queue.splice(i, 1)
+      if (queue.length === 0) this._parked.delete(waiter.key)
     }
 
     /** `GET key` now (expired keys are gone). */
@@ -152,7 +226,7 @@ function createBackends (native, LockMachine, fence) {
   class MemoryBackend extends RedisProtocolBackend {
     constructor (options) {
       const o = check.plainObject(options, 'MemoryBackend options')
-      super({ keyPrefix: o.keyPrefix })
+      super({ keyPrefix: o.keyPrefix, fair: o.fair })
       if (o.server !== undefined && !(o.server instanceof MemoryServer)) {
         throw new ConfigError(`server must be a MemoryServer, got ${check.describe(o.server)}`)
       }
@@ -160,8 +234,8 @@ function createBackends (native, LockMachine, fence) {
       this.server = o.server ?? new MemoryServer()
     }
 
-    execute (request) {
-      return this.server.execute(request)
+    execute (request, options) {
+      return this.server.execute(request, options)
     }
   }
 
@@ -204,6 +278,124 @@ function createBackends (native, LockMachine, fence) {
     return null
   }
 
+  // ---- blocking pops (fair hand-off) -----------------------------------------------------
+
+  /** How long an idle blocking connection is kept for the next wait. */
+  const BLOCKING_IDLE_MS = 10_000
+  /** Idle blocking connections kept at most (more waiters parked at once open more). */
+  const BLOCKING_IDLE_MAX = 8
+
+  const ignore = () => {}
+
+  /** A connection of its own for blocking pops: a duplicate of an ioredis client. */
+  function ioredisBlocker (client) {
+    // lazyConnect: connect() says when it is ready; no commandTimeout: a BLPOP lasts as
+    // long as its own timeout (the driver aborts it at its deadline anyway)
+    const override = { lazyConnect: true, commandTimeout: undefined }
+    const dup = client.isCluster === true ? client.duplicate([], override) : client.duplicate(override)
+    dup.on('error', ignore) // failures surface as rejected commands
+    return {
+      ready: dup.connect(),
+      blpop: (key, seconds) => dup.blpop(key, seconds),
+      destroy: () => { try { dup.disconnect() } catch {} }
+    }
+  }
+
+  /** A connection of its own for blocking pops: a duplicate of a node-redis client. */
+  function nodeRedisBlocker (client) {
+    const dup = client.duplicate()
+    dup.on('error', ignore) // an 'error' without a listener would crash the process
+    return {
+      ready: Promise.resolve().then(() => dup.connect()),
+      // node-redis turns the reply into { key, element }: give the machine the raw shape
+      blpop: async (key, seconds) => {
+        const reply = await dup.blPop(key, seconds)
+        return reply !== null && typeof reply === 'object' && !Array.isArray(reply) && 'element' in reply
+          ? [reply.key, reply.element]
+          : reply
+      },
+      destroy: () => {
+        try {
+          const closing = typeof dup.destroy === 'function' ? dup.destroy() : dup.disconnect() // v5 : v4
+          if (closing && typeof closing.catch === 'function') closing.catch(ignore)
+        } catch {}
+      }
+    }
+  }
+
+  /**
+   * The connections fair waiters block on (BLPOP blocks the connection it runs on, so
+   * never the shared client, whose renewals must not queue behind it): duplicates of the
+   * client, one per wait in flight, kept idle a while for the next wait. `close()` closes
+   * them all; idle ones also close when the client ends.
+   */
+  class BlockingConnections {
+    constructor (client, kind) {
+      this._client = client
+      this._open = kind === 'ioredis' ? ioredisBlocker : nodeRedisBlocker
+      this._idle = []
+      this._closed = false
+      this._clientEnded = false
+      this._onEnd = null
+    }
+
+    /** An idle connection, or a new one once connected. Rejects with `signal.reason` if
+     * the signal aborts first (the new connection is closed). */
+    async take (signal) {
+      const idle = this._idle.pop()
+      if (idle !== undefined) {
+        clearTimeout(idle.timer)
+        return idle
+      }
+      if (this._closed) throw new BackendError('this backend is closed')
+      this._watchClient()
+      this._clientEnded = false
+      const conn = this._open(this._client)
+      await new Promise((resolve, reject) => {
+        const onAbort = () => { conn.destroy(); reject(signal.reason) }
+        if (signal) signal.addEventListener('abort', onAbort, { once: true })
+        conn.ready.then(
+          () => { if (signal) signal.removeEventListener('abort', onAbort); resolve() },
+          (error) => { if (signal) signal.removeEventListener('abort', onAbort); conn.destroy(); reject(error) }
+        )
+      })
+      return conn
+    }
+
+    /** Takes back a connection whose pop completed; kept idle for a while, or closed. */
+    give (conn) {
+      if (this._closed || this._clientEnded || this._idle.length >= BLOCKING_IDLE_MAX) return conn.destroy()
+      conn.timer = setTimeout(() => {
+        const i = this._idle.indexOf(conn)
+        if (i >= 0) this._idle.splice(i, 1)
+        conn.destroy()
+      }, BLOCKING_IDLE_MS)
+      conn.timer.unref?.()
+      this._idle.push(conn)
+    }
+
+    closeIdle () {
+      for (const conn of this._idle.splice(0)) {
+        clearTimeout(conn.timer)
+        conn.destroy()
+      }
+    }
+
+    close () {
+      this._closed = true
+      this.closeIdle()
+      if (this._onEnd !== null) this._client.removeListener?.('end', this._onEnd)
+      this._onEnd = null
+    }
+
+    /** The owner quit the client: idle duplicates must not keep the process alive. */
+    _watchClient () {
+      if (this._onEnd !== null || typeof this._client.on !== 'function') return
+      this._onEnd = () => { this._clientEnded = true; this.closeIdle() }
+      this._client.on('end', this._onEnd)
+    }
+  }
+
   /**
    * Locks on one Redis server (or a compatible one: Valkey, KeyDB, Dragonfly with Lua)
    * through an ioredis or node-redis (v4+) client that the caller owns and connects.
@@ -211,6 +403,9 @@ function createBackends (native, LockMachine, fence) {
    * Every request is a Lua script run with EVALSHA, falling back to EVAL on NOSCRIPT.
    * Error replies go to the lock machine as values (it decides whether they are
    * transient); connection failures are transport errors (outcome unknown).
+   *
+   * With `fair: true`, a parked waiter's BLPOP runs on a duplicate of the client
+   * (`client.duplicate()`), never on the client itself; `close()` closes those.
    */
   class RedisBackend extends RedisProtocolBackend {
     constructor (client, options) {
@@ -219,8 +414,16 @@ function createBackends (native, LockMachine, fence) {
       if (runner === null) {
         throw new ConfigError(`client must be an ioredis client (new Redis()) or a node-redis client (createClient()), got ${check.describe(client)}`)
       }
+      if (this._fair && typeof client.duplicate !== 'function') {
+        throw new ConfigError('fair: true runs each waiter\'s BLPOP on a connection of its own: the client needs duplicate() (ioredis, node-redis)', { option: 'fair' })
+      }
+      if (this._fair && runner.kind === 'ioredis' && client.options && client.options.keyPrefix) {
+        // the release script builds waiters' keys from ARGV, which ioredis does not prefix
+        throw new ConfigError(`fair: true needs keys as fencepost names them, but this ioredis client adds keyPrefix ${JSON.stringify(client.options.keyPrefix)} to every key: pass the prefix to RedisBackend as { keyPrefix } instead`, { option: 'fair' })
+      }
       this._client = client
       this._runner = runner
+      this._blocking = this._fair ? new BlockingConnections(client, runner.kind) : null
     }
 
     /** The client this backend uses. */
@@ -228,7 +431,10 @@ function createBackends (native, LockMachine, fence) {
     /** 'ioredis' or 'node-redis'. */
     get clientKind () { return this._runner.kind }
 
-    async execute (command) {
+    async execute (command, options) {
+      if (command !== null && typeof command === 'object' && command.backend === 'redis_blpop') {
+        return this._blockingPop(command, check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal'))
+      }
       try {
         try {
           return await this._runner.evalsha(command)
@@ -240,6 +446,43 @@ function createBackends (native, LockMachine, fence) {
         if (isErrorReply(error)) return error // a reply: the machine reads it
         throw error // a transport failure
       }
+    }
+
+    /** `BLPOP key timeoutMs/1000` on a blocking connection; `signal` abandons it (the
+     * connection is closed, the promise rejects with the signal's reason). */
+    async _blockingPop (request, signal) {
+      if (signal !== null && signal.aborted) throw signal.reason
+      if (this._blocking === null) {
+        throw new ConfigError('a blocking wait reached a backend built without fair: true')
+      }
+      const conn = await this._blocking.take(signal)
+      let answered = false // a reply (an error reply too): the connection is fine
+      let onAbort = null
+      try {
+        const pop = conn.blpop(request.key, String(request.timeoutMs / 1000))
+        const reply = signal === null
+          ? await pop
+          : await new Promise((resolve, reject) => {
+            onAbort = () => reject(signal.reason)
+            signal.addEventListener('abort', onAbort, { once: true })
+            pop.then(resolve, reject)
+          })
+        answered = true
+        return reply
+      } catch (error) {
+        if (!isErrorReply(error)) throw error // a transport failure, or abandoned
+        answered = true
+        return error // a reply: the machine reads it
+      } finally {
+        if (onAbort !== null) signal.removeEventListener('abort', onAbort)
+        if (answered) this._blocking.give(conn)
+        else conn.destroy() // still blocked, or broken
+      }
+    }
+
+    close () {
+      super.close()
+      if (this._blocking !== null) this._blocking.close()
     }
   }
 

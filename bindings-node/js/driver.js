@@ -9,6 +9,12 @@
 // they concern. Every `if` below is plumbing (is a request still pending, is this driver
 // closed, is anyone awaiting); none is about validity, renew timing or tokens.
 //
+// A fair backend's machine parks a contended acquisition on a blocking wait (a request with
+// `backend: 'redis_blpop'`). The adapter gets an AbortSignal with it, aborted once the
+// answer no longer matters: the machine moved on for that lock (a cancel, a retry), the
+// request's deadline passed, or the driver closed. The adapter then frees the connection
+// the wait blocks; the (late) outcome is fed back like any other.
+//
 // The timer keeps the process alive while a lock is being acquired, held or released, and
 // is unref'd otherwise, so the bookkeeping of finished locks (a cleanup release, late
 // replies remembered for one TTL) never keeps a process alive after release.
@@ -49,8 +55,10 @@ class Driver {
     this.machine = machine
     /** lock id → acquisition (with `onEvent(event)` and `closed()`) */
     this.acquisitions = new Map()
-    /** request id → { deadlineMs } of requests whose outcome has not been fed yet */
+    /** request id → { deadlineMs, lock, wait } of requests whose outcome has not been fed yet */
     this.pending = new Map()
+    /** lock id → the entry of its blocking wait in flight (fair backends) */
+    this.waits = new Map()
     this.machineAt = null
     this.timer = null
     this.timerAt = null
@@ -101,6 +109,8 @@ class Driver {
     const acquisitions = [...this.acquisitions.values()]
     this.acquisitions.clear()
     this.pending.clear()
+    for (const entry of this.waits.values()) entry.wait.abort()
+    this.waits.clear()
     this._disarm()
     for (const acquisition of acquisitions) acquisition.closed()
   }
@@ -127,6 +137,12 @@ class Driver {
         const { outputs, nextTimeoutMs } = this.machine.poll()
         this.machineAt = nextTimeoutMs
         for (const output of outputs) {
+          // Anything new for a lock parked on a blocking wait: the wait no longer matters.
+          const parked = this.waits.get(output.lock)
+          if (parked !== undefined) {
+            this.waits.delete(output.lock)
+            parked.wait.abort()
+          }
           if (output.type === 'request') {
             this._execute(output)
           } else {
@@ -155,11 +171,17 @@ class Driver {
   }
 
   _execute (request) {
-    const entry = { deadlineMs: request.deadlineMs }
+    const entry = { deadlineMs: request.deadlineMs, lock: request.lock, wait: null }
     this.pending.set(request.id, entry)
+    let options
+    if (request.backend === 'redis_blpop') {
+      entry.wait = new AbortController()
+      this.waits.set(request.lock, entry)
+      options = { signal: entry.wait.signal }
+    }
     // Run it on a later microtask, never inside this drain.
     Promise.resolve()
-      .then(() => this.backend.execute(request))
+      .then(() => this.backend.execute(request, options))
       .then(
         (value) => this._settle(request.id, entry, (m, t) => m.reply(t, request.id, value)),
         (error) => this._settle(request.id, entry, (m, t) => m.transportError(t, request.id, describeError(error)))
@@ -169,7 +191,15 @@ class Driver {
   _settle (id, entry, input) {
     if (this.pending.get(id) !== entry) return // given up at its deadline, or closed
     this.pending.delete(id)
+    this._forgetWait(entry, false)
     this._feed(input)
+  }
+
+  /** A blocking wait is over (settled, or given up): stop tracking it; abort it if asked. */
+  _forgetWait (entry, abort) {
+    if (entry.wait === null) return
+    if (this.waits.get(entry.lock) === entry) this.waits.delete(entry.lock)
+    if (abort) entry.wait.abort()
   }
 
   _arm () {
@@ -208,6 +238,7 @@ class Driver {
     for (const [id, entry] of this.pending) {
       if (entry.deadlineMs <= t) {
         this.pending.delete(id)
+        this._forgetWait(entry, true)
         const late = (t - entry.deadlineMs).toFixed(3)
         this._feed((m, t2) => m.transportError(t2, id, `no reply before the request deadline (${late} ms ago)`))
       }
