@@ -169,15 +169,39 @@ export declare abstract class Backend {
   close(): void
 }
 
+/** The Lua scripts fencepost runs on Redis (`acquire_fair` and `release_fair` on a fair
+ * backend). */
+export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair'
+
 /** A Redis script call as data, as the lock machine and `redisFencedSet` emit it: run
  * `EVALSHA sha1 keys.length ...keys ...args`, or `EVAL` with the source on `NOSCRIPT`. */
 export interface RedisScriptCall {
-  /** `'acquire'`, `'renew'`, `'release'` or `'fenced_set'`. */
-  readonly script: 'acquire' | 'renew' | 'release' | 'fenced_set'
+  /** Which script. */
+  readonly script: RedisScriptName
   /** SHA-1 of the script source, 40 lowercase hex digits. */
   readonly sha1: string
   readonly keys: readonly string[]
   readonly args: readonly string[]
+}
+
+/**
+ * The blocking wait of a fair waiter, as data: run `BLPOP key timeoutMs/1000` (fractional
+ * seconds, never 0) on a connection of its own, and answer with whatever it returned:
+ * `null` at the timeout, `[key, value]` when woken (an `Error` value for an error reply).
+ */
+export interface RedisBlockingPop {
+  readonly backend: 'redis_blpop'
+  /** The waiter's wake-up list. */
+  readonly key: string
+  /** How long to block, whole ms ≥ 1. */
+  readonly timeoutMs: number
+}
+
+/** What an adapter may do with a request besides running it. */
+export interface ExecuteOptions {
+  /** Aborted once the outcome of a blocking wait no longer matters (the machine moved on,
+   * its deadline passed, the backend closed): stop blocking and reject with its reason. */
+  signal?: AbortSignal
 }
 
 /**
@@ -205,24 +229,42 @@ export declare abstract class RedisProtocolBackend extends Backend {
    * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint.
    */
   fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): Promise<void>
+  /** Whether locks on this backend hand off fairly (the `fair` option). */
+  readonly fair: boolean
   /**
-   * Runs one script call; returns the reply as the client gives it (an `Error` value for
-   * an error reply); throws for a transport failure. Adapters for other clients override it.
+   * Runs one script call, or (on a fair backend) one blocking wait; returns the reply as
+   * the client gives it (an `Error` value for an error reply); throws for a transport
+   * failure. Adapters for other clients override it.
    */
-  execute(command: RedisScriptCall): unknown
+  execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): unknown
 }
 
 export interface RedisBackendOptions {
   /** The prefix of every key fencepost writes (default `'fencepost:'`). */
   keyPrefix?: string
+  /**
+   * Fair, instant hand-off (default false): a contended `acquire()` joins a FIFO queue on
+   * the server and blocks on a `BLPOP` of its own; a release reserves the lock for the
+   * first waiter still waiting and wakes it at once, so waiters are served in order and
+   * the releasing process cannot take the lock straight back. A waiter that gave up
+   * (timeout, `signal`) is skipped. `RedisBackend` runs each `BLPOP` on a duplicate of
+   * your client (`client.duplicate()`), never on the client itself. Fair and plain locks
+   * may share a name safely; only fairness is lost.
+   */
+  fair?: boolean
 }
 
 /** An in-memory Redis-like server running fencepost's scripts (TTLs on
  * `performance.now()`). Share one between backends to contend on the same keys. */
 export declare class MemoryServer {
   constructor()
-  /** Runs a script call now. */
+  /** Runs a script call now (the reply), or a blocking wait (a promise, as `blpop`). */
   execute(command: Pick<RedisScriptCall, 'script' | 'keys' | 'args'>): unknown
+  execute(command: RedisBlockingPop, options?: ExecuteOptions): Promise<[string, string] | null>
+  /** `BLPOP key timeoutMs/1000`: `[key, value]` as soon as the list has an item (at once,
+   * or when a script run on this server pushes one), `null` after `timeoutMs` (`0`:
+   * never). Rejects with `signal.reason` when `options.signal` aborts. */
+  blpop(key: string, timeoutMs: number, options?: ExecuteOptions): Promise<[string, string] | null>
   /** `GET key` now (expired keys are gone). */
   get(key: string): string | null
   /** `PTTL key` now, in ms: `null` when missing, -1 without expiry. */
@@ -249,7 +291,7 @@ export declare class MemoryBackend extends RedisProtocolBackend {
   constructor(options?: MemoryBackendOptions)
   /** The in-memory server this backend talks to. */
   readonly server: MemoryServer
-  execute(command: RedisScriptCall): unknown
+  execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): unknown
 }
 
 /** What `RedisBackend` needs of an ioredis client (`new Redis()`, `new Redis.Cluster()`). */
@@ -270,7 +312,13 @@ export interface NodeRedisLike {
  * to EVAL on NOSCRIPT; error replies go to the lock machine (which tells transient from
  * fatal), connection failures count as transport errors (outcome unknown).
  *
- * @throws ConfigError for a client that is neither.
+ * With `fair: true`, parked waiters block on duplicates of the client (one per waiter,
+ * kept idle a while for the next wait); `close()` closes them, and idle ones close when
+ * the client ends.
+ *
+ * @throws ConfigError for a client that is neither; with `fair: true`, for a client
+ *   without `duplicate()` or an ioredis client with its own `keyPrefix` option (pass the
+ *   prefix to `RedisBackend` instead).
  */
 export declare class RedisBackend extends RedisProtocolBackend {
   constructor(client: IoredisLike | NodeRedisLike, options?: RedisBackendOptions)
@@ -278,7 +326,7 @@ export declare class RedisBackend extends RedisProtocolBackend {
   readonly client: IoredisLike | NodeRedisLike
   /** Which client library it is. */
   readonly clientKind: 'ioredis' | 'node-redis'
-  execute(command: RedisScriptCall): Promise<unknown>
+  execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): Promise<unknown>
 }
 
 // ---- fencing --------------------------------------------------------------------------------
@@ -331,7 +379,7 @@ export declare function redisFencedSet(dataKey: string, fenceKey: string, token:
 export declare function readRedisFencedSet(resource: string, token: bigint, reply: unknown): void
 
 /** Every Lua script fencepost runs on Redis (for `SCRIPT LOAD`). */
-export declare function redisScripts(): Record<'acquire' | 'renew' | 'release' | 'fenced_set', { sha1: string, source: string }>
+export declare function redisScripts(): Record<RedisScriptName, { sha1: string, source: string }>
 
 // ---- errors ---------------------------------------------------------------------------------
 
@@ -425,6 +473,18 @@ export interface MachineRequest extends RedisScriptCall {
   readonly deadlineMs: number
 }
 
+/** A fair machine's contended acquisition parked on a blocking pop: run it on a
+ * connection of its own and answer with its reply (any reply, at the wake-up or the
+ * timeout, is followed by the next acquire attempt). */
+export interface MachineWaitRequest extends RedisBlockingPop {
+  readonly type: 'request'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -440,8 +500,9 @@ export type MachineEvent =
  * events, call `timeout(now)` at `nextTimeoutMs`.
  */
 export declare class LockMachine {
-  /** `seed` makes owner ids and jitter deterministic: tests only, never in production. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number })
+  /** `seed` makes owner ids and jitter deterministic: tests only, never in production.
+   * `fair` (default false): fair hand-off, whose parked waiters emit `MachineWaitRequest`s. */
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
@@ -457,7 +518,7 @@ export declare class LockMachine {
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

@@ -27,6 +27,20 @@ export async function withNodeRedis (url: string): Promise<void> {
   await client.quit()
 }
 
+// Fair hand-off: waiters are served in order, woken the moment the lock is released; each
+// parked waiter blocks on a duplicate of the client, never on the client itself.
+export async function fairQueue (url: string): Promise<bigint[]> {
+  const client = new Redis(url)
+  const backend = new RedisBackend(client, { keyPrefix: 'app:', fair: true })
+  const lock = new Lock(backend, 'queue', { ttlMs: 10_000 })
+  const tokens = await Promise.all([1, 2, 3].map(() => lock.using((signal, lease) => lease.token)))
+  const fair: boolean = backend.fair
+  console.log(fair, tokens)
+  backend.close() // closes the blocking connections too
+  client.disconnect()
+  return tokens
+}
+
 // The types are exact: these are compile errors.
 declare const backend: RedisBackend
 // @ts-expect-error tokens are bigint, never a lossy number
@@ -35,3 +49,5 @@ backend.fencedSet('d', 'f', 5, 'v')
 new Lock(backend, 'x', { ttl: 30 })
 // @ts-expect-error purpose is 'efficiency' | 'correctness'
 new Lock(backend, 'x', { purpose: 'safety' })
+// @ts-expect-error fair is true or false
+new RedisBackend(backend.client, { fair: 'yes' })
