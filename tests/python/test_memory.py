@@ -496,6 +496,36 @@ def test_machine_usage_errors_carry_their_kind() -> None:
     assert ClockError("c").kind == "time_went_backwards"
 
 
+async def test_acquire_on_a_closed_backend_raises_backend_error(backend: fencepost.MemoryBackend) -> None:
+    await fencepost.Lock(backend, "busy", ttl=5.0).acquire()
+    waiting = asyncio.ensure_future(fencepost.Lock(backend, "busy", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)  # the second acquisition is waiting between retries
+    backend.close()
+    with pytest.raises(BackendError, match="closed while acquiring"):
+        await asyncio.wait_for(waiting, 2.0)
+    with pytest.raises(BackendError, match="closed"):
+        await fencepost.Lock(backend, "other", ttl=5.0).acquire()
+
+
+def test_closing_the_backend_fails_a_blocked_acquire_sync(backend: fencepost.MemoryBackend) -> None:
+    fencepost.Lock(backend, "busy", ttl=5.0).acquire_sync()
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            fencepost.Lock(backend, "busy", ttl=5.0).acquire_sync()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.05)  # the waiter is between retries: its acquisition is waiting
+    backend.close()
+    waiter.join(2.0)
+    assert not waiter.is_alive(), "acquire_sync() still blocked after close()"
+    assert len(outcome) == 1 and isinstance(outcome[0], BackendError)
+
+
 def test_correctness_lock_on_redis_needs_the_opt_in(backend: fencepost.MemoryBackend) -> None:
     with pytest.raises(ConfigError, match="etcd"):
         fencepost.Lock(backend, "money", purpose="correctness")

@@ -325,11 +325,15 @@ class AsyncDriver:
         if self._closed:
             return
         now = time.monotonic_ns()
-        for acquisition in list(self._acquisitions.values()):
+        # Snapshot first: cancelling a waiting acquisition ends it at once (a
+        # "released" event, which the drain below pops), and its caller must still
+        # hear that the backend was closed.
+        acquisitions = list(self._acquisitions.values())
+        for acquisition in acquisitions:
             self._machine.release(now, acquisition.lock_id)
         self._drain()
         self._closed = True
-        for acquisition in list(self._acquisitions.values()):
+        for acquisition in acquisitions:
             acquisition.closed()
         self._acquisitions.clear()
         self._arm(None)
@@ -512,11 +516,14 @@ class ThreadDriver:
             if self._closed:
                 return
             now = time.monotonic_ns()
-            for acquisition in list(self._acquisitions.values()):
+            # Snapshot first (see AsyncDriver.close): a cancelled waiting acquisition
+            # ends in this drain, and its caller must still get BackendError.
+            acquisitions = list(self._acquisitions.values())
+            for acquisition in acquisitions:
                 self._machine.release(now, acquisition.lock_id)
             self._drain()
             self._closed = True
-            for acquisition in list(self._acquisitions.values()):
+            for acquisition in acquisitions:
                 acquisition.closed()
             self._acquisitions.clear()
             self._cond.notify_all()
