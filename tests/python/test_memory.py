@@ -496,6 +496,17 @@ def test_machine_usage_errors_carry_their_kind() -> None:
     assert ClockError("c").kind == "time_went_backwards"
 
 
+def test_shortest_ttl_with_default_options_is_as_documented(backend: fencepost.MemoryBackend) -> None:
+    # the default renew interval ttl/3 must be below the validity ttl·0.99 − 2 ms:
+    # ttl > 2 ms / (0.99 − 1/3) ≈ 3.046 ms; without auto-renewal ttl > 2 ms / 0.99 ≈ 2.02 ms
+    fencepost.Lock(backend, "short", ttl=0.00305)
+    with pytest.raises(ConfigError, match="too short to renew automatically"):
+        fencepost.Lock(backend, "short", ttl=0.00304)
+    fencepost.Lock(backend, "short", ttl=0.00203, auto_renew=False)
+    with pytest.raises(ConfigError, match="leaves no validity"):
+        fencepost.Lock(backend, "short", ttl=0.00202, auto_renew=False)
+
+
 async def test_acquire_on_a_closed_backend_raises_backend_error(backend: fencepost.MemoryBackend) -> None:
     await fencepost.Lock(backend, "busy", ttl=5.0).acquire()
     waiting = asyncio.ensure_future(fencepost.Lock(backend, "busy", ttl=5.0).acquire())

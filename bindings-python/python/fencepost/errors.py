@@ -1,7 +1,7 @@
 """Every error fencepost raises, under one base class, :class:`FencepostError`.
 
-Each class has a stable ``code`` (the same string the JavaScript bindings put on their
-``Error.code``), so logs and alerts can match on it across languages:
+Each class has a stable ``code`` (the same string the Node package, ``bindings-node``,
+puts on its errors' ``code``), so logs and alerts can match on it across languages:
 
 =====================  ======================  ==========================================
 class                  ``code``                raised when
@@ -12,7 +12,8 @@ class                  ``code``                raised when
 :class:`AcquireTimeout` ``ERR_ACQUIRE_TIMEOUT`` the acquire timeout passed
 :class:`StaleToken`    ``ERR_STALE_TOKEN``     a fence refused a write with an old token
 :class:`ProtocolError` ``ERR_PROTOCOL``        the server's reply made no sense
-:class:`BackendError`  ``ERR_BACKEND``         a helper could not reach the server
+:class:`BackendError`  ``ERR_BACKEND``         a helper could not reach the server, or
+                                               the backend was closed
 =====================  ======================  ==========================================
 
 All exceptions pickle (they cross ``multiprocessing`` boundaries intact).
@@ -172,11 +173,17 @@ class ProtocolError(FencepostError):
 
 
 class BackendError(FencepostError):
-    """A helper that talks to the server directly (the fenced write helpers) could not
-    get an answer: connection refused or reset, client timeout. The write may or may
-    not have happened. The original exception is chained as ``__cause__``. (Lock
-    acquisition and renewal never raise it: their transport errors are retried by the
-    lock machine and end in :class:`AcquireTimeout` or :class:`LockLost`.)"""
+    """The backend cannot serve the call.
+
+    * A helper that talks to the server directly (the fenced write helpers) could not
+      get an answer: connection refused or reset, client timeout. The write may or may
+      not have happened. The original exception is chained as ``__cause__``.
+    * The backend was closed (:meth:`fencepost.Backend.close`): ``acquire()`` /
+      ``acquire_sync()`` (and ``async with`` / ``with``) raise it when called on a
+      closed backend, or when the backend is closed while they wait.
+
+    Transport errors during acquisition and renewal never raise it: the lock machine
+    retries them, and they end in :class:`AcquireTimeout` or :class:`LockLost`."""
 
     code = "ERR_BACKEND"
 

@@ -245,7 +245,12 @@ class Lock:
     Args:
         backend: a :class:`fencepost.redis.RedisBackend` or :class:`fencepost.MemoryBackend`.
         name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8).
-        ttl: lease length the server enforces, seconds (1 ms to ~24.8 days).
+        ttl: lease length the server enforces, seconds, at most 2^31 ms (~24.8 days).
+            At least 1 ms, and long enough that the validity ``ttl * (1 -
+            drift_factor) - clock_margin`` is positive and, with auto-renewal, above
+            the renew interval: with the other options at their defaults the shortest
+            ttl is about 3.05 ms (``ttl / 3 < ttl * 0.99 - 2 ms``), or about 2.03 ms
+            with ``auto_renew=False``.
         purpose: ``"efficiency"`` (two holders waste work) or ``"correctness"`` (two
             holders corrupt data). Redis tokens can go backwards on failover, so a
             correctness lock on Redis needs ``accept_failover_risk=True``.
@@ -349,6 +354,7 @@ class Lock:
         Raises:
             AcquireTimeout: the acquire timeout passed.
             ProtocolError: the server's reply made no sense.
+            BackendError: the backend is closed, or was closed while waiting.
             ConfigError: this object already holds the lock, or the backend does not
                 support asyncio (e.g. a sync ``redis.Redis`` client).
         """
@@ -446,7 +452,7 @@ class Lock:
         interrupted (``KeyboardInterrupt``), the acquisition is cancelled first.
 
         Raises:
-            AcquireTimeout, ProtocolError: as :meth:`acquire`.
+            AcquireTimeout, ProtocolError, BackendError: as :meth:`acquire`.
             ConfigError: this object already holds the lock, or the backend does not
                 support blocking use (e.g. a ``redis.asyncio.Redis`` client).
         """
