@@ -953,12 +953,15 @@ impl Fence {
 /// The SQL text of a fenced conditional update:
 /// `UPDATE "table" SET "c" = …, "token_column" = <token> WHERE "id_column" = <id> AND
 /// "token_column" <= <token>`. With style "pyformat" the parameters are `%(id)s`,
-/// `%(token)s` and `%(<column>)s`; with "dollar", `$1` (id), `$2` (token), `$3…`
+/// `%(token)s` and `%(<column>)s` (the default); with "dollar", `$1` (id), `$2` (token), `$3…`
 /// (columns in order). Zero rows updated means the token is stale.
 ///
 /// Errors: `ConfigError` for a name that is not a plain SQL identifier or a bad style.
 #[pyfunction]
-#[pyo3(signature = (table, id_column, token_column, columns, style = None))]
+#[pyo3(
+    signature = (table, id_column, token_column, columns, style = None),
+    text_signature = "(table, id_column, token_column, columns, style='pyformat')"
+)]
 fn sql_fenced_update(
     py: Python<'_>,
     table: &Bound<'_, PyAny>,

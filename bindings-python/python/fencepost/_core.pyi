@@ -100,6 +100,7 @@ class Event:
 
 Output = Union[Request, Event]
 
+@final
 class Machine:
     """The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
 
@@ -107,7 +108,7 @@ class Machine:
     raises :class:`~fencepost.errors.ClockError`. Drain :meth:`poll` after every input.
     """
 
-    def __init__(self, key_prefix: Optional[str] = None, seed: Optional[int] = None) -> None:
+    def __new__(cls, key_prefix: Optional[str] = None, seed: Optional[int] = None) -> Machine:
         """``key_prefix`` (default ``"fencepost:"``) prefixes every key; ``seed`` makes
         owner ids and jitter deterministic (tests only: never in production).
 
@@ -179,6 +180,7 @@ def check_lock_options(
 
     Raises: ConfigError naming the bad argument."""
 
+@final
 class MemoryRedis:
     """The core's in-memory Redis: fencepost's scripts with TTLs on injected time.
     Not thread-safe by itself (``fencepost.MemoryServer`` adds the lock)."""
@@ -196,6 +198,7 @@ class MemoryRedis:
     def flush(self) -> None:
         """Forgets every key."""
 
+@final
 class Fence:
     """In-memory fence: the highest token accepted per resource; lower tokens are
     refused, equal ones pass (one lease may write many times)."""
