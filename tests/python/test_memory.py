@@ -638,6 +638,23 @@ def test_sql_fenced_update() -> None:
         fencepost.sql_fenced_update("a", "id", "t", "balance")  # type: ignore[arg-type]
 
 
+def test_sql_fenced_update_refuses_columns_confused_with_its_parameters() -> None:
+    # pyformat: a column named "token" would be bound as %(token)s, the fence's token
+    with pytest.raises(ConfigError, match='column "token"') as info:
+        fencepost.sql_fenced_update("inv", "id", "t", ["token", "body"])
+    assert "token" in str(info.value) and info.value.code == "ERR_CONFIG"
+    with pytest.raises(ConfigError, match='column "id"'):
+        fencepost.sql_fenced_update("inv", "id", "t", ["id"])  # the id column itself
+    with pytest.raises(ConfigError, match='column "t"'):
+        fencepost.sql_fenced_update("inv", "id", "t", ["t"])  # the token column itself
+    with pytest.raises(ConfigError, match='column "body".*twice'):
+        fencepost.sql_fenced_update("inv", "id", "t", ["body", "body"])
+    # dollar parameters are positional: a "token" column is just a column
+    assert fencepost.sql_fenced_update("inv", "id", "t", ["token", "body"], style="dollar") == (
+        'UPDATE "inv" SET "token" = $3, "body" = $4, "t" = $2 WHERE "id" = $1 AND "t" <= $2'
+    )
+
+
 async def test_memory_fenced_set_accepts_current_and_rejects_stale_tokens(backend: fencepost.MemoryBackend) -> None:
     async with fencepost.Lock(backend, "doc", ttl=5.0) as first:
         await backend.fenced_set("doc:data", "doc:fence", first.token, "v1")
