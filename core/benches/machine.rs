@@ -3,6 +3,8 @@
 //!
 //! * `cycle/memory_redis` — one acquire → held → renew → release cycle through
 //!   `handle_input` / `poll_output` against the in-memory Redis (`sim::MemoryRedis`).
+//! * `cycle/memory_redis_fair` — the same with fair hand-off on (`RedisBackend::fair`):
+//!   the queue-aware acquire and release scripts, nobody waiting.
 //! * `cycle/canned` — the same cycle with replies recorded once and replayed: the
 //!   machine alone.
 //! * `timer_step/{1000,10000,100000}` — a machine holding n leases; one timer step
@@ -24,6 +26,7 @@ fn cycle(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     for (label, make) in [
         ("memory_redis", Cycle::memory as fn() -> Cycle),
+        ("memory_redis_fair", Cycle::memory_fair),
         ("canned", Cycle::canned as fn() -> Cycle),
     ] {
         let mut cycle = make();

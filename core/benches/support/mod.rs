@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use fencepost_core::sim::MemoryRedis;
 use fencepost_core::{
-    Backend, Event, Input, Instant, LockOptions, Machine, Operation, Output, Reply, Request,
+    Backend, Event, Input, Instant, LockOptions, Machine, Operation, Output, RedisBackend, Reply,
+    Request,
 };
 
 /// Lease length of every bench lock: 30 s, renewed every 10 s (`ttl / 3`).
@@ -155,17 +156,27 @@ pub struct Cycle {
 impl Cycle {
     /// Against the in-memory Redis.
     pub fn memory() -> Self {
-        Self::with_server(Server::Memory(MemoryRedis::new()))
+        Self::with_server(Backend::default(), Server::Memory(MemoryRedis::new()))
+    }
+
+    /// Against the in-memory Redis, with fair hand-off on (its queue-aware scripts run
+    /// even when nobody waits).
+    pub fn memory_fair() -> Self {
+        let fair = Backend::Redis(RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        });
+        Self::with_server(fair, Server::Memory(MemoryRedis::new()))
     }
 
     /// Against canned replies (no server).
     pub fn canned() -> Self {
-        Self::with_server(Server::Canned(record_replies()))
+        Self::with_server(Backend::default(), Server::Canned(record_replies()))
     }
 
-    fn with_server(server: Server) -> Self {
+    fn with_server(backend: Backend, server: Server) -> Self {
         Cycle {
-            machine: Machine::with_seed(Backend::default(), 7),
+            machine: Machine::with_seed(backend, 7),
             server,
             now: Instant::from_millis(1),
             tally: Tally::default(),
