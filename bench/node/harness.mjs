@@ -1,0 +1,244 @@
+// Node side of scripts/bench: one case per run, one JSON line on stdout.
+//
+// usage: node harness.mjs uncontended --lib LIB --redis URL --key KEY --cycles N [--warmup N]
+//        node harness.mjs contended   --lib LIB --redis URL --key KEY --workers W --seconds S [--hold-ms H]
+//        node harness.mjs libs
+//
+// Every library is used as its documentation shows, with its default retry behaviour, a
+// 10 s lease and no acquire timeout (each waits until it gets the lock):
+//
+//   fencepost        new Lock(new RedisBackend(ioredis), key, { ttlMs: 10000 }): await lock.acquire(), await lease.release()
+//                    (the package in bindings-node; the addon from NAPI_RS_NATIVE_LIBRARY_PATH)
+//   fencepost-fair   the same with fair hand-off on ({ fair: true }), listed by `libs` only once the
+//                    package offers the option
+//   raw-ioredis      SET key owner PX 10000 NX, retried at once while taken; release: owner-checked
+//                    DEL script (EVALSHA) — the floor: 2 round trips
+//   redlock          redlock 5.0.0-beta.2, one client, retryCount -1 (the default 10 gives up)
+//   redis-semaphore  Mutex(client, key, { lockTimeout: 10000, acquireTimeout: 600000 }) (polls every 10 ms)
+//
+// The measurement is the one the Python harness makes (see bench/python/harness.py):
+// timestamps are process.hrtime.bigint() (CLOCK_MONOTONIC on Linux, the clock Python's
+// time.monotonic_ns() reads); the hold is a blocking Atomics.wait, like time.sleep.
+
+import { fork } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { createRequire } from 'node:module'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const require = createRequire(import.meta.url)
+const HERE = path.dirname(fileURLToPath(import.meta.url))
+const LEASE_MS = 10_000
+const RELEASE_LUA = `if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`
+
+const now = () => process.hrtime.bigint()
+const sleeper = new Int32Array(new SharedArrayBuffer(4))
+function holdUntil (t) {
+  const ms = Number(t - now()) / 1e6
+  if (ms > 0) Atomics.wait(sleeper, 0, 0, ms)
+}
+
+async function client (url) {
+  const { Redis } = await import('ioredis')
+  const c = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
+  await c.connect()
+  return c
+}
+
+// ---- the libraries ------------------------------------------------------------------------
+
+function fencepostPackage () {
+  return require(process.env.FENCEPOST_NODE_PACKAGE || path.join(HERE, '..', '..', 'bindings-node'))
+}
+
+// Where this build takes the fair hand-off switch (the core's RedisBackend.fair):
+// 'backend' (new RedisBackend(client, { fair: true })), 'lock' (Lock option) or null while
+// the package refuses it — the fencepost-fair row appears by itself once it is offered.
+async function fairOption () {
+  const { Lock, RedisBackend } = fencepostPackage()
+  const { Redis } = await import('ioredis')
+  const c = new Redis({ lazyConnect: true }) // never connects
+  try {
+    try { new RedisBackend(c, { fair: true }).close(); return 'backend' } catch { }
+    try { new Lock(new RedisBackend(c), 'probe', { fair: true }); return 'lock' } catch { }
+    return null
+  } finally { c.disconnect() }
+}
+
+async function fencepost (url, key, fair) {
+  const { Lock, RedisBackend } = fencepostPackage()
+  const where = fair ? await fairOption() : null
+  if (fair && where === null) throw new Error('this fencepost build has no fair hand-off option')
+  const c = await client(url)
+  const backend = new RedisBackend(c, where === 'backend' ? { fair: true } : undefined)
+  const lock = new Lock(backend, key, where === 'lock' ? { ttlMs: LEASE_MS, fair: true } : { ttlMs: LEASE_MS })
+  let lease = null
+  return {
+    async acquire () { lease = await lock.acquire() },
+    async release () { await lease.release() },
+    close () { backend.close(); c.disconnect() }
+  }
+}
+
+const LIBS = {
+  fencepost: (url, key) => fencepost(url, key, false),
+  'fencepost-fair': (url, key) => fencepost(url, key, true),
+
+  async 'raw-ioredis' (url, key) {
+    const c = await client(url)
+    c.defineCommand('fpRelease', { numberOfKeys: 1, lua: RELEASE_LUA })
+    let owner = ''
+    return {
+      async acquire () {
+        const mine = randomBytes(16).toString('hex')
+        while ((await c.set(key, mine, 'PX', LEASE_MS, 'NX')) !== 'OK') { /* busy retry */ }
+        owner = mine
+      },
+      async release () {
+        if ((await c.fpRelease(key, owner)) !== 1) throw new Error('raw release: not the owner')
+      },
+      close () { c.disconnect() }
+    }
+  },
+
+  async redlock (url, key) {
+    const { default: Redlock } = await import('redlock')
+    const c = await client(url)
+    const redlock = new Redlock([c], { retryCount: -1 })
+    let lease = null
+    return {
+      async acquire () { lease = await redlock.acquire([key], LEASE_MS) },
+      async release () { await lease.release() },
+      close () { c.disconnect() }
+    }
+  },
+
+  async 'redis-semaphore' (url, key) {
+    const { Mutex } = await import('redis-semaphore')
+    const c = await client(url)
+    const mutex = new Mutex(c, key, { lockTimeout: LEASE_MS, acquireTimeout: 600_000 })
+    return {
+      async acquire () { await mutex.acquire() },
+      async release () { await mutex.release() },
+      close () { c.disconnect() }
+    }
+  }
+}
+
+// ---- cases --------------------------------------------------------------------------------
+
+async function uncontended (args) {
+  const lib = await LIBS[args.lib](args.redis, args.key)
+  for (let i = 0; i < args.warmup; i++) { await lib.acquire(); await lib.release() }
+  const times = []
+  for (let i = 0; i < args.cycles; i++) {
+    const t0 = now()
+    await lib.acquire()
+    await lib.release()
+    times.push(Number(now() - t0) / 1e3)
+  }
+  lib.close()
+  return JSON.stringify({ lib: args.lib, cycle_us: times })
+}
+
+async function worker (args) {
+  const lib = await LIBS[args.lib](args.redis, args.key)
+  const occ = await client(args.redis)
+  const occKey = args.key + ':occupancy'
+  const start = await new Promise((resolve) => {
+    process.once('message', (m) => resolve(BigInt(m.start_ns)))
+    process.send({ ready: true })
+  })
+  const stop = start + BigInt(Math.round(args.seconds * 1e9))
+  const hold = BigInt(Math.round(args.holdMs * 1e6))
+  const grants = []
+  let overlaps = 0
+  let errors = 0
+  let firstError = null
+  const error = (e) => { errors++; firstError ??= `${e?.name}: ${e?.message}` }
+  holdUntil(start)
+  while (now() < stop) {
+    try { await lib.acquire() } catch (e) { error(e); continue }
+    const tAcq = now()
+    if ((await occ.incr(occKey)) !== 1) overlaps++
+    if (tAcq < stop) holdUntil(tAcq + hold)
+    await occ.decr(occKey)
+    const tRel = now()
+    try { await lib.release() } catch (e) { error(e) }
+    grants.push(`[${tAcq},${tRel}]`)
+  }
+  lib.close()
+  occ.disconnect()
+  // BigInt nanoseconds as exact JSON integers
+  const report = `{"worker":${args.index},"grants":[${grants.join(',')}],"overlaps":${overlaps},` +
+    `"errors":${errors},"first_error":${JSON.stringify(firstError)}}`
+  process.send({ report }, () => process.exit(0))
+}
+
+async function contended (args) {
+  const file = fileURLToPath(import.meta.url)
+  const children = []
+  const reports = []
+  const ready = []
+  for (let i = 0; i < args.workers; i++) {
+    const child = fork(file, ['worker', JSON.stringify({ ...args, index: i })], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+    children.push(child)
+    ready.push(new Promise((resolve, reject) => {
+      child.once('message', resolve)
+      child.once('exit', (code) => reject(new Error(`worker ${i} exited (${code}) before it was ready`)))
+    }))
+    reports.push(new Promise((resolve) => {
+      child.on('message', (m) => { if (m.report) resolve(m.report) }) // kept as text: exact integers
+      child.on('exit', (code) => resolve(JSON.stringify({ worker: i, crash: `exited with ${code} before reporting` })))
+    }))
+  }
+  const bound = (ms, what) => new Promise((resolve, reject) => setTimeout(() => reject(new Error(what)), ms).unref())
+  await Promise.race([Promise.all(ready), bound(60_000, 'workers not ready in 60 s')])
+  const start = now() + 100_000_000n // everyone starts together, 0.1 s from now
+  for (const child of children) child.send({ start_ns: start.toString() })
+  const killer = setTimeout(() => { for (const c of children) if (c.exitCode === null) c.kill('SIGKILL') },
+    100 + args.seconds * 1000 + 30_000) // a waiter may still be in a retry sleep
+  const got = await Promise.all(reports)
+  clearTimeout(killer)
+  const stop = start + BigInt(Math.round(args.seconds * 1e9))
+  return `{"lib":${JSON.stringify(args.lib)},"start_ns":${start},"stop_ns":${stop},"workers":${args.workers},` +
+    `"reports":[${got.join(',')}]}`
+}
+
+// ---- main ---------------------------------------------------------------------------------
+
+function parse (argv) {
+  const args = { mode: argv[0], lib: null, redis: 'redis://127.0.0.1:6379/0', key: 'bench', cycles: 1000, warmup: 100, workers: 8, seconds: 5, holdMs: 1 }
+  const names = { '--lib': 'lib', '--redis': 'redis', '--key': 'key', '--cycles': 'cycles', '--warmup': 'warmup', '--workers': 'workers', '--seconds': 'seconds', '--hold-ms': 'holdMs' }
+  for (let i = 1; i < argv.length; i += 2) {
+    const name = names[argv[i]]
+    if (!name || argv[i + 1] === undefined) usage(`bad argument ${argv[i]}`)
+    args[name] = typeof args[name] === 'number' ? Number(argv[i + 1]) : argv[i + 1]
+  }
+  return args
+}
+
+function usage (why) {
+  process.stderr.write(`harness.mjs: ${why}\nusage: node harness.mjs uncontended|contended --lib LIB --redis URL --key KEY [--cycles N --warmup N | --workers W --seconds S --hold-ms H]\n`)
+  process.exit(2)
+}
+
+const argv = process.argv.slice(2)
+if (argv[0] === 'worker') {
+  await worker(JSON.parse(argv[1]))
+} else {
+  const args = parse(argv)
+  if (args.mode === 'libs') {
+    const fair = await fairOption().catch(() => null)
+    console.log(Object.keys(LIBS).filter((name) => fair !== null || !name.endsWith('-fair')).join('\n'))
+  } else {
+    if (!(args.lib in LIBS)) usage(`--lib must be one of ${Object.keys(LIBS).join(', ')}`)
+    if (!args.redis.startsWith('redis://127.0.0.1:')) usage('benchmarks talk to a Redis on 127.0.0.1 only')
+    const out = args.mode === 'uncontended' ? await uncontended(args) : args.mode === 'contended' ? await contended(args) : usage(`unknown mode ${args.mode}`)
+    process.stdout.write(out + '\n', () => process.exit(0))
+  }
+}
