@@ -793,12 +793,13 @@ def test_async_lease_check_from_a_worker_thread_is_thread_safe() -> None:
             lambda _loop, ctx: problems.append(ctx.get("exception") or RuntimeError(ctx["message"]))
         )
         backend = fencepost.MemoryBackend()
-        # ttl 100 ms: a renewal every 33 ms, so the worker's pokes often find a timer due
-        async with fencepost.Lock(backend, "threaded", ttl=0.1) as lease:
+        # ttl 300 ms: a renewal every 100 ms, so the worker's pokes often find a timer
+        # due; 200 ms of slack for a busy machine
+        async with fencepost.Lock(backend, "threaded", ttl=0.3) as lease:
 
             def work() -> int:
                 checks = 0
-                deadline = time.monotonic() + 0.5
+                deadline = time.monotonic() + 0.7
                 while time.monotonic() < deadline:
                     lease.check()
                     assert lease.valid_for() > 0
