@@ -9,10 +9,19 @@
 //! `ConfigError` for bad input and `UsageError`s, `ClockError` for time going
 //! backwards, `StaleToken` for fence refusals, `ProtocolError` for replies of the
 //! wrong shape. No function panics on user input.
+//!
+//! One `Machine` drives one backend, given as a settings dict (`{"kind": "redis", …}`
+//! or `{"kind": "postgres", …}`); its requests carry a Redis script call, a Redis
+//! blocking pop or a SQL statement, and `reply` reads a Redis or a SQL reply according
+//! to the machine's backend.
 
 use core::time::Duration;
 
-use fencepost_core::backends::redis::RedisBackend as RedisSettings;
+use fencepost_core::backends::postgres::{
+    self as pg, PgConnection, PgMode, PostgresBackend as PgSettings, SqlReply, SqlStatement,
+    SqlValue,
+};
+use fencepost_core::backends::redis::{RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
@@ -278,10 +287,260 @@ fn lock_options(
     })
 }
 
-fn redis_backend(key_prefix: &str) -> Backend {
-    Backend::Redis(RedisSettings {
-        key_prefix: key_prefix.to_owned(),
-        ..RedisSettings::default()
+// ---- backend settings: a dict -> Backend ------------------------------------------------
+
+/// The backend described by a settings dict:
+///
+/// * `{"kind": "redis", "key_prefix": str, "fair": bool}`
+/// * `{"kind": "postgres", "mode": "lease" | "session", "lease_table": str,
+///   "token_table": str, "namespace": str}`
+///
+/// Every key but `kind` is optional (the core's defaults); unknown keys, wrong types
+/// and table names that are not plain SQL identifiers are `ConfigError`s naming them.
+fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
+    let py = spec.py();
+    let dict = spec.cast::<PyDict>().map_err(|_| {
+        config_error(
+            py,
+            format!(
+                "backend must be a dict such as {{'kind': 'redis'}} or {{'kind': 'postgres', \
+                 'mode': 'lease'}}, got {}",
+                describe(spec)
+            ),
+        )
+    })?;
+    let kind = match dict.get_item("kind")? {
+        Some(kind) => arg_str(&kind, "backend['kind']")?,
+        None => {
+            return Err(config_error(
+                py,
+                "backend must have a 'kind': 'redis' or 'postgres'",
+            ))
+        }
+    };
+    let allowed: &[&str] = match kind.as_str() {
+        "redis" => &["kind", "key_prefix", "fair"],
+        "postgres" => &["kind", "mode", "lease_table", "token_table", "namespace"],
+        other => {
+            return Err(config_error(
+                py,
+                format!("backend['kind'] must be 'redis' or 'postgres', got {other:?}"),
+            ))
+        }
+    };
+    for (key, _) in dict.iter() {
+        let key_text = key.str().map(|k| k.to_string()).unwrap_or_default();
+        if !key.is_instance_of::<PyString>() || !allowed.contains(&key_text.as_str()) {
+            return Err(config_error(
+                py,
+                format!(
+                    "unknown {kind} backend setting {}: use {}",
+                    describe(&key),
+                    allowed[1..].join(", ")
+                ),
+            ));
+        }
+    }
+    let text = |key: &str| -> PyResult<Option<String>> {
+        dict.get_item(key)?
+            .map(|v| arg_str(&v, &format!("backend[{key:?}]")))
+            .transpose()
+    };
+    if kind == "redis" {
+        let mut settings = RedisSettings::default();
+        if let Some(prefix) = text("key_prefix")? {
+            settings.key_prefix = prefix;
+        }
+        if let Some(fair) = dict.get_item("fair")? {
+            settings.fair = arg_bool(&fair, "backend['fair']")?;
+        }
+        return Ok(Backend::Redis(settings));
+    }
+    let mut settings = PgSettings::default();
+    if let Some(mode) = text("mode")? {
+        settings.mode = match mode.as_str() {
+            "lease" => PgMode::Lease,
+            "session" => PgMode::Session,
+            other => {
+                return Err(config_error(
+                    py,
+                    format!("backend['mode'] must be 'lease' or 'session', got {other:?}"),
+                ))
+            }
+        };
+    }
+    if let Some(t) = text("lease_table")? {
+        settings.lease_table = t;
+    }
+    if let Some(t) = text("token_table")? {
+        settings.token_table = t;
+    }
+    if let Some(n) = text("namespace")? {
+        settings.namespace = n;
+    }
+    settings.check().map_err(|e| config_error(py, e))?;
+    Ok(Backend::Postgres(settings))
+}
+
+/// The backend of `backend` (a settings dict) or, for the older keyword, a Redis backend
+/// with `key_prefix`; the default Redis backend when neither is given.
+fn backend_from_args(
+    py: Python<'_>,
+    backend: Option<&Bound<'_, PyAny>>,
+    key_prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Backend> {
+    let backend = backend.filter(|b| !b.is_none());
+    let key_prefix = key_prefix.filter(|p| !p.is_none());
+    match (backend, key_prefix) {
+        (Some(_), Some(_)) => Err(config_error(
+            py,
+            "pass either backend or key_prefix, not both (put 'key_prefix' in the backend dict)",
+        )),
+        (Some(spec), None) => backend_spec(spec),
+        (None, Some(prefix)) => Ok(Backend::Redis(RedisSettings {
+            key_prefix: arg_str(prefix, "key_prefix")?,
+            ..RedisSettings::default()
+        })),
+        (None, None) => Ok(Backend::default()),
+    }
+}
+
+/// Postgres settings from keyword arguments of the module functions.
+fn pg_settings(
+    py: Python<'_>,
+    lease_table: Option<&Bound<'_, PyAny>>,
+    token_table: Option<&Bound<'_, PyAny>>,
+    namespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PgSettings> {
+    let mut settings = PgSettings::default();
+    if let Some(t) = lease_table {
+        settings.lease_table = arg_str(t, "lease_table")?;
+    }
+    if let Some(t) = token_table {
+        settings.token_table = arg_str(t, "token_table")?;
+    }
+    if let Some(n) = namespace {
+        settings.namespace = arg_str(n, "namespace")?;
+    }
+    settings.check().map_err(|e| config_error(py, e))?;
+    Ok(settings)
+}
+
+// ---- replies: Python -> SqlReply --------------------------------------------------------
+
+/// An error reply of PostgreSQL carried as a value: its SQLSTATE (five characters,
+/// e.g. "40001", "57P01", "42P01") and message. Adapters pass one to `Machine.reply`
+/// when the server refused a statement (psycopg: an error with a `sqlstate`).
+#[pyclass(frozen, module = "fencepost._core")]
+struct SqlErrorReply {
+    #[pyo3(get)]
+    sqlstate: String,
+    #[pyo3(get)]
+    message: String,
+}
+
+#[pymethods]
+impl SqlErrorReply {
+    #[new]
+    fn new(sqlstate: &Bound<'_, PyAny>, message: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(SqlErrorReply {
+            sqlstate: arg_str(sqlstate, "sqlstate")?,
+            message: arg_str(message, "message")?,
+        })
+    }
+    fn __repr__(&self) -> String {
+        format!("SqlErrorReply({:?}, {:?})", self.sqlstate, self.message)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<SqlErrorReply>()
+            .is_ok_and(|o| o.get().sqlstate == self.sqlstate && o.get().message == self.message)
+    }
+}
+
+/// A reply the adapter got wrong. `SqlReply` has no variant for "not a reply": an
+/// error with an empty SQLSTATE (never a real one, so never read as transient) makes
+/// the core report a protocol error, whatever the statement was.
+fn bad_sql_reply(message: String) -> SqlReply {
+    SqlReply::Error {
+        sqlstate: String::new(),
+        message: format!("fencepost: {message}"),
+    }
+}
+
+fn to_sql_value(value: &Bound<'_, PyAny>) -> Result<SqlValue, String> {
+    if value.is_none() {
+        Ok(SqlValue::Null)
+    } else if value.is_instance_of::<PyBool>() {
+        Ok(SqlValue::Bool(value.is_truthy().unwrap_or(false)))
+    } else if value.is_instance_of::<PyInt>() {
+        value
+            .extract::<i64>()
+            .map(SqlValue::Int)
+            .map_err(|_| format!("integer out of the 64-bit range: {}", describe(value)))
+    } else if let Ok(s) = value.cast::<PyString>() {
+        Ok(SqlValue::Text(s.to_string_lossy().into_owned()))
+    } else {
+        Err(format!(
+            "unsupported value in a row (None, bool, int or str): {}",
+            describe(value)
+        ))
+    }
+}
+
+fn items<'py>(value: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
+    if let Ok(list) = value.cast::<PyList>() {
+        Some(list.iter().collect())
+    } else if let Ok(tuple) = value.cast::<PyTuple>() {
+        Some(tuple.iter().collect())
+    } else {
+        None
+    }
+}
+
+/// Converts what a SQL adapter returned: rows (a list of tuples or lists of None, bool,
+/// int, str) or a `SqlErrorReply`. Never fails: anything else becomes an error reply
+/// the core reads as a protocol error.
+fn to_sql_reply(value: &Bound<'_, PyAny>) -> SqlReply {
+    if let Ok(err) = value.cast::<SqlErrorReply>() {
+        let err = err.get();
+        return SqlReply::Error {
+            sqlstate: err.sqlstate.clone(),
+            message: err.message.clone(),
+        };
+    }
+    let Some(rows) = items(value) else {
+        return bad_sql_reply(format!(
+            "a SQL reply must be a list of rows or a SqlErrorReply, got {}",
+            describe(value)
+        ));
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(cells) = items(&row) else {
+            return bad_sql_reply(format!(
+                "a row must be a tuple or list, got {}",
+                describe(&row)
+            ));
+        };
+        match cells
+            .iter()
+            .map(to_sql_value)
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(row) => out.push(row),
+            Err(e) => return bad_sql_reply(e),
+        }
+    }
+    SqlReply::Rows { rows: out }
+}
+
+fn from_sql_value(py: Python<'_>, value: &SqlValue) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        SqlValue::Null => py.None(),
+        SqlValue::Bool(b) => PyBool::new(py, *b).to_owned().into_any().unbind(),
+        SqlValue::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
+        SqlValue::Text(s) => s.into_pyobject(py)?.into_any().unbind(),
     })
 }
 
@@ -393,7 +652,8 @@ struct Command {
 
 #[pymethods]
 impl Command {
-    /// Which script: "acquire", "renew", "release" or "fenced_set".
+    /// Which script: "acquire", "renew", "release", "fenced_set", "acquire_fair" or
+    /// "release_fair".
     #[getter]
     fn script(&self) -> &'static str {
         script_name(self.cmd.script)
@@ -428,6 +688,98 @@ impl Command {
     }
 }
 
+/// A blocking pop a parked fair waiter waits on: `BLPOP key timeout_ms / 1000`
+/// (fractional seconds, Redis >= 6; never 0, which would block forever). It blocks the
+/// connection it runs on. Pass the reply (None at the timeout, or `[key, value]`) to
+/// `Machine.reply`.
+#[pyclass(frozen, module = "fencepost._core")]
+struct BlockingPop {
+    pop: RedisBlpop,
+}
+
+#[pymethods]
+impl BlockingPop {
+    /// The list to pop from (this waiter's wake-up list).
+    #[getter]
+    fn key(&self) -> String {
+        self.pop.key.clone()
+    }
+    /// How long to block, in milliseconds (at least 1).
+    #[getter]
+    fn timeout_ms(&self) -> u64 {
+        self.pop.timeout_ms
+    }
+    /// The `BLPOP` timeout argument: `timeout_ms / 1000` seconds.
+    #[getter]
+    fn timeout_s(&self) -> f64 {
+        self.pop.timeout_ms as f64 / 1000.0
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "BlockingPop(key={:?}, timeout_ms={})",
+            self.pop.key, self.pop.timeout_ms
+        )
+    }
+}
+
+fn connection_name(c: PgConnection) -> &'static str {
+    match c {
+        PgConnection::Any => "any",
+        PgConnection::Dedicated => "dedicated",
+    }
+}
+
+/// One SQL statement for PostgreSQL: `sql` with `$1…$n` placeholders (a placeholder may
+/// appear more than once) and `params` in order, to run on the connection `connection`
+/// names: "any" (any connection, autocommit; a pool is fine) or "dedicated" (the
+/// connection this lock alone uses: open it for the lock's first statement, run every
+/// later statement of the lock on it, close it after the lock's final event).
+#[pyclass(frozen, module = "fencepost._core", name = "SqlStatement")]
+struct Sql {
+    stmt: SqlStatement,
+}
+
+#[pymethods]
+impl Sql {
+    /// The statement text, with `$n` placeholders.
+    #[getter]
+    fn sql(&self) -> String {
+        self.stmt.sql.clone()
+    }
+    /// The parameters in order: None, bool, int or str.
+    #[getter]
+    fn params(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.stmt
+            .params
+            .iter()
+            .map(|v| from_sql_value(py, v))
+            .collect()
+    }
+    /// "any" or "dedicated".
+    #[getter]
+    fn connection(&self) -> &'static str {
+        connection_name(self.stmt.connection)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "SqlStatement(connection={:?}, params={:?}, sql={:?})",
+            self.connection(),
+            self.stmt.params,
+            self.stmt.sql
+        )
+    }
+}
+
+/// What kind of body a request has.
+fn body_kind(body: &RequestBody) -> &'static str {
+    match body {
+        RequestBody::Redis(_) => "redis",
+        RequestBody::RedisBlpop(_) => "redis_blpop",
+        RequestBody::Sql(_) => "sql",
+        _ => "unsupported",
+    }
+}
+
 /// A backend request the machine wants executed; answer it with `Machine.reply` or
 /// `Machine.transport_error` quoting `id`. After `deadline_ns` its outcome no longer
 /// matters: cancel it and report a transport error.
@@ -439,46 +791,95 @@ struct Request {
     /// The lock id it is for.
     #[pyo3(get)]
     lock: u64,
-    /// "acquire", "renew" or "release".
+    /// "acquire", "renew", "release" or "wait".
     #[pyo3(get)]
     operation: &'static str,
     /// Monotonic nanoseconds after which to give up on it.
     #[pyo3(get)]
     deadline_ns: u64,
-    cmd: RedisCommand,
+    body: RequestBody,
+}
+
+impl Request {
+    fn redis(&self) -> PyResult<&RedisCommand> {
+        match &self.body {
+            RequestBody::Redis(cmd) => Ok(cmd),
+            other => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+                "request {} is a {:?} request, not a Redis script call: read request.body",
+                self.id,
+                body_kind(other)
+            ))),
+        }
+    }
 }
 
 #[pymethods]
 impl Request {
-    /// Which script: "acquire", "renew" or "release".
+    /// "redis" (a script call: `body` is a `Command`), "redis_blpop" (a blocking pop:
+    /// `BlockingPop`) or "sql" (a statement: `SqlStatement`); "unsupported" for a body
+    /// this build does not know.
     #[getter]
-    fn script(&self) -> &'static str {
-        script_name(self.cmd.script)
+    fn kind(&self) -> &'static str {
+        body_kind(&self.body)
+    }
+    /// What to send: a `Command`, a `BlockingPop` or a `SqlStatement`.
+    #[getter]
+    fn body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.body {
+            RequestBody::Redis(cmd) => Ok(Py::new(py, Command { cmd: cmd.clone() })?.into_any()),
+            RequestBody::RedisBlpop(pop) => {
+                Ok(Py::new(py, BlockingPop { pop: pop.clone() })?.into_any())
+            }
+            RequestBody::Sql(stmt) => Ok(Py::new(py, Sql { stmt: stmt.clone() })?.into_any()),
+            other => Err(config_error(
+                py,
+                format!("this build of fencepost cannot run the request body {other:?}"),
+            )),
+        }
+    }
+    /// Which script (Redis script calls only; AttributeError otherwise).
+    #[getter]
+    fn script(&self) -> PyResult<&'static str> {
+        Ok(script_name(self.redis()?.script))
     }
     /// SHA-1 of the script source, 40 lowercase hex digits (for `EVALSHA`).
     #[getter]
-    fn script_sha(&self) -> &'static str {
-        self.cmd.script.sha1()
+    fn script_sha(&self) -> PyResult<&'static str> {
+        Ok(self.redis()?.script.sha1())
     }
     /// The Lua source (for `EVAL` after `NOSCRIPT`).
     #[getter]
-    fn script_source(&self) -> &'static str {
-        self.cmd.script.source()
+    fn script_source(&self) -> PyResult<&'static str> {
+        Ok(self.redis()?.script.source())
     }
     /// `KEYS`, in order.
     #[getter]
-    fn keys(&self) -> Vec<String> {
-        self.cmd.keys.clone()
+    fn keys(&self) -> PyResult<Vec<String>> {
+        Ok(self.redis()?.keys.clone())
     }
     /// `ARGV`, in order.
     #[getter]
-    fn args(&self) -> Vec<String> {
-        self.cmd.args.clone()
+    fn args(&self) -> PyResult<Vec<String>> {
+        Ok(self.redis()?.args.clone())
     }
     fn __repr__(&self) -> String {
+        let what = match &self.body {
+            RequestBody::Redis(cmd) => {
+                format!("script={:?}, keys={:?}", script_name(cmd.script), cmd.keys)
+            }
+            RequestBody::RedisBlpop(pop) => {
+                format!("blpop={:?}, timeout_ms={}", pop.key, pop.timeout_ms)
+            }
+            RequestBody::Sql(stmt) => format!(
+                "sql on {:?} connection, params={:?}",
+                connection_name(stmt.connection),
+                stmt.params
+            ),
+            other => format!("{other:?}"),
+        };
         format!(
-            "Request(id={}, lock={}, operation={:?}, deadline_ns={}, keys={:?})",
-            self.id, self.lock, self.operation, self.deadline_ns, self.cmd.keys
+            "Request(id={}, lock={}, operation={:?}, deadline_ns={}, {what})",
+            self.id, self.lock, self.operation, self.deadline_ns
         )
     }
 }
@@ -560,18 +961,6 @@ fn event(lock: LockId, event: CoreEvent) -> Event {
     out
 }
 
-/// The Redis command of a request. This module builds Redis machines only; another
-/// backend's body (the core's enum grows: PostgreSQL, etcd) is an error, never a panic.
-fn redis_command(py: Python<'_>, body: RequestBody) -> PyResult<RedisCommand> {
-    match body {
-        RequestBody::Redis(cmd) => Ok(cmd),
-        other => Err(config_error(
-            py,
-            format!("this machine only runs Redis requests, got {other:?}"),
-        )),
-    }
-}
-
 // ---- Machine ----------------------------------------------------------------------------
 
 /// The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
@@ -591,23 +980,29 @@ impl Machine {
 
 #[pymethods]
 impl Machine {
-    /// `key_prefix` prefixes every Redis key (`{prefix}{{name}}:lock`,
-    /// `{prefix}{{name}}:token`). `seed` makes owner ids and jitter deterministic (tests
-    /// only); without it the machine seeds from the operating system.
+    /// A machine for `backend`, a settings dict (default `{"kind": "redis"}`):
     ///
-    /// Errors: `ConfigError` for a non-str prefix or a bad seed; `FencepostError` when
-    /// the OS has no secure randomness.
+    /// * `{"kind": "redis", "key_prefix": "fencepost:", "fair": False}`
+    /// * `{"kind": "postgres", "mode": "lease" | "session", "lease_table":
+    ///   "fencepost_leases", "token_table": "fencepost_tokens", "namespace": "fencepost"}`
+    ///
+    /// Settings left out take the core's defaults. `key_prefix=` alone is the older
+    /// spelling of a Redis backend with that prefix. `seed` makes owner ids and jitter
+    /// deterministic (tests only); without it the machine seeds from the operating
+    /// system.
+    ///
+    /// Errors: `ConfigError` for an unknown kind or setting, a value of the wrong type,
+    /// a table name that is not a plain SQL identifier, both `backend` and `key_prefix`,
+    /// or a bad seed; `FencepostError` when the OS has no secure randomness.
     #[new]
-    #[pyo3(signature = (key_prefix = None, seed = None))]
+    #[pyo3(signature = (backend = None, seed = None, *, key_prefix = None))]
     fn new(
         py: Python<'_>,
-        key_prefix: Option<&Bound<'_, PyAny>>,
+        backend: Option<&Bound<'_, PyAny>>,
         seed: Option<&Bound<'_, PyAny>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let backend = match key_prefix {
-            Some(prefix) => redis_backend(&arg_str(prefix, "key_prefix")?),
-            None => Backend::default(),
-        };
+        let backend = backend_from_args(py, backend, key_prefix)?;
         let inner = match seed {
             Some(seed) if !seed.is_none() => {
                 CoreMachine::with_seed(backend, arg_u64(seed, "seed")?)
@@ -616,6 +1011,12 @@ impl Machine {
                 .map_err(|e| fp_error(py, "FencepostError", e.to_string(), None))?,
         };
         Ok(Machine { inner })
+    }
+
+    /// The backend this machine phrases requests for: "redis" or "postgres".
+    #[getter]
+    fn backend_kind(&self) -> &'static str {
+        self.inner.backend().name()
     }
 
     /// Starts acquiring `name`; returns the new lock id (int). All durations are integer
@@ -680,9 +1081,16 @@ impl Machine {
         self.input(py, result)
     }
 
-    /// The server's reply to request `request_id`, as the Redis client returned it: int,
-    /// bytes, str, None, bool, list/tuple (nested), or an exception instance for an
-    /// error reply (its `str()` must start with the error code, e.g. "LOADING …").
+    /// The server's reply to request `request_id`.
+    ///
+    /// * Redis machines: what the Redis client returned: int, bytes, str, None, bool,
+    ///   list/tuple (nested), or an exception instance for an error reply (its `str()`
+    ///   must start with the error code, e.g. "LOADING …"). A blocking pop's reply is
+    ///   None (timeout) or `[key, value]`.
+    /// * PostgreSQL machines: the rows the statement returned, a list of tuples or lists
+    ///   of None, bool, int and str (empty when it matched nothing), or a
+    ///   `SqlErrorReply(sqlstate, message)` when the server refused it.
+    ///
     /// Values of other types are read as a protocol error. Unknown ids are ignored.
     ///
     /// Errors: `ConfigError` for a non-int id; `ClockError`.
@@ -694,7 +1102,10 @@ impl Machine {
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let (now, request) = (instant(now_ns, "now_ns")?, self::request_id(request_id)?);
-        let reply = Reply::Redis(to_redis_value(value, 0));
+        let reply = match self.inner.backend() {
+            Backend::Postgres(_) => Reply::Sql(to_sql_reply(value)),
+            _ => Reply::Redis(to_redis_value(value, 0)),
+        };
         let result = self.inner.handle_input(fencepost_core::Input::Reply {
             now,
             request,
@@ -755,7 +1166,7 @@ impl Machine {
                             Operation::Wait => "wait",
                         },
                         deadline_ns: req.deadline.as_nanos(),
-                        cmd: redis_command(py, req.body)?,
+                        body: req.body,
                     };
                     outputs.push(Py::new(py, request)?.into_any());
                 }
@@ -795,14 +1206,16 @@ impl Machine {
 }
 
 /// Checks a lock's name and options exactly as `Machine.acquire` would, without a
-/// machine or any I/O. Arguments as for `Machine.acquire` (nanoseconds).
+/// machine or any I/O. Arguments as for `Machine.acquire` (nanoseconds); `backend` is
+/// the settings dict of `Machine(backend)` (default Redis), which decides whether a
+/// correctness lock is safe.
 ///
 /// Errors: `ConfigError` naming the bad argument; the message comes from the core.
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
 #[pyo3(signature = (name, ttl_ns, purpose, accept_failover_risk, acquire_timeout_ns,
                     retry_base_ns, retry_max_ns, renew_every_ns, auto_renew, drift_factor,
-                    clock_margin_ns))]
+                    clock_margin_ns, *, backend = None))]
 fn check_lock_options(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
@@ -816,7 +1229,9 @@ fn check_lock_options(
     auto_renew: &Bound<'_, PyAny>,
     drift_factor: &Bound<'_, PyAny>,
     clock_margin_ns: &Bound<'_, PyAny>,
+    backend: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
+    let backend = backend_from_args(py, backend, None)?;
     let name = arg_str(name, "name")?;
     let options = lock_options(
         ttl_ns,
@@ -831,7 +1246,7 @@ fn check_lock_options(
         clock_margin_ns,
     )?;
     // The core's own check, the same one `Machine::acquire` runs.
-    CoreMachine::with_seed(Backend::default(), 0)
+    CoreMachine::with_seed(backend, 0)
         .check_acquire(&name, &options)
         .map_err(|e| usage_error(py, e))
 }
@@ -850,6 +1265,7 @@ struct MemoryRedis {
 enum AnyCommand<'py> {
     Request(Bound<'py, Request>),
     Command(Bound<'py, Command>),
+    BlockingPop(Bound<'py, BlockingPop>),
 }
 
 #[pymethods]
@@ -862,8 +1278,11 @@ impl MemoryRedis {
         }
     }
 
-    /// Runs a `Request` or `Command` at `now_ns` and returns what redis-py would: int,
-    /// str, None, list, or (returned, not raised) a `RedisErrorReply` for an error reply.
+    /// Runs a `Request`, `Command` or `BlockingPop` at `now_ns` and returns what redis-py
+    /// would: int, str, None, list, or (returned, not raised) a `RedisErrorReply` for an
+    /// error reply. A blocking pop does not block here: it pops (`[key, value]`) or
+    /// returns None at once; the caller parks itself until a pop would yield or the
+    /// timeout passes (`fencepost.MemoryServer` does). A SQL request gets an error reply.
     ///
     /// Errors: `ConfigError` for a `now_ns` that is not an int.
     fn execute(
@@ -873,11 +1292,20 @@ impl MemoryRedis {
         request: AnyCommand<'_>,
     ) -> PyResult<Py<PyAny>> {
         let now = instant(now_ns, "now_ns")?;
-        let value = match request {
-            AnyCommand::Request(r) => self.inner.eval(now, &r.get().cmd),
-            AnyCommand::Command(c) => self.inner.eval(now, &c.get().cmd),
+        let reply = match request {
+            AnyCommand::Request(r) => self.inner.execute(now, &r.get().body),
+            AnyCommand::Command(c) => Reply::Redis(self.inner.eval(now, &c.get().cmd)),
+            AnyCommand::BlockingPop(b) => self
+                .inner
+                .execute(now, &RequestBody::RedisBlpop(b.get().pop.clone())),
         };
-        from_redis_value(py, &value)
+        match reply {
+            Reply::Redis(value) => from_redis_value(py, &value),
+            other => from_redis_value(
+                py,
+                &RedisValue::Error(format!("ERR not a Redis reply: {other:?}")),
+            ),
+        }
     }
 
     /// `GET key` at `now_ns` (expired keys are gone): str or None.
@@ -1047,7 +1475,7 @@ fn read_redis_fenced_set(
 }
 
 /// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
-/// "renew", "release", "fenced_set".
+/// "renew", "release", "fenced_set", "acquire_fair", "release_fair".
 #[pyfunction]
 fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let scripts = PyDict::new(py);
@@ -1081,11 +1509,90 @@ fn token_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult
     Ok(settings.token_key(&arg_str(name, "name")?))
 }
 
+// ---- PostgreSQL ---------------------------------------------------------------------
+
+/// The migration creating the tables fencepost uses (the lease table of lease mode and
+/// the token table of the advisory modes); idempotent (`CREATE TABLE IF NOT EXISTS`).
+/// Run it once before the first lock. Never truncate these tables: tokens must survive.
+///
+/// Errors: `ConfigError` for a table name that is not a plain SQL identifier
+/// (optionally schema-qualified).
+#[pyfunction]
+#[pyo3(signature = (*, lease_table = None, token_table = None))]
+fn postgres_migration(
+    py: Python<'_>,
+    lease_table: Option<&Bound<'_, PyAny>>,
+    token_table: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    Ok(pg_settings(py, lease_table, token_table, None)?.migration())
+}
+
+/// The stable signed 64-bit advisory-lock key of `name` in `namespace`: the first 8
+/// bytes, big-endian, of SHA-1 over `b"fencepost\0" + namespace + b"\0" + name` (UTF-8).
+/// The same on every platform and version.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn advisory_key(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<i64> {
+    Ok(pg::advisory_key(
+        &arg_str(namespace, "namespace")?,
+        &arg_str(name, "name")?,
+    ))
+}
+
+/// The statement taking a transaction-level advisory lock on `name`: run it as the
+/// first statement of your transaction, on the connection running it. It tries
+/// `pg_try_advisory_xact_lock` once and, if granted, bumps the name's token row in the
+/// same transaction. Read its reply with `read_xact_lock`. The lock ends with the
+/// transaction (commit or rollback): nothing to renew or release.
+///
+/// Errors: `ConfigError` for a name that is not a str, or a token table name that is
+/// not a plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (name, *, token_table = None, namespace = None))]
+fn xact_lock_statement(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    token_table: Option<&Bound<'_, PyAny>>,
+    namespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, None, token_table, namespace)?;
+    let name = arg_str(name, "name")?;
+    if name.is_empty() || name.len() > 1024 {
+        return Err(config_error(
+            py,
+            format!(
+                "lock name must be 1 to 1024 bytes of UTF-8, got {} bytes",
+                name.len()
+            ),
+        ));
+    }
+    Ok(Sql {
+        stmt: pg::xact_lock_statement(&settings, &name),
+    })
+}
+
+/// Reads the reply of `xact_lock_statement` (rows, or a `SqlErrorReply`): the fencing
+/// token when the lock was granted, None when another transaction holds it.
+///
+/// Errors: `ProtocolError` for a server error (a missing token table says to run the
+/// migration) or rows of another shape.
+#[pyfunction]
+fn read_xact_lock(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    match pg::read_xact_lock(&to_sql_reply(reply)) {
+        Ok(token) => Ok(token.map(FencingToken::get)),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Machine>()?;
     m.add_class::<Request>()?;
     m.add_class::<Command>()?;
+    m.add_class::<BlockingPop>()?;
+    m.add_class::<Sql>()?;
+    m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;
     m.add_class::<MemoryRedis>()?;
     m.add_class::<Fence>()?;
@@ -1097,6 +1604,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(lock_key, m)?)?;
     m.add_function(wrap_pyfunction!(token_key, m)?)?;
+    m.add_function(wrap_pyfunction!(postgres_migration, m)?)?;
+    m.add_function(wrap_pyfunction!(advisory_key, m)?)?;
+    m.add_function(wrap_pyfunction!(xact_lock_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(read_xact_lock, m)?)?;
     m.add("CORE_VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

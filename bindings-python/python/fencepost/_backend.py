@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from . import _core
 from ._driver import AsyncDriver, ThreadDriver
 from .errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from ._core import BackendSpec
 
 __all__ = ["Backend"]
 
@@ -83,8 +86,34 @@ class Backend:
             "and await lock.acquire()"
         )
 
+    def _machine_spec(self) -> BackendSpec:
+        """The settings of this backend's lock machines (``_core.Machine(spec)``)."""
+        return {"kind": "redis", "key_prefix": self.key_prefix}
+
     def _new_machine(self) -> _core.Machine:
-        return _core.Machine(self.key_prefix)
+        return _core.Machine(self._machine_spec())
+
+    # -- driver hooks: how a driver runs a request of one of its machines --
+    #
+    # ``driver`` identifies the machine the request came from (lock ids are per
+    # machine). Adapters that keep per-lock state (PostgreSQL's dedicated connections)
+    # override these; the defaults just run the request.
+
+    async def _run_async(self, driver: Any, request: _core.Request) -> object:
+        """Runs ``request`` of ``driver``'s machine on its event loop."""
+        return await self._execute_async(request)
+
+    def _run_sync(self, driver: Any, request: _core.Request) -> object:
+        """Runs ``request`` of ``driver``'s machine, blocking (on a driver worker)."""
+        return self._execute_sync(request)
+
+    def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
+        """``request`` was handed to a worker (called before it runs, in order)."""
+
+    def _lock_finished(self, driver: Any, lock: int) -> None:
+        """The machine reported lock ``lock``'s final event (released, lost, acquire
+        failed); requests it still sends for it (cleanup releases) are scheduled as
+        usual."""
 
     # -- drivers --
 

@@ -6,13 +6,55 @@ Errors are the classes of :mod:`fencepost.errors`. Users normally need only
 re-exported by :mod:`fencepost`); the rest is what the drivers use.
 """
 
-from typing import Dict, List, Literal, Optional, Tuple, Union, final
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
 
 CORE_VERSION: str
 
-Operation = Literal["acquire", "renew", "release"]
-ScriptName = Literal["acquire", "renew", "release", "fenced_set"]
+Operation = Literal["acquire", "renew", "release", "wait"]
+ScriptName = Literal[
+    "acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair"
+]
 EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
+#: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement.
+BodyKind = Literal["redis", "redis_blpop", "sql", "unsupported"]
+#: Which connection a SQL statement must run on.
+ConnectionKind = Literal["any", "dedicated"]
+#: A SQL parameter or cell value as the core knows them.
+SqlValue = Union[None, bool, int, str]
+
+class _RedisSpecKind(TypedDict):
+    kind: Literal["redis"]
+
+class RedisSpec(_RedisSpecKind, total=False):
+    """Settings of a Redis backend; left-out keys take the core's defaults.
+
+    * ``key_prefix`` — prefix of every key (``"fencepost:"``);
+    * ``fair`` — fair, instant hand-off (default False): contended acquirers queue on
+      the server and park on a blocking pop; a release reserves the lock for the first
+      live waiter and wakes it."""
+
+    key_prefix: str
+    fair: bool
+
+class _PostgresSpecKind(TypedDict):
+    kind: Literal["postgres"]
+
+class PostgresSpec(_PostgresSpecKind, total=False):
+    """Settings of a PostgreSQL backend; left-out keys take the core's defaults.
+
+    * ``mode`` — ``"lease"`` (lease rows, default) or ``"session"`` (session-level
+      advisory lock on a dedicated connection, with a heartbeat);
+    * ``lease_table`` (``"fencepost_leases"``), ``token_table``
+      (``"fencepost_tokens"``) — plain SQL identifiers, optionally ``schema.table``;
+    * ``namespace`` (``"fencepost"``) — namespace of advisory keys."""
+
+    mode: Literal["lease", "session"]
+    lease_table: str
+    token_table: str
+    namespace: str
+
+#: The ``backend`` argument of :class:`Machine` and :func:`check_lock_options`.
+BackendSpec = Union[RedisSpec, PostgresSpec]
 
 class RedisErrorReply(Exception):
     """An error reply of a Redis server (``-ERR …``, ``-LOADING …``) carried as a value:
@@ -41,11 +83,70 @@ class Command:
         """``ARGV``, in order."""
 
 @final
+class SqlErrorReply:
+    """An error reply of PostgreSQL carried as a value: pass one to
+    :meth:`Machine.reply` (or :func:`read_xact_lock`) when the server refused a
+    statement. ``sqlstate`` is the five-character SQLSTATE (``"40001"``, ``"57P01"``,
+    ``"42P01"``…); the core decides from it whether a retry may help."""
+
+    def __new__(cls, sqlstate: str, message: str) -> SqlErrorReply:
+        """Raises: ConfigError for arguments that are not str."""
+    @property
+    def sqlstate(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+@final
+class BlockingPop:
+    """A blocking pop a parked fair waiter waits on: ``BLPOP key timeout_s`` (fractional
+    seconds, Redis >= 6; never 0). It blocks the connection it runs on. Its reply (None
+    at the timeout, or ``[key, value]``) goes to :meth:`Machine.reply`."""
+
+    @property
+    def key(self) -> str:
+        """The list to pop from."""
+    @property
+    def timeout_ms(self) -> int:
+        """How long to block, in milliseconds (at least 1)."""
+    @property
+    def timeout_s(self) -> float:
+        """``timeout_ms / 1000``: the ``BLPOP`` timeout argument."""
+
+@final
+class SqlStatement:
+    """One SQL statement: ``sql`` with ``$1…$n`` placeholders (one may appear several
+    times) and ``params`` in order. ``connection`` is ``"any"`` (any connection in
+    autocommit; a pool is fine) or ``"dedicated"`` (the connection this lock alone
+    uses: opened for its first statement, every later statement of the lock on it,
+    closed after the lock's final event)."""
+
+    @property
+    def sql(self) -> str: ...
+    @property
+    def params(self) -> List[SqlValue]: ...
+    @property
+    def connection(self) -> ConnectionKind: ...
+
+@final
 class Request:
     """A backend request the machine wants executed. Answer it with
     :meth:`Machine.reply` or :meth:`Machine.transport_error` quoting ``id``; after
     ``deadline_ns`` its outcome no longer matters (cancel it, report a transport error).
+
+    ``kind`` says what ``body`` is. The flat script properties (``script``, ``keys``…)
+    exist for Redis script calls only and raise AttributeError for other kinds.
     """
+
+    @property
+    def kind(self) -> BodyKind:
+        """``"redis"`` (body: :class:`Command`), ``"redis_blpop"``
+        (:class:`BlockingPop`, operation ``"wait"``) or ``"sql"``
+        (:class:`SqlStatement`)."""
+    @property
+    def body(self) -> Union[Command, BlockingPop, SqlStatement]:
+        """What to send.
+
+        Raises: ConfigError for a body this build cannot run (kind ``"unsupported"``)."""
 
     @property
     def id(self) -> int:
@@ -101,18 +202,32 @@ class Event:
 Output = Union[Request, Event]
 
 @final
+@final
 class Machine:
-    """The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
+    """The sans-IO lock machine for one backend: many locks, no I/O, no clock.
 
     Every ``now_ns`` is ``time.monotonic_ns()``; one earlier than a value given before
     raises :class:`~fencepost.errors.ClockError`. Drain :meth:`poll` after every input.
     """
 
-    def __new__(cls, key_prefix: Optional[str] = None, seed: Optional[int] = None) -> Machine:
-        """``key_prefix`` (default ``"fencepost:"``) prefixes every key; ``seed`` makes
-        owner ids and jitter deterministic (tests only: never in production).
+    def __new__(
+        cls,
+        backend: Optional[BackendSpec] = None,
+        seed: Optional[int] = None,
+        *,
+        key_prefix: Optional[str] = None,
+    ) -> Machine:
+        """``backend`` is a settings dict (:class:`RedisSpec` or :class:`PostgresSpec`;
+        default ``{"kind": "redis"}``); ``key_prefix=`` alone is the older spelling of
+        ``{"kind": "redis", "key_prefix": …}``. ``seed`` makes owner ids and jitter
+        deterministic (tests only: never in production).
 
-        Raises: ConfigError (bad types), FencepostError (no OS randomness)."""
+        Raises: ConfigError (an unknown kind or setting, a wrong type, a table name that
+        is not a plain SQL identifier, both ``backend`` and ``key_prefix``),
+        FencepostError (no OS randomness)."""
+    @property
+    def backend_kind(self) -> Literal["redis", "postgres"]:
+        """Which server this machine phrases requests for."""
     def acquire(
         self,
         now_ns: int,
@@ -137,9 +252,13 @@ class Machine:
 
         Raises: ConfigError (unknown lock), ClockError."""
     def reply(self, now_ns: int, request_id: int, value: object) -> None:
-        """Feeds the server's reply to request ``request_id``: what the Redis client
-        returned (int, bytes, str, None, bool, nested lists) or an exception instance
-        whose ``str()`` is the error reply, code word first. Other types read as a
+        """Feeds the server's reply to request ``request_id``.
+
+        Redis machines: what the Redis client returned (int, bytes, str, None, bool,
+        nested lists; a blocking pop's None or ``[key, value]``) or an exception
+        instance whose ``str()`` is the error reply, code word first. PostgreSQL
+        machines: the rows (a list of tuples or lists of None, bool, int, str; empty
+        when nothing matched) or a :class:`SqlErrorReply`. Other values read as a
         protocol error. Unknown ids are ignored.
 
         Raises: ConfigError (non-int id), ClockError."""
@@ -175,20 +294,27 @@ def check_lock_options(
     auto_renew: bool,
     drift_factor: float,
     clock_margin_ns: int,
+    *,
+    backend: Optional[BackendSpec] = None,
 ) -> None:
-    """Checks a name and options exactly as :meth:`Machine.acquire` would, with no I/O.
+    """Checks a name and options exactly as :meth:`Machine.acquire` would on a machine
+    for ``backend`` (default Redis: it decides whether a correctness lock is safe),
+    with no I/O.
 
     Raises: ConfigError naming the bad argument."""
 
+@final
 @final
 class MemoryRedis:
     """The core's in-memory Redis: fencepost's scripts with TTLs on injected time.
     Not thread-safe by itself (``fencepost.MemoryServer`` adds the lock)."""
 
     def __init__(self) -> None: ...
-    def execute(self, now_ns: int, request: Union[Request, Command]) -> object:
+    def execute(self, now_ns: int, request: Union[Request, Command, BlockingPop]) -> object:
         """Runs the script at ``now_ns``; returns int, str, None, a list, or (returned,
-        not raised) a :class:`RedisErrorReply`."""
+        not raised) a :class:`RedisErrorReply`. A blocking pop does not block: it
+        returns ``[key, value]`` or None at once (the caller parks itself until a pop
+        would yield or the timeout passes). A SQL request gets an error reply."""
     def get(self, now_ns: int, key: str) -> Optional[str]:
         """``GET key`` at ``now_ns``."""
     def pttl(self, now_ns: int, key: str) -> Optional[int]:
@@ -198,6 +324,7 @@ class MemoryRedis:
     def flush(self) -> None:
         """Forgets every key."""
 
+@final
 @final
 class Fence:
     """In-memory fence: the highest token accepted per resource; lower tokens are
@@ -244,7 +371,8 @@ def read_redis_fenced_set(resource: str, token: int, reply: object) -> None:
 
 def redis_scripts() -> Dict[str, Tuple[str, str]]:
     """Every Redis script: name → (sha1, Lua source). Names: ``"acquire"``,
-    ``"renew"``, ``"release"``, ``"fenced_set"``."""
+    ``"renew"``, ``"release"``, ``"fenced_set"``, ``"acquire_fair"``,
+    ``"release_fair"``."""
 
 def lock_key(key_prefix: str, name: str) -> str:
     """The lease key of lock ``name``: ``{key_prefix}{{name}}:lock``.
@@ -255,3 +383,37 @@ def token_key(key_prefix: str, name: str) -> str:
     """The fencing-token counter key of lock ``name``: ``{key_prefix}{{name}}:token``.
 
     Raises: ConfigError for arguments that are not str (or hold lone surrogates)."""
+
+def postgres_migration(
+    *, lease_table: Optional[str] = None, token_table: Optional[str] = None
+) -> str:
+    """The migration creating fencepost's tables (lease rows; per-name token rows of
+    the advisory modes); idempotent (``CREATE TABLE IF NOT EXISTS``). Never truncate
+    these tables: tokens must survive.
+
+    Raises: ConfigError for a table name that is not a plain SQL identifier."""
+
+def advisory_key(namespace: str, name: str) -> int:
+    """The stable signed 64-bit advisory-lock key of ``name`` in ``namespace``: the
+    first 8 bytes, big-endian, of SHA-1 over ``b"fencepost\\0" + namespace + b"\\0" +
+    name`` (UTF-8). ``advisory_key("fencepost", "report") == -2364901989615549545``.
+
+    Raises: ConfigError for arguments that are not str."""
+
+def xact_lock_statement(
+    name: str, *, token_table: Optional[str] = None, namespace: Optional[str] = None
+) -> SqlStatement:
+    """The statement taking a transaction-level advisory lock on ``name``, to run first
+    in the caller's transaction: one ``pg_try_advisory_xact_lock`` (it never waits) and,
+    if granted, a bump of the name's token row in the same transaction. Read the reply
+    with :func:`read_xact_lock`; the lock ends with the transaction.
+
+    Raises: ConfigError (a name that is not a str of 1 to 1024 bytes, a bad table
+    name)."""
+
+def read_xact_lock(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -> Optional[int]:
+    """Reads the reply of :func:`xact_lock_statement`: the fencing token when granted,
+    None when another transaction holds the lock.
+
+    Raises: ProtocolError for a server error (a missing table says to run the
+    migration) or rows of another shape."""

@@ -13,7 +13,13 @@ this driver closed), never about validity, renew timing or tokens.
 * :class:`ThreadDriver` — one per backend for the blocking API: a daemon thread owns
   the wakeups (``threading.Condition``), every machine call happens under that
   condition's lock, requests run on a small pool of daemon threads so a hung request
-  never delays a ``Lost`` and never keeps the process alive.
+  never delays a ``Lost`` and never keeps the process alive; blocking waits (a fair
+  waiter's ``BLPOP``) run on a pool of their own, so parked waiters never delay a
+  renewal.
+
+Requests run through the backend's driver hooks (``Backend._run_async`` /
+``_run_sync``), which know the driver they came from: lock ids are per machine, and an
+adapter with per-lock state (PostgreSQL's dedicated connections) keys it by both.
 """
 
 from __future__ import annotations
@@ -351,12 +357,14 @@ class AsyncDriver:
             if isinstance(output, _core.Request):
                 if orphaned:
                     continue  # nothing can run it; the machine's deadlines give up on it
+                self.backend._request_scheduled(self, output)
                 task = self.loop.create_task(self._execute(output))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
+                    self.backend._lock_finished(self, output.lock)
                 else:
                     acquisition = self._acquisitions.get(output.lock)
                 if acquisition is not None:
@@ -394,7 +402,7 @@ class AsyncDriver:
     async def _execute(self, request: _core.Request) -> None:
         timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
         try:
-            value = await asyncio.wait_for(self.backend._execute_async(request), timeout)
+            value = await asyncio.wait_for(self.backend._run_async(self, request), timeout)
         except asyncio.CancelledError:
             # Only the loop shutting down cancels these tasks. Nothing is fed: the
             # machine's own timers give up on the request (acquire validity, renew
@@ -471,6 +479,9 @@ class ThreadDriver:
         self._next_ns: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._pool = _DaemonPool(max_workers=8, name="fencepost-request")
+        #: Blocking waits (a fair waiter's BLPOP) run here, so that parked waiters never
+        #: hold up the renewals and releases queued on ``_pool``.
+        self._wait_pool = _DaemonPool(max_workers=64, name="fencepost-wait")
         self._closed = False
 
     def start(self, acquisition: SyncAcquisition, options: _Options) -> None:
@@ -537,12 +548,15 @@ class ThreadDriver:
         outputs, next_ns = self._machine.poll()
         for output in outputs:
             if isinstance(output, _core.Request):
+                self.backend._request_scheduled(self, output)
+                pool = self._wait_pool if output.operation == "wait" else self._pool
                 # Bind the request now: a closure over the loop variable would see only
                 # the last request of this poll() when the worker gets to it.
-                self._pool.submit(functools.partial(self._execute, output))
+                pool.submit(functools.partial(self._execute, output))
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
+                    self.backend._lock_finished(self, output.lock)
                 else:
                     acquisition = self._acquisitions.get(output.lock)
                 if acquisition is not None:
@@ -568,7 +582,7 @@ class ThreadDriver:
         # A blocking client cannot be cancelled at the request's deadline; the machine
         # does not need it to be: its own timers decide loss and give up on requests.
         try:
-            value = self.backend._execute_sync(request)
+            value = self.backend._run_sync(self, request)
         except Exception as exc:
             message = describe_exception(exc)
             with self._cond:

@@ -243,7 +243,8 @@ class Lock:
     ``lock.acquire_sync()`` / ``lock.release_sync()``.
 
     Args:
-        backend: a :class:`fencepost.redis.RedisBackend` or :class:`fencepost.MemoryBackend`.
+        backend: a :class:`fencepost.redis.RedisBackend`,
+            :class:`fencepost.postgres.PostgresBackend` or :class:`fencepost.MemoryBackend`.
         name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8).
         ttl: lease length the server enforces, seconds, at most 2^31 ms (~24.8 days).
             At least 1 ms, and long enough that the validity ``ttl * (1 -
@@ -253,7 +254,8 @@ class Lock:
             with ``auto_renew=False``.
         purpose: ``"efficiency"`` (two holders waste work) or ``"correctness"`` (two
             holders corrupt data). Redis tokens can go backwards on failover, so a
-            correctness lock on Redis needs ``accept_failover_risk=True``.
+            correctness lock on Redis needs ``accept_failover_risk=True``; PostgreSQL
+            tokens are durable rows and need no opt-in.
         accept_failover_risk: the explicit opt-in described above.
         acquire_timeout: seconds to keep trying; ``None`` waits forever, ``0`` tries
             exactly once.
@@ -294,8 +296,8 @@ class Lock:
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigError(
-                "backend must be a fencepost backend (fencepost.redis.RedisBackend or "
-                f"fencepost.MemoryBackend), got {backend!r}"
+                "backend must be a fencepost backend (fencepost.redis.RedisBackend, "
+                f"fencepost.postgres.PostgresBackend or fencepost.MemoryBackend), got {backend!r}"
             )
         if not isinstance(name, str):
             raise ConfigError(f"lock name must be a str, got {name!r}")
@@ -311,7 +313,7 @@ class Lock:
             drift_factor=drift_factor,
             clock_margin_ns=_seconds_to_ns("clock_margin", clock_margin),
         )
-        _core.check_lock_options(name, *options.args())
+        _core.check_lock_options(name, *options.args(), backend=backend._machine_spec())
         self._backend = backend
         self._name = name
         self._options = options
