@@ -115,7 +115,7 @@ fn check_columns(
             Some("it is listed twice".to_owned())
         } else if style == ParamStyle::Pyformat && (*c == "id" || *c == "token") {
             Some(format!(
-                "its parameter %({c})s would be the {c} parameter of the fence; use ParamStyle::Dollar"
+                "its parameter %({c})s would be the {c} parameter of the fence; use the dollar ($n) parameter style"
             ))
         } else {
             None
