@@ -23,8 +23,19 @@ def _record(client: Any, log_key: str, start: int, end: int, token: int, mode: s
     client.rpush(log_key, json.dumps([start, end, token, os.getpid(), mode]))
 
 
-def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool) -> None:
-    """Takes lock ``name`` ``rounds`` times; raises (non-zero exit) on any failure."""
+def run(
+    url: str,
+    prefix: str,
+    name: str,
+    rounds: int,
+    go: Any,
+    use_async: bool,
+    fair: bool = False,
+    pause_s: float = PAUSE_S,
+) -> None:
+    """Takes lock ``name`` ``rounds`` times; raises (non-zero exit) on any failure.
+    ``fair`` turns on fair hand-off; ``pause_s`` bounds the random pause between
+    sections (0: ask again at once, the hardest case for fairness)."""
     import redis
 
     import fencepost
@@ -37,7 +48,7 @@ def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool)
 
     if not use_async:
         client = redis.Redis.from_url(url, socket_timeout=5)
-        backend = RedisBackend(client, key_prefix=prefix)
+        backend = RedisBackend(client, key_prefix=prefix, fair=fair)
         lock = fencepost.Lock(backend, name, **options)
         for i in range(rounds):
             with lock as lease:
@@ -47,7 +58,7 @@ def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool)
                 lease.check()
                 end = time.monotonic_ns()
                 _record(client, log_key, start, end, lease.token, "sync")
-            time.sleep(random.uniform(0, PAUSE_S))
+            time.sleep(random.uniform(0, pause_s))
         backend.close()
         client.close()
         return
@@ -57,7 +68,7 @@ def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool)
 
         client = redis.asyncio.Redis.from_url(url, socket_timeout=5)
         log = redis.Redis.from_url(url, socket_timeout=5)
-        backend = RedisBackend(client, key_prefix=prefix)
+        backend = RedisBackend(client, key_prefix=prefix, fair=fair)
         lock = fencepost.Lock(backend, name, **options)
         for i in range(rounds):
             async with lock as lease:
@@ -67,7 +78,7 @@ def run(url: str, prefix: str, name: str, rounds: int, go: Any, use_async: bool)
                 lease.check()
                 end = time.monotonic_ns()
                 _record(log, log_key, start, end, lease.token, "async")
-            await asyncio.sleep(random.uniform(0, PAUSE_S))
+            await asyncio.sleep(random.uniform(0, pause_s))
         backend.close()
         await client.aclose()
         log.close()

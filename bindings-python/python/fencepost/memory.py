@@ -7,16 +7,26 @@ with TTLs on ``time.monotonic_ns()``) behind a ``threading.Lock``.
 (``MemoryBackend(server=other.server)``) to play separate processes contending for the
 same keys. Useful for tests, demos and single-process programs; it is not shared
 across processes.
+
+With ``MemoryBackend(fair=True)`` the server emulates the blocking pop a parked fair
+waiter runs (``BLPOP``): the core's ``MemoryRedis`` only pops or answers nil at once,
+so :meth:`MemoryServer.blpop` / :meth:`MemoryServer.blpop_async` park the caller until
+a pop yields (every command the server runs wakes the parked callers to look again)
+or the timeout passes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Set, Union
 
 from . import _core
 from ._backend import Backend
+
+if TYPE_CHECKING:
+    from ._core import RedisSpec
 
 __all__ = ["MemoryServer", "MemoryBackend"]
 
@@ -32,13 +42,70 @@ class MemoryServer:
     def __init__(self) -> None:
         self._redis = _core.MemoryRedis()
         self._lock = threading.Lock()
+        #: Notified after every command: threads parked in :meth:`blpop` look again.
+        self._changed = threading.Condition(self._lock)
+        #: Wake-ups of asyncio tasks parked in :meth:`blpop_async` (thread-safe calls).
+        self._async_waiters: Set[Callable[[], None]] = set()
 
     def execute(self, command: CommandLike) -> object:
         """Runs a request or command now; returns the reply as redis-py would give it
         (int, str, None, list) or, for an error reply, a returned (not raised)
-        :class:`fencepost._core.RedisErrorReply`."""
+        :class:`fencepost._core.RedisErrorReply`. A blocking pop does not block here
+        (it pops or answers None at once): use :meth:`blpop` or :meth:`blpop_async`."""
         with self._lock:
-            return self._redis.execute(time.monotonic_ns(), command)
+            reply = self._redis.execute(time.monotonic_ns(), command)
+            self._notify()
+            return reply
+
+    def _notify(self) -> None:
+        """Wakes every parked pop to look again (called with the lock held)."""
+        self._changed.notify_all()
+        for wake in list(self._async_waiters):
+            wake()
+
+    def blpop(self, pop: _core.BlockingPop) -> object:
+        """``BLPOP key timeout``, blocking the calling thread: ``[key, value]`` as soon
+        as the list has an item, or None once ``pop.timeout_s`` has passed."""
+        deadline = time.monotonic() + pop.timeout_s
+        with self._lock:
+            while True:
+                reply = self._redis.execute(time.monotonic_ns(), pop)
+                remaining = deadline - time.monotonic()
+                if reply is not None or remaining <= 0:
+                    return reply
+                self._changed.wait(remaining)
+
+    async def blpop_async(self, pop: _core.BlockingPop) -> object:
+        """``BLPOP key timeout`` for asyncio: parks the calling task (never the loop)
+        until the list has an item (``[key, value]``) or ``pop.timeout_s`` has passed
+        (None)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + pop.timeout_s
+        changed = asyncio.Event()
+
+        def wake() -> None:  # any thread, with the server's lock held
+            try:
+                loop.call_soon_threadsafe(changed.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+        with self._lock:
+            self._async_waiters.add(wake)
+        try:
+            while True:
+                changed.clear()
+                with self._lock:
+                    reply = self._redis.execute(time.monotonic_ns(), pop)
+                remaining = deadline - loop.time()
+                if reply is not None or remaining <= 0:
+                    return reply
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with self._lock:
+                self._async_waiters.discard(wake)
 
     def get(self, key: str) -> Optional[str]:
         """``GET key`` now (expired keys are gone)."""
@@ -53,7 +120,9 @@ class MemoryServer:
     def delete(self, key: str) -> bool:
         """``DEL key``; True if it existed."""
         with self._lock:
-            return self._redis.delete(key)
+            deleted = self._redis.delete(key)
+            self._notify()
+            return deleted
 
     def lock_owner(self, name: str, *, key_prefix: str = "fencepost:") -> Optional[str]:
         """The owner id holding lock ``name`` now (32 hex digits), or None when free."""
@@ -70,6 +139,7 @@ class MemoryServer:
         counters included: tokens start again from 1)."""
         with self._lock:
             self._redis.flush()
+            self._notify()
 
 
 class MemoryBackend(Backend):
@@ -81,27 +151,51 @@ class MemoryBackend(Backend):
             backend's ``server`` to contend on the same keys with a separate lock
             machine.
         key_prefix: prefix of every key, as for Redis (``"fencepost:"``).
+        fair: fair, instant hand-off as on Redis (see
+            :class:`fencepost.redis.RedisBackend`): contended acquirers queue and park
+            until a release wakes them; the server emulates the blocking pop.
 
     Raises:
-        ConfigError: ``key_prefix`` is not a str, or ``server`` is not a MemoryServer.
+        ConfigError: ``key_prefix`` is not a str, ``fair`` not a bool, or ``server``
+            is not a MemoryServer.
     """
 
     def __init__(
-        self, *, server: Optional[MemoryServer] = None, key_prefix: str = "fencepost:"
+        self,
+        *,
+        server: Optional[MemoryServer] = None,
+        key_prefix: str = "fencepost:",
+        fair: bool = False,
     ) -> None:
         super().__init__(key_prefix=key_prefix)
-        if server is not None and not isinstance(server, MemoryServer):
-            from .errors import ConfigError
+        from .errors import ConfigError
 
+        if server is not None and not isinstance(server, MemoryServer):
             raise ConfigError(f"server must be a fencepost.MemoryServer, got {server!r}")
+        if not isinstance(fair, bool):
+            raise ConfigError(f"fair must be True or False, got {fair!r}")
         #: The in-memory server this backend talks to.
         self.server = server if server is not None else MemoryServer()
+        #: Whether contended acquirers queue and are woken in order.
+        self.fair = fair
+
+    def _machine_spec(self) -> RedisSpec:
+        return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
 
     async def _execute_async(self, command: CommandLike) -> object:
+        if isinstance(command, _core.Request) and command.kind == "redis_blpop":
+            pop = command.body
+            assert isinstance(pop, _core.BlockingPop)
+            return await self.server.blpop_async(pop)
         return self.server.execute(command)
 
     def _execute_sync(self, command: CommandLike) -> object:
+        if isinstance(command, _core.Request) and command.kind == "redis_blpop":
+            pop = command.body
+            assert isinstance(pop, _core.BlockingPop)
+            return self.server.blpop(pop)
         return self.server.execute(command)
 
     def __repr__(self) -> str:
-        return f"<fencepost.MemoryBackend key_prefix={self.key_prefix!r}>"
+        fair = " fair" if self.fair else ""
+        return f"<fencepost.MemoryBackend{fair} key_prefix={self.key_prefix!r}>"

@@ -14,6 +14,14 @@ connection errors and timeouts are reported as transport errors (outcome unknown
 Set ``socket_timeout`` on the client: a blocking call cannot be cancelled at the
 request's deadline, so a hung connection occupies a worker thread until it times out
 (a lost lease is still reported on time: loss is decided by the machine's timer).
+
+With ``fair=True`` contended acquirers queue up on the server and park on a blocking
+``BLPOP`` of their own wake-up list until a release hands them the lock (or their
+backoff passes). Each parked waiter holds one connection of the client's pool while
+it blocks (asyncio: one pooled connection per waiting task; threads: one per waiting
+thread, run on a worker pool of their own so renewals never queue behind waits). Keep
+``socket_timeout`` above ``retry_max`` (the longest park), or a park ends early as a
+transport error and the waiter falls back on its backoff.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     import redis as _redis_sync
     import redis.asyncio as _redis_async
+
+    from ._core import RedisSpec
 
 __all__ = ["RedisBackend"]
 
@@ -96,6 +106,14 @@ class RedisBackend(Backend):
             ``decode_responses`` setting works.
         key_prefix: prefix of every key (``"fencepost:"``); lock ``name`` uses
             ``{prefix}{{name}}:lock`` and ``{prefix}{{name}}:token`` (one hash slot).
+        fair: fair, instant hand-off (default False). Contended acquirers join a FIFO
+            queue on the server and block on ``BLPOP`` (timeout: their backoff, in
+            fractional seconds); a release does not free the lock but reserves it for
+            the first live waiter and wakes it, so the releasing process cannot take
+            it straight back. The jittered backoff stays the fallback when a wake-up
+            is missed. Locks with and without ``fair`` may share a name safely (only
+            fairness is lost). Extra keys per name: ``…:queue``, ``…:seq``,
+            ``…:alive:<owner>``, ``…:wake:<owner>``.
 
     Raises:
         ConfigError: ``client`` has no ``evalsha``, or ``key_prefix`` is not a str.
@@ -112,8 +130,13 @@ class RedisBackend(Backend):
         client: Union[_redis_sync.Redis, _redis_async.Redis, Any],
         *,
         key_prefix: str = "fencepost:",
+        fair: bool = False,
     ) -> None:
         super().__init__(key_prefix=key_prefix)
+        if not isinstance(fair, bool):
+            raise ConfigError(f"fair must be True or False, got {fair!r}")
+        #: Whether contended acquirers queue and are woken in order (see the class doc).
+        self.fair = fair
         if not callable(getattr(client, "evalsha", None)):
             raise ConfigError(
                 f"client must be a redis-py client (redis.Redis or redis.asyncio.Redis), got {client!r}"
@@ -146,9 +169,19 @@ class RedisBackend(Backend):
             "`with lock` / lock.acquire_sync()"
         )
 
+    def _machine_spec(self) -> RedisSpec:
+        return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
+
     async def _execute_async(self, command: CommandLike) -> object:
         if not self._is_async:
             raise self._mode_error("async")
+        if isinstance(command, _core.Request) and command.kind == "redis_blpop":
+            pop = command.body
+            assert isinstance(pop, _core.BlockingPop)
+            try:
+                return await self._client.blpop([pop.key], timeout=pop.timeout_s)
+            except self._response_error as exc:
+                return _error_reply(exc, self._codes)
         keys, args = command.keys, command.args
         try:
             try:
@@ -165,6 +198,13 @@ class RedisBackend(Backend):
     def _execute_sync(self, command: CommandLike) -> object:
         if self._is_async:
             raise self._mode_error("sync")
+        if isinstance(command, _core.Request) and command.kind == "redis_blpop":
+            pop = command.body
+            assert isinstance(pop, _core.BlockingPop)
+            try:
+                return self._client.blpop([pop.key], timeout=pop.timeout_s)
+            except self._response_error as exc:
+                return _error_reply(exc, self._codes)
         keys, args = command.keys, command.args
         try:
             try:
@@ -176,4 +216,5 @@ class RedisBackend(Backend):
 
     def __repr__(self) -> str:
         kind = "asyncio" if self._is_async else "blocking"
-        return f"<fencepost.redis.RedisBackend {kind} key_prefix={self.key_prefix!r}>"
+        fair = " fair" if self.fair else ""
+        return f"<fencepost.redis.RedisBackend {kind}{fair} key_prefix={self.key_prefix!r}>"
