@@ -289,10 +289,12 @@ function createBackends (native, LockMachine, fence) {
 
   /** A connection of its own for blocking pops: a duplicate of an ioredis client. */
   function ioredisBlocker (client) {
-    // lazyConnect: connect() says when it is ready; no commandTimeout: a BLPOP lasts as
-    // long as its own timeout (the driver aborts it at its deadline anyway)
-    const override = { lazyConnect: true, commandTimeout: undefined }
-    const dup = client.isCluster === true ? client.duplicate([], override) : client.duplicate(override)
+    // lazyConnect: connect() says when it is ready (or failed); no reconnects: a broken
+    // connection is replaced; no commandTimeout: a BLPOP lasts as long as its own timeout
+    // (and the driver abandons it at its deadline)
+    const dup = client.isCluster === true
+      ? client.duplicate([], { lazyConnect: true })
+      : client.duplicate({ lazyConnect: true, retryStrategy: () => null, commandTimeout: undefined })
     dup.on('error', ignore) // failures surface as rejected commands
     return {
       ready: dup.connect(),
@@ -303,7 +305,10 @@ function createBackends (native, LockMachine, fence) {
 
   /** A connection of its own for blocking pops: a duplicate of a node-redis client. */
   function nodeRedisBlocker (client) {
-    const dup = client.duplicate()
+    // no reconnects: connect() rejects when the server cannot be reached, and a broken
+    // connection is replaced rather than revived
+    const socket = { ...(client.options && client.options.socket), reconnectStrategy: false }
+    const dup = client.duplicate({ socket })
     dup.on('error', ignore) // an 'error' without a listener would crash the process
     return {
       ready: Promise.resolve().then(() => dup.connect()),
@@ -323,46 +328,81 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
+  const ABANDONED = Symbol('abandoned')
+
+  /** `promise` (which never rejects), or ABANDONED as soon as `signal` aborts. */
+  function unlessAborted (promise, signal) {
+    if (signal === null) return promise
+    if (signal.aborted) return Promise.resolve(ABANDONED)
+    return new Promise((resolve) => {
+      const onAbort = () => resolve(ABANDONED)
+      signal.addEventListener('abort', onAbort, { once: true })
+      promise.then((value) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(value)
+      })
+    })
+  }
+
   /**
    * The connections fair waiters block on (BLPOP blocks the connection it runs on, so
    * never the shared client, whose renewals must not queue behind it): duplicates of the
-   * client, one per wait in flight, kept idle a while for the next wait. `close()` closes
-   * them all; idle ones also close when the client ends.
+   * client, one per wait in flight, kept idle a while for the next wait. A connection is
+   * closed only once its connect has settled (node-redis 4 leaks a socket closed while
+   * connecting): one whose wait was abandoned meanwhile joins the idle ones when ready.
+   * `close()` closes them all; idle ones also close when the client ends.
    */
   class BlockingConnections {
     constructor (client, kind) {
       this._client = client
       this._open = kind === 'ioredis' ? ioredisBlocker : nodeRedisBlocker
       this._idle = []
+      /** connecting, their wait abandoned: the next wait adopts one */
+      this._orphans = []
       this._closed = false
       this._clientEnded = false
       this._onEnd = null
     }
 
-    /** An idle connection, or a new one once connected. Rejects with `signal.reason` if
-     * the signal aborts first (the new connection is closed). */
+    /** An idle connection, or a connected new one; ABANDONED if `signal` aborts first. */
     async take (signal) {
       const idle = this._idle.pop()
       if (idle !== undefined) {
         clearTimeout(idle.timer)
         return idle
       }
-      if (this._closed) throw new BackendError('this backend is closed')
-      this._watchClient()
-      this._clientEnded = false
-      const conn = this._open(this._client)
-      await new Promise((resolve, reject) => {
-        const onAbort = () => { conn.destroy(); reject(signal.reason) }
-        if (signal) signal.addEventListener('abort', onAbort, { once: true })
-        conn.ready.then(
-          () => { if (signal) signal.removeEventListener('abort', onAbort); resolve() },
-          (error) => { if (signal) signal.removeEventListener('abort', onAbort); conn.destroy(); reject(error) }
-        )
-      })
+      let conn = this._orphans.shift()
+      if (conn === undefined) {
+        if (this._closed) throw new BackendError('this backend is closed')
+        this._watchClient()
+        this._clientEnded = false
+        conn = this._open(this._client)
+        conn.failure = conn.ready.then(() => null, (error) => error ?? new Error('could not connect'))
+      }
+      const failure = await unlessAborted(conn.failure, signal)
+      if (failure === ABANDONED) {
+        this._orphan(conn)
+        return ABANDONED
+      }
+      if (failure !== null) {
+        conn.destroy()
+        throw failure
+      }
       return conn
     }
 
-    /** Takes back a connection whose pop completed; kept idle for a while, or closed. */
+    _orphan (conn) {
+      this._orphans.push(conn)
+      conn.failure.then((failure) => {
+        const i = this._orphans.indexOf(conn)
+        if (i < 0) return // adopted by another wait
+        this._orphans.splice(i, 1)
+        if (failure === null) this.give(conn)
+        else conn.destroy()
+      })
+    }
+
+    /** Takes back a connected connection that is not blocked; kept idle a while, or closed. */
     give (conn) {
       if (this._closed || this._clientEnded || this._idle.length >= BLOCKING_IDLE_MAX) return conn.destroy()
       conn.timer = setTimeout(() => {
@@ -381,6 +421,7 @@ function createBackends (native, LockMachine, fence) {
       }
     }
 
+    /** Closes idle connections now, the others when their wait or connect ends. */
     close () {
       this._closed = true
       this.closeIdle()
@@ -456,6 +497,11 @@ function createBackends (native, LockMachine, fence) {
         throw new ConfigError('a blocking wait reached a backend built without fair: true')
       }
       const conn = await this._blocking.take(signal)
+      if (conn === ABANDONED) throw signal.reason
+      if (signal !== null && signal.aborted) { // between the connect and now
+        this._blocking.give(conn)
+        throw signal.reason
+      }
       let answered = false // a reply (an error reply too): the connection is fine
       let onAbort = null
       try {
