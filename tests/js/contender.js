@@ -1,7 +1,8 @@
 'use strict'
 // A process that contends for one Redis lock (forked by redis.test.js, like a separate
 // service would be). Arguments: url, key prefix, lock name, rounds, client
-// ('ioredis' | 'node-redis').
+// ('ioredis' | 'node-redis'), and optionally 'fair' for fair hand-off and the longest pause
+// between sections in ms (default 4).
 //
 // It connects, tells the parent it is ready, waits for 'go', then `rounds` times: takes the
 // lock, writes through the Redis fenced-SET script with the lease's token, holds it a
@@ -12,7 +13,7 @@
 const { fencepost, devRequire, sleep } = require('./impl')
 
 const HOLD_MS = 1 // inside the critical section
-const PAUSE_MS = 4 // at most, between sections: lets the others in
+const PAUSE_MS = 4 // at most, between sections by default: lets the others in
 
 async function connect (url, kind) {
   if (kind === 'ioredis') {
@@ -26,10 +27,11 @@ async function connect (url, kind) {
 }
 
 async function main () {
-  const [url, prefix, name, roundsText, kind] = process.argv.slice(2)
+  const [url, prefix, name, roundsText, kind, mode, pauseText] = process.argv.slice(2)
   const rounds = Number(roundsText)
+  const pauseMs = pauseText === undefined ? PAUSE_MS : Number(pauseText)
   const { client, log, close } = await connect(url, kind)
-  const backend = new fencepost.RedisBackend(client, { keyPrefix: prefix })
+  const backend = new fencepost.RedisBackend(client, { keyPrefix: prefix, fair: mode === 'fair' })
   const lock = new fencepost.Lock(backend, name, { ttlMs: 2_000, acquireTimeoutMs: 30_000, retryBaseMs: 2, retryMaxMs: 20 })
   const go = new Promise((resolve) => process.once('message', resolve))
   process.send('ready')
@@ -43,7 +45,7 @@ async function main () {
       const end = process.hrtime.bigint()
       await log(`${prefix}log`, JSON.stringify([String(start), String(end), String(lease.token), process.pid, kind]))
     })
-    await sleep(Math.random() * PAUSE_MS)
+    await sleep(Math.random() * pauseMs)
   }
   backend.close()
   await close()

@@ -128,10 +128,12 @@ function load (file) {
   if (!Array.isArray(raw.rules) || raw.rules.length === 0) throw new VectorError('say which rules it covers in "rules"')
   if (!isU64(raw.seed)) throw new VectorError(`seed must be a u64, got ${show(raw.seed)}`)
   let keyPrefix
+  let fair
   if (raw.backend !== undefined) {
-    checkKeys('backend', raw.backend, ['kind'], ['key_prefix'])
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair'])
     if (raw.backend.kind !== 'redis') throw new VectorError(`unknown backend ${show(raw.backend)}`)
     keyPrefix = raw.backend.key_prefix
+    fair = raw.backend.fair
   }
   if (!Array.isArray(raw.steps)) throw new VectorError('steps must be an array')
   raw.steps.forEach((step, i) => {
@@ -143,12 +145,25 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, keyPrefix, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, keyPrefix, fair, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
 }
 
 // ---- package → vector vocabulary --------------------------------------------------------
 
 function renderOutput (o) {
+  if (o.type === 'request' && o.backend === 'redis_blpop') {
+    // fair hand-off: a blocking pop, rendered as the Rust runner does
+    return {
+      request: {
+        id: o.id,
+        lock: o.lock,
+        operation: o.operation,
+        deadline_ms: o.deadlineMs,
+        wait_key: o.key,
+        wait_timeout_ms: o.timeoutMs
+      }
+    }
+  }
   if (o.type === 'request') {
     return {
       request: {
@@ -267,7 +282,7 @@ function show (v) {
 function replay (file, flavourName) {
   const scenario = load(file)
   const flavour = FLAVOURS[flavourName]
-  const machine = new LockMachine({ keyPrefix: scenario.keyPrefix, seed: scenario.seed })
+  const machine = new LockMachine({ keyPrefix: scenario.keyPrefix, fair: scenario.fair, seed: scenario.seed })
   const owners = new Owners()
   let accepted = 0
   scenario.steps.forEach((step, index) => {
@@ -364,4 +379,9 @@ test('the runner itself: times, ranges, owner placeholders, lossless tokens', ()
   assert.ok(!matches('token', big, 9223372036854775806n, owners))
   assert.deepEqual(reply([null, 1, 'x', { status: 'OK' }, [[]]], FLAVOURS.client), [null, 1, 'x', 'OK', [[]]])
   assert.throws(() => reply({ oops: 1 }, FLAVOURS.client), VectorError)
+  // a fair machine's blocking pop, in the Rust runner's words
+  assert.deepEqual(
+    renderOutput({ type: 'request', backend: 'redis_blpop', id: 2, lock: 1, operation: 'wait', deadlineMs: 30, key: 'k', timeoutMs: 7 }),
+    { request: { id: 2, lock: 1, operation: 'wait', deadline_ms: 30, wait_key: 'k', wait_timeout_ms: 7 } }
+  )
 })
