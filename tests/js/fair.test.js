@@ -294,11 +294,12 @@ for (const kind of Object.keys(CLIENTS)) {
 }
 
 /** Forks `processes` contenders (tests/js/contender.js, alternating ioredis and node-redis)
- * for `rounds` critical sections each; returns their log records in order of start. */
+ * for `rounds` critical sections each, each asking again the moment it released; returns
+ * their log records in order of start. */
 async function contend (prefix, redis, processes, rounds, mode) {
   const children = Array.from({ length: processes }, (_, i) => fork(
     path.join(__dirname, 'contender.js'),
-    [URL, prefix, 'contended', String(rounds), i % 2 === 0 ? 'ioredis' : 'node-redis', mode],
+    [URL, prefix, 'contended', String(rounds), i % 2 === 0 ? 'ioredis' : 'node-redis', mode, '0'],
     { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
   ))
   const exits = children.map((child) => new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal))))
@@ -342,7 +343,7 @@ function handOffs (records) {
   return { grants: records.length, toOther, medianGapMs: gaps[Math.floor(gaps.length / 2)] }
 }
 
-test('8 processes, fair: exclusion holds, tokens rise, nearly every grant goes to another worker (vs. not fair)', { skip, timeout: 100_000 }, async (t) => {
+test('8 processes asking again at once, fair: exclusion holds, tokens rise, nearly every grant goes to another worker (vs. not fair)', { skip, timeout: 100_000 }, async (t) => {
   const processes = 8
   const rounds = 10
   const results = {}
@@ -366,7 +367,8 @@ test('8 processes, fair: exclusion holds, tokens rise, nearly every grant goes t
   }
   const fair = results.fair
   // FIFO: a releaser queues behind everyone waiting, so the next grant is another
-  // worker's unless nobody else was waiting (the last worker's final rounds)
-  assert.ok(fair.toOther >= (fair.grants - 1) * 0.85, `fair: only ${fair.toOther} of ${fair.grants - 1} grants went to another worker`)
-  assert.ok(fair.toOther >= results.plain.toOther, `fair ${fair.toOther} vs. not fair ${results.plain.toOther} hand-offs to another worker`)
+  // worker's unless nobody else was waiting (the last worker's final rounds). Without
+  // fair hand-off the releaser, asking again at once, mostly takes the lock straight back.
+  assert.ok(fair.toOther >= (fair.grants - 1) * 0.9, `fair: only ${fair.toOther} of ${fair.grants - 1} grants went to another worker`)
+  assert.ok(fair.toOther > results.plain.toOther, `fair ${fair.toOther} vs. not fair ${results.plain.toOther} hand-offs to another worker`)
 })
