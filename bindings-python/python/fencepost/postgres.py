@@ -1,0 +1,923 @@
+"""The PostgreSQL adapter: executes the lock machine's SQL with psycopg 3.
+
+Three ways to lock with PostgreSQL, each with its limits (README, "Choosing a
+PostgreSQL mode"):
+
+* **Lease rows** — ``PostgresBackend(conn_or_pool)`` (``mode="lease"``, the default):
+  a row per lock name in ``fencepost_leases`` with owner, fencing token and expiry.
+  Acquire is one statement that takes a free or expired row and bumps the token;
+  expiry is decided by the *server's* clock; renew and release are owner-checked
+  ``UPDATE``s. Every statement runs on any connection in autocommit, so a pool and a
+  transaction-pooling PgBouncer are fine. Tokens are durable rows that never go
+  backwards: ``purpose="correctness"`` needs no opt-in.
+* **Session advisory locks** — ``PostgresBackend(mode="session", conninfo=…)``:
+  ``pg_try_advisory_lock`` on a connection dedicated to the lock, plus a bump of a
+  per-name token row in the same statement. The lock lives as long as that
+  connection; the ``ttl`` of a :class:`fencepost.Lock` is the *heartbeat deadline*:
+  every ``ttl/3`` the connection is asked whether it still holds the lock, and a
+  failed or negative answer is ``LockLost``. The server may hand the lock to someone
+  else as soon as the connection drops, before the heartbeat notices: keep ``ttl``
+  short, and carry the fencing token on writes. Never behind a transaction-pooling
+  pooler.
+* **Transaction advisory locks** — :func:`xact_lock` (``with xact_lock(conn, name) as
+  token:``): ``pg_try_advisory_xact_lock`` as the first statement of *your*
+  transaction, with the token bump in the same transaction; the lock ends with the
+  commit or rollback. The strongest option when the protected data lives in the same
+  database. It tries once (see :func:`xact_lock`).
+
+Statements come from the core with ``$1…$n`` placeholders (one may repeat); psycopg
+takes ``%(name)s`` placeholders and binds them server-side, so each ``$n`` becomes
+``%(pN)s`` with a dict of parameters (literal ``%`` doubled, quoted text left alone).
+Statements run with ``prepare=False``: PgBouncer in transaction mode cannot keep
+prepared statements. Error replies (a psycopg error with a SQLSTATE) go to the lock
+machine as :class:`fencepost._core.SqlErrorReply`; it decides whether they are
+transient (``40001``, ``57P01``, class ``08``…). Errors without a SQLSTATE (a closed
+connection, a pool timeout) are transport errors: the outcome is unknown.
+
+Requires psycopg 3 (``pip install "psycopg[binary]"``; pools: ``psycopg-pool``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Type,
+    Union,
+)
+
+from . import _core
+from ._backend import Backend
+from ._driver import AsyncDriver
+from .errors import AcquireTimeout, BackendError, ConfigError, StaleToken
+
+if TYPE_CHECKING:
+    from ._core import PostgresSpec, SqlValue
+
+__all__ = [
+    "PostgresBackend",
+    "xact_lock",
+    "XactLock",
+    "fenced_update",
+    "fenced_update_sync",
+    "advisory_key",
+    "migration",
+    "to_pyformat",
+]
+
+Mode = Literal["lease", "session"]
+
+#: The stable 64-bit advisory key of a lock name (see :func:`fencepost._core.advisory_key`).
+advisory_key = _core.advisory_key
+
+
+def migration(
+    *, lease_table: str = "fencepost_leases", token_table: str = "fencepost_tokens"
+) -> str:
+    """The SQL creating fencepost's tables (idempotent, ``CREATE TABLE IF NOT EXISTS``):
+    the lease table of lease mode and the per-name token table of the advisory modes.
+    Run it once with any client (or :meth:`PostgresBackend.migrate`). Never truncate
+    these tables: tokens must survive.
+
+    Raises:
+        ConfigError: a table name that is not a plain SQL identifier (optionally
+            ``schema.table``).
+    """
+    return _core.postgres_migration(lease_table=lease_table, token_table=token_table)
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - the tests have it
+        raise ConfigError(
+            'fencepost.postgres needs psycopg 3: pip install "psycopg[binary]"'
+        ) from exc
+    return psycopg
+
+
+def _pool_types() -> Tuple[Tuple[type, ...], Tuple[type, ...]]:
+    """(sync pool classes, async pool classes); empty without psycopg-pool."""
+    try:
+        import psycopg_pool
+    except ImportError:
+        return (), ()
+    return (psycopg_pool.ConnectionPool,), (psycopg_pool.AsyncConnectionPool,)
+
+
+# ---- $n -> %(pN)s ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=512)
+def _convert(sql: str, count: int) -> str:
+    out: List[str] = []
+    i, n = 0, len(sql)
+    quote: Optional[str] = None
+    while i < n:
+        c = sql[i]
+        if c == "%":
+            out.append("%%")  # psycopg reads % as a placeholder, in literals too
+            i += 1
+            continue
+        if quote is not None:
+            if c == quote:
+                quote = None  # a doubled quote closes and reopens: same result
+            out.append(c)
+            i += 1
+            continue
+        if c in "'\"":
+            quote = c
+            out.append(c)
+            i += 1
+            continue
+        prev = sql[i - 1] if i else " "
+        if c == "$" and i + 1 < n and sql[i + 1].isdigit() and not (prev.isalnum() or prev in "_$"):
+            j = i + 1
+            while j < n and sql[j].isdigit():
+                j += 1
+            k = int(sql[i + 1 : j])
+            if not 1 <= k <= count:
+                raise ConfigError(f"statement uses ${k} but has {count} parameters: {sql!r}")
+            out.append(f"%(p{k})s")
+            i = j
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def to_pyformat(
+    sql: str, params: Sequence[SqlValue]
+) -> Tuple[str, Dict[str, SqlValue]]:
+    """Rewrites a statement with ``$1…$n`` placeholders for psycopg: each ``$n``
+    (outside quotes; one may appear several times) becomes ``%(pN)s``, a literal ``%``
+    becomes ``%%``, and the parameters become ``{"p1": params[0], …}``.
+
+    Raises:
+        ConfigError: a placeholder with no parameter.
+    """
+    query = _convert(sql, len(params))
+    return query, {f"p{i}": v for i, v in enumerate(params, start=1)}
+
+
+# ---- running one statement -----------------------------------------------------------------
+
+
+def _error_reply(exc: BaseException) -> Optional[_core.SqlErrorReply]:
+    """The error reply of a psycopg error that carries a SQLSTATE, else None."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        diag = getattr(exc, "diag", None)
+        message = getattr(diag, "message_primary", None) or str(exc).strip()
+        return _core.SqlErrorReply(sqlstate, message or type(exc).__name__)
+    return None
+
+
+def _rows(cursor: Any) -> List[Any]:
+    return list(cursor.fetchall()) if cursor.description is not None else []
+
+
+def _execute_sync(conn: Any, stmt: _core.SqlStatement) -> object:
+    """Runs ``stmt`` on a sync connection: its rows, or a returned SqlErrorReply;
+    raises for a transport failure."""
+    psycopg = _psycopg()
+    query, params = to_pyformat(stmt.sql, stmt.params)
+    try:
+        if conn.autocommit:
+            return _rows(conn.execute(query, params, prepare=False))
+        with conn.transaction():
+            return _rows(conn.execute(query, params, prepare=False))
+    except psycopg.Error as exc:
+        reply = _error_reply(exc)
+        if reply is None or conn.broken:
+            raise  # the connection is gone: the outcome is unknown
+        return reply
+
+
+async def _execute_async(conn: Any, stmt: _core.SqlStatement) -> object:
+    """Async :func:`_execute_sync`."""
+    psycopg = _psycopg()
+    query, params = to_pyformat(stmt.sql, stmt.params)
+    try:
+        if conn.autocommit:
+            return await _rows_async(await conn.execute(query, params, prepare=False))
+        async with conn.transaction():
+            return await _rows_async(await conn.execute(query, params, prepare=False))
+    except psycopg.Error as exc:
+        reply = _error_reply(exc)
+        if reply is None or conn.broken:
+            raise
+        return reply
+
+
+async def _rows_async(cursor: Any) -> List[Any]:
+    return list(await cursor.fetchall()) if cursor.description is not None else []
+
+
+def _remaining_s(deadline_ns: int) -> float:
+    return max(0.001, (deadline_ns - time.monotonic_ns()) / 1e9)
+
+
+# ---- dedicated connections -------------------------------------------------------------------
+
+
+class _Dedicated:
+    """The connection of one lock in session mode."""
+
+    __slots__ = ("conn", "in_flight", "finished", "opening")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.in_flight = 0
+        self.finished = False
+        self.opening: Any = None  # threading.Lock or asyncio.Lock, made on first use
+
+
+class PostgresBackend(Backend):
+    """Locks on PostgreSQL through psycopg 3 (``psycopg.Connection``,
+    ``psycopg.AsyncConnection``, ``psycopg_pool.ConnectionPool`` or
+    ``AsyncConnectionPool``); the client's kind decides whether the backend serves
+    ``with lock`` (sync) or ``async with lock`` (asyncio).
+
+    Args:
+        conn_or_pool: where statements of lease mode run, and what :meth:`migrate`
+            uses. A pool is best: each request takes a connection of its own (a
+            connection terminated under a lease is replaced on the next renewal). A
+            single connection must be in autocommit mode (``psycopg.connect(…,
+            autocommit=True)``): fencepost's statements commit on their own. Do not
+            open transactions of your own on that connection: the backend's statements
+            (renewals, releases) run on it at any time, from the driver, and would
+            land inside your transaction. Session mode uses it for :meth:`migrate` only
+            (optional there).
+        mode: ``"lease"`` (lease rows, default) or ``"session"`` (session-level
+            advisory locks).
+        conninfo: session mode: the connection string each lock opens its dedicated
+            connection with (``psycopg.connect(conninfo, autocommit=True)``; set
+            ``connect_timeout`` in it: a blocking connect cannot be cancelled).
+        connect: session mode, instead of ``conninfo``: a factory returning a new
+            ``psycopg.Connection`` (for ``with lock``) or a new
+            ``psycopg.AsyncConnection`` or an awaitable of one (for ``async with
+            lock``; e.g. ``lambda: psycopg.AsyncConnection.connect(url)``). It is put
+            in autocommit. A factory of the wrong kind raises ConfigError when a lock
+            first uses it.
+        lease_table: the lease table (``"fencepost_leases"``), a plain SQL identifier,
+            optionally ``schema.table``.
+        token_table: the per-name token table of the advisory modes
+            (``"fencepost_tokens"``).
+        namespace: namespace of advisory keys (``"fencepost"``), so applications
+            sharing a database do not collide (:func:`advisory_key`).
+
+    **Session mode needs dedicated connections, never a pool's.** A session-level
+    advisory lock belongs to the server session that took it: it is held exactly as
+    long as that session lives, it is re-entrant within it (a second
+    ``pg_try_advisory_lock`` on the same session "succeeds" again), and anything run on
+    that session can unlock it. So each lock opens a connection of its own for its
+    first statement, runs every later statement (heartbeat, release) on it, and closes
+    it after its final event (released, lost, acquire failed). A pool connection goes
+    back to the pool between statements and serves other users, who would share (or
+    free) the lock; a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``)
+    may even run each statement on a different server session — take the lock on one,
+    check it on another. Each held or waiting session lock costs one connection.
+
+    **The heartbeat.** In session mode the ``ttl`` of :class:`fencepost.Lock` is the
+    heartbeat deadline: the lock machine asks the dedicated connection whether it still
+    holds the lock every ``ttl/3`` (``renew_every``) and reports
+    :class:`~fencepost.errors.LockLost` when it does not, or when no answer comes
+    before the deadline. The server frees the lock the moment it sees the connection
+    drop (a crash, a network cut, ``pg_terminate_backend``), and may grant it to
+    another session before the heartbeat notices: up to ``ttl`` later. When the
+    dedicated connection breaks, the next statement of the lock opens a new one, which
+    does not hold the lock: the heartbeat reads "not held" and the lease is lost at
+    once rather than at its deadline.
+
+    Raises:
+        ConfigError: psycopg is missing; a client of another kind; a single
+            connection not in autocommit (lease mode); lease mode without
+            ``conn_or_pool``; session mode without ``conninfo`` or ``connect``;
+            clients of both kinds (sync and async); a bad mode, table name or
+            namespace.
+    """
+
+    def __init__(
+        self,
+        conn_or_pool: Any = None,
+        *,
+        mode: Mode = "lease",
+        conninfo: Optional[str] = None,
+        connect: Optional[Callable[[], Any]] = None,
+        lease_table: str = "fencepost_leases",
+        token_table: str = "fencepost_tokens",
+        namespace: str = "fencepost",
+    ) -> None:
+        super().__init__()
+        psycopg = _psycopg()
+        if mode not in ("lease", "session"):
+            raise ConfigError(f"mode must be 'lease' or 'session', got {mode!r}")
+        migration(lease_table=lease_table, token_table=token_table)  # checks the names
+        if not isinstance(namespace, str):
+            raise ConfigError(f"namespace must be a str, got {namespace!r}")
+        _core.advisory_key(namespace, "")  # ConfigError for text UTF-8 cannot hold
+        self.mode: Mode = mode
+        self.lease_table = lease_table
+        self.token_table = token_table
+        self.namespace = namespace
+
+        sync_pools, async_pools = _pool_types()
+        self._conn: Any = None
+        self._pool: Any = None
+        kinds: Set[str] = set()  # "sync" / "async": what the given clients serve
+        if conn_or_pool is None:
+            pass
+        elif isinstance(conn_or_pool, (psycopg.AsyncConnection, psycopg.Connection)):
+            self._conn = conn_or_pool
+            kinds.add("async" if isinstance(conn_or_pool, psycopg.AsyncConnection) else "sync")
+        elif isinstance(conn_or_pool, async_pools + sync_pools):
+            self._pool = conn_or_pool
+            kinds.add("async" if isinstance(conn_or_pool, async_pools) else "sync")
+        else:
+            raise ConfigError(
+                "conn_or_pool must be a psycopg 3 Connection, AsyncConnection, "
+                f"ConnectionPool or AsyncConnectionPool, got {conn_or_pool!r}"
+            )
+        if mode == "lease":
+            if conn_or_pool is None:
+                raise ConfigError(
+                    "lease mode needs conn_or_pool: a psycopg connection (autocommit=True) "
+                    "or, better, a connection pool"
+                )
+            if self._conn is not None and not self._conn.autocommit:
+                raise ConfigError(
+                    "the connection must be in autocommit mode (psycopg.connect(..., "
+                    "autocommit=True)): fencepost's statements must commit on their own; "
+                    "or pass a connection pool"
+                )
+        if conninfo is not None and not isinstance(conninfo, str):
+            raise ConfigError(f"conninfo must be a str, got {conninfo!r}")
+        if connect is not None and not callable(connect):
+            raise ConfigError(f"connect must be a callable returning a connection, got {connect!r}")
+        if conninfo is not None and connect is not None:
+            raise ConfigError("pass conninfo or connect, not both")
+        if mode == "session":
+            if conninfo is None and connect is None:
+                given = (
+                    "a pool" if self._pool is not None else "a shared connection" if self._conn is not None else "nothing"
+                )
+                raise ConfigError(
+                    "session mode needs a dedicated connection per lock: pass conninfo= "
+                    "(a connection string) or connect= (a connection factory); got "
+                    f"{given}. A pool's connections serve other users between statements, "
+                    "who would share or free a session-level advisory lock"
+                )
+            if connect is not None and inspect.iscoroutinefunction(connect):
+                kinds.add("async")  # other callables may return either kind: checked when called
+        if len(kinds) > 1:
+            raise ConfigError(
+                "conn_or_pool and connect must both be sync (psycopg.Connection) or both "
+                "async (psycopg.AsyncConnection)"
+            )
+        self._conninfo = conninfo
+        self._connect = connect
+        self.supports_async = not kinds or "async" in kinds
+        self.supports_sync = not kinds or "sync" in kinds
+        self._dedicated: Dict[Tuple[int, int], _Dedicated] = {}
+        self._guard = threading.Lock()
+        self._closing: Set[asyncio.Task[None]] = set()
+
+    # -- settings --
+
+    def _machine_spec(self) -> PostgresSpec:
+        return {
+            "kind": "postgres",
+            "mode": self.mode,
+            "lease_table": self.lease_table,
+            "token_table": self.token_table,
+            "namespace": self.namespace,
+        }
+
+    def advisory_key(self, name: str) -> int:
+        """The advisory-lock key of lock ``name`` in this backend's namespace."""
+        return _core.advisory_key(self.namespace, name)
+
+    def _mode_error(self, wanted: str) -> ConfigError:
+        if wanted == "async":
+            return ConfigError(
+                "this PostgresBackend has blocking psycopg clients: use `with lock` / "
+                "lock.acquire_sync(), or give it a psycopg.AsyncConnection or "
+                "AsyncConnectionPool for `async with lock`"
+            )
+        return ConfigError(
+            "this PostgresBackend has asyncio psycopg clients: use `async with lock` / "
+            "await lock.acquire(), or give it a psycopg.Connection or ConnectionPool "
+            "for `with lock`"
+        )
+
+    # -- migration --
+
+    async def migrate(self) -> None:
+        """Creates fencepost's tables if missing (:func:`migration`), on
+        ``conn_or_pool`` or, without one, a connection opened from ``conninfo`` /
+        ``connect`` (closed after). Idempotent.
+
+        Raises:
+            ConfigError: no async client to run it on (use :meth:`migrate_sync`).
+            psycopg.Error: the server refused it.
+        """
+        if not self.supports_async:
+            raise self._mode_error("async")
+        for stmt in self._migration_statements():
+            if self._pool is not None:
+                async with self._pool.connection() as conn:
+                    await _run_ddl_async(conn, stmt)
+            elif self._conn is not None:
+                await _run_ddl_async(self._conn, stmt)
+            else:
+                conn = await self._open_async()
+                try:
+                    await _run_ddl_async(conn, stmt)
+                finally:
+                    await conn.close()
+
+    def migrate_sync(self) -> None:
+        """Blocking :meth:`migrate`."""
+        if not self.supports_sync:
+            raise self._mode_error("sync")
+        for stmt in self._migration_statements():
+            if self._pool is not None:
+                with self._pool.connection() as conn:
+                    _run_ddl_sync(conn, stmt)
+            elif self._conn is not None:
+                _run_ddl_sync(self._conn, stmt)
+            else:
+                conn = self._open_sync()
+                try:
+                    _run_ddl_sync(conn, stmt)
+                finally:
+                    conn.close()
+
+    def _migration_statements(self) -> List[str]:
+        sql = migration(lease_table=self.lease_table, token_table=self.token_table)
+        return [s.strip() for s in sql.split(";") if s.strip()]
+
+    # -- transaction-level locks --
+
+    def xact_lock(self, conn: Any, name: str) -> XactLock:
+        """:func:`xact_lock` with this backend's token table and namespace."""
+        return xact_lock(conn, name, token_table=self.token_table, namespace=self.namespace)
+
+    # -- fenced writes: Redis only --
+
+    async def fenced_set(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
+        """Not on PostgreSQL: use :func:`fenced_update`. Raises ConfigError."""
+        raise ConfigError("fenced_set is a Redis helper; on PostgreSQL use fencepost.postgres.fenced_update")
+
+    def fenced_set_sync(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
+        """Not on PostgreSQL: use :func:`fenced_update_sync`. Raises ConfigError."""
+        raise ConfigError(
+            "fenced_set_sync is a Redis helper; on PostgreSQL use fencepost.postgres.fenced_update_sync"
+        )
+
+    # -- connections --
+
+    def _open_sync(self) -> Any:
+        psycopg = _psycopg()
+        if self._connect is not None:
+            conn = self._connect()
+            if not isinstance(conn, psycopg.Connection):
+                if inspect.iscoroutine(conn):
+                    conn.close()  # never awaited: an async factory used with `with lock`
+                raise ConfigError(
+                    f"connect() must return a psycopg.Connection for `with lock`, got {conn!r}"
+                )
+        else:
+            conn = psycopg.connect(self._conninfo or "", autocommit=True)
+        if not conn.autocommit:
+            conn.autocommit = True
+        return conn
+
+    async def _open_async(self) -> Any:
+        psycopg = _psycopg()
+        if self._connect is not None:
+            made = self._connect()
+            conn = await made if inspect.isawaitable(made) else made
+            if not isinstance(conn, psycopg.AsyncConnection):
+                raise ConfigError(
+                    f"connect() must return a psycopg.AsyncConnection (or an awaitable of "
+                    f"one) for `async with lock`, got {conn!r}"
+                )
+        else:
+            conn = await psycopg.AsyncConnection.connect(self._conninfo or "", autocommit=True)
+        if not conn.autocommit:
+            await conn.set_autocommit(True)
+        return conn
+
+    # -- driver hooks --
+
+    def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
+        if not _dedicated(request):
+            return
+        key = (id(driver), request.lock)
+        with self._guard:
+            entry = self._dedicated.get(key)
+            if entry is None and request.operation == "acquire":
+                # a lock's first request is always its acquire: its connection starts here
+                entry = self._dedicated[key] = _Dedicated()
+            if entry is not None:
+                entry.in_flight += 1
+
+    def _lock_finished(self, driver: Any, lock: int) -> None:
+        key = (id(driver), lock)
+        with self._guard:
+            entry = self._dedicated.get(key)
+            if entry is None:
+                return
+            entry.finished = True
+            conn = self._take_if_done(key, entry)
+        self._close(driver, conn)
+
+    def _take_if_done(self, key: Tuple[int, int], entry: _Dedicated) -> Any:
+        """With the guard held: forgets a finished lock with nothing in flight and
+        returns its connection to close (or None)."""
+        if entry.finished and entry.in_flight == 0:
+            del self._dedicated[key]
+            conn, entry.conn = entry.conn, None
+            return conn
+        return None
+
+    def _close(self, driver: Any, conn: Any) -> None:
+        if conn is None:
+            return
+        if isinstance(driver, AsyncDriver):
+            if driver.loop.is_closed():
+                return
+            task = driver.loop.create_task(_close_async(conn))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        else:
+            conn.close()
+
+    def _entry(self, driver: Any, request: _core.Request) -> Tuple[Tuple[int, int], _Dedicated]:
+        key = (id(driver), request.lock)
+        with self._guard:
+            entry = self._dedicated.get(key)
+        if entry is None:
+            # Only the lock's cleanup requests come after its connection was closed;
+            # closing it ended the session and every advisory lock it held.
+            raise BackendError(
+                f"the dedicated connection of lock {request.lock} is closed (its session "
+                "and any advisory lock it held ended with it)"
+            )
+        return key, entry
+
+    def _done(self, driver: Any, key: Tuple[int, int], entry: _Dedicated) -> None:
+        with self._guard:
+            entry.in_flight -= 1
+            conn = self._take_if_done(key, entry)
+        self._close(driver, conn)
+
+    async def _run_async(self, driver: Any, request: _core.Request) -> object:
+        stmt = request.body
+        if not isinstance(stmt, _core.SqlStatement):
+            raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
+        if stmt.connection == "any":
+            if self._pool is not None:
+                async with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
+                    return await _execute_async(conn, stmt)
+            if self._conn is None:  # pragma: no cover - lease mode always has one
+                raise BackendError("no connection to run the statement on")
+            return await _execute_async(self._conn, stmt)
+        key, entry = self._entry(driver, request)
+        try:
+            if entry.opening is None:
+                entry.opening = asyncio.Lock()
+            async with entry.opening:
+                if entry.conn is None:
+                    entry.conn = await self._open_async()
+                conn = entry.conn
+            try:
+                return await _execute_async(conn, stmt)
+            except BaseException:
+                if conn.broken or conn.closed:
+                    # The session is gone, and the lock with it: the next statement of
+                    # this lock opens a new connection, which does not hold it.
+                    entry.conn = None if entry.conn is conn else entry.conn
+                    await _close_async(conn)
+                raise
+        finally:
+            self._done(driver, key, entry)
+
+    def _run_sync(self, driver: Any, request: _core.Request) -> object:
+        stmt = request.body
+        if not isinstance(stmt, _core.SqlStatement):
+            raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
+        if stmt.connection == "any":
+            if self._pool is not None:
+                with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
+                    return _execute_sync(conn, stmt)
+            if self._conn is None:  # pragma: no cover - lease mode always has one
+                raise BackendError("no connection to run the statement on")
+            return _execute_sync(self._conn, stmt)
+        key, entry = self._entry(driver, request)
+        try:
+            with self._guard:
+                if entry.opening is None:
+                    entry.opening = threading.Lock()
+            with entry.opening:
+                if entry.conn is None:
+                    entry.conn = self._open_sync()
+                conn = entry.conn
+            try:
+                return _execute_sync(conn, stmt)
+            except BaseException:
+                if conn.broken or conn.closed:
+                    entry.conn = None if entry.conn is conn else entry.conn
+                    conn.close()
+                raise
+        finally:
+            self._done(driver, key, entry)
+
+    def _execute_sync(self, command: Any) -> object:
+        raise ConfigError(f"a PostgreSQL backend cannot run {command!r}")
+
+    async def _execute_async(self, command: Any) -> object:
+        raise ConfigError(f"a PostgreSQL backend cannot run {command!r}")
+
+    def __repr__(self) -> str:
+        kind = "asyncio" if not self.supports_sync else "blocking" if not self.supports_async else "any"
+        return f"<fencepost.postgres.PostgresBackend {self.mode} {kind}>"
+
+
+def _dedicated(request: _core.Request) -> bool:
+    body = request.body if request.kind == "sql" else None
+    return isinstance(body, _core.SqlStatement) and body.connection == "dedicated"
+
+
+async def _close_async(conn: Any) -> None:
+    try:
+        await conn.close()
+    except Exception:  # pragma: no cover - closing a broken connection
+        pass
+
+
+def _run_ddl_sync(conn: Any, sql: str) -> None:
+    if conn.autocommit:
+        conn.execute(sql, prepare=False)
+    else:
+        with conn.transaction():
+            conn.execute(sql, prepare=False)
+
+
+async def _run_ddl_async(conn: Any, sql: str) -> None:
+    if conn.autocommit:
+        await conn.execute(sql, prepare=False)
+    else:
+        async with conn.transaction():
+            await conn.execute(sql, prepare=False)
+
+
+# ---- transaction-level advisory locks -------------------------------------------------------
+
+
+class XactLock:
+    """A transaction-level advisory lock around a block of work: see :func:`xact_lock`.
+
+    Supports ``with`` (``psycopg.Connection``) and ``async with``
+    (``psycopg.AsyncConnection``); the value of the block is the fencing token.
+    """
+
+    def __init__(self, conn: Any, name: str, *, token_table: str, namespace: str) -> None:
+        self._conn = conn
+        self._name = name
+        self._stmt = _core.xact_lock_statement(name, token_table=token_table, namespace=namespace)
+        self._tx: Any = None
+        #: The fencing token once granted.
+        self.token: Optional[int] = None
+
+    def _granted(self, reply: Any) -> int:
+        token = _core.read_xact_lock(reply)  # ProtocolError
+        if token is None:
+            raise AcquireTimeout(
+                f"could not acquire lock {self._name!r}: another transaction holds it "
+                "(xact_lock tries exactly once; retry the transaction)",
+                name=self._name,
+                last_error=None,
+            )
+        self.token = token
+        return token
+
+    def __enter__(self) -> int:
+        psycopg = _psycopg()
+        if not isinstance(self._conn, psycopg.Connection):
+            raise ConfigError(
+                f"`with xact_lock(conn, …)` needs a psycopg.Connection, got {self._conn!r} "
+                "(use `async with` for an AsyncConnection)"
+            )
+        self._tx = self._conn.transaction()
+        self._tx.__enter__()
+        try:
+            query, params = to_pyformat(self._stmt.sql, self._stmt.params)
+            try:
+                reply: object = _rows(self._conn.execute(query, params, prepare=False))
+            except psycopg.Error as exc:
+                error = _error_reply(exc)
+                if error is None:
+                    raise BackendError(f"xact_lock({self._name!r}) failed: {exc}") from exc
+                reply = error
+            return self._granted(reply)
+        except BaseException:
+            self._tx.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Optional[bool]:
+        """Commits the transaction (the work, the token bump; the lock ends), or rolls it
+        back if the block raised."""
+        result: Optional[bool] = self._tx.__exit__(exc_type, exc, tb)
+        return result
+
+    async def __aenter__(self) -> int:
+        psycopg = _psycopg()
+        if not isinstance(self._conn, psycopg.AsyncConnection):
+            raise ConfigError(
+                f"`async with xact_lock(conn, …)` needs a psycopg.AsyncConnection, got "
+                f"{self._conn!r} (use `with` for a Connection)"
+            )
+        self._tx = self._conn.transaction()
+        await self._tx.__aenter__()
+        try:
+            query, params = to_pyformat(self._stmt.sql, self._stmt.params)
+            try:
+                cursor = await self._conn.execute(query, params, prepare=False)
+                reply: object = await _rows_async(cursor)
+            except psycopg.Error as exc:
+                error = _error_reply(exc)
+                if error is None:
+                    raise BackendError(f"xact_lock({self._name!r}) failed: {exc}") from exc
+                reply = error
+            return self._granted(reply)
+        except BaseException:
+            await self._tx.__aexit__(*sys.exc_info())
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Optional[bool]:
+        """As :meth:`__exit__`."""
+        result: Optional[bool] = await self._tx.__aexit__(exc_type, exc, tb)
+        return result
+
+
+def xact_lock(
+    conn: Any,
+    name: str,
+    *,
+    token_table: str = "fencepost_tokens",
+    namespace: str = "fencepost",
+) -> XactLock:
+    """Runs a block of work inside one transaction that holds the transaction-level
+    advisory lock ``name``::
+
+        with xact_lock(conn, "nightly-report") as token:     # psycopg.Connection
+            conn.execute("UPDATE reports SET … WHERE …")       # same transaction
+        async with xact_lock(aconn, "nightly-report") as token:  # AsyncConnection
+            ...
+
+    Entering opens a transaction on ``conn`` (a savepoint if one is open: the lock then
+    lasts until the outer transaction ends), runs the core's statement first —
+    ``pg_try_advisory_xact_lock`` on :func:`advisory_key` ``(namespace, name)`` and, if
+    granted, ``token = token + 1`` on the name's row of ``token_table`` in the same
+    transaction — and gives the fencing token. Leaving commits (the work and the token
+    bump together; the lock ends) or, if the block raised, rolls back (a rolled-back
+    token is handed out again: nothing written with it survived).
+
+    It tries **exactly once**: when another transaction holds the lock it rolls back
+    and raises :class:`~fencepost.errors.AcquireTimeout`. Waiting would need a backoff
+    (or a server-side wait), and fencepost makes every waiting decision in its core,
+    whose transaction-level statement is try-only; retry the whole transaction, or use
+    a lease or session lock (:class:`PostgresBackend`) to wait. It shares keys with
+    session mode (same namespace and name exclude each other and share the token row).
+    Correct through PgBouncer in transaction mode: the transaction pins one server
+    session.
+
+    Raises:
+        AcquireTimeout: another transaction holds the lock.
+        ProtocolError: the server refused the statement (a missing token table says to
+            run the migration).
+        BackendError: the connection failed.
+        ConfigError: a bad name or table; ``with`` on an async connection or
+            ``async with`` on a sync one.
+    """
+    return XactLock(conn, name, token_table=token_table, namespace=namespace)
+
+
+# ---- fenced writes -----------------------------------------------------------------------------
+
+
+def _fenced(
+    table: str, id_column: str, token_column: str, values: Mapping[str, Any], row_id: Any, token: int
+) -> Tuple[str, Dict[str, Any], str]:
+    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+        raise ConfigError(f"token must be an int >= 0, got {token!r}")
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"values must be a mapping of column to value, got {values!r}")
+    sql = _core.sql_fenced_update(table, id_column, token_column, list(values), "pyformat")
+    params: Dict[str, Any] = dict(values)
+    params.update(id=row_id, token=token)
+    # names were checked by sql_fenced_update: plain identifiers, quoted the same way
+    current = f'SELECT "{token_column}" FROM "{table}" WHERE "{id_column}" = %(id)s'
+    return sql, params, current
+
+
+def _stale(table: str, row_id: Any, token: int, found: Optional[Sequence[Any]]) -> Exception:
+    resource = f"{table}:{row_id}"
+    if found is None:
+        return LookupError(f"fenced update of {resource}: no row has that id")
+    highest = found[0]
+    if not isinstance(highest, int):
+        return ConfigError(
+            f"fenced update of {resource}: the token column holds {highest!r}; make it "
+            "bigint NOT NULL DEFAULT 0"
+        )
+    return StaleToken(
+        f"stale fencing token {token} for {resource!r}: the row already carries token {highest}",
+        resource=resource,
+        token=token,
+        highest=highest,
+    )
+
+
+def fenced_update_sync(
+    conn: Any,
+    table: str,
+    *,
+    id_column: str,
+    token_column: str,
+    row_id: Any,
+    token: int,
+    values: Mapping[str, Any],
+) -> None:
+    """Updates row ``row_id`` of ``table`` with ``values`` only if ``token`` is not lower
+    than the row's ``token_column`` (:func:`fencepost.sql_fenced_update`), and stores
+    ``token`` there. Runs on ``conn`` (a ``psycopg.Connection``, in your transaction if
+    one is open). The token column must be ``bigint NOT NULL`` (start it at 0).
+
+    Raises:
+        StaleToken: zero rows updated: the row carries a higher token (attributes
+            ``resource`` = ``"table:row_id"``, ``token``, ``highest``).
+        LookupError: no row has that id.
+        ConfigError: a name that is not a plain identifier, a column named like the id
+            or token parameters, a token that is not an int >= 0.
+        psycopg.Error: the server refused the statement.
+    """
+    sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
+    cursor = conn.execute(sql, params, prepare=False)
+    if cursor.rowcount == 0:
+        found = conn.execute(current, {"id": row_id}, prepare=False).fetchone()
+        raise _stale(table, row_id, token, found)
+
+
+async def fenced_update(
+    conn: Any,
+    table: str,
+    *,
+    id_column: str,
+    token_column: str,
+    row_id: Any,
+    token: int,
+    values: Mapping[str, Any],
+) -> None:
+    """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments and
+    errors."""
+    sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
+    cursor = await conn.execute(sql, params, prepare=False)
+    if cursor.rowcount == 0:
+        found = await (await conn.execute(current, {"id": row_id}, prepare=False)).fetchone()
+        raise _stale(table, row_id, token, found)
+

@@ -1,0 +1,471 @@
+"""Integration tests against a real PostgreSQL 15 at $FENCEPOST_PG_URL and a PgBouncer in
+``pool_mode = transaction`` in front of it at $FENCEPOST_PGBOUNCER_URL (``scripts/test``
+starts both on 127.0.0.1 with scripts/services/postgres.sh and pgbouncer.sh). Every test
+uses lock names of its own; the tables are fencepost's (created by the migration) plus
+``fp_jobs`` (the protected resource) and one log table per contention run."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Tuple
+
+import pytest
+
+import fencepost
+from fencepost import _core
+from fencepost.errors import AcquireTimeout, ConfigError, LockLost, ProtocolError, StaleToken
+from fencepost.postgres import (
+    PostgresBackend,
+    advisory_key,
+    fenced_update,
+    fenced_update_sync,
+    to_pyformat,
+    xact_lock,
+)
+
+import pg_contender
+from conftest import wait_until
+
+PG_URL = os.environ.get("FENCEPOST_PG_URL")
+BOUNCER_URL = os.environ.get("FENCEPOST_PGBOUNCER_URL")
+REPO = Path(__file__).resolve().parents[2]
+needs_pg = pytest.mark.skipif(
+    not PG_URL,
+    reason="FENCEPOST_PG_URL is not set (scripts/test starts PostgreSQL and sets it; or run "
+    "scripts/services/postgres.sh start and export FENCEPOST_PG_URL=$(cat .state/postgres/url))",
+)
+needs_bouncer = pytest.mark.skipif(not BOUNCER_URL, reason="FENCEPOST_PGBOUNCER_URL is not set")
+
+psycopg = pytest.importorskip("psycopg")
+psycopg_pool = pytest.importorskip("psycopg_pool")
+
+
+def single_session_url() -> str:
+    """The PgBouncer database served by one server connection (pgbouncer.sh)."""
+    assert BOUNCER_URL
+    return BOUNCER_URL.rsplit("/", 1)[0] + "/locks_single"
+
+
+@pytest.fixture(scope="module")
+def migrated() -> Iterator[None]:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        PostgresBackend(conn).migrate_sync()
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS fp_jobs (id bigint PRIMARY KEY, body text, "
+            "last_token bigint NOT NULL DEFAULT 0)"
+        )
+    yield
+
+
+@pytest.fixture
+def name() -> str:
+    return f"fp-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def job(migrated: None) -> int:
+    """A fresh row of fp_jobs (token 0)."""
+    assert PG_URL
+    job_id = uuid.uuid4().int % 2**62
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute("INSERT INTO fp_jobs (id, body) VALUES (%s, 'new')", (job_id,))
+    return job_id
+
+
+def sql(query: str, *params: Any, url: Optional[str] = None) -> List[Tuple[Any, ...]]:
+    with psycopg.connect(url or PG_URL, autocommit=True) as conn:
+        cur = conn.execute(query, params or None, prepare=False)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def advisory_holders(key: int) -> List[int]:
+    """Backend pids holding the session/xact advisory lock ``key``."""
+    return [
+        r[0]
+        for r in sql(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+            "AND ((classid::bigint << 32) | objid::bigint) = %s",
+            key,
+        )
+    ]
+
+
+# ---- no server ---------------------------------------------------------------------------
+
+
+def test_dollar_placeholders_become_named_pyformat_parameters() -> None:
+    query, params = to_pyformat("SELECT $1::text, $2, $1 WHERE x = '$3 100%' AND y LIKE 'a%'", ["a", 7])
+    assert query == "SELECT %(p1)s::text, %(p2)s, %(p1)s WHERE x = '$3 100%%' AND y LIKE 'a%%'"
+    assert params == {"p1": "a", "p2": 7}
+    assert to_pyformat("SELECT $10, $1", list(range(10)))[0] == "SELECT %(p10)s, %(p1)s"
+    assert to_pyformat('SELECT "a$1", $$x$$', [])[0] == 'SELECT "a$1", $$x$$'
+    with pytest.raises(ConfigError, match=r"\$3 but has 2"):
+        to_pyformat("SELECT $3", [1, 2])
+
+
+def test_the_core_statements_convert_cleanly() -> None:
+    for spec in ({"kind": "postgres"}, {"kind": "postgres", "mode": "session"}):
+        m = _core.Machine(spec, seed=1)  # type: ignore[arg-type]
+        m.acquire(0, "n", 10**9, "efficiency", False, None, 10**7, 5 * 10**8, None, True, 0.01, 2 * 10**6)
+        (req,) = [o for o in m.poll()[0] if isinstance(o, _core.Request)]
+        body = req.body
+        assert isinstance(body, _core.SqlStatement)
+        query, params = to_pyformat(body.sql, body.params)
+        assert "$" not in query.replace("$$", "") and len(params) == len(body.params)
+
+
+def test_configuration_errors() -> None:
+    with pytest.raises(ConfigError, match="lease mode needs conn_or_pool"):
+        PostgresBackend()
+    with pytest.raises(ConfigError, match="conn_or_pool must be a psycopg 3"):
+        PostgresBackend(object())
+    with pytest.raises(ConfigError, match="'lease' or 'session'"):
+        PostgresBackend(mode="advisory")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="invalid table name"):
+        PostgresBackend(mode="session", conninfo="", lease_table="x; DROP TABLE y")
+    pool = psycopg_pool.ConnectionPool("", open=False)
+    with pytest.raises(ConfigError, match="session mode needs a dedicated connection per lock.*got a pool"):
+        PostgresBackend(pool, mode="session")
+    with pytest.raises(ConfigError, match="conninfo or connect, not both"):
+        PostgresBackend(mode="session", conninfo="", connect=lambda: None)
+    backend = PostgresBackend(mode="session", conninfo="")
+    assert backend.supports_sync and backend.supports_async
+    assert backend.advisory_key("report") == advisory_key("fencepost", "report") == -2364901989615549545
+    assert PostgresBackend(mode="session", conninfo="", namespace="app").advisory_key("report") == -6065654635645092017
+    # PostgreSQL tokens are durable: correctness locks need no opt-in (Redis's do)
+    fencepost.Lock(backend, "money", purpose="correctness")
+
+
+# ---- contention: 8 processes per mode ------------------------------------------------------
+
+
+def contend(url: str, mode: str, name: str, job: int, processes: int = 8, rounds: int = 6) -> List[Tuple[Any, ...]]:
+    log_table = f"fp_log_{uuid.uuid4().hex[:10]}"
+    sql(f"CREATE TABLE {log_table} (start_ns bigint, end_ns bigint, token bigint, pid int, mode text)")
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Barrier(processes + 1)
+    workers = [
+        ctx.Process(
+            target=pg_contender.run,
+            args=(url, mode, name, job, log_table, rounds, go, i % 2 == 1),
+            name=f"{mode}-{i}",
+        )
+        for i in range(processes)
+    ]
+    for w in workers:
+        w.start()
+    go.wait(30)
+    deadline = time.monotonic() + 60
+    for w in workers:
+        w.join(timeout=max(1.0, deadline - time.monotonic()))
+    stuck = [w.name for w in workers if w.is_alive()]
+    for w in workers:
+        if w.is_alive():
+            w.kill()
+            w.join(5)
+    assert not stuck, f"contenders still running after 60 s: {stuck}"
+    assert [w.exitcode for w in workers] == [0] * processes
+    records = sql(f"SELECT start_ns, end_ns, token, pid, mode FROM {log_table} ORDER BY start_ns")
+    sql(f"DROP TABLE {log_table}")
+    assert len(records) == processes * rounds
+    assert len({r[3] for r in records}) == processes
+    for before, after in zip(records, records[1:]):
+        assert before[1] < after[0], f"critical sections overlap: {before} and {after}"
+        assert before[2] < after[2], f"tokens do not increase in order of start: {before}, {after}"
+    # every fenced write was accepted: the row carries the last token and its write
+    (last_token, body) = sql("SELECT last_token, body FROM fp_jobs WHERE id = %s", job)[0]
+    assert last_token == records[-1][2]
+    assert body.startswith(f"{records[-1][3]}:")
+    return records
+
+
+@needs_pg
+@pytest.mark.parametrize(
+    "mode,via",
+    [("lease", "postgres"), ("session", "postgres"), ("xact", "postgres"), ("lease", "pgbouncer"), ("xact", "pgbouncer")],
+)
+def test_eight_processes_never_overlap_and_tokens_increase(mode: str, via: str, name: str, job: int) -> None:
+    """8 spawned processes × 6 sections on one lock, half asyncio (lease, session): no
+    overlap on CLOCK_MONOTONIC, tokens strictly increase, every fenced write accepted.
+    Lease rows and xact locks are also correct through PgBouncer in transaction mode."""
+    if via == "pgbouncer" and not BOUNCER_URL:
+        pytest.skip("FENCEPOST_PGBOUNCER_URL is not set")
+    url = BOUNCER_URL if via == "pgbouncer" else PG_URL
+    assert url
+    contend(url, mode, name, job)
+
+
+# ---- the seed's example: a stale holder's write is refused ------------------------------------
+
+
+@needs_pg
+def test_stale_holder_update_affects_zero_rows_and_raises_stale_token(name: str, job: int) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn)
+        a = fencepost.Lock(backend, name, ttl=0.3, auto_renew=False, purpose="correctness")
+        a_lease = a.acquire_sync()
+        fenced_update_sync(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job,
+                           token=a_lease.token, values={"body": "A: draft"})
+        time.sleep(0.35)  # A is paused past its lease (no renewals): the server expires it
+        b = fencepost.Lock(PostgresBackend(conn), name, ttl=5.0, acquire_timeout=0)
+        with b as b_lease:
+            assert b_lease.token == a_lease.token + 1
+            fenced_update_sync(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job,
+                               token=b_lease.token, values={"body": "B: final"})
+        with pytest.raises(StaleToken) as info:  # A wakes up and writes with its old token
+            fenced_update_sync(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job,
+                               token=a_lease.token, values={"body": "A: stale"})
+        assert (info.value.token, info.value.highest) == (a_lease.token, b_lease.token)
+        assert info.value.resource == f"fp_jobs:{job}"
+        assert sql("SELECT body, last_token FROM fp_jobs WHERE id = %s", job) == [("B: final", b_lease.token)]
+        with pytest.raises(LockLost):
+            a.release_sync()
+        with pytest.raises(LookupError):
+            fenced_update_sync(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=-1,
+                               token=99, values={"body": "x"})
+
+
+@needs_pg
+async def test_async_fenced_update(job: int) -> None:
+    assert PG_URL
+    conn = await psycopg.AsyncConnection.connect(PG_URL, autocommit=True)
+    try:
+        await fenced_update(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job, token=5, values={"body": "five"})
+        await fenced_update(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job, token=5, values={"body": "again"})
+        with pytest.raises(StaleToken):
+            await fenced_update(conn, "fp_jobs", id_column="id", token_column="last_token", row_id=job, token=4, values={"body": "four"})
+        assert sql("SELECT body FROM fp_jobs WHERE id = %s", job) == [("again",)]
+    finally:
+        await conn.close()
+
+
+# ---- modes, one process -------------------------------------------------------------------------
+
+
+@needs_pg
+def test_lease_rows_renew_on_the_server_clock_and_release(name: str, migrated: None) -> None:
+    assert PG_URL
+    with psycopg_pool.ConnectionPool(PG_URL, min_size=1, max_size=4, kwargs={"autocommit": True}) as pool:
+        backend = PostgresBackend(pool)
+        with fencepost.Lock(backend, name, ttl=0.3, purpose="correctness") as lease:
+            time.sleep(0.5)  # longer than the ttl: renewals keep it
+            lease.check()
+            ((owner, token, remaining_ms),) = sql(
+                "SELECT owner, token, extract(epoch FROM expires_at - clock_timestamp()) * 1000 "
+                "FROM fencepost_leases WHERE name = %s", name)
+            assert (owner, token) == (lease.owner_id, lease.token) and 0 < remaining_ms <= 300
+            with pytest.raises(AcquireTimeout):
+                fencepost.Lock(PostgresBackend(pool), name, ttl=1.0, acquire_timeout=0).acquire_sync()
+        assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(None,)]
+
+
+@needs_pg
+async def test_session_lock_holds_the_advisory_key_on_its_own_connection(name: str, migrated: None) -> None:
+    assert PG_URL
+    backend = PostgresBackend(mode="session", conninfo=PG_URL + "?application_name=fp-session")
+    key = backend.advisory_key(name)
+    async with fencepost.Lock(backend, name, ttl=0.3) as lease:
+        holders = advisory_holders(key)
+        assert len(holders) == 1
+        await asyncio.sleep(0.5)  # heartbeats every 0.1 s on that connection
+        lease.check()
+        assert advisory_holders(key) == holders
+        assert sql("SELECT token FROM fencepost_tokens WHERE name = %s", name) == [(lease.token,)]
+        with pytest.raises(AcquireTimeout):
+            await fencepost.Lock(PostgresBackend(mode="session", conninfo=PG_URL), name, ttl=1.0, acquire_timeout=0).acquire()
+    assert advisory_holders(key) == []
+    # the dedicated connection is closed after the lock's final event
+    assert wait_until(
+        lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fp-session'") == [(0,)],
+        timeout=2.0,
+    )
+
+
+@needs_pg
+def test_xact_lock_tries_once_and_commits_the_token_with_the_work(name: str, job: int) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as a, psycopg.connect(PG_URL, autocommit=True) as b:
+        with xact_lock(a, name) as token:
+            assert advisory_holders(advisory_key("fencepost", name)) == [a.info.backend_pid]
+            with pytest.raises(AcquireTimeout, match="tries exactly once"):
+                with xact_lock(b, name):
+                    pass
+            fenced_update_sync(a, "fp_jobs", id_column="id", token_column="last_token", row_id=job,
+                               token=token, values={"body": "in the lock's transaction"})
+        assert advisory_holders(advisory_key("fencepost", name)) == []  # ended with the commit
+        with pytest.raises(RuntimeError):
+            with xact_lock(b, name) as rolled_back:
+                raise RuntimeError("the work failed")
+        assert rolled_back == token + 1
+        with xact_lock(b, name) as again:  # the rolled-back token is handed out again
+            assert again == token + 1
+        with pytest.raises(ConfigError, match="async with"):
+            with xact_lock(object(), name):
+                pass
+    # a session lock and an xact lock of the same name exclude each other
+    backend = PostgresBackend(mode="session", conninfo=PG_URL)
+    with fencepost.Lock(backend, name, ttl=5.0):
+        with psycopg.connect(PG_URL, autocommit=True) as c:
+            with pytest.raises(AcquireTimeout):
+                with xact_lock(c, name):
+                    pass
+
+
+@needs_pg
+def test_missing_tables_are_a_protocol_error_naming_the_migration(name: str) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn, lease_table="fp_no_such_table")
+        with pytest.raises(ProtocolError, match="migration"):
+            fencepost.Lock(backend, name, ttl=1.0, acquire_timeout=1.0).acquire_sync()
+    # (a connection of its own: the backend's cleanup release may still be running on
+    # `conn`, and a statement of the backend's would land inside this transaction)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        with pytest.raises(ProtocolError, match="migration"):
+            with xact_lock(conn, name, token_table="fp_no_such_tokens"):
+                pass
+
+
+# ---- the holder's backend is terminated -------------------------------------------------------------
+
+
+@needs_pg
+def test_session_lock_is_lost_when_its_backend_is_terminated(name: str, migrated: None) -> None:
+    assert PG_URL
+    backend = PostgresBackend(mode="session", conninfo=PG_URL)
+    lock = fencepost.Lock(backend, name, ttl=0.6)  # heartbeat every 0.2 s
+    lease = lock.acquire_sync()
+    (pid,) = advisory_holders(backend.advisory_key(name))
+    assert sql("SELECT pg_terminate_backend(%s)", pid) == [(True,)]
+    killed = time.monotonic()
+    # the server frees the lock at once: another session gets it before the heartbeat
+    # of the first notices (the documented window)
+    other = fencepost.Lock(PostgresBackend(mode="session", conninfo=PG_URL), name, ttl=5.0, acquire_timeout=1.0)
+    other_lease = other.acquire_sync()
+    assert other_lease.token == lease.token + 1
+    assert lease.lost.wait(0.6 + 0.2), "the terminated session's lease was not reported lost"
+    assert time.monotonic() - killed < 0.6 + 0.1
+    assert lease.lost_reason in ("renew_rejected", "expired")
+    with pytest.raises(LockLost):
+        lock.release_sync()
+    other.release_sync()
+
+
+@needs_pg
+def test_lease_survives_a_terminated_connection_when_renewals_get_a_new_one(name: str, migrated: None) -> None:
+    assert PG_URL
+    app = f"fp-{uuid.uuid4().hex[:8]}"
+    with psycopg_pool.ConnectionPool(
+        PG_URL, min_size=2, max_size=4, kwargs={"autocommit": True, "application_name": app}
+    ) as pool:
+        pool.wait()
+        backend = PostgresBackend(pool)
+        with fencepost.Lock(backend, name, ttl=0.6, purpose="correctness") as lease:
+            killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", app)
+            assert killed and all(k == (True,) for k in killed)
+            time.sleep(1.0)  # longer than the ttl: renewals ran on new connections
+            lease.check()
+            assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(lease.owner_id,)]
+
+
+@needs_pg
+def test_lease_on_a_terminated_single_connection_is_lost_at_its_validity(name: str, migrated: None) -> None:
+    assert PG_URL
+    conn = psycopg.connect(PG_URL, autocommit=True)
+    backend = PostgresBackend(conn)
+    lock = fencepost.Lock(backend, name, ttl=0.6)
+    lease = lock.acquire_sync()
+    sql("SELECT pg_terminate_backend(%s)", conn.info.backend_pid)
+    assert lease.lost.wait(2.0)
+    lost_at = time.monotonic_ns()
+    assert lease.lost_reason == "expired"  # every renewal failed: lost from the timer
+    assert lost_at <= lease.valid_until_ns + 50_000_000, "reported lost after its validity deadline"
+    with pytest.raises(LockLost):
+        lock.release_sync()
+    conn.close()
+
+
+# ---- PostgreSQL restarted under a held lease --------------------------------------------------------
+
+
+def pg_service(action: str) -> None:
+    subprocess.run([str(REPO / "scripts" / "services" / "postgres.sh"), action], check=True,
+                   capture_output=True, timeout=60)
+
+
+@needs_pg
+def test_restart_while_a_lease_is_held(name: str, migrated: None) -> None:
+    """PostgreSQL stopped under a held lease: the holder reports Lost no later than its
+    validity deadline (the last confirmed renewal's send + ttl·(1 − drift) − margin);
+    after the restart (same data dir) tokens go on from where they were. A restart
+    shorter than the validity is ridden out by renewals on new connections."""
+    state = os.environ.get("FENCEPOST_STATE")
+    if not state or not (Path(state) / "postgres" / "data").is_dir():
+        pytest.skip("needs the PostgreSQL of scripts/services/postgres.sh (FENCEPOST_STATE)")
+    assert PG_URL
+    check = psycopg_pool.ConnectionPool.check_connection
+    with psycopg_pool.ConnectionPool(PG_URL, min_size=1, max_size=4, kwargs={"autocommit": True}, check=check) as pool:
+        backend = PostgresBackend(pool)
+        lock = fencepost.Lock(backend, name, ttl=0.8, purpose="correctness", retry_max=0.05)
+        lease = lock.acquire_sync()
+        try:
+            pg_service("stop")
+            deadline = lease.valid_until_ns  # moves with each confirmed renewal, never after
+            assert lease.lost.wait(2.0), "no Lost while the server was down"
+            lost_at = time.monotonic_ns()
+            deadline = max(deadline, lease.valid_until_ns)
+            assert lease.lost_reason == "expired"
+            assert lost_at <= deadline + 50_000_000, f"lost {(lost_at - deadline) / 1e6:.0f} ms after the deadline"
+        finally:
+            pg_service("start")
+        with pytest.raises(LockLost):
+            lock.release_sync()
+        # durable tokens: the next grant is higher, even across the restart
+        with fencepost.Lock(backend, name, ttl=2.0, acquire_timeout=5.0) as after:
+            assert after.token > lease.token
+            # a restart shorter than the validity: renewals resume on new connections
+            pg_service("stop")
+            pg_service("start")
+            time.sleep(1.0)
+            after.check()
+
+
+# ---- PgBouncer in transaction mode ----------------------------------------------------------------------
+
+
+@needs_bouncer
+def test_session_advisory_locks_are_unreliable_through_transaction_pooling(name: str, migrated: None) -> None:
+    """Through PgBouncer (pool_mode = transaction) two clients' statements run on the same
+    server session, so a session-level advisory lock taken by one "succeeds" again for
+    the other — two holders with the same token — and one client's unlock frees it for
+    both. Lease rows and xact locks stay exclusive there (and in the 8-process test)."""
+    url = single_session_url()
+    a = fencepost.Lock(PostgresBackend(mode="session", conninfo=url), name, ttl=5.0, acquire_timeout=0)
+    b = fencepost.Lock(PostgresBackend(mode="session", conninfo=url), name, ttl=5.0, acquire_timeout=0)
+    a_lease = a.acquire_sync()
+    b_lease = b.acquire_sync()  # should have been refused: A holds the lock
+    assert b_lease.token == a_lease.token, "both 'hold' the lock, with the same token"
+    assert advisory_holders(advisory_key("fencepost", name)) != []
+    a.release_sync()  # A's unlock runs on the shared server session: B's lock is gone too
+    assert advisory_holders(advisory_key("fencepost", name)) == []
+    with pytest.raises(LockLost):
+        b.release_sync()
+    # the same two clients with lease rows, and with xact locks: exclusive
+    with psycopg.connect(url, autocommit=True) as c1, psycopg.connect(url, autocommit=True) as c2:
+        with fencepost.Lock(PostgresBackend(c1), name, ttl=5.0, acquire_timeout=0):
+            with pytest.raises(AcquireTimeout):
+                fencepost.Lock(PostgresBackend(c2), name, ttl=5.0, acquire_timeout=0).acquire_sync()
+    with psycopg.connect(BOUNCER_URL or "", autocommit=True) as c1, psycopg.connect(BOUNCER_URL or "", autocommit=True) as c2:
+        with xact_lock(c1, name):
+            with pytest.raises(AcquireTimeout):
+                with xact_lock(c2, name):
+                    pass
