@@ -329,6 +329,43 @@ export declare class RedisBackend extends RedisProtocolBackend {
   execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): Promise<unknown>
 }
 
+/** The `fetch` `UpstashRedisBackend` calls (the global one by default). */
+export type FetchLike = (url: string, init: { method: 'POST', headers: Record<string, string>, body: string, signal?: AbortSignal }) => Promise<{ status: number, text(): Promise<string> }>
+
+export interface UpstashRedisBackendOptions extends RedisBackendOptions {
+  /** The REST endpoint (`https://…upstash.io`, or any server speaking the protocol). */
+  url: string
+  /** Sent as `Authorization: Bearer <token>`; omit for an endpoint without auth. */
+  token?: string
+  /** The fetch to use (default: the global `fetch`). */
+  fetch?: FetchLike
+}
+
+/**
+ * Locks on Redis over HTTP, with the Upstash REST protocol and nothing but `fetch`: for
+ * edge workers (which cannot open Redis sockets), browsers, and Node. Each command is a
+ * POST of its JSON array (`["EVALSHA", sha1, "2", key, …]`) to `url`; the endpoint answers
+ * `{ "result": … }` or `{ "error": "…" }`.
+ *
+ * Scripts run as EVALSHA, falling back to EVAL on NOSCRIPT. An `{ error }` answer is the
+ * server's error reply (a wrong token fails the acquisition with ProtocolError rather than
+ * retrying); a failed fetch, an HTTP 5xx or a body that is not JSON counts as a transport
+ * error (outcome unknown, retried). Each request is aborted at its deadline. Integers past
+ * 2^53 in a reply are refused, never read rounded (tokens travel as strings).
+ *
+ * In a worker, create the backend inside the request handler and `close()` it before the
+ * response: timers and I/O belong to the request that started them.
+ *
+ * @throws ConfigError for a missing or non-http(s) `url`, a `token` that is not a string,
+ *   a `fetch` that is not a function (or no global fetch), an unknown option.
+ */
+export declare class UpstashRedisBackend extends RedisProtocolBackend {
+  constructor(options: UpstashRedisBackendOptions)
+  /** The REST endpoint. */
+  readonly url: string
+  execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): Promise<unknown>
+}
+
 // ---- fencing --------------------------------------------------------------------------------
 
 /** An in-memory fence for resources your process guards itself: the highest token accepted

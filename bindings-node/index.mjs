@@ -9,6 +9,7 @@ export const {
   MemoryBackend,
   MemoryServer,
   RedisBackend,
+  UpstashRedisBackend,
   Fence,
   sqlFencedUpdate,
   redisFencedSet,

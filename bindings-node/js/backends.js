@@ -5,7 +5,9 @@
 //   Backend                  the base: one lock machine and one driver per backend
 //   └─ RedisProtocolBackend  the Redis script vocabulary: keys, fenced SET
 //      ├─ MemoryBackend      the core's in-memory Redis, in process (tests, demos)
-//      └─ RedisBackend       a real server through ioredis or node-redis (v4+)
+//      ├─ RedisBackend       a real server through ioredis or node-redis (v4+)
+//      └─ UpstashRedisBackend  Redis over HTTP (the Upstash REST protocol) with fetch only:
+//                            edge workers and browsers, which cannot open Redis sockets
 //
 // With `fair: true` a contended acquisition queues on the server and parks on a blocking
 // pop of its own wake-up list (the machine's `redis_blpop` requests); a release reserves
@@ -17,6 +19,10 @@
 // PostgreSQL (pg: Client and Pool) and etcd (its JSON gateway over fetch) backends come
 // here once fencepost-core has them (issue 6, item 4); their adapters will subclass
 // Backend the same way: `execute(request)` returns the server's reply as data.
+// TODO(etcd, issue 5 → issue 7): EtcdGatewayBackend({ endpoint, fetch }) for the etcd v3
+// JSON gateway (lease grant / keep-alive / revoke, txn on create_revision, watch of the
+// predecessor as a streaming fetch), beside UpstashRedisBackend and on fetch only, once
+// fencepost-core emits etcd requests. Nothing here phrases an etcd request before then.
 
 const check = require('./check')
 const { Driver, now } = require('./driver')
@@ -532,7 +538,113 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend }
+  // ---- Redis over HTTP: the Upstash REST protocol -------------------------------------
+
+  /** Whether JSON.parse read a number exactly: a fraction, or an integer below 2^53. */
+  const isSafe = (n) => Number.isSafeInteger(n) || !Number.isInteger(n)
+
+  /** A REST `result` as a Redis client would return it. JSON numbers past 2^53 have been
+   * rounded by JSON.parse: they become error values (a protocol error, never a wrong
+   * number). fencepost's scripts return tokens as strings, so they never hit this. */
+  function fromRest (value, depth = 0) {
+    if (Array.isArray(value) && depth < 32) return value.map((item) => fromRest(item, depth + 1))
+    if (typeof value === 'number' && !isSafe(value)) {
+      return new Error(`fencepost: the REST endpoint sent the integer ${value}, beyond 2^53: JSON lost its exact value`)
+    }
+    return value
+  }
+
+  /**
+   * Locks on Redis reached over HTTP with the Upstash REST protocol, with nothing but
+   * `fetch`: for edge workers (which cannot open Redis sockets), browsers, and Node. Each
+   * command is a POST of its JSON array to `url` (`["EVALSHA", sha1, "2", key, …]`) with
+   * `Authorization: Bearer <token>`; the endpoint answers `{ "result": … }` or
+   * `{ "error": "…" }`. Works with Upstash and with any server speaking that protocol.
+   *
+   * Scripts run with EVALSHA, falling back to EVAL on NOSCRIPT. An `{ error }` answer is the
+   * server's error reply, read by the lock machine; a failed fetch, an HTTP 5xx and a
+   * body that is not JSON are transport failures (outcome unknown). Each request is
+   * aborted at its deadline. With `fair: true` a parked waiter's BLPOP is one long
+   * request of its own (the endpoint must allow blocking commands).
+   */
+  class UpstashRedisBackend extends RedisProtocolBackend {
+    constructor (options) {
+      const o = check.plainObject(options, 'UpstashRedisBackend options')
+      for (const key of Object.keys(o)) {
+        if (!['url', 'token', 'fetch', 'keyPrefix', 'fair'].includes(key)) {
+          throw new ConfigError(`unknown UpstashRedisBackend option ${JSON.stringify(key)}; known options: url, token, fetch, keyPrefix, fair`, { option: key })
+        }
+      }
+      super({ keyPrefix: o.keyPrefix, fair: o.fair })
+      const url = check.string(o.url, 'url')
+      let parsed = null
+      try { parsed = new URL(url) } catch {}
+      if (parsed === null || (parsed.protocol !== 'https:' && parsed.protocol !== 'http:')) {
+        throw new ConfigError(`url must be an http(s) URL (the REST endpoint), got ${check.describe(url)}`, { option: 'url' })
+      }
+      this._url = url
+      this._token = o.token === undefined || o.token === null ? null : check.string(o.token, 'token')
+      const fetch = o.fetch === undefined ? globalThis.fetch : o.fetch
+      if (typeof fetch !== 'function') {
+        throw new ConfigError(`fetch must be a function (this runtime has no global fetch: pass one), got ${check.describe(fetch)}`, { option: 'fetch' })
+      }
+      // Called bare, never as a method of this object (workers' fetch refuses `this`).
+      this._fetch = o.fetch === undefined ? (...args) => globalThis.fetch(...args) : fetch
+    }
+
+    /** The REST endpoint. */
+    get url () { return this._url }
+
+    async execute (command, options) {
+      if (command !== null && typeof command === 'object' && command.backend === 'redis_blpop') {
+        const signal = check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal')
+        return this._command(['BLPOP', command.key, String(command.timeoutMs / 1000)], signal)
+      }
+      if (command === null || typeof command !== 'object' || (command.backend !== undefined && command.backend !== 'redis')) {
+        throw new BackendError(`UpstashRedisBackend cannot run this request: ${check.describe(command && command.backend)}`)
+      }
+      const signal = deadlineSignal(command.deadlineMs)
+      const tail = [String(command.keys.length), ...command.keys, ...command.args]
+      const reply = await this._command(['EVALSHA', command.sha1, ...tail], signal)
+      if (reply instanceof Error && /^NOSCRIPT\b/.test(reply.message)) {
+        return this._command(['EVAL', scripts[command.script].source, ...tail], signal)
+      }
+      return reply
+    }
+
+    /** One command: its result, an `Error` value for an error reply; throws for a
+     * transport failure. */
+    async _command (argv, signal) {
+      const headers = { 'content-type': 'application/json' }
+      if (this._token !== null) headers.authorization = `Bearer ${this._token}`
+      const init = { method: 'POST', headers, body: JSON.stringify(argv) }
+      if (signal !== null) init.signal = signal
+      const response = await this._fetch(this._url, init)
+      const text = await response.text()
+      let body
+      try {
+        body = JSON.parse(text)
+      } catch {
+        throw new Error(`HTTP ${response.status} from the REST endpoint, body not JSON: ${JSON.stringify(text.slice(0, 200))}`)
+      }
+      const isObject = body !== null && typeof body === 'object' && !Array.isArray(body)
+      if (response.status >= 500) {
+        throw new Error(`HTTP ${response.status} from the REST endpoint${isObject && typeof body.error === 'string' ? `: ${body.error}` : ''}`)
+      }
+      if (isObject && typeof body.error === 'string') return new Error(body.error) // an error reply
+      if (isObject && Object.hasOwn(body, 'result')) return fromRest(body.result)
+      return new Error(`fencepost: HTTP ${response.status} from the REST endpoint without "result" or "error": ${JSON.stringify(text.slice(0, 200))}`)
+    }
+  }
+
+  /** An AbortSignal that fires at `deadlineMs` on the driver's clock, when the runtime has
+   * AbortSignal.timeout (the driver gives up at the deadline anyway; this frees the fetch). */
+  function deadlineSignal (deadlineMs) {
+    if (typeof deadlineMs !== 'number' || typeof AbortSignal === 'undefined' || typeof AbortSignal.timeout !== 'function') return null
+    return AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
+  }
+
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend }
 }
 
 module.exports = { createBackends }

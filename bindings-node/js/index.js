@@ -24,6 +24,7 @@ function createFencepost (native, implementation) {
     MemoryBackend: backends.MemoryBackend,
     MemoryServer: backends.MemoryServer,
     RedisBackend: backends.RedisBackend,
+    UpstashRedisBackend: backends.UpstashRedisBackend,
     Fence: fence.Fence,
     sqlFencedUpdate: fence.sqlFencedUpdate,
     redisFencedSet: fence.redisFencedSet,
