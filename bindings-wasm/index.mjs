@@ -1,0 +1,30 @@
+// fencepost-wasm (ES module entry, Node): the same objects as the CommonJS entry.
+import fencepost from './index.js'
+
+export const {
+  Lock,
+  Lease,
+  Backend,
+  RedisProtocolBackend,
+  MemoryBackend,
+  MemoryServer,
+  RedisBackend,
+  UpstashRedisBackend,
+  Fence,
+  sqlFencedUpdate,
+  redisFencedSet,
+  readRedisFencedSet,
+  redisScripts,
+  LockMachine,
+  FencepostError,
+  ConfigError,
+  ClockError,
+  LockLostError,
+  AcquireTimeoutError,
+  StaleTokenError,
+  ProtocolError,
+  BackendError,
+  coreVersion,
+  implementation
+} = fencepost
+export default fencepost
