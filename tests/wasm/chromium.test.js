@@ -1,0 +1,128 @@
+'use strict'
+// fencepost-wasm in headless Chromium (Debian `chromium`, driven by npm `playwright-core`):
+// a page served from 127.0.0.1 loads the web build (web.mjs, which fetches the .wasm like
+// a site would) and replays every tests/scenarios/*.json vector with the Node runner itself,
+// tests/js/scenarios.test.js, bundled unchanged with browser stand-ins for node:test,
+// node:assert, node:fs, node:path and ./impl (browser/shims/). The results are asserted
+// here: every vector in both reply flavours, as `FENCEPOST_IMPL=wasm node --test` runs them.
+//
+// Needs /usr/bin/chromium (scripts/setup installs it) and a built package.
+
+const { test, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const http = require('node:http')
+const path = require('node:path')
+const { createRequire } = require('node:module')
+const { pathToFileURL } = require('node:url')
+
+const REPO = path.resolve(__dirname, '..', '..')
+const PKG = path.join(REPO, 'bindings-wasm')
+const CHROMIUM = process.env.FENCEPOST_CHROMIUM || '/usr/bin/chromium'
+const skip = fs.existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing (scripts/setup installs Debian's chromium)`
+
+const SCENARIOS = path.join(REPO, 'tests', 'scenarios')
+const SHIMS = path.join(__dirname, 'browser', 'shims')
+
+const TYPES = { '.html': 'text/html', '.mjs': 'text/javascript', '.js': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' }
+
+/** Every vector file (and pending/) under the virtual path the impl shim names. */
+function vectors () {
+  const files = {}
+  const walk = (dir, rel) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      if (entry.isDirectory()) walk(path.join(dir, entry.name), `${rel}/${entry.name}`)
+      else if (entry.name.endsWith('.json')) files[`/repo/tests/scenarios${rel}/${entry.name}`] = fs.readFileSync(path.join(dir, entry.name), 'utf8')
+    }
+  }
+  walk(SCENARIOS, '')
+  return files
+}
+
+let server = null
+let browser = null
+let base = null
+let runner = null
+
+before(async () => {
+  if (skip) return
+  for (const f of ['web.mjs', 'dist/web/fencepost_wasm.js', 'dist/web/fencepost_wasm_bg.wasm', 'dist/web/fencepost_api.mjs']) {
+    if (!fs.existsSync(path.join(PKG, f))) throw new Error(`bindings-wasm/${f} is missing: build the package (cd bindings-wasm && npm run build)`)
+  }
+  const { bundleCjs } = await import(pathToFileURL(path.join(PKG, 'scripts', 'bundle-cjs.mjs')).href)
+  runner = bundleCjs(path.join(REPO, 'tests', 'js', 'scenarios.test.js'), {
+    shims: {
+      'node:test': path.join(SHIMS, 'node-test.js'),
+      'node:assert/strict': path.join(SHIMS, 'node-assert.js'),
+      'node:fs': path.join(SHIMS, 'node-fs.js'),
+      'node:path': path.join(SHIMS, 'node-path.js'),
+      './impl': path.join(SHIMS, 'impl.js')
+    }
+  }).source
+  const vectorJson = JSON.stringify(vectors())
+
+  server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x')
+    let body = null
+    let file = null
+    if (url.pathname === '/') file = path.join(__dirname, 'browser', 'index.html')
+    else if (url.pathname === '/page.mjs') file = path.join(__dirname, 'browser', 'page.mjs')
+    else if (url.pathname === '/runner.mjs') body = runner
+    else if (url.pathname === '/vectors.json') body = vectorJson
+    else if (url.pathname === '/pkg/web.mjs' || /^\/pkg\/dist\/web\/[\w.]+$/.test(url.pathname)) file = path.join(PKG, url.pathname.slice('/pkg/'.length))
+    if (file !== null && fs.existsSync(file)) body = fs.readFileSync(file)
+    if (body === null) {
+      res.writeHead(404).end('not found')
+      return
+    }
+    const ext = path.extname(file ?? url.pathname)
+    res.writeHead(200, { 'content-type': TYPES[ext] ?? 'application/octet-stream', 'cache-control': 'no-store' })
+    res.end(body)
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  base = `http://127.0.0.1:${server.address().port}`
+
+  const { chromium } = createRequire(path.join(PKG, 'package.json'))('playwright-core')
+  const started = performance.now()
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    chromiumSandbox: false,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-dev-shm-usage']
+  })
+  console.log(`# chromium ${browser.version()} launched in ${(performance.now() - started).toFixed(0)} ms`)
+})
+
+after(async () => {
+  if (browser !== null) await browser.close()
+  if (server !== null) await new Promise((resolve) => server.close(resolve))
+})
+
+test('Chromium: the web build replays every scenario vector, both reply flavours, like Node', { skip, timeout: 60_000 }, async () => {
+  const page = await browser.newPage()
+  const console_ = []
+  page.on('console', (m) => console_.push(`${m.type()}: ${m.text()}`))
+  page.on('pageerror', (e) => console_.push(`pageerror: ${e.message}`))
+  await page.goto(`${base}/`)
+  await page.waitForFunction(() => window.__results !== undefined, null, { timeout: 50_000 })
+  const outcome = await page.evaluate(() => window.__results)
+  await page.close()
+  assert.equal(outcome.error, undefined, `${outcome.error}\nconsole:\n${console_.join('\n')}`)
+  assert.equal(outcome.implementation, 'wasm')
+  console.log(`# web build initialised in the page in ${outcome.initMs.toFixed(1)} ms (fetch + compile + instantiate)`)
+
+  const byName = new Map(outcome.results.map((r) => [r.name, r]))
+  const failed = outcome.results.filter((r) => r.status === 'fail')
+  assert.deepEqual(failed, [], failed.map((r) => `${r.name}\n${r.error}`).join('\n\n'))
+  const files = fs.readdirSync(SCENARIOS).filter((f) => f.endsWith('.json'))
+  assert.ok(files.length >= 25)
+  for (const f of files) {
+    for (const flavour of ['client', 'tagged']) {
+      const name = `vector ${path.basename(f, '.json')} (${flavour} replies)`
+      assert.equal(byName.get(name)?.status, 'pass', `${name}: ${JSON.stringify(byName.get(name))}`)
+    }
+  }
+  assert.equal(byName.get('the runner itself: times, ranges, owner placeholders, lossless tokens')?.status, 'pass')
+  const passed = outcome.results.filter((r) => r.status === 'pass').length
+  console.log(`# ${passed} passed, ${outcome.results.length - passed} skipped (pending vectors) in Chromium`)
+})
