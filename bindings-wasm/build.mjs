@@ -58,7 +58,7 @@ function lockedWasmBindgen () {
 
 function wasmBindgenCli () {
   const want = lockedWasmBindgen()
-  const cli = which('wasm-bindgen', [path.join(os.homedir(), '.cargo', 'bin')])
+  const cli = which('wasm-bindgen', [path.join(process.env.CARGO_HOME || path.join(os.homedir(), '.cargo'), 'bin')])
   const install = `cargo install wasm-bindgen-cli --version =${want}`
   if (cli === null) throw new Error(`wasm-bindgen is not installed: ${install}`)
   const have = capture(cli, ['--version']).split(/\s+/)[1]
