@@ -38,6 +38,8 @@ pub enum LostReason {
     /// The validity deadline passed without a confirmed renewal (DESIGN.md rule 2).
     Expired,
     /// The server refused a renewal: the key is gone or has another owner (rule 3).
+    /// For a connection-bound lock (PostgreSQL session mode) also: the heartbeat on the
+    /// lock's connection failed, so the session holding it is gone.
     RenewRejected,
     /// The release found the key gone or held by another owner: the lease had ended on
     /// the server while this host still believed it held it (external delete, server

@@ -70,7 +70,8 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use backends::{
-    Backend, Operation, RedisBackend, RedisCommand, RedisScript, RedisValue, Reply, RequestBody,
+    Backend, Operation, PgConnection, PgMode, PostgresBackend, RedisBackend, RedisBlpop,
+    RedisCommand, RedisScript, RedisValue, Reply, RequestBody, SqlReply, SqlStatement, SqlValue,
 };
 pub use error::{EntropyError, ProtocolError, UsageError};
 pub use event::{AcquireFailedReason, Event, LostReason};

@@ -701,6 +701,12 @@ impl Lock {
             }
             // A renewal never re-creates a missing key (DESIGN.md rule 3).
             Ok(Ok(OwnerCheck::NotHeld)) => self.lose(ctx, LostReason::RenewRejected),
+            // A connection-bound lock (PostgreSQL session mode) lives and dies with
+            // its connection: a failed heartbeat means the session, and the lock with
+            // it, is gone.
+            Err(_) | Ok(Err(_)) if ctx.backend.connection_bound() => {
+                self.lose(ctx, LostReason::RenewRejected)
+            }
             // Transient: retry until the validity deadline; the timer decides loss.
             Err(_) | Ok(Err(_)) => {
                 let retry = (self.options.renew_interval() / 4).max(Duration::from_millis(1));

@@ -683,3 +683,61 @@ fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
         Err(UsageError::UnknownLock { .. })
     ));
 }
+
+#[test]
+fn a_failed_heartbeat_loses_a_connection_bound_lock_at_once() {
+    use fencepost_core::{PgMode, PostgresBackend, Reply, SqlReply, SqlValue};
+    for (mode, expect_lost) in [(PgMode::Session, true), (PgMode::Lease, false)] {
+        let backend = Backend::Postgres(PostgresBackend {
+            mode,
+            ..PostgresBackend::default()
+        });
+        let mut m = Machine::with_seed(backend, 1);
+        m.acquire(at(0), "job", opts(3_000)).unwrap();
+        let Output::Request(acquire) = m.poll_output() else {
+            panic!()
+        };
+        let rows = SqlReply::Rows {
+            rows: vec![vec![SqlValue::Int(7), SqlValue::Null]],
+        };
+        m.handle_input(Input::Reply {
+            now: at(1),
+            request: acquire.id,
+            reply: Reply::Sql(rows),
+        })
+        .unwrap();
+        assert!(matches!(
+            m.poll_output(),
+            Output::Event {
+                event: Event::Acquired { .. },
+                ..
+            }
+        ));
+        m.handle_input(Input::Timeout { now: at(1_001) }).unwrap(); // heartbeat at ttl/3
+        let Output::Request(heartbeat) = m.poll_output() else {
+            panic!()
+        };
+        m.handle_input(Input::TransportError {
+            now: at(1_002),
+            request: heartbeat.id,
+            message: "server closed the connection unexpectedly".into(),
+        })
+        .unwrap();
+        let lost = std::iter::from_fn(|| match m.poll_output() {
+            Output::Timeout(_) | Output::Idle => None,
+            o => Some(o),
+        })
+        .any(|o| {
+            matches!(
+                o,
+                Output::Event {
+                    event: Event::Lost {
+                        reason: LostReason::RenewRejected
+                    },
+                    ..
+                }
+            )
+        });
+        assert_eq!(lost, expect_lost, "{mode:?}");
+    }
+}

@@ -146,6 +146,12 @@ impl Backend {
         }
     }
 
+    /// Whether the lock lives and dies with one connection (PostgreSQL session-level
+    /// advisory locks): a failed renewal (heartbeat) is then a loss, not a retry.
+    pub(crate) fn connection_bound(&self) -> bool {
+        matches!(self, Backend::Postgres(b) if b.mode == PgMode::Session)
+    }
+
     /// Whether contended acquirers are queued on the server and woken by releases.
     pub(crate) fn notifies_waiters(&self) -> bool {
         matches!(self, Backend::Redis(b) if b.fair)
