@@ -58,6 +58,21 @@ test('every entry exports the same names as the napi package', async () => {
   assert.deepEqual(named(napiEsm), napi, 'bindings-node/index.mjs names every export')
 })
 
+test('the low-level interface is the napi addon\'s: same functions, classes and members', () => {
+  // wasm-bindgen adds free() and __destroy_into_raw() to its classes (explicit release of
+  // the Rust object; a FinalizationRegistry frees it otherwise)
+  const WASM_ONLY = new Set(['free', '__destroy_into_raw'])
+  const shape = (m) => Object.fromEntries(Object.keys(m).filter((k) => !k.startsWith('__')).sort().map((k) => [
+    k,
+    typeof m[k] === 'function' && Object.getOwnPropertyNames(m[k].prototype ?? {}).length > 1
+      ? Object.getOwnPropertyNames(m[k].prototype).filter((p) => !WASM_ONLY.has(p)).sort()
+      : typeof m[k]
+  ]))
+  const napi = shape(require(path.join(REPO, 'bindings-node', 'native.js')))
+  const wasm = shape(require(path.join(DIST, 'node', 'fencepost_wasm.js')))
+  assert.deepEqual(wasm, napi, 'bindings-wasm/src/lib.rs must follow bindings-node/src/lib.rs')
+})
+
 test('the web build in Node: init() from bytes, named exports become live, init is idempotent', async () => {
   const web = await import(pathToFileURL(path.join(PKG, 'web.mjs')).href)
   const bytes = fs.readFileSync(wasmFile('web'))
