@@ -37,8 +37,11 @@ function createBackends (native, LockMachine, fence) {
       this._closed = false
     }
 
-    /** A new lock machine for this backend's protocol. */
-    _newMachine () {
+    /**
+     * A new lock machine for this backend's protocol; `seed` (tests, validation only)
+     * makes it deterministic and entropy-free.
+     */
+    _newMachine (seed) { // eslint-disable-line no-unused-vars
       throw new ConfigError(`${this.constructor.name} does not say which lock machine it runs`)
     }
 
@@ -50,7 +53,9 @@ function createBackends (native, LockMachine, fence) {
 
     /** Checks a lock's name and options as the core would acquire them (ConfigError). */
     _machineCheck (name, options) {
-      if (this._checker === undefined) this._checker = this._newMachine()
+      // A seeded machine: it only validates, never acquires, so it needs no entropy
+      // (in Workers, Web Crypto is available only inside handlers).
+      if (this._checker === undefined) this._checker = this._newMachine(0n)
       this._checker.check(name, options)
     }
 
@@ -85,8 +90,8 @@ function createBackends (native, LockMachine, fence) {
       this._fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
     }
 
-    _newMachine () {
-      return new LockMachine({ keyPrefix: this._keyPrefix, fair: this._fair })
+    _newMachine (seed) {
+      return new LockMachine({ keyPrefix: this._keyPrefix, fair: this._fair, seed })
     }
 
     /** The prefix of every key fencepost writes ('fencepost:'). */
