@@ -25,12 +25,14 @@ LABELS = {
     "python:fencepost-async-fair": "fencepost, fair hand-off (asyncio)",
     "python:raw": "raw floor: redis-py SET NX PX + owner-checked release script",
     "python:raw-async": "raw floor on redis.asyncio (same two commands)",
+    "python:fencepost-scripts": "fencepost's two scripts by hand, no machine (protocol floor)",
     "python:redis-py": "redis-py `Lock`",
     "python:python-redis-lock": "python-redis-lock",
     "python:pottery": "pottery `Redlock` (one master)",
     "node:fencepost": "fencepost (await lock.acquire / lease.release)",
     "node:fencepost-fair": "fencepost, fair hand-off",
     "node:raw-ioredis": "raw floor: ioredis SET NX PX + owner-checked release script",
+    "node:fencepost-scripts": "fencepost's two scripts by hand, no machine (protocol floor)",
     "node:redlock": "redlock 5.0.0-beta.2 (retryCount −1)",
     "node:redis-semaphore": "redis-semaphore `Mutex`",
 }
@@ -52,6 +54,10 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
         return "∞" if a > 0 else "–"
     r = a / b
     return f"{r:.2f}×" if r < 10 else f"{r:.0f}×"
+
+
+def load(avg: Optional[List[float]]) -> str:
+    return "?" if not avg else " / ".join(f"{x:.1f}" for x in avg)
 
 
 def table(header: List[str], rows: List[List[str]]) -> str:
@@ -247,9 +253,10 @@ def plot(res: Dict[str, Any], png: Path) -> None:
     keys = [k for k in LABELS if any(k in res["contended"][w] for w in worker_counts)]
     short = {k: k.replace("python:", "py ").replace("node:", "node ") for k in keys}
     colors = {}
-    palette = plt.get_cmap("tab10")
+    palette = plt.get_cmap("tab20")
+    order = [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19]  # dark shades first
     for i, k in enumerate(keys):
-        colors[k] = palette(i % 10)
+        colors[k] = palette(order[i % 20])
     for col, w in enumerate(worker_counts):
         sec = res["contended"][w]
         ax = axes[0][col]
@@ -268,7 +275,7 @@ def plot(res: Dict[str, Any], png: Path) -> None:
         ax.set_title(f"{w} workers × {res['plan']['hold_ms']:g} ms hold: hand-off latency (CDF)")
         for x, text in [(300, "300 µs"), (2000, "2 ms")]:  # the p50 / p99 targets of issue 8
             ax.axvline(x, color="grey", lw=0.8, ls=":")
-            ax.text(x, 1.01, text, fontsize=7, color="grey", ha="center", va="bottom", transform=ax.get_xaxis_transform())
+            ax.text(x, 0.99, f" {text}", fontsize=7, color="grey", ha="left", va="top", transform=ax.get_xaxis_transform())
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7.5, loc="lower right")
         ax = axes[1][col]
@@ -325,10 +332,13 @@ def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, 
         "The analysis at the end is `bench/NOTES.md`, written by hand._",
         "",
         f"**Machine:** {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gib', '?')} GiB, {m.get('platform')}.  ",
+        f"**fencepost built from:** {res.get('source', '?')}.  ",
         f"**Versions:** {ver}.  ",
         f"**Plan:** uncontended {plan['uncontended_rounds']} rounds × {plan['uncontended_cycles']} cycles (after {plan['uncontended_warmup']} warm-up) per library; "
         f"contended {plan['contended_rounds']} rounds × {plan['contended_seconds']:g} s per library and worker count; rounds interleaved "
-        f"across all libraries, Python and Node (A/B/A/B…), each case in fresh processes; one Redis on 127.0.0.1. Took {res.get('elapsed_s', '?')} s.",
+        f"across all libraries, Python and Node (A/B/A/B…), each case in fresh processes; one Redis on 127.0.0.1. Took {res.get('elapsed_s', '?')} s; "
+        f"load average (1/5/15 min) {load(res.get('loadavg_start'))} at the start, {load(res.get('loadavg_end'))} at the end "
+        "(other work on the machine shows up here: compare rows within this run only).",
         "",
         "How to read: µs per cycle is the median over rounds of each round's median; *hand-off* = a grant to a "
         "different worker than the previous holder, its latency = previous holder calls release → the next "

@@ -272,6 +272,16 @@ def versions(args: argparse.Namespace) -> Dict[str, str]:
     return v
 
 
+def source() -> str:
+    """The commit fencepost was built from, and whether its sources had local changes."""
+    try:
+        head = sh(["git", "rev-parse", "--short", "HEAD"], timeout=30).stdout.strip()
+        dirty = sh(["git", "status", "--porcelain", "--", "core", "bindings-python", "bindings-node"], timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return head + (" + uncommitted changes in core/ or bindings-*/" if dirty else "")
+
+
 def machine() -> Dict[str, Any]:
     info: Dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -326,12 +336,14 @@ def main() -> None:
         "quick": q,
         "plan": plan,
         "machine": machine(),
+        "source": source(),
         "versions": versions(args),
         "node_skipped": args.node_skip or None,
         "libs": {"python": python_libs, "node": args.node_libs},
         "core_skipped": args.core_skip or None,
     }
     t0 = time.monotonic()
+    results["loadavg_start"] = os.getloadavg()
     results["core"] = {} if args.core_skip else core(args)
 
     libs = [("python", lib) for lib in python_libs] + [("node", lib) for lib in args.node_libs]
@@ -364,6 +376,7 @@ def main() -> None:
                 runs[f"{lang}:{lib}"].append(res)
         results["contended"][str(workers)] = {k: contended_summary(v) for k, v in runs.items()}
     results["elapsed_s"] = round(time.monotonic() - t0, 1)
+    results["loadavg_end"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=1))
     log(f"results: {args.out} ({results['elapsed_s']} s)")
 

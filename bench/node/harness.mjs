@@ -13,6 +13,8 @@
 //                    package offers the option
 //   raw-ioredis      SET key owner PX 10000 NX, retried at once while taken; release: owner-checked
 //                    DEL script (EVALSHA) — the floor: 2 round trips
+//   fencepost-scripts  fencepost's acquire/release Lua scripts by hand (EVALSHA), no machine, no
+//                    driver: the protocol's floor
 //   redlock          redlock 5.0.0-beta.2, one client, retryCount -1 (the default 10 gives up)
 //   redis-semaphore  Mutex(client, key, { lockTimeout: 10000, acquireTimeout: 600000 }) (polls every 10 ms)
 //
@@ -100,6 +102,28 @@ const LIBS = {
       },
       async release () {
         if ((await c.fpRelease(key, owner)) !== 1) throw new Error('raw release: not the owner')
+      },
+      close () { c.disconnect() }
+    }
+  },
+
+  // fencepost's own scripts by hand, no machine, no driver: the protocol's floor
+  async 'fencepost-scripts' (url, key) {
+    const fp = fencepostPackage()
+    const scripts = fp.redisScripts()
+    const c = await client(url)
+    c.defineCommand('fpAcquire', { numberOfKeys: 2, lua: scripts.acquire.source })
+    c.defineCommand('fpRel', { numberOfKeys: 1, lua: scripts.release.source })
+    const keys = [`fencepost:{${key}}:lock`, `fencepost:{${key}}:token`]
+    let owner = ''
+    return {
+      async acquire () {
+        const mine = randomBytes(16).toString('hex')
+        while (Number((await c.fpAcquire(keys[0], keys[1], mine, LEASE_MS))[0]) !== 1) { /* busy retry */ }
+        owner = mine
+      },
+      async release () {
+        if ((await c.fpRel(keys[0], owner)) !== 1) throw new Error('scripts release: not the owner')
       },
       close () { c.disconnect() }
     }
@@ -193,7 +217,8 @@ async function contended (args) {
     }))
     reports.push(new Promise((resolve) => {
       child.on('message', (m) => { if (m.report) resolve(m.report) }) // kept as text: exact integers
-      child.on('exit', (code) => resolve(JSON.stringify({ worker: i, crash: `exited with ${code} before reporting` })))
+      // 'close' comes after the IPC channel is drained ('exit' can overtake the last message)
+      child.on('close', (code) => resolve(JSON.stringify({ worker: i, crash: `exited with ${code} before reporting` })))
     }))
   }
   const bound = (ms, what) => new Promise((resolve, reject) => setTimeout(() => reject(new Error(what)), ms).unref())

@@ -15,6 +15,8 @@ gets the lock). What each row runs:
   raw                redis-py SET key owner NX PX 10000, retried at once while taken;
                      release: owner-checked DEL script (EVALSHA) — the floor: 2 round trips
   raw-async          the same on redis.asyncio (the floor for asyncio code)
+  fencepost-scripts  fencepost's acquire/release Lua scripts by hand (EVALSHA), no machine, no
+                     driver: the protocol's floor
   redis-py           redis.lock.Lock(client, key, timeout=10) (sleep=0.1 between tries)
   python-redis-lock  redis_lock.Lock(client, key, expire=10) (waiters BLPOP a signal list)
   pottery            pottery.Redlock(key=key, masters={client}, auto_release_time=10)
@@ -111,6 +113,39 @@ class RawAsync(Lib):
     async def release(self) -> None:  # type: ignore[override]
         if await self.release_script(keys=[self.key], args=[self.owner]) != 1:
             raise RuntimeError("raw release: not the owner")
+
+
+class Scripts(Lib):
+    """fencepost's own acquire and release scripts sent by hand (EVALSHA), no lock
+    machine and no driver: the floor of fencepost's protocol. The gap between this row
+    and the raw floor is the protocol (Lua, the token INCR); between fencepost's rows
+    and this one, the binding and its driver."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import redis
+
+        import fencepost
+        from fencepost._core import lock_key, token_key
+
+        scripts = fencepost.redis_scripts()
+        self.r = redis.Redis.from_url(url)
+        self.acquire_script = self.r.register_script(scripts["acquire"][1])
+        self.release_script = self.r.register_script(scripts["release"][1])
+        self.keys = [lock_key("fencepost:", key), token_key("fencepost:", key)]
+        self.owner = ""
+
+    def acquire(self) -> None:
+        owner = os.urandom(16).hex()
+        while True:
+            granted = self.acquire_script(keys=self.keys, args=[owner, LEASE_MS])
+            if int(granted[0]) == 1:
+                break  # busy retry otherwise, like the raw floor
+        self.owner = owner
+
+    def release(self) -> None:
+        if self.release_script(keys=self.keys[:1], args=[self.owner]) != 1:
+            raise RuntimeError("scripts release: not the owner")
 
 
 class RedisPy(Lib):
@@ -255,6 +290,7 @@ LIBS: Dict[str, Callable[[str, str], Lib]] = {
     "fencepost-async": FencepostAsync,
     "raw": Raw,
     "raw-async": RawAsync,
+    "fencepost-scripts": Scripts,
     "redis-py": RedisPy,
     "python-redis-lock": PythonRedisLock,
     "pottery": Pottery,
