@@ -67,7 +67,8 @@ def table(header: List[str], rows: List[List[str]]) -> str:
 
 
 def fencepost_keys(section: Dict[str, Any], lang: str) -> List[str]:
-    return [k for k in section if k.startswith(f"{lang}:fencepost")]
+    """fencepost's own rows (not the protocol-floor row, which runs no fencepost code)."""
+    return [k for k in section if k.startswith(f"{lang}:fencepost") and not k.endswith("-scripts")]
 
 
 def best_fencepost(section: Dict[str, Any], lang: str, metric: str, lower_is_better: bool) -> Optional[str]:
@@ -250,7 +251,12 @@ def plot(res: Dict[str, Any], png: Path) -> None:
 
     worker_counts = sorted(res.get("contended", {}), key=int)
     fig, axes = plt.subplots(2, max(1, len(worker_counts)), figsize=(15, 10.5), squeeze=False)
-    keys = [k for k in LABELS if any(k in res["contended"][w] for w in worker_counts)]
+    # the diagnostic floors (fencepost's scripts by hand, raw redis.asyncio) stay in the tables only
+    keys = [
+        k
+        for k in LABELS
+        if any(k in res["contended"][w] for w in worker_counts) and not k.endswith(("-scripts", ":raw-async"))
+    ]
     short = {k: k.replace("python:", "py ").replace("node:", "node ") for k in keys}
     colors = {}
     palette = plt.get_cmap("tab20")
@@ -363,11 +369,12 @@ def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, 
         "- Loopback Redis: one round trip is tens of µs here; across a real network every round trip costs more and "
         "the libraries that need fewer round trips (or fewer polls) gain.",
         "- Each library runs with its default retry behaviour (redis-py `Lock` sleeps 0.1 s between tries, pottery up to 0.2 s, "
-        "redlock 200 ± 100 ms, redis-semaphore 10 ms, fencepost full-jitter backoff from 10 ms up to 500 ms or a BLPOP-style "
-        "wake-up when the core has one); only the acquire timeouts are lifted so every worker waits until it is served "
+        "redlock 200 ± 100 ms, redis-semaphore 10 ms, fencepost full-jitter backoff from 10 ms up to 500 ms; fencepost's fair rows queue "
+        "and park on BLPOP, python-redis-lock's waiters BLPOP a signal list); only the acquire timeouts are lifted so every worker waits until it is served "
         "(redlock: retryCount −1; redis-semaphore: acquireTimeout 600 s).",
         "- The hold is a blocking sleep (`time.sleep`, `Atomics.wait`), also under asyncio: it stands for work that "
-        "keeps the process busy. The occupancy INCR/DECR (2 round trips) happen inside the 1 ms hold.",
+        "keeps the process busy. The occupancy INCR happens inside the 1 ms hold, the DECR right after it "
+        "(one round trip added to every grant, the same for every library).",
         "- The raw floors have no lease renewal, no fencing token and no fairness; they show what two round trips cost.",
         "- fencepost is built from the working tree when the script runs (`maturin develop --release`; the Node addon "
         "with `cargo build --release -p fencepost-node`), so a rerun measures whatever the core does then.",
