@@ -4,7 +4,7 @@
 //!
 //! ```ignore
 //! let (locks, run) = fencepost_core::driver::driver(Backend::default(), transport, clock)?;
-//! tokio::spawn(run);                       // the machine's loop; ends when `locks` is dropped
+//! spawn(run);                              // on your runtime; ends when `locks` is dropped
 //! let lease = locks.acquire("report", LockOptions::ttl(Duration::from_secs(30))).await?;
 //! write_report(lease.token()).await;        // carry the token on every write
 //! futures::select! { _ = lease.lost().fuse() => {}, _ = work.fuse() => {} }
