@@ -10,13 +10,16 @@
 //! backwards, `StaleToken` for fence refusals, `ProtocolError` for replies of the
 //! wrong shape. No function panics on user input.
 //!
-//! One `Machine` drives one backend, given as a settings dict (`{"kind": "redis", …}`
-//! or `{"kind": "postgres", …}`); its requests carry a Redis script call, a Redis
-//! blocking pop or a SQL statement, and `reply` reads a Redis or a SQL reply according
-//! to the machine's backend.
+//! One `Machine` drives one backend, given as a settings dict (`{"kind": "redis", …}`,
+//! `{"kind": "postgres", …}` or `{"kind": "etcd", …}`); its requests carry a Redis
+//! script call, a Redis blocking pop, a SQL statement or an etcd call, and `reply`
+//! reads a Redis, SQL or etcd (JSON text) reply according to the machine's backend.
 
 use core::time::Duration;
 
+use fencepost_core::backends::etcd::{
+    self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
+};
 use fencepost_core::backends::postgres::{
     self as pg, PgConnection, PgMode, PostgresBackend as PgSettings, SqlReply, SqlStatement,
     SqlValue,
@@ -303,8 +306,8 @@ fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
         config_error(
             py,
             format!(
-                "backend must be a dict such as {{'kind': 'redis'}} or {{'kind': 'postgres', \
-                 'mode': 'lease'}}, got {}",
+                "backend must be a dict such as {{'kind': 'redis'}}, {{'kind': 'postgres', \
+                 'mode': 'lease'}} or {{'kind': 'etcd'}}, got {}",
                 describe(spec)
             ),
         )
@@ -314,17 +317,18 @@ fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
         None => {
             return Err(config_error(
                 py,
-                "backend must have a 'kind': 'redis' or 'postgres'",
+                "backend must have a 'kind': 'redis', 'postgres' or 'etcd'",
             ))
         }
     };
     let allowed: &[&str] = match kind.as_str() {
         "redis" => &["kind", "key_prefix", "fair"],
         "postgres" => &["kind", "mode", "lease_table", "token_table", "namespace"],
+        "etcd" => &["kind", "key_prefix"],
         other => {
             return Err(config_error(
                 py,
-                format!("backend['kind'] must be 'redis' or 'postgres', got {other:?}"),
+                format!("backend['kind'] must be 'redis', 'postgres' or 'etcd', got {other:?}"),
             ))
         }
     };
@@ -355,6 +359,13 @@ fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
             settings.fair = arg_bool(&fair, "backend['fair']")?;
         }
         return Ok(Backend::Redis(settings));
+    }
+    if kind == "etcd" {
+        let mut settings = EtcdSettings::default();
+        if let Some(prefix) = text("key_prefix")? {
+            settings.key_prefix = prefix;
+        }
+        return Ok(Backend::Etcd(settings));
     }
     let mut settings = PgSettings::default();
     if let Some(mode) = text("mode")? {
@@ -722,6 +733,214 @@ impl BlockingPop {
     }
 }
 
+/// One etcd v3 call, for the JSON gateway (`POST {endpoint}{path}` with `body`) or a
+/// gRPC client (`call` names the RPC; `spec_json` gives the fields, which map one to
+/// one onto etcd's protobuf messages). Answer with the JSON document the gateway
+/// returned (error documents included). A `watch` is a blocking wait: answer with the
+/// first response line that has `events` (or is canceled or compacted), or `"{}"`
+/// after `timeout_s`; then cancel the watch.
+#[pyclass(frozen, module = "fencepost._core")]
+struct EtcdCall {
+    req: EtcdRequest,
+}
+
+#[pymethods]
+impl EtcdCall {
+    /// "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range" or "watch".
+    #[getter]
+    fn call(&self) -> &'static str {
+        match self.req {
+            EtcdRequest::LeaseGrant { .. } => "lease_grant",
+            EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
+            EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
+            EtcdRequest::Txn(_) => "txn",
+            EtcdRequest::Range(_) => "range",
+            EtcdRequest::Watch(_) => "watch",
+            _ => "unsupported",
+        }
+    }
+    /// The JSON gateway path, e.g. "/v3/kv/txn".
+    #[getter]
+    fn path(&self) -> &'static str {
+        self.req.gateway_path()
+    }
+    /// The JSON gateway request body (keys base64, int64 as strings).
+    #[getter]
+    fn body(&self) -> String {
+        self.req.gateway_body()
+    }
+    /// The call's fields as JSON, in the core's protobuf-shaped form (for gRPC clients).
+    #[getter]
+    fn spec_json(&self) -> String {
+        serde_json::to_string(&self.req).unwrap_or_default()
+    }
+    /// Whether this is a blocking watch.
+    #[getter]
+    fn is_watch(&self) -> bool {
+        matches!(self.req, EtcdRequest::Watch(_))
+    }
+    /// A watch's timeout in seconds (None for other calls).
+    #[getter]
+    fn timeout_s(&self) -> Option<f64> {
+        self.req.watch_timeout_ms().map(|ms| ms as f64 / 1000.0)
+    }
+    fn __repr__(&self) -> String {
+        format!("EtcdCall(path={:?}, body={})", self.path(), self.body())
+    }
+}
+
+/// An etcd reply as JSON text: str or UTF-8 bytes; anything else becomes text the core
+/// reads as a protocol error (naming the type).
+fn etcd_reply_text(value: &Bound<'_, PyAny>) -> String {
+    if let Ok(s) = value.cast::<PyString>() {
+        if let Ok(s) = utf8(s, "reply") {
+            return s;
+        }
+    }
+    if let Ok(b) = value.cast::<PyBytes>() {
+        if let Ok(s) = std::str::from_utf8(b.as_bytes()) {
+            return s.to_owned();
+        }
+    }
+    format!("<not an etcd JSON reply: {}>", describe(value))
+}
+
+fn owner_from_hex(
+    py: Python<'_>,
+    owner_id: &Bound<'_, PyAny>,
+) -> PyResult<fencepost_core::OwnerId> {
+    let hex = arg_str(owner_id, "owner_id")?;
+    let bad = || config_error(py, format!("owner_id must be 32 hex digits, got {hex:?}"));
+    if hex.len() != 32 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(fencepost_core::OwnerId(bytes))
+}
+
+/// The etcd key the acquisition `owner_id` puts for lock `name`
+/// (`{key_prefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+/// create revision is its fencing token.
+///
+/// Errors: `ConfigError` for arguments that are not str or an owner id that is not 32
+/// hex digits.
+#[pyfunction]
+fn etcd_holder_key(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    owner_id: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let owner = owner_from_hex(py, owner_id)?;
+    Ok(settings.holder_key(&arg_str(name, "name")?, &owner))
+}
+
+/// The lease id fencepost uses on etcd for `owner_id` (its first 8 bytes, big-endian,
+/// as a positive int64).
+///
+/// Errors: `ConfigError` for an owner id that is not 32 hex digits.
+#[pyfunction]
+fn etcd_lease_id(py: Python<'_>, owner_id: &Bound<'_, PyAny>) -> PyResult<i64> {
+    Ok(etcd::lease_id(&owner_from_hex(py, owner_id)?))
+}
+
+/// A fenced etcd transaction: puts every `(key, value)` of `puts` and deletes every key
+/// of `deletes` only while the key of `owner_id` for lock `name` still has create
+/// revision `token` (the lease that got `token` still holds the lock: etcd's
+/// `IsOwner` comparison). Read the reply with `read_etcd_fenced_txn`.
+///
+/// Errors: `ConfigError` naming an argument of the wrong type.
+#[pyfunction]
+#[pyo3(signature = (key_prefix, name, owner_id, token, puts, deletes = None))]
+fn etcd_fenced_txn(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    owner_id: &Bound<'_, PyAny>,
+    token: &Bound<'_, PyAny>,
+    puts: &Bound<'_, PyAny>,
+    deletes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let name = arg_str(name, "name")?;
+    let owner = owner_from_hex(py, owner_id)?;
+    let token = FencingToken(arg_u64(token, "token")?);
+    let bad_puts = || {
+        config_error(
+            py,
+            format!(
+                "puts must be a list of (key, value) str pairs, got {}",
+                describe(puts)
+            ),
+        )
+    };
+    let mut ops = Vec::new();
+    for item in puts.try_iter().map_err(|_| bad_puts())? {
+        let item = item?;
+        let pair = item.cast::<PyTuple>().map_err(|_| bad_puts())?;
+        if pair.len() != 2 {
+            return Err(bad_puts());
+        }
+        ops.push(EtcdOp::Put {
+            key: arg_str(&pair.get_item(0)?, "puts[][0]")?,
+            value: arg_text(&pair.get_item(1)?, "puts[][1]")?,
+            lease: 0,
+        });
+    }
+    if let Some(deletes) = deletes.filter(|d| !d.is_none()) {
+        if deletes.is_instance_of::<PyString>() {
+            return Err(config_error(py, "deletes must be a list of str, not a str"));
+        }
+        for key in deletes.try_iter()? {
+            ops.push(EtcdOp::Delete {
+                key: arg_str(&key?, "deletes[]")?,
+            });
+        }
+    }
+    let key = settings.holder_key(&name, &owner);
+    Ok(EtcdCall {
+        req: settings.fenced_txn(&name, &key, token, ops),
+    })
+}
+
+/// Reads the reply of `etcd_fenced_txn`: returns the transaction's revision when it
+/// was applied.
+///
+/// Errors: `StaleToken` (`resource` = `name`, `highest` = the current holder's token,
+/// or 0 when nobody holds the lock) when the lease no longer holds the lock;
+/// `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_fenced_txn(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    token: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<i64> {
+    let name = arg_str(name, "name")?;
+    let token = FencingToken(arg_u64(token, "token")?);
+    match etcd::read_etcd_fenced_txn(&etcd_reply_text(reply)) {
+        Ok(EtcdFenced::Applied { revision }) => Ok(revision),
+        Ok(EtcdFenced::Refused { holder }) => Err(stale_token_error(
+            py,
+            fencepost_core::StaleToken {
+                resource: name,
+                token,
+                highest: holder.unwrap_or(FencingToken(0)),
+            },
+        )),
+        Ok(_) => Err(config_error(py, "unknown fenced transaction outcome")),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 fn connection_name(c: PgConnection) -> &'static str {
     match c {
         PgConnection::Any => "any",
@@ -776,6 +995,7 @@ fn body_kind(body: &RequestBody) -> &'static str {
         RequestBody::Redis(_) => "redis",
         RequestBody::RedisBlpop(_) => "redis_blpop",
         RequestBody::Sql(_) => "sql",
+        RequestBody::Etcd(_) => "etcd",
         _ => "unsupported",
     }
 }
@@ -816,13 +1036,13 @@ impl Request {
 #[pymethods]
 impl Request {
     /// "redis" (a script call: `body` is a `Command`), "redis_blpop" (a blocking pop:
-    /// `BlockingPop`) or "sql" (a statement: `SqlStatement`); "unsupported" for a body
-    /// this build does not know.
+    /// `BlockingPop`), "sql" (a statement: `SqlStatement`) or "etcd" (an `EtcdCall`);
+    /// "unsupported" for a body this build does not know.
     #[getter]
     fn kind(&self) -> &'static str {
         body_kind(&self.body)
     }
-    /// What to send: a `Command`, a `BlockingPop` or a `SqlStatement`.
+    /// What to send: a `Command`, a `BlockingPop`, a `SqlStatement` or an `EtcdCall`.
     #[getter]
     fn body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match &self.body {
@@ -831,6 +1051,7 @@ impl Request {
                 Ok(Py::new(py, BlockingPop { pop: pop.clone() })?.into_any())
             }
             RequestBody::Sql(stmt) => Ok(Py::new(py, Sql { stmt: stmt.clone() })?.into_any()),
+            RequestBody::Etcd(req) => Ok(Py::new(py, EtcdCall { req: req.clone() })?.into_any()),
             other => Err(config_error(
                 py,
                 format!("this build of fencepost cannot run the request body {other:?}"),
@@ -875,6 +1096,7 @@ impl Request {
                 connection_name(stmt.connection),
                 stmt.params
             ),
+            RequestBody::Etcd(req) => format!("etcd={}", req.gateway_path()),
             other => format!("{other:?}"),
         };
         format!(
@@ -1090,6 +1312,9 @@ impl Machine {
     /// * PostgreSQL machines: the rows the statement returned, a list of tuples or lists
     ///   of None, bool, int and str (empty when it matched nothing), or a
     ///   `SqlErrorReply(sqlstate, message)` when the server refused it.
+    /// * etcd machines: the JSON document the v3 JSON gateway answered (str or UTF-8
+    ///   bytes), error documents (`{"error", "message", "code"}`) included; for a watch,
+    ///   the first response line with `events`, or `"{}"` at its timeout.
     ///
     /// Values of other types are read as a protocol error. Unknown ids are ignored.
     ///
@@ -1104,6 +1329,7 @@ impl Machine {
         let (now, request) = (instant(now_ns, "now_ns")?, self::request_id(request_id)?);
         let reply = match self.inner.backend() {
             Backend::Postgres(_) => Reply::Sql(to_sql_reply(value)),
+            Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(value)),
             _ => Reply::Redis(to_redis_value(value, 0)),
         };
         let result = self.inner.handle_input(fencepost_core::Input::Reply {
@@ -1592,6 +1818,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Command>()?;
     m.add_class::<BlockingPop>()?;
     m.add_class::<Sql>()?;
+    m.add_class::<EtcdCall>()?;
     m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;
     m.add_class::<MemoryRedis>()?;
@@ -1608,6 +1835,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(advisory_key, m)?)?;
     m.add_function(wrap_pyfunction!(xact_lock_statement, m)?)?;
     m.add_function(wrap_pyfunction!(read_xact_lock, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_holder_key, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_lease_id, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_fenced_txn, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_fenced_txn, m)?)?;
     m.add("CORE_VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

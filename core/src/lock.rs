@@ -8,7 +8,9 @@ use std::collections::{HashMap, VecDeque};
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 
-use crate::backends::{AcquireOutcome, Backend, Operation, OwnerCheck, Reply, ReplyError};
+use crate::backends::{
+    AcquireOutcome, Backend, Operation, OwnerCheck, Progress, Reply, ReplyError,
+};
 use crate::event::{AcquireFailedReason, Event, LostReason};
 use crate::options::LockOptions;
 use crate::{FencingToken, Instant, LockId, Output, OwnerId, Request, RequestId};
@@ -22,7 +24,10 @@ const RELEASE_ATTEMPTS: u32 = 3;
 enum Phrase {
     Acquire,
     Renew,
-    Release,
+    /// The user's release (`true`: of a held lease) or cancellation (`false`).
+    Release(bool),
+    /// Free whatever the server may hold for an owner id given up on.
+    Cleanup,
 }
 
 /// A request the machine is waiting on.
@@ -148,6 +153,8 @@ pub(crate) struct Lock {
     pub timer: Option<(Instant, u64)>,
     /// Owner ids with a cleanup release in flight (usually none or one).
     cleanups: Vec<OwnerId>,
+    /// Progress through a multi-step acquire (etcd), for the current owner id.
+    progress: Progress,
     last_error: Option<String>,
 }
 
@@ -174,6 +181,7 @@ impl Lock {
             in_flight: 0,
             timer: None,
             cleanups: Vec::new(),
+            progress: Progress::default(),
             last_error: None,
         }
     }
@@ -250,17 +258,34 @@ impl Lock {
         let (operation, body) = match phrase {
             Phrase::Acquire => (
                 Operation::Acquire,
-                ctx.backend
-                    .acquire(&self.name, &owner, ttl_ms, retry_max_ms),
+                ctx.backend.acquire(
+                    &self.name,
+                    &owner,
+                    ttl_ms,
+                    retry_max_ms,
+                    &mut self.progress,
+                    self.options.renew_interval(),
+                    ctx.now,
+                ),
             ),
             Phrase::Renew => (
                 Operation::Renew,
                 ctx.backend.renew(&self.name, &owner, ttl_ms),
             ),
             // a fair release reserves the lock for the woken waiter for one backoff step
-            Phrase::Release => (
+            Phrase::Release(was_held) => (
                 Operation::Release,
-                ctx.backend.release(&self.name, &owner, retry_max_ms),
+                ctx.backend.release(
+                    &self.name,
+                    &owner,
+                    retry_max_ms,
+                    &mut self.progress,
+                    was_held,
+                ),
+            ),
+            Phrase::Cleanup => (
+                Operation::Release,
+                ctx.backend.cleanup(&self.name, &owner, retry_max_ms),
             ),
         };
         self.send_body(ctx, operation, owner, deadline, cleanup, attempt, body)
@@ -306,7 +331,7 @@ impl Lock {
     pub(crate) fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
         let deadline = ctx.now + self.options.ttl;
         self.cleanups.push(owner);
-        self.send(ctx, Phrase::Release, owner, deadline, true, attempt);
+        self.send(ctx, Phrase::Cleanup, owner, deadline, true, attempt);
     }
 
     /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
@@ -386,14 +411,29 @@ impl Lock {
             );
             return;
         }
-        let retry_at = self.backoff(ctx, attempt, holder_remaining);
+        let mut retry_at = self.backoff(ctx, attempt, holder_remaining);
         if contended {
+            // etcd: the watch stands in for the backoff, until the waiter's own lease
+            // needs its keep-alive (or the acquire deadline).
+            if let Some(until) = ctx.backend.park_until(
+                &self.owner,
+                &mut self.progress,
+                self.options.renew_interval(),
+            ) {
+                retry_at = until.max(ctx.now);
+                if let Some(deadline) = self.acquire_deadline {
+                    retry_at = retry_at.min(deadline);
+                }
+            }
             // Queued on a backend that wakes waiters: block until woken, with the
             // backoff as the timeout (the fallback if a wake-up is missed).
             let wait = retry_at.saturating_duration_since(ctx.now);
             let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
             if wait_ms > 0 {
-                if let Some(body) = ctx.backend.wait(&self.name, &self.owner, wait_ms) {
+                if let Some(body) =
+                    ctx.backend
+                        .wait(&self.name, &self.owner, wait_ms, &mut self.progress)
+                {
                     let give_up_at = retry_at + self.options.retry_max;
                     let request = self.send_body(
                         ctx,
@@ -500,7 +540,8 @@ impl Lock {
     }
 
     fn send_release(&mut self, ctx: &mut Ctx<'_>, attempt: u32, deadline: Instant, was_held: bool) {
-        let request = self.send(ctx, Phrase::Release, self.owner, deadline, false, attempt);
+        let phrase = Phrase::Release(was_held);
+        let request = self.send(ctx, phrase, self.owner, deadline, false, attempt);
         self.state = State::Releasing {
             request: Some(request),
             retry_at: deadline,
@@ -634,11 +675,25 @@ impl Lock {
     ) {
         let outcome = match reply {
             Err(transport) => return self.on_acquire_ambiguous(ctx, transport),
-            Ok(reply) => ctx.backend.read_acquire(reply),
+            Ok(reply) => ctx.backend.read_acquire(
+                &self.name,
+                &self.owner,
+                reply,
+                &mut self.progress,
+                sent_at,
+            ),
         };
         match outcome {
-            Ok(AcquireOutcome::Granted(token)) => {
-                let valid_until = ctx.validity_base(sent_at) + self.options.validity();
+            Ok((AcquireOutcome::Continue, _)) => {
+                // The next step of the same attempt, at once.
+                self.send_acquire(ctx, attempt);
+            }
+            Ok((AcquireOutcome::Granted(token), base)) => {
+                // The validity base is the request's send, or for etcd the send of the
+                // lease's last confirmed grant or keep-alive (never later than this
+                // request's send).
+                let base = base.map_or(sent_at, |b| b.min(sent_at));
+                let valid_until = ctx.validity_base(base) + self.options.validity();
                 if ctx.now >= valid_until {
                     // The reply came too late to use (a pause, a slow network): release
                     // it, and try again under a fresh owner id so the release cannot
@@ -650,7 +705,7 @@ impl Lock {
                     return self.attempt_failed(ctx, attempt, false, None, false);
                 }
                 let renew_at = if self.options.auto_renew {
-                    (sent_at + self.options.renew_interval()).max(ctx.now)
+                    (base + self.options.renew_interval()).max(ctx.now)
                 } else {
                     Instant::MAX
                 };
@@ -661,7 +716,7 @@ impl Lock {
                 };
                 self.emit(ctx, Event::Acquired { token, valid_until });
             }
-            Ok(AcquireOutcome::Contended { remaining }) => {
+            Ok((AcquireOutcome::Contended { remaining }, _)) => {
                 self.last_error = None;
                 self.attempt_failed(ctx, attempt, false, remaining, true)
             }
@@ -727,7 +782,13 @@ impl Lock {
         was_held: bool,
         reply: Result<&Reply, String>,
     ) {
-        match reply.map(|r| ctx.backend.read_owner_check(r)) {
+        let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
+        let settled = matches!(outcome, Ok(Ok(_)));
+        if was_held && ctx.backend.cleanup_after_release() && settled {
+            // etcd: the key is deleted (or was not ours); revoke the lease too.
+            self.send_cleanup(ctx, self.owner, 0);
+        }
+        match outcome {
             Ok(Ok(OwnerCheck::Done)) => {
                 self.finish(ctx, Event::Released);
             }
@@ -747,6 +808,9 @@ impl Lock {
             Err(_) | Ok(Err(_)) => {
                 let attempt = attempt + 1;
                 if attempt >= RELEASE_ATTEMPTS || ctx.now >= deadline {
+                    if was_held && ctx.backend.cleanup_after_release() {
+                        self.send_cleanup(ctx, self.owner, 0);
+                    }
                     self.finish(ctx, Event::Released);
                 } else {
                     let retry_at =
@@ -775,10 +839,7 @@ impl Lock {
         let may_hold = match (flight.operation, reply) {
             (Operation::Release | Operation::Wait, _) => false,
             (_, Err(_)) => true,
-            (Operation::Acquire, Ok(r)) => !matches!(
-                ctx.backend.read_acquire(r),
-                Ok(AcquireOutcome::Contended { .. })
-            ),
+            (Operation::Acquire, Ok(r)) => ctx.backend.late_acquire_may_hold(r),
             (Operation::Renew, Ok(r)) => {
                 !matches!(ctx.backend.read_owner_check(r), Ok(OwnerCheck::NotHeld))
             }
@@ -791,6 +852,7 @@ impl Lock {
                 self.state,
                 State::Acquiring { .. }
                     | State::Waiting { .. }
+                    | State::Parked { .. }
                     | State::Held { .. }
                     | State::Renewing { .. }
             );
@@ -803,7 +865,8 @@ impl Lock {
                 self.send_cleanup(ctx, flight.owner, 0);
                 self.owner = ctx.new_owner();
             }
-            // Otherwise a retry with this owner id is in flight and re-acquires it
+            // Otherwise a retry with this owner id is in flight (acquiring), or the
+            // next attempt after the wake-up uses it (parked), and re-acquires it
             // idempotently; a release sent now could race that retry. Held or
             // renewing: a duplicate of the reply already used.
             return;

@@ -16,7 +16,7 @@ ScriptName = Literal[
 ]
 EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
 #: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement.
-BodyKind = Literal["redis", "redis_blpop", "sql", "unsupported"]
+BodyKind = Literal["redis", "redis_blpop", "sql", "etcd", "unsupported"]
 #: Which connection a SQL statement must run on.
 ConnectionKind = Literal["any", "dedicated"]
 #: A SQL parameter or cell value as the core knows them.
@@ -53,8 +53,19 @@ class PostgresSpec(_PostgresSpecKind, total=False):
     token_table: str
     namespace: str
 
+class _EtcdSpecKind(TypedDict):
+    kind: Literal["etcd"]
+
+class EtcdSpec(_EtcdSpecKind, total=False):
+    """Settings of an etcd v3 backend; left-out keys take the core's defaults.
+
+    * ``key_prefix`` — prefix of every key (``"fencepost/"``); the contenders for lock
+      ``name`` put ``{prefix}{name}/{lease id, 16 hex digits}``."""
+
+    key_prefix: str
+
 #: The ``backend`` argument of :class:`Machine` and :func:`check_lock_options`.
-BackendSpec = Union[RedisSpec, PostgresSpec]
+BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec]
 
 class RedisErrorReply(Exception):
     """An error reply of a Redis server (``-ERR …``, ``-LOADING …``) carried as a value:
@@ -113,6 +124,36 @@ class BlockingPop:
         """``timeout_ms / 1000``: the ``BLPOP`` timeout argument."""
 
 @final
+class EtcdCall:
+    """One etcd v3 call: for the JSON gateway, ``POST {endpoint}{path}`` with ``body``;
+    for a gRPC client, ``call`` names the RPC and ``spec_json`` gives the fields (one to
+    one with etcd's protobuf messages). Answer with the JSON document the gateway
+    returned, error documents included. A ``watch`` is a blocking wait (operation
+    ``"wait"``): answer with the first stream line that has ``events`` (or is canceled
+    or compacted), or ``"{}"`` after ``timeout_s``, then cancel the watch."""
+
+    @property
+    def call(self) -> Literal[
+        "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range", "watch", "unsupported"
+    ]:
+        """Which RPC."""
+    @property
+    def path(self) -> str:
+        """The JSON gateway path, e.g. ``"/v3/kv/txn"``."""
+    @property
+    def body(self) -> str:
+        """The JSON gateway request body (keys base64, int64 as strings)."""
+    @property
+    def spec_json(self) -> str:
+        """The call's fields as JSON, in the core's protobuf-shaped form."""
+    @property
+    def is_watch(self) -> bool:
+        """Whether this is a blocking watch."""
+    @property
+    def timeout_s(self) -> Optional[float]:
+        """A watch's timeout in seconds; None for other calls."""
+
+@final
 class SqlStatement:
     """One SQL statement: ``sql`` with ``$1…$n`` placeholders (one may appear several
     times) and ``params`` in order. ``connection`` is ``"any"`` (any connection in
@@ -140,10 +181,10 @@ class Request:
     @property
     def kind(self) -> BodyKind:
         """``"redis"`` (body: :class:`Command`), ``"redis_blpop"``
-        (:class:`BlockingPop`, operation ``"wait"``) or ``"sql"``
-        (:class:`SqlStatement`)."""
+        (:class:`BlockingPop`, operation ``"wait"``), ``"sql"``
+        (:class:`SqlStatement`) or ``"etcd"`` (:class:`EtcdCall`)."""
     @property
-    def body(self) -> Union[Command, BlockingPop, SqlStatement]:
+    def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall]:
         """What to send.
 
         Raises: ConfigError for a body this build cannot run (kind ``"unsupported"``)."""
@@ -417,3 +458,38 @@ def read_xact_lock(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) ->
 
     Raises: ProtocolError for a server error (a missing table says to run the
     migration) or rows of another shape."""
+
+def etcd_holder_key(key_prefix: str, name: str, owner_id: str) -> str:
+    """The etcd key the acquisition ``owner_id`` puts for lock ``name``
+    (``{key_prefix}{name}/{lease id, 16 hex digits}``); while it holds the lock, the
+    key's create revision is its fencing token.
+
+    Raises: ConfigError for arguments that are not str or an owner id that is not 32
+    hex digits."""
+
+def etcd_lease_id(owner_id: str) -> int:
+    """The etcd lease id fencepost uses for ``owner_id`` (its first 8 bytes, big-endian,
+    as a positive int64).
+
+    Raises: ConfigError for an owner id that is not 32 hex digits."""
+
+def etcd_fenced_txn(
+    key_prefix: str,
+    name: str,
+    owner_id: str,
+    token: int,
+    puts: Sequence[Tuple[str, Union[str, bytes]]],
+    deletes: Optional[Sequence[str]] = None,
+) -> EtcdCall:
+    """A transaction that applies ``puts`` and ``deletes`` only while the key of
+    ``owner_id`` for lock ``name`` still has create revision ``token`` (etcd's
+    ``IsOwner`` comparison). Read its reply with :func:`read_etcd_fenced_txn`.
+
+    Raises: ConfigError naming an argument of the wrong type."""
+
+def read_etcd_fenced_txn(name: str, token: int, reply: Union[str, bytes]) -> int:
+    """Reads the reply of :func:`etcd_fenced_txn`: the transaction's revision when it
+    was applied.
+
+    Raises: StaleToken (``highest``: the current holder's token, 0 when nobody holds
+    the lock) when refused; ProtocolError for an error reply or another shape."""

@@ -1,6 +1,7 @@
 //! Backends: how to phrase each request for one kind of lock server and how to read
 //! its reply. A backend never decides *when* to send or whether a lease is valid.
 
+pub mod etcd;
 pub mod postgres;
 pub mod redis;
 
@@ -9,7 +10,9 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ProtocolError;
-use crate::{FencingToken, OwnerId};
+use crate::{FencingToken, Instant, OwnerId};
+
+pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
@@ -23,6 +26,8 @@ pub enum Backend {
     Redis(RedisBackend),
     /// PostgreSQL: lease rows or session-level advisory locks.
     Postgres(PostgresBackend),
+    /// etcd v3: leases, one key per contender, create revisions as tokens.
+    Etcd(EtcdBackend),
 }
 
 impl Default for Backend {
@@ -58,6 +63,8 @@ pub enum RequestBody {
     /// Block on a Redis list (`BLPOP`) until a release wakes this waiter or the
     /// timeout passes (fair hand-off).
     RedisBlpop(RedisBlpop),
+    /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
+    Etcd(EtcdRequest),
 }
 
 /// A backend reply as data, converted by the host's adapter from its client library.
@@ -69,6 +76,9 @@ pub enum Reply {
     Redis(RedisValue),
     /// A SQL reply.
     Sql(SqlReply),
+    /// An etcd reply: the JSON document the v3 JSON gateway returned (or a gRPC
+    /// response in the proto3 JSON mapping), error documents included.
+    Etcd(String),
 }
 
 /// The outcome of an acquire request.
@@ -78,6 +88,26 @@ pub(crate) enum AcquireOutcome {
     Granted(FencingToken),
     /// Another owner holds it; it expires in about `remaining` if not renewed.
     Contended { remaining: Option<Duration> },
+    /// A step of a multi-step acquire succeeded: send the next step now.
+    Continue,
+}
+
+/// A lock's progress through a multi-step backend protocol (etcd), for its current
+/// owner id. Single-request backends keep none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Progress {
+    etcd: Option<etcd::EtcdProgress>,
+}
+
+impl Progress {
+    /// The etcd progress for `owner`, fresh when the owner id changed.
+    fn etcd(&mut self, owner: &OwnerId) -> &mut etcd::EtcdProgress {
+        if self.etcd.as_ref().is_some_and(|p| p.owner() != *owner) {
+            self.etcd = None;
+        }
+        self.etcd
+            .get_or_insert_with(|| etcd::EtcdProgress::new(*owner))
+    }
 }
 
 /// The outcome of a renew or release request.
@@ -105,6 +135,7 @@ impl Backend {
         match self {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
+            Backend::Etcd(_) => "etcd",
         }
     }
 
@@ -112,22 +143,37 @@ impl Backend {
     pub fn tokens_may_regress(&self) -> bool {
         match self {
             Backend::Redis(_) => true,
-            // Lease rows and token rows are durable, transactional state.
-            Backend::Postgres(_) => false,
+            // Lease rows and token rows are durable, transactional state; etcd
+            // revisions are Raft-replicated and only grow.
+            Backend::Postgres(_) | Backend::Etcd(_) => false,
         }
     }
 
-    /// `retry_max_ms` sizes how long a fair waiter stays queued without asking again.
+    /// The next acquire request of `owner`. `retry_max_ms` sizes how long a fair Redis
+    /// waiter stays queued without asking again; etcd phrases the next step of its
+    /// recipe from `progress` (and needs the renew interval and `now` to know when its
+    /// lease's keep-alive is due).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire(
         &self,
         name: &str,
         owner: &OwnerId,
         ttl_ms: u64,
         retry_max_ms: u64,
+        progress: &mut Progress,
+        renew_interval: Duration,
+        now: Instant,
     ) -> RequestBody {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms, retry_max_ms)),
             Backend::Postgres(b) => RequestBody::Sql(b.acquire(name, owner, ttl_ms)),
+            Backend::Etcd(b) => RequestBody::Etcd(b.acquire(
+                name,
+                progress.etcd(owner),
+                ttl_ms,
+                renew_interval,
+                now,
+            )),
         }
     }
 
@@ -135,15 +181,49 @@ impl Backend {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.renew(name, owner, ttl_ms)),
             Backend::Postgres(b) => RequestBody::Sql(b.renew(name, owner, ttl_ms)),
+            Backend::Etcd(b) => RequestBody::Etcd(b.renew(owner)),
         }
     }
 
-    /// `claim_ms` is how long a fair release reserves the lock for the woken waiter.
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RequestBody {
+    /// The user's release (`was_held`) or cancellation of `owner`. `claim_ms` is how
+    /// long a fair Redis release reserves the lock for the woken waiter; etcd deletes
+    /// the held key by its create revision, or revokes the lease when cancelling.
+    pub(crate) fn release(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        claim_ms: u64,
+        progress: &mut Progress,
+        was_held: bool,
+    ) -> RequestBody {
         match self {
             Backend::Redis(b) => RequestBody::Redis(b.release(name, owner, claim_ms)),
             Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
+            Backend::Etcd(b) => {
+                let token = if was_held {
+                    progress.etcd(owner).key_rev()
+                } else {
+                    None
+                };
+                RequestBody::Etcd(b.release(name, owner, token))
+            }
         }
+    }
+
+    /// Frees whatever the server may hold for `owner`, an owner id this machine gave
+    /// up on (or, on etcd, after a release: the lease itself).
+    pub(crate) fn cleanup(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RequestBody {
+        match self {
+            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner, claim_ms)),
+            Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
+            Backend::Etcd(b) => RequestBody::Etcd(b.revoke(owner)),
+        }
+    }
+
+    /// Whether a release is followed by a cleanup of its owner (etcd revokes the lease
+    /// after deleting the key).
+    pub(crate) fn cleanup_after_release(&self) -> bool {
+        matches!(self, Backend::Etcd(_))
     }
 
     /// Whether the lock lives and dies with one connection (PostgreSQL session-level
@@ -154,13 +234,40 @@ impl Backend {
 
     /// Whether contended acquirers are queued on the server and woken by releases.
     pub(crate) fn notifies_waiters(&self) -> bool {
-        matches!(self, Backend::Redis(b) if b.fair)
+        match self {
+            Backend::Redis(b) => b.fair,
+            Backend::Etcd(_) => true,
+            Backend::Postgres(_) => false,
+        }
+    }
+
+    /// When a parked waiter must stop waiting regardless of its backoff: etcd keeps
+    /// the waiter's lease alive, so the watch ends when the next keep-alive is due.
+    pub(crate) fn park_until(
+        &self,
+        owner: &OwnerId,
+        progress: &mut Progress,
+        renew_interval: Duration,
+    ) -> Option<Instant> {
+        match self {
+            Backend::Etcd(_) => progress.etcd(owner).keepalive_due(renew_interval),
+            _ => None,
+        }
     }
 
     /// The blocking wait of a contended acquirer, when the backend notifies waiters.
-    pub(crate) fn wait(&self, name: &str, owner: &OwnerId, timeout_ms: u64) -> Option<RequestBody> {
+    pub(crate) fn wait(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        timeout_ms: u64,
+        progress: &mut Progress,
+    ) -> Option<RequestBody> {
         match self {
             Backend::Redis(b) => b.wait(name, owner, timeout_ms).map(RequestBody::RedisBlpop),
+            Backend::Etcd(b) => b
+                .wait(progress.etcd(owner), timeout_ms)
+                .map(RequestBody::Etcd),
             Backend::Postgres(_) => None,
         }
     }
@@ -168,15 +275,46 @@ impl Backend {
     pub(crate) fn read_wait(&self, reply: &Reply) -> Result<(), ReplyError> {
         match (self, reply) {
             (Backend::Redis(_), Reply::Redis(v)) => redis::read_wait(v),
+            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_wait(v),
             (b, r) => Err(wrong_reply(b, r)),
         }
     }
 
-    pub(crate) fn read_acquire(&self, reply: &Reply) -> Result<AcquireOutcome, ReplyError> {
+    /// Reads an acquire reply, advancing `progress` (etcd). A grant comes with its
+    /// validity base when that is not the request's send (etcd: the lease's last
+    /// confirmed grant or keep-alive).
+    pub(crate) fn read_acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        reply: &Reply,
+        progress: &mut Progress,
+        sent_at: Instant,
+    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
         match (self, reply) {
-            (Backend::Redis(_), Reply::Redis(v)) => redis::read_acquire(v),
-            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_acquire(v),
+            (Backend::Redis(_), Reply::Redis(v)) => redis::read_acquire(v).map(|o| (o, None)),
+            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_acquire(v).map(|o| (o, None)),
+            (Backend::Etcd(b), Reply::Etcd(v)) => {
+                b.read_acquire(name, progress.etcd(owner), sent_at, v)
+            }
             (b, r) => Err(wrong_reply(b, r)),
+        }
+    }
+
+    /// For a late acquire reply: might the server hold the lock (or a queue place)
+    /// for its owner id?
+    pub(crate) fn late_acquire_may_hold(&self, reply: &Reply) -> bool {
+        match (self, reply) {
+            (Backend::Redis(_), Reply::Redis(v)) => {
+                !matches!(redis::read_acquire(v), Ok(AcquireOutcome::Contended { .. }))
+            }
+            (Backend::Postgres(_), Reply::Sql(v)) => !matches!(
+                postgres::read_acquire(v),
+                Ok(AcquireOutcome::Contended { .. })
+            ),
+            // a lease or a queued key, which blocks those behind it until its TTL
+            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::may_hold(v),
+            _ => true,
         }
     }
 
@@ -184,6 +322,7 @@ impl Backend {
         match (self, reply) {
             (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
             (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_owner_check(v),
+            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_owner_check(v),
             (b, r) => Err(wrong_reply(b, r)),
         }
     }

@@ -286,6 +286,11 @@ pub fn read_xact_lock(reply: &SqlReply) -> Result<Option<FencingToken>, Protocol
     match read_acquire(reply) {
         Ok(AcquireOutcome::Granted(token)) => Ok(Some(token)),
         Ok(AcquireOutcome::Contended { .. }) => Ok(None),
+        // never produced by the single-statement PostgreSQL acquire
+        Ok(AcquireOutcome::Continue) => Err(ProtocolError {
+            backend: "postgres".to_owned(),
+            message: "xact lock: unexpected multi-step outcome".to_owned(),
+        }),
         Err(ReplyError::Transient(message)) => Err(ProtocolError {
             backend: "postgres".to_owned(),
             message,

@@ -1,0 +1,399 @@
+"""The etcd v3 adapter: executes the lock machine's requests over etcd's JSON gateway
+with httpx.
+
+``EtcdBackend(httpx.Client(), "http://127.0.0.1:2379")`` serves the blocking API
+(``with lock``, ``lock.acquire_sync()``); ``EtcdBackend(httpx.AsyncClient(), …)``
+serves asyncio (``async with lock``, ``await lock.acquire()``). Requires ``httpx``
+(the ``etcd`` extra: ``pip install fencepost[etcd]``) and etcd ≥ 3.4 (the gateway's
+``/v3/`` paths).
+
+**Why etcd for correctness locks.** etcd replicates every write through Raft before it
+answers, and its revisions increase across the whole cluster, through leader changes:
+the fencing token of an etcd lock (its key's create revision) never goes backwards, so
+``purpose="correctness"`` is allowed without any opt-in.
+
+**The recipe** (etcd's own ``concurrency.Mutex``, decided step by step by the core):
+every contender grants a lease and puts its own key ``{key_prefix}{name}/{lease id}``
+attached to it; the key with the lowest create revision holds the lock and that
+revision is its fencing token. A waiter watches only its immediate predecessor's key
+(no polling, no thundering herd) and is granted in FIFO order; it keeps its own lease
+alive while it waits, and if that lease expires its key goes with it and it is never
+granted on the stale key. Release deletes the key in a transaction comparing its create
+revision, then revokes the lease.
+
+**TTL rounding.** etcd leases have whole-second TTLs: the lease is granted for the
+``ttl`` of :class:`fencepost.Lock` rounded *up* to whole seconds (at least 1 s; etcd may
+raise it further to its minimum, about 1.5 × the election timeout). The lease you hold is
+never believed valid longer than your own ``ttl`` allows (validity is computed from the
+``ttl`` you gave, measured from the send of the last confirmed grant or keep-alive), so
+rounding up only delays *other* contenders when you vanish without releasing. A leader
+change resets every lease's remaining TTL to its full TTL (etcd's documented behaviour):
+again later for others, never earlier.
+
+**Endpoints.** Give every member's client URL: a request that cannot connect moves on
+to the next endpoint at once (it never reached a server); any other transport failure
+is reported to the machine as an unknown outcome and the next request goes to the next
+endpoint. Every reply with a JSON body (error documents included) goes to the machine,
+which decides what is transient (``Unavailable``, leader changes, timeouts).
+
+**Timeouts.** Configure ``timeout`` on the client (httpx's default 5 s is fine): a
+blocking call cannot be cancelled at the request's deadline, so a hung call occupies a
+worker thread until it times out (a lost lease is still reported on time: loss is
+decided by the machine's timer). Each parked waiter holds one connection for its watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+
+from . import _core
+from ._backend import Backend
+from .errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._core import EtcdSpec
+    from .lock import Lease, SyncLease
+
+__all__ = ["EtcdBackend"]
+
+
+def _import_httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(
+            "fencepost.etcd needs httpx: pip install 'fencepost[etcd]'"
+        ) from exc
+    return httpx
+
+
+def _watch_line_done(line: str) -> bool:
+    """Whether a watch stream line ends the wait: it carries events, or the watch was
+    canceled or compacted, or it is an error."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return True  # the machine reads it as a protocol error
+    result = doc.get("result", doc) if isinstance(doc, dict) else {}
+    if not isinstance(result, dict):
+        return True
+    if "error" in doc:
+        return True
+    return bool(
+        result.get("events") or result.get("canceled") or result.get("compact_revision")
+    )
+
+
+class EtcdBackend(Backend):
+    """Locks on an etcd v3 cluster through its JSON gateway, with an httpx client the
+    caller owns.
+
+    Args:
+        client: ``httpx.Client`` for the blocking API, or ``httpx.AsyncClient`` for
+            asyncio. Its ``base_url`` is not used; its timeouts, TLS and auth settings
+            are.
+        endpoints: one client URL (``"http://127.0.0.1:2379"``) or a sequence of them,
+            one per member.
+        key_prefix: prefix of every key (``"fencepost/"``); the contenders for lock
+            ``name`` put ``{prefix}{name}/{lease id, 16 hex digits}``.
+
+    Raises:
+        ConfigError: ``client`` is not an httpx client, ``endpoints`` is empty or holds
+            something other than ``http://`` / ``https://`` URLs, or ``key_prefix`` is
+            not a str. Using an async client with ``with`` (or a sync client with
+            ``async with``) raises ConfigError when the lock is entered.
+    """
+
+    def __init__(
+        self,
+        client: Union[httpx.Client, httpx.AsyncClient, Any],
+        endpoints: Union[str, Sequence[str]],
+        *,
+        key_prefix: str = "fencepost/",
+    ) -> None:
+        super().__init__(key_prefix=key_prefix)
+        httpx_mod = _import_httpx()
+        if isinstance(client, httpx_mod.AsyncClient):
+            self._is_async = True
+        elif isinstance(client, httpx_mod.Client):
+            self._is_async = False
+        else:
+            raise ConfigError(
+                f"client must be an httpx.Client or httpx.AsyncClient, got {client!r}"
+            )
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        urls: List[str] = []
+        for url in endpoints:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"endpoints must be http:// or https:// URLs of etcd members, got {url!r}"
+                )
+            urls.append(url.rstrip("/"))
+        if not urls:
+            raise ConfigError("endpoints must name at least one etcd member")
+        self._client: Any = client
+        self._httpx = httpx_mod
+        self._endpoints: Tuple[str, ...] = tuple(urls)
+        self._next = 0
+        self._endpoint_lock = threading.Lock()
+        self.supports_async = self._is_async
+        self.supports_sync = not self._is_async
+
+    @property
+    def client(self) -> Any:
+        """The httpx client this backend uses."""
+        return self._client
+
+    @property
+    def endpoints(self) -> Tuple[str, ...]:
+        """The members' client URLs, in the order they are tried."""
+        return self._endpoints
+
+    def _machine_spec(self) -> EtcdSpec:
+        return {"kind": "etcd", "key_prefix": self.key_prefix}
+
+    def _mode_error(self, wanted: str) -> ConfigError:
+        if wanted == "async":
+            return ConfigError(
+                "this EtcdBackend wraps a blocking httpx.Client: use `with lock` / "
+                "lock.acquire_sync(), or give it an httpx.AsyncClient for `async with lock`"
+            )
+        return ConfigError(
+            "this EtcdBackend wraps an httpx.AsyncClient: use `async with lock` / "
+            "await lock.acquire(), or give it an httpx.Client for `with lock`"
+        )
+
+    # -- keys --
+
+    def lock_key(self, name: str) -> str:
+        """The prefix under which every contender for ``name`` puts its key."""
+        return f"{self.key_prefix}{name}/"
+
+    def token_key(self, name: str) -> str:
+        """etcd keeps no token counter: the token is the holder key's create revision.
+        Returns the same prefix as :meth:`lock_key`."""
+        return self.lock_key(name)
+
+    def holder_key(self, name: str, owner_id: str) -> str:
+        """The key the acquisition ``owner_id`` (``lease.owner_id``) puts for lock
+        ``name``; while it holds the lock, the key's create revision is its token."""
+        return _core.etcd_holder_key(self.key_prefix, name, owner_id)
+
+    # -- endpoints --
+
+    def _endpoint_order(self) -> List[str]:
+        with self._endpoint_lock:
+            start = self._next
+        n = len(self._endpoints)
+        return [self._endpoints[(start + i) % n] for i in range(n)]
+
+    def _rotate(self, failed: str) -> None:
+        with self._endpoint_lock:
+            if self._endpoints[self._next] == failed:
+                self._next = (self._next + 1) % len(self._endpoints)
+
+    @staticmethod
+    def _answer(response: Any) -> str:
+        """The reply text for the machine: any JSON body (error documents included);
+        a non-JSON body (a proxy's error page) is a transport failure."""
+        text: str = response.text
+        line = text.split("\n", 1)[0].strip()
+        if line.startswith("{"):
+            return line
+        raise BackendError(
+            f"etcd gateway answered HTTP {response.status_code} without a JSON body: {text[:200]!r}"
+        )
+
+    @staticmethod
+    def _unavailable(reply: str) -> bool:
+        """An etcd error a different member may not have (no leader, stopped member)."""
+        return '"code":14' in reply.replace(" ", "")
+
+    # -- execution --
+
+    async def _execute_async(self, command: Any) -> object:
+        if not self._is_async:
+            raise self._mode_error("async")
+        call = command.body if isinstance(command, _core.Request) else command
+        if not isinstance(call, _core.EtcdCall):
+            raise ConfigError(f"EtcdBackend cannot run {command!r}")
+        if call.is_watch:
+            return await self._watch_async(call)
+        httpx = self._httpx
+        last: Optional[BaseException] = None
+        for url in self._endpoint_order():
+            try:
+                response = await self._client.post(url + call.path, content=call.body)
+            except httpx.ConnectError as exc:  # never reached a server: next member
+                last = exc
+                self._rotate(url)
+                continue
+            except Exception:
+                self._rotate(url)
+                raise
+            reply = self._answer(response)
+            if self._unavailable(reply):
+                self._rotate(url)
+            return reply
+        raise BackendError(f"no etcd endpoint reachable ({', '.join(self._endpoints)}): {last}")
+
+    def _execute_sync(self, command: Any) -> object:
+        if self._is_async:
+            raise self._mode_error("sync")
+        call = command.body if isinstance(command, _core.Request) else command
+        if not isinstance(call, _core.EtcdCall):
+            raise ConfigError(f"EtcdBackend cannot run {command!r}")
+        if call.is_watch:
+            return self._watch_sync(call)
+        httpx = self._httpx
+        last: Optional[BaseException] = None
+        for url in self._endpoint_order():
+            try:
+                response = self._client.post(url + call.path, content=call.body)
+            except httpx.ConnectError as exc:
+                last = exc
+                self._rotate(url)
+                continue
+            except Exception:
+                self._rotate(url)
+                raise
+            reply = self._answer(response)
+            if self._unavailable(reply):
+                self._rotate(url)
+            return reply
+        raise BackendError(f"no etcd endpoint reachable ({', '.join(self._endpoints)}): {last}")
+
+    async def _watch_async(self, call: _core.EtcdCall) -> str:
+        """Streams the watch until a line ends the wait or ``call.timeout_s`` passes
+        (then ``"{}"``); leaving the stream cancels the watch."""
+        url = self._endpoint_order()[0]
+        timeout = call.timeout_s or 0.0
+
+        async def stream() -> str:
+            async with self._client.stream(
+                "POST", url + call.path, content=call.body, timeout=None
+            ) as response:
+                async for line in response.aiter_lines():
+                    line = line.strip()
+                    if line and _watch_line_done(line):
+                        return line
+            return "{}"  # the stream ended (member stopped): check again
+
+        try:
+            return await asyncio.wait_for(stream(), timeout)
+        except asyncio.TimeoutError:
+            return "{}"
+        except Exception:
+            self._rotate(url)
+            raise
+
+    def _watch_sync(self, call: _core.EtcdCall) -> str:
+        """Blocking form of :meth:`_watch_async`: httpx's read timeout bounds each wait
+        for a line (the stream's first line, ``created``, comes at once)."""
+        httpx = self._httpx
+        url = self._endpoint_order()[0]
+        timeout = max(call.timeout_s or 0.0, 0.001)
+        try:
+            with self._client.stream(
+                "POST",
+                url + call.path,
+                content=call.body,
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+            ) as response:
+                for line in response.iter_lines():
+                    line = line.strip()
+                    if line and _watch_line_done(line):
+                        return line
+            return "{}"
+        except httpx.ReadTimeout:
+            return "{}"
+        except Exception:
+            self._rotate(url)
+            raise
+
+    # -- fenced writes --
+
+    def _fenced_call(
+        self,
+        lease: Union[Lease, SyncLease],
+        puts: Sequence[Tuple[str, str]],
+        deletes: Sequence[str],
+    ) -> _core.EtcdCall:
+        return _core.etcd_fenced_txn(
+            self.key_prefix, lease.name, lease.owner_id, lease.token, list(puts), list(deletes)
+        )
+
+    async def fenced_txn(
+        self,
+        lease: Lease,
+        puts: Sequence[Tuple[str, str]] = (),
+        deletes: Sequence[str] = (),
+    ) -> int:
+        """Writes to etcd only while ``lease`` still holds its lock: one transaction
+        that compares the create revision of the lease's key with ``lease.token``
+        (etcd's ``IsOwner`` comparison) and, if it still matches, puts every
+        ``(key, value)`` of ``puts`` and deletes every key of ``deletes``.
+
+        Returns:
+            The revision of the transaction.
+
+        Raises:
+            StaleToken: the lease no longer holds the lock (its key was deleted or
+                re-created); nothing was written. ``highest`` is the current holder's
+                token, or 0 when nobody holds the lock.
+            BackendError: no endpoint could be reached, or the call failed in transport
+                (it may or may not have been applied).
+            ProtocolError: etcd answered with an error.
+            ConfigError: an argument of the wrong type, or a backend without asyncio.
+        """
+        call = self._fenced_call(lease, puts, deletes)
+        try:
+            reply = await self._execute_async(call)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"fenced etcd transaction for {lease.name!r} failed: {exc}") from exc
+        return int(_core.read_etcd_fenced_txn(lease.name, lease.token, reply))
+
+    def fenced_txn_sync(
+        self,
+        lease: SyncLease,
+        puts: Sequence[Tuple[str, str]] = (),
+        deletes: Sequence[str] = (),
+    ) -> int:
+        """Blocking form of :meth:`fenced_txn`; same arguments, result and errors."""
+        call = self._fenced_call(lease, puts, deletes)
+        try:
+            reply = self._execute_sync(call)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"fenced etcd transaction for {lease.name!r} failed: {exc}") from exc
+        return int(_core.read_etcd_fenced_txn(lease.name, lease.token, reply))
+
+    async def fenced_set(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
+        """Not available on etcd: use :meth:`fenced_txn`, which needs the lease."""
+        raise ConfigError("EtcdBackend has no fenced_set: use fenced_txn(lease, puts=[(key, value)])")
+
+    def fenced_set_sync(
+        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+    ) -> None:
+        """Not available on etcd: use :meth:`fenced_txn_sync`, which needs the lease."""
+        raise ConfigError(
+            "EtcdBackend has no fenced_set_sync: use fenced_txn_sync(lease, puts=[(key, value)])"
+        )
+
+    def __repr__(self) -> str:
+        kind = "asyncio" if self._is_async else "blocking"
+        return (
+            f"<fencepost.etcd.EtcdBackend {kind} endpoints={list(self._endpoints)!r} "
+            f"key_prefix={self.key_prefix!r}>"
+        )

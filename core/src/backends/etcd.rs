@@ -1,0 +1,973 @@
+//! etcd v3: leases, per-contender keys, and create revisions as fencing tokens.
+//!
+//! The recipe is etcd's own (`clientv3/concurrency.Mutex`), driven step by step by the
+//! lock machine:
+//!
+//! 1. **Lease.** `LeaseGrant` with a lease id derived from the owner id (so a retried
+//!    grant is recognisable: etcd answers *lease already exists*) and the TTL rounded up
+//!    to whole seconds (etcd leases have one-second granularity).
+//! 2. **Key.** One transaction: if the contender's own key
+//!    `{key_prefix}{name}/{lease id as 16 hex digits}` does not exist (create revision
+//!    0), put it attached to the lease; in both branches read the key with the lowest
+//!    create revision under `{key_prefix}{name}/` (the holder) and the contender's
+//!    immediate predecessor. The contender's key's create revision is its **fencing
+//!    token**: etcd revisions increase across the whole cluster, through leader changes.
+//! 3. **Hold or wait.** A contender holds the lock when no key with a lower create
+//!    revision remains. Otherwise it watches its immediate predecessor's key for a
+//!    delete (no polling), keeping its lease alive while it waits; the watch returns
+//!    at the latest when the next keep-alive is due. After a wake-up it runs step 2
+//!    again: the put is skipped (its key exists), so the same transaction re-checks.
+//!    If its lease expired while it waited, etcd deleted its key and the transaction's
+//!    put fails with *lease not found*: it never becomes the holder; it starts again
+//!    with a fresh lease, at the back of the queue.
+//! 4. **Keep-alive** (`LeaseKeepAlive`) every renew interval (TTL/3 by default). A
+//!    reply without a positive `TTL` means the lease is gone: the lock is lost. The
+//!    validity is measured from the send of the last confirmed grant or keep-alive
+//!    (DESIGN.md rule 1), never from the transaction that found the key first.
+//! 5. **Release**: delete the key in a transaction comparing its create revision with
+//!    the token (a retried release whose first reply was lost cannot delete a newer
+//!    key), then revoke the lease.
+//!
+//! Requests are data ([`EtcdRequest`]) in a shape that maps field by field onto etcd's
+//! protobuf messages (for gRPC clients) and renders, with
+//! [`EtcdRequest::gateway_path`] and [`EtcdRequest::gateway_body`], as the v3 JSON
+//! gateway's HTTP calls (for hosts with nothing but `fetch`). Replies are the JSON
+//! documents the gateway returns (a gRPC client serializes its response message with
+//! the proto3 JSON mapping, which is the same shape): keys base64, every int64 a string,
+//! zero and false fields omitted, errors as `{"error", "message", "code"}`.
+
+use core::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{AcquireOutcome, OwnerCheck, ReplyError};
+use crate::error::ProtocolError;
+use crate::{FencingToken, Instant, OwnerId};
+
+/// Settings of the etcd backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EtcdBackend {
+    /// Prefix of every key fencepost writes; default `fencepost/`. The keys of lock
+    /// `name` are `{key_prefix}{name}/{lease id hex}`.
+    pub key_prefix: String,
+}
+
+impl Default for EtcdBackend {
+    fn default() -> Self {
+        EtcdBackend {
+            key_prefix: "fencepost/".to_owned(),
+        }
+    }
+}
+
+/// One etcd call. Field names follow etcd's protobuf messages (`etcdserverpb`);
+/// [`EtcdRequest::gateway_path`] and [`EtcdRequest::gateway_body`] give the JSON
+/// gateway form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EtcdRequest {
+    /// `Lease.LeaseGrant{ID, TTL}`; the id is chosen by the client.
+    LeaseGrant {
+        /// The lease id (positive).
+        id: i64,
+        /// Whole seconds (the lock's TTL rounded up).
+        ttl_s: i64,
+    },
+    /// One `Lease.LeaseKeepAlive{ID}` message; the reply is the first response.
+    LeaseKeepAlive {
+        /// The lease id.
+        id: i64,
+    },
+    /// `Lease.LeaseRevoke{ID}`: deletes every key attached to the lease.
+    LeaseRevoke {
+        /// The lease id.
+        id: i64,
+    },
+    /// `KV.Txn`.
+    Txn(EtcdTxn),
+    /// `KV.Range`.
+    Range(EtcdRange),
+    /// `Watch.Watch` with one `create_request` (filter `NOPUT`: deletes only). Reply
+    /// with the first response that carries `events` (or is canceled / compacted), or
+    /// with `{}` when `timeout_ms` passes first; then cancel the watch. A blocking
+    /// wait: it must not hold up the renewals of other locks.
+    Watch(EtcdWatch),
+}
+
+/// A transaction: if every comparison holds, run `success`, else `failure`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdTxn {
+    /// All must hold.
+    pub compare: Vec<EtcdCompare>,
+    /// Run when every comparison holds.
+    pub success: Vec<EtcdOp>,
+    /// Run otherwise.
+    pub failure: Vec<EtcdOp>,
+}
+
+/// `Compare{target: CREATE, result: EQUAL}`: `key`'s create revision equals
+/// `create_revision` (0: the key does not exist).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdCompare {
+    /// The key (UTF-8).
+    pub key: String,
+    /// The expected create revision.
+    pub create_revision: i64,
+}
+
+/// One operation of a transaction (`RequestOp`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum EtcdOp {
+    /// `request_put`.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+        /// Attach to this lease (0: none).
+        lease: i64,
+    },
+    /// `request_range`.
+    Range(EtcdRange),
+    /// `request_delete_range` of one key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+}
+
+/// `RangeRequest`: `key`, or `[key, range_end)` when `range_end` is set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdRange {
+    /// The key, or the start of the range.
+    pub key: String,
+    /// The end of the range (exclusive); `None` for a single key.
+    pub range_end: Option<String>,
+    /// At most this many keys (0: no limit).
+    pub limit: i64,
+    /// Sort by create revision, if set.
+    pub sort: Option<EtcdSort>,
+    /// Keys and revisions only, no values.
+    pub keys_only: bool,
+    /// Only keys created at or before this revision (0: no filter).
+    pub max_create_revision: i64,
+}
+
+/// `sort_target: CREATE` with `sort_order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdSort {
+    /// Oldest first.
+    CreateAscend,
+    /// Newest first.
+    CreateDescend,
+}
+
+/// A watch for the deletion of one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdWatch {
+    /// The key.
+    pub key: String,
+    /// Watch from this revision (so a delete between the read and the watch is seen).
+    pub start_revision: i64,
+    /// Reply `{}` after this long without an event.
+    pub timeout_ms: u64,
+}
+
+fn b64(s: &str) -> String {
+    B64.encode(s.as_bytes())
+}
+
+impl EtcdRange {
+    fn gateway(&self) -> Value {
+        let mut v = json!({ "key": b64(&self.key) });
+        if let Some(end) = &self.range_end {
+            v["range_end"] = json!(b64(end));
+        }
+        if self.limit != 0 {
+            v["limit"] = json!(self.limit.to_string());
+        }
+        if let Some(sort) = self.sort {
+            v["sort_target"] = json!("CREATE");
+            v["sort_order"] = json!(match sort {
+                EtcdSort::CreateAscend => "ASCEND",
+                EtcdSort::CreateDescend => "DESCEND",
+            });
+        }
+        if self.keys_only {
+            v["keys_only"] = json!(true);
+        }
+        if self.max_create_revision != 0 {
+            v["max_create_revision"] = json!(self.max_create_revision.to_string());
+        }
+        v
+    }
+}
+
+impl EtcdOp {
+    fn gateway(&self) -> Value {
+        match self {
+            EtcdOp::Put { key, value, lease } => {
+                let mut put = json!({ "key": b64(key), "value": b64(value) });
+                if *lease != 0 {
+                    put["lease"] = json!(lease.to_string());
+                }
+                json!({ "request_put": put })
+            }
+            EtcdOp::Range(r) => json!({ "request_range": r.gateway() }),
+            EtcdOp::Delete { key } => json!({ "request_delete_range": { "key": b64(key) } }),
+        }
+    }
+}
+
+impl EtcdRequest {
+    /// The JSON gateway path to POST to, e.g. `/v3/kv/txn`.
+    pub fn gateway_path(&self) -> &'static str {
+        match self {
+            EtcdRequest::LeaseGrant { .. } => "/v3/lease/grant",
+            EtcdRequest::LeaseKeepAlive { .. } => "/v3/lease/keepalive",
+            EtcdRequest::LeaseRevoke { .. } => "/v3/lease/revoke",
+            EtcdRequest::Txn(_) => "/v3/kv/txn",
+            EtcdRequest::Range(_) => "/v3/kv/range",
+            EtcdRequest::Watch(_) => "/v3/watch",
+        }
+    }
+
+    /// The JSON gateway request body: keys base64, int64 as decimal strings.
+    pub fn gateway_body(&self) -> String {
+        let v = match self {
+            EtcdRequest::LeaseGrant { id, ttl_s } => {
+                json!({ "ID": id.to_string(), "TTL": ttl_s.to_string() })
+            }
+            EtcdRequest::LeaseKeepAlive { id } | EtcdRequest::LeaseRevoke { id } => {
+                json!({ "ID": id.to_string() })
+            }
+            EtcdRequest::Txn(t) => json!({
+                "compare": t.compare.iter().map(|c| json!({
+                    "key": b64(&c.key),
+                    "target": "CREATE",
+                    "result": "EQUAL",
+                    "create_revision": c.create_revision.to_string(),
+                })).collect::<Vec<_>>(),
+                "success": t.success.iter().map(EtcdOp::gateway).collect::<Vec<_>>(),
+                "failure": t.failure.iter().map(EtcdOp::gateway).collect::<Vec<_>>(),
+            }),
+            EtcdRequest::Range(r) => r.gateway(),
+            EtcdRequest::Watch(w) => json!({ "create_request": {
+                "key": b64(&w.key),
+                "start_revision": w.start_revision.to_string(),
+                "filters": ["NOPUT"],
+            }}),
+        };
+        v.to_string()
+    }
+
+    /// The watch timeout, for a [`EtcdRequest::Watch`].
+    pub fn watch_timeout_ms(&self) -> Option<u64> {
+        match self {
+            EtcdRequest::Watch(w) => Some(w.timeout_ms),
+            _ => None,
+        }
+    }
+}
+
+/// The lease id fencepost uses for `owner`: its first 8 bytes, big-endian, as a
+/// positive int64 (never 0, which asks etcd to choose).
+pub fn lease_id(owner: &OwnerId) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&owner.0[..8]);
+    let id = i64::from_be_bytes(b) & i64::MAX;
+    if id == 0 {
+        1
+    } else {
+        id
+    }
+}
+
+/// The lease TTL etcd is asked for: whole seconds, rounded up, at least 1.
+pub fn lease_ttl_s(ttl_ms: u64) -> i64 {
+    i64::try_from(ttl_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
+}
+
+impl EtcdBackend {
+    /// The prefix under which every contender for `name` puts its key.
+    pub fn lock_prefix(&self, name: &str) -> String {
+        format!("{}{}/", self.key_prefix, name)
+    }
+
+    /// The key `owner` puts when contending for `name`; while `owner` holds the lock,
+    /// its create revision is the fencing token.
+    pub fn holder_key(&self, name: &str, owner: &OwnerId) -> String {
+        format!("{}{:016x}", self.lock_prefix(name), lease_id(owner))
+    }
+
+    fn prefix_range(&self, name: &str, limit: i64, sort: EtcdSort, max_create: i64) -> EtcdRange {
+        let prefix = self.lock_prefix(name);
+        // '/' + 1 == '0': the range [prefix, end) is every key under the prefix.
+        let end = format!("{}{}0", self.key_prefix, name);
+        EtcdRange {
+            key: prefix,
+            range_end: Some(end),
+            limit,
+            sort: Some(sort),
+            keys_only: true,
+            max_create_revision: max_create,
+        }
+    }
+
+    /// Builds a transaction that runs `success` only while `key` (see
+    /// [`EtcdBackend::holder_key`]) still has create revision `token`, i.e. while the
+    /// lease that got `token` still holds the lock (etcd's `IsOwner` comparison). The
+    /// failure branch reads the current holder, so [`read_etcd_fenced_txn`] can say
+    /// who holds the lock now.
+    pub fn fenced_txn(
+        &self,
+        name: &str,
+        key: &str,
+        token: FencingToken,
+        success: Vec<EtcdOp>,
+    ) -> EtcdRequest {
+        EtcdRequest::Txn(EtcdTxn {
+            compare: vec![EtcdCompare {
+                key: key.to_owned(),
+                create_revision: i64::try_from(token.get()).unwrap_or(i64::MAX),
+            }],
+            success,
+            failure: vec![EtcdOp::Range(self.prefix_range(
+                name,
+                1,
+                EtcdSort::CreateAscend,
+                0,
+            ))],
+        })
+    }
+}
+
+/// The outcome of a fenced etcd transaction (see [`EtcdBackend::fenced_txn`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EtcdFenced {
+    /// The comparison held: the operations ran. Carries the transaction's revision.
+    Applied {
+        /// The revision the transaction produced (or read at).
+        revision: i64,
+    },
+    /// The lease no longer holds the lock; nothing was written. `holder` is the
+    /// current holder's token, if anyone holds the lock.
+    Refused {
+        /// The current holder's fencing token.
+        holder: Option<FencingToken>,
+    },
+}
+
+/// Reads the reply of [`EtcdBackend::fenced_txn`].
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
+    let v = parse(reply).map_err(|e| match e {
+        ReplyError::Protocol(p) => p,
+        ReplyError::Transient(m) => protocol(m),
+    })?;
+    if v.get("succeeded").and_then(Value::as_bool) == Some(true) {
+        return Ok(EtcdFenced::Applied {
+            revision: header_revision(&v).unwrap_or(0),
+        });
+    }
+    let holder = response_kvs(&v, 0, "response_range")
+        .and_then(|kvs| kvs.first().and_then(|kv| int_field(kv, "create_revision")))
+        .and_then(|r| u64::try_from(r).ok())
+        .map(FencingToken);
+    Ok(EtcdFenced::Refused { holder })
+}
+
+// ---- per-lock progress ------------------------------------------------------------
+
+/// Where the lease of the current owner stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeaseState {
+    /// Not granted (or lost): grant it.
+    None,
+    /// etcd says it exists, but not since when (a retried grant): keep it alive first.
+    Exists,
+    /// Confirmed alive by the grant or keep-alive sent at `base`.
+    Live { base: Instant },
+}
+
+/// Which step an acquire request was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Grant,
+    KeepAlive,
+    Txn,
+    Predecessor,
+}
+
+/// One lock's progress through the recipe, for its current owner id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EtcdProgress {
+    owner: OwnerId,
+    lease: LeaseState,
+    /// The create revision of this owner's key, once seen.
+    key_rev: Option<i64>,
+    /// The predecessor's key and the revision to watch it from.
+    predecessor: Option<(String, i64)>,
+    pending: Step,
+}
+
+impl EtcdProgress {
+    pub(crate) fn new(owner: OwnerId) -> Self {
+        EtcdProgress {
+            owner,
+            lease: LeaseState::None,
+            key_rev: None,
+            predecessor: None,
+            pending: Step::Grant,
+        }
+    }
+
+    pub(crate) fn owner(&self) -> OwnerId {
+        self.owner
+    }
+
+    /// The create revision of this owner's key (the token once held).
+    pub(crate) fn key_rev(&self) -> Option<i64> {
+        self.key_rev
+    }
+
+    /// When the next keep-alive is due while waiting.
+    pub(crate) fn keepalive_due(&self, renew_interval: Duration) -> Option<Instant> {
+        match self.lease {
+            LeaseState::Live { base } => Some(base + renew_interval),
+            _ => None,
+        }
+    }
+
+    /// The validity base: the send of the last confirmed grant or keep-alive.
+    pub(crate) fn lease_base(&self) -> Option<Instant> {
+        match self.lease {
+            LeaseState::Live { base } => Some(base),
+            _ => None,
+        }
+    }
+
+    fn lose_lease(&mut self) {
+        self.lease = LeaseState::None;
+        self.key_rev = None;
+        self.predecessor = None;
+    }
+}
+
+impl EtcdBackend {
+    /// The next acquire step for `progress` at `now`.
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        progress: &mut EtcdProgress,
+        ttl_ms: u64,
+        renew_interval: Duration,
+        now: Instant,
+    ) -> EtcdRequest {
+        let id = lease_id(&progress.owner);
+        let keepalive_due = progress
+            .keepalive_due(renew_interval)
+            .is_some_and(|due| now >= due);
+        match progress.lease {
+            LeaseState::None => {
+                progress.pending = Step::Grant;
+                EtcdRequest::LeaseGrant {
+                    id,
+                    ttl_s: lease_ttl_s(ttl_ms),
+                }
+            }
+            LeaseState::Exists => {
+                progress.pending = Step::KeepAlive;
+                EtcdRequest::LeaseKeepAlive { id }
+            }
+            LeaseState::Live { .. } if keepalive_due => {
+                progress.pending = Step::KeepAlive;
+                EtcdRequest::LeaseKeepAlive { id }
+            }
+            LeaseState::Live { .. } => match (progress.key_rev, &progress.predecessor) {
+                // Our key is known but its predecessor is not (first seen in a failure
+                // branch without a known revision): find the predecessor.
+                (Some(rev), None) if progress.pending == Step::Txn => {
+                    progress.pending = Step::Predecessor;
+                    EtcdRequest::Range(self.prefix_range(name, 1, EtcdSort::CreateDescend, rev - 1))
+                }
+                _ => {
+                    progress.pending = Step::Txn;
+                    EtcdRequest::Txn(self.acquire_txn(name, &progress.owner, progress.key_rev))
+                }
+            },
+        }
+    }
+
+    fn acquire_txn(&self, name: &str, owner: &OwnerId, key_rev: Option<i64>) -> EtcdTxn {
+        let key = self.holder_key(name, owner);
+        let mut failure = vec![
+            EtcdOp::Range(EtcdRange {
+                key: key.clone(),
+                range_end: None,
+                limit: 0,
+                sort: None,
+                keys_only: true,
+                max_create_revision: 0,
+            }),
+            EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
+        ];
+        if let Some(rev) = key_rev {
+            failure.push(EtcdOp::Range(self.prefix_range(
+                name,
+                1,
+                EtcdSort::CreateDescend,
+                rev - 1,
+            )));
+        }
+        EtcdTxn {
+            compare: vec![EtcdCompare {
+                key: key.clone(),
+                create_revision: 0,
+            }],
+            success: vec![
+                EtcdOp::Put {
+                    key,
+                    value: owner.to_string(),
+                    lease: lease_id(owner),
+                },
+                EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
+                // ours (the newest) and the one before it
+                EtcdOp::Range(self.prefix_range(name, 2, EtcdSort::CreateDescend, 0)),
+            ],
+            failure,
+        }
+    }
+
+    /// Reads the reply to the acquire step in `progress.pending`, updating `progress`.
+    /// `Granted` carries the validity base (the lease's last confirmed send).
+    pub(crate) fn read_acquire(
+        &self,
+        name: &str,
+        progress: &mut EtcdProgress,
+        sent_at: Instant,
+        reply: &str,
+    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
+        let v = match parse(reply) {
+            Ok(v) => v,
+            // A put whose lease has expired: our key is gone; start over.
+            Err(ReplyError::Protocol(_)) if grpc_code(reply) == Some(NOT_FOUND) => {
+                progress.lose_lease();
+                return Ok((AcquireOutcome::Continue, None));
+            }
+            Err(ReplyError::Protocol(_))
+                if grpc_code(reply) == Some(FAILED_PRECONDITION)
+                    && progress.pending == Step::Grant =>
+            {
+                // "lease already exists": an earlier grant of ours landed.
+                progress.lease = LeaseState::Exists;
+                return Ok((AcquireOutcome::Continue, None));
+            }
+            Err(e) => return Err(e),
+        };
+        match progress.pending {
+            Step::Grant => {
+                if int_field(&v, "TTL").is_some_and(|t| t > 0) {
+                    progress.lease = LeaseState::Live { base: sent_at };
+                    Ok((AcquireOutcome::Continue, None))
+                } else {
+                    Err(ReplyError::Protocol(protocol(format!(
+                        "lease grant: expected a positive TTL, got {reply}"
+                    ))))
+                }
+            }
+            Step::KeepAlive => {
+                if keepalive_ttl(&v).is_some_and(|t| t > 0) {
+                    progress.lease = LeaseState::Live { base: sent_at };
+                } else {
+                    // The lease expired while we waited: so did our key.
+                    progress.lose_lease();
+                }
+                Ok((AcquireOutcome::Continue, None))
+            }
+            Step::Predecessor => {
+                let kvs = v.get("kvs").and_then(Value::as_array);
+                match kvs.and_then(|k| k.first()) {
+                    Some(kv) => {
+                        progress.predecessor = Some(watch_target(kv, &v)?);
+                        Ok((AcquireOutcome::Contended { remaining: None }, None))
+                    }
+                    // No predecessor left: check again.
+                    None => Ok((AcquireOutcome::Continue, None)),
+                }
+            }
+            Step::Txn => self.read_acquire_txn(name, progress, &v),
+        }
+    }
+
+    fn read_acquire_txn(
+        &self,
+        name: &str,
+        progress: &mut EtcdProgress,
+        v: &Value,
+    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
+        let key = self.holder_key(name, &progress.owner);
+        let shape = || {
+            ReplyError::Protocol(protocol(format!(
+                "acquire transaction: unexpected reply {v}"
+            )))
+        };
+        let succeeded = v.get("succeeded").and_then(Value::as_bool) == Some(true);
+        let (my_rev, first, before) = if succeeded {
+            let put_rev = v
+                .pointer("/responses/0/response_put/header/revision")
+                .and_then(as_int)
+                .ok_or_else(shape)?;
+            let first = response_kvs(v, 1, "response_range").ok_or_else(shape)?;
+            let newest = response_kvs(v, 2, "response_range").ok_or_else(shape)?;
+            // newest-first: [ours, predecessor]
+            let before = newest
+                .iter()
+                .find(|kv| kv_key(kv).as_deref() != Some(key.as_str()));
+            (put_rev, first, before.cloned())
+        } else {
+            let mine = response_kvs(v, 0, "response_range").ok_or_else(shape)?;
+            let mine = mine.first().ok_or_else(shape)?;
+            if int_field(mine, "lease") != Some(lease_id(&progress.owner)) {
+                return Err(ReplyError::Protocol(protocol(format!(
+                    "acquire transaction: key {key} is attached to another lease: {mine}"
+                ))));
+            }
+            let rev = int_field(mine, "create_revision").ok_or_else(shape)?;
+            let first = response_kvs(v, 1, "response_range").ok_or_else(shape)?;
+            let before = if progress.key_rev == Some(rev) {
+                response_kvs(v, 2, "response_range").and_then(|k| k.first().cloned())
+            } else {
+                None
+            };
+            (rev, first, before)
+        };
+        let known = progress.key_rev == Some(my_rev);
+        progress.key_rev = Some(my_rev);
+        let holder_rev = first
+            .first()
+            .and_then(|kv| int_field(kv, "create_revision"));
+        if holder_rev == Some(my_rev) {
+            let base = progress.lease_base().ok_or_else(shape)?;
+            let token = u64::try_from(my_rev).map_err(|_| shape())?;
+            progress.predecessor = None;
+            return Ok((AcquireOutcome::Granted(FencingToken(token)), Some(base)));
+        }
+        if holder_rev.is_none_or(|h| h > my_rev) {
+            // Our key is not in the prefix range: it cannot be (the reply is
+            // inconsistent); read again.
+            return Err(ReplyError::Transient(format!(
+                "acquire transaction: own key {key} (revision {my_rev}) not seen first or after the holder"
+            )));
+        }
+        match before {
+            Some(kv) => {
+                progress.predecessor = Some(watch_target(&kv, v)?);
+            }
+            None if succeeded || known => {
+                // Nobody before us but the holder is not us: cannot be; read again.
+                progress.predecessor = None;
+                return Ok((AcquireOutcome::Continue, None));
+            }
+            None => {
+                // First sight of our revision (a retried put): find the predecessor.
+                progress.predecessor = None;
+                return Ok((AcquireOutcome::Continue, None));
+            }
+        }
+        Ok((AcquireOutcome::Contended { remaining: None }, None))
+    }
+
+    /// The watch a contended acquirer parks on: its predecessor's deletion, for at
+    /// most `timeout_ms`.
+    pub(crate) fn wait(&self, progress: &EtcdProgress, timeout_ms: u64) -> Option<EtcdRequest> {
+        let (key, start_revision) = progress.predecessor.clone()?;
+        Some(EtcdRequest::Watch(EtcdWatch {
+            key,
+            start_revision,
+            timeout_ms,
+        }))
+    }
+
+    /// Keep-alive of `owner`'s lease.
+    pub(crate) fn renew(&self, owner: &OwnerId) -> EtcdRequest {
+        EtcdRequest::LeaseKeepAlive {
+            id: lease_id(owner),
+        }
+    }
+
+    /// Release of a held lock: delete the key if its create revision is still
+    /// `token`. Without a token (cancelling an acquisition), revoke the lease.
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId, token: Option<i64>) -> EtcdRequest {
+        match token {
+            Some(rev) => {
+                let key = self.holder_key(name, owner);
+                EtcdRequest::Txn(EtcdTxn {
+                    compare: vec![EtcdCompare {
+                        key: key.clone(),
+                        create_revision: rev,
+                    }],
+                    success: vec![EtcdOp::Delete { key: key.clone() }],
+                    // never empty: a failed transaction then still has `responses`,
+                    // which tells its reply from a revoke's bare header
+                    failure: vec![EtcdOp::Range(EtcdRange {
+                        key,
+                        range_end: None,
+                        limit: 0,
+                        sort: None,
+                        keys_only: true,
+                        max_create_revision: 0,
+                    })],
+                })
+            }
+            None => self.revoke(owner),
+        }
+    }
+
+    /// Revokes `owner`'s lease (and with it every key attached to it).
+    pub(crate) fn revoke(&self, owner: &OwnerId) -> EtcdRequest {
+        EtcdRequest::LeaseRevoke {
+            id: lease_id(owner),
+        }
+    }
+}
+
+/// A late acquire-step reply: might the server hold a key (or lease) for its owner?
+pub(crate) fn may_hold(reply: &str) -> bool {
+    // Any reply but "lease not found" may mean a lease or a queued key exists.
+    grpc_code(reply) != Some(NOT_FOUND)
+}
+
+/// Reads a keep-alive, release-transaction or revoke reply.
+pub(crate) fn read_owner_check(reply: &str) -> Result<OwnerCheck, ReplyError> {
+    if grpc_code(reply) == Some(NOT_FOUND) {
+        return Ok(OwnerCheck::NotHeld);
+    }
+    let v = parse(reply)?;
+    if v.get("result").is_some() {
+        // keep-alive
+        return Ok(if keepalive_ttl(&v).is_some_and(|t| t > 0) {
+            OwnerCheck::Done
+        } else {
+            OwnerCheck::NotHeld
+        });
+    }
+    if v.get("responses").is_some() || v.get("succeeded").is_some() {
+        return Ok(
+            if v.get("succeeded").and_then(Value::as_bool) == Some(true) {
+                OwnerCheck::Done
+            } else {
+                OwnerCheck::NotHeld
+            },
+        );
+    }
+    if v.get("TTL").is_some() {
+        // a keep-alive response without the stream wrapper (gRPC clients)
+        return Ok(if keepalive_ttl(&v).is_some_and(|t| t > 0) {
+            OwnerCheck::Done
+        } else {
+            OwnerCheck::NotHeld
+        });
+    }
+    if v.get("header").is_some() {
+        // a revoke: `{"header": …}` (release transactions always carry `responses`)
+        return Ok(OwnerCheck::Done);
+    }
+    Err(ReplyError::Protocol(protocol(format!(
+        "expected a keep-alive, transaction or revoke reply, got {reply}"
+    ))))
+}
+
+/// Reads a watch reply: any non-error reply means "check again".
+pub(crate) fn read_wait(reply: &str) -> Result<(), ReplyError> {
+    parse(reply).map(|_| ())
+}
+
+// ---- JSON helpers ----------------------------------------------------------------
+
+const NOT_FOUND: i64 = 5;
+const FAILED_PRECONDITION: i64 = 9;
+
+fn protocol(message: String) -> ProtocolError {
+    ProtocolError {
+        backend: "etcd".to_owned(),
+        message,
+    }
+}
+
+/// The gRPC status code of an error reply, if it is one.
+fn grpc_code(reply: &str) -> Option<i64> {
+    let v: Value = serde_json::from_str(reply).ok()?;
+    error_code(&v).map(|(c, _)| c)
+}
+
+fn error_code(v: &Value) -> Option<(i64, String)> {
+    // unary: {"error": "...", "message": "...", "code": 5}
+    if let Some(code) = v.get("code").and_then(as_int) {
+        if v.get("error").is_some() || v.get("message").is_some() {
+            let msg = v
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            return Some((code, msg));
+        }
+    }
+    // streams: {"error": {"grpc_code": 5, "http_code": 404, "message": "..."}}
+    if let Some(e) = v.get("error").filter(|e| e.is_object()) {
+        let code = e
+            .get("grpc_code")
+            .or_else(|| e.get("code"))
+            .and_then(as_int)?;
+        let msg = e
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        return Some((code, msg));
+    }
+    None
+}
+
+/// Parses a reply; error replies become `Transient` (codes retrying may fix) or
+/// `Protocol`.
+fn parse(reply: &str) -> Result<Value, ReplyError> {
+    let v: Value = serde_json::from_str(reply).map_err(|e| {
+        ReplyError::Protocol(protocol(format!("reply is not JSON ({e}): {reply:.200}")))
+    })?;
+    if let Some((code, message)) = error_code(&v) {
+        // CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
+        // UNAVAILABLE: leader changes, timeouts, overload.
+        return Err(if matches!(code, 1 | 2 | 4 | 8 | 10 | 13 | 14) {
+            ReplyError::Transient(format!("etcd error {code}: {message}"))
+        } else {
+            ReplyError::Protocol(protocol(format!("etcd error {code}: {message}")))
+        });
+    }
+    Ok(v)
+}
+
+/// int64 fields come as strings from the gateway, as numbers from some clients.
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+fn int_field(v: &Value, field: &str) -> Option<i64> {
+    v.get(field).and_then(as_int)
+}
+
+fn header_revision(v: &Value) -> Option<i64> {
+    v.pointer("/header/revision").and_then(as_int)
+}
+
+/// The `TTL` of a keep-alive reply, with or without the stream's `result` wrapper.
+/// Absent (the gateway omits zero fields) reads as 0: the lease is gone.
+fn keepalive_ttl(v: &Value) -> Option<i64> {
+    let r = v.get("result").unwrap_or(v);
+    Some(int_field(r, "TTL").unwrap_or(0))
+}
+
+/// The `kvs` of response number `i` (an empty list when omitted).
+fn response_kvs(v: &Value, i: usize, kind: &str) -> Option<Vec<Value>> {
+    let r = v.get("responses")?.as_array()?.get(i)?.get(kind)?;
+    Some(
+        r.get("kvs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    )
+}
+
+fn kv_key(kv: &Value) -> Option<String> {
+    let raw = kv.get("key")?.as_str()?;
+    let bytes = B64.decode(raw).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The predecessor to watch and the revision to watch it from (just after the reply's
+/// revision, so a delete in between is seen).
+fn watch_target(kv: &Value, reply: &Value) -> Result<(String, i64), ReplyError> {
+    let key = kv_key(kv).ok_or_else(|| {
+        ReplyError::Protocol(protocol(format!("a key that is not base64 UTF-8: {kv}")))
+    })?;
+    let rev = header_revision(reply).unwrap_or(0);
+    Ok((key, rev + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_bodies_use_base64_keys_and_string_int64() {
+        let b = EtcdBackend::default();
+        let owner = OwnerId([0xab; 16]);
+        let key = b.holder_key("report", &owner);
+        assert_eq!(key, "fencepost/report/2bababababababab");
+        assert_eq!(lease_id(&owner), 0x2bab_abab_abab_abab);
+        assert_eq!(lease_ttl_s(1), 1);
+        assert_eq!(lease_ttl_s(1000), 1);
+        assert_eq!(lease_ttl_s(1001), 2);
+        let grant = EtcdRequest::LeaseGrant { id: 7, ttl_s: 2 };
+        assert_eq!(grant.gateway_path(), "/v3/lease/grant");
+        assert_eq!(grant.gateway_body(), r#"{"ID":"7","TTL":"2"}"#);
+        let txn = EtcdRequest::Txn(b.acquire_txn("r", &owner, None));
+        let body: Value = serde_json::from_str(&txn.gateway_body()).unwrap();
+        assert_eq!(body["compare"][0]["create_revision"], "0");
+        assert_eq!(
+            body["success"][0]["request_put"]["lease"],
+            lease_id(&owner).to_string()
+        );
+        assert_eq!(
+            body["success"][1]["request_range"]["range_end"],
+            b64("fencepost/r0")
+        );
+        assert_eq!(body["success"][2]["request_range"]["sort_order"], "DESCEND");
+    }
+
+    #[test]
+    fn error_codes_are_classified() {
+        assert!(matches!(
+            parse(
+                r#"{"error":"etcdserver: leader changed","message":"etcdserver: leader changed","code":14}"#
+            ),
+            Err(ReplyError::Transient(_))
+        ));
+        assert!(matches!(
+            parse(r#"{"error":{"grpc_code":5,"http_code":404,"message":"x"}}"#),
+            Err(ReplyError::Protocol(_))
+        ));
+        assert_eq!(
+            read_owner_check(r#"{"result":{"header":{},"ID":"9"}}"#),
+            Ok(OwnerCheck::NotHeld)
+        );
+        assert_eq!(
+            read_owner_check(r#"{"result":{"header":{},"ID":"9","TTL":"3"}}"#),
+            Ok(OwnerCheck::Done)
+        );
+        assert_eq!(
+            read_owner_check(
+                r#"{"error":"etcdserver: requested lease not found","message":"m","code":5}"#
+            ),
+            Ok(OwnerCheck::NotHeld)
+        );
+        assert_eq!(
+            read_owner_check(r#"{"header":{"revision":"4"},"succeeded":true}"#),
+            Ok(OwnerCheck::Done)
+        );
+        assert!(read_owner_check("nope").is_err());
+    }
+}
