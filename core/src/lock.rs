@@ -155,6 +155,9 @@ pub(crate) struct Lock {
     cleanups: Vec<OwnerId>,
     /// Progress through a multi-step acquire (etcd), for the current owner id.
     progress: Progress,
+    /// What a two-step release's first step found (etcd: the delete transaction,
+    /// before the lease is revoked).
+    release_verdict: Option<OwnerCheck>,
     last_error: Option<String>,
 }
 
@@ -182,6 +185,7 @@ impl Lock {
             timer: None,
             cleanups: Vec::new(),
             progress: Progress::default(),
+            release_verdict: None,
             last_error: None,
         }
     }
@@ -783,35 +787,35 @@ impl Lock {
         reply: Result<&Reply, String>,
     ) {
         let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
-        let settled = matches!(outcome, Ok(Ok(_)));
-        if was_held && ctx.backend.cleanup_after_release() && settled {
-            // etcd: the key is deleted (or was not ours); revoke the lease too.
-            self.send_cleanup(ctx, self.owner, 0);
+        if was_held && ctx.backend.cleanup_after_release() {
+            if let Ok(Ok(check)) = outcome {
+                // etcd: the key is deleted (or was no longer ours); revoke the lease
+                // before reporting, so nothing is left running after the release.
+                self.release_verdict = Some(check);
+                self.send_release(ctx, 0, deadline, false);
+                return;
+            }
         }
         match outcome {
-            Ok(Ok(OwnerCheck::Done)) => {
-                self.finish(ctx, Event::Released);
-            }
-            Ok(Ok(OwnerCheck::NotHeld)) => {
-                if !was_held {
-                    // A cancelled acquisition that never took the lock.
-                    self.finish(ctx, Event::Released);
+            Ok(Ok(check)) => {
+                // A cancelled acquisition (or etcd's revoke) reports what the release
+                // transaction found, if there was one.
+                let check = if was_held {
+                    check
                 } else {
-                    self.finish(
-                        ctx,
-                        Event::Lost {
-                            reason: LostReason::NotHeldAtRelease,
-                        },
-                    );
-                }
+                    self.release_verdict.unwrap_or(OwnerCheck::Done)
+                };
+                self.finish_release(ctx, check);
             }
             Err(_) | Ok(Err(_)) => {
                 let attempt = attempt + 1;
                 if attempt >= RELEASE_ATTEMPTS || ctx.now >= deadline {
                     if was_held && ctx.backend.cleanup_after_release() {
+                        // the key's fate is unknown: revoking the lease frees it
                         self.send_cleanup(ctx, self.owner, 0);
                     }
-                    self.finish(ctx, Event::Released);
+                    let check = self.release_verdict.unwrap_or(OwnerCheck::Done);
+                    self.finish_release(ctx, check);
                 } else {
                     let retry_at =
                         ctx.now + ctx.jitter(self.options.retry_base.saturating_mul(1 << attempt));
@@ -824,6 +828,25 @@ impl Lock {
                     };
                 }
             }
+        }
+    }
+
+    /// Reports the end of a release: `NotHeld` means the server no longer held the
+    /// lease for this owner (only possible for a lease that was held).
+    fn finish_release(&mut self, ctx: &mut Ctx<'_>, check: OwnerCheck) {
+        let lost = check == OwnerCheck::NotHeld
+            && matches!(self.state, State::Releasing { was_held: true, .. })
+            || self.release_verdict == Some(OwnerCheck::NotHeld);
+        if lost {
+            self.finish(
+                ctx,
+                Event::Lost {
+                    reason: LostReason::NotHeldAtRelease,
+                },
+            );
+        } else {
+            // Done, or a cancelled acquisition that never took the lock.
+            self.finish(ctx, Event::Released);
         }
     }
 

@@ -279,8 +279,8 @@ class EtcdBackend(Backend):
             async with self._client.stream(
                 "POST", url + call.path, content=call.body, timeout=None
             ) as response:
-                async for line in response.aiter_lines():
-                    line = line.strip()
+                async for raw in response.aiter_lines():
+                    line = str(raw).strip()
                     if line and _watch_line_done(line):
                         return line
             return "{}"  # the stream ended (member stopped): check again
@@ -306,8 +306,8 @@ class EtcdBackend(Backend):
                 content=call.body,
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
             ) as response:
-                for line in response.iter_lines():
-                    line = line.strip()
+                for raw in response.iter_lines():
+                    line = str(raw).strip()
                     if line and _watch_line_done(line):
                         return line
             return "{}"
@@ -354,7 +354,7 @@ class EtcdBackend(Backend):
         """
         call = self._fenced_call(lease, puts, deletes)
         try:
-            reply = await self._execute_async(call)
+            reply = str(await self._execute_async(call))
         except (ConfigError, BackendError):
             raise
         except Exception as exc:
@@ -370,7 +370,7 @@ class EtcdBackend(Backend):
         """Blocking form of :meth:`fenced_txn`; same arguments, result and errors."""
         call = self._fenced_call(lease, puts, deletes)
         try:
-            reply = self._execute_sync(call)
+            reply = str(self._execute_sync(call))
         except (ConfigError, BackendError):
             raise
         except Exception as exc:
