@@ -50,10 +50,12 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
     assert _core.Machine(key_prefix="x:", seed=1).backend_kind == "redis"
     pg = _core.Machine({"kind": "postgres", "mode": "session", "namespace": "app"}, seed=1)
     assert pg.backend_kind == "postgres"
+    assert _core.Machine({"kind": "etcd", "key_prefix": "app/"}, seed=1).backend_kind == "etcd"
     bad: List[Any] = [
         ("redis:", "must be a dict"),
         ({}, "must have a 'kind'"),
-        ({"kind": "etcd"}, "'redis' or 'postgres'"),
+        ({"kind": "zookeeper"}, "'redis', 'postgres' or 'etcd'"),
+        ({"kind": "etcd", "fair": True}, "unknown etcd backend setting 'fair'"),
         ({"kind": "redis", "mode": "lease"}, "unknown redis backend setting 'mode'"),
         ({"kind": "redis", "fair": 1}, r"backend\['fair'\] must be True or False"),
         ({"kind": "postgres", "mode": "advisory"}, "'lease' or 'session'"),
@@ -67,9 +69,10 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
         _core.Machine({"kind": "redis"}, key_prefix="x:")
 
 
-def test_correctness_locks_are_allowed_on_postgres_only_without_the_opt_in() -> None:
+def test_correctness_locks_are_allowed_on_postgres_and_etcd_without_the_opt_in() -> None:
     args = ("job", 1_000 * NS, "correctness", False, None, 10 * NS, 500 * NS, None, True, 0.01, 2 * NS)
     _core.check_lock_options(*args, backend={"kind": "postgres"})
+    _core.check_lock_options(*args, backend={"kind": "etcd"})
     with pytest.raises(ConfigError, match="unsafe"):
         _core.check_lock_options(*args)
     with pytest.raises(ConfigError, match="unsafe"):
