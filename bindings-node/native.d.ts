@@ -24,20 +24,23 @@ export declare class Fence {
 }
 
 /**
- * The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
+ * The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
  *
  * Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
  * earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
  */
 export declare class Machine {
   /**
-   * `keyPrefix` prefixes every Redis key (default `"fencepost:"`). `seed` (a bigint)
-   * makes owner ids and jitter deterministic, for tests only; without it the machine
-   * seeds itself from the operating system's secure randomness. `fair` (default false)
-   * turns on fair, instant hand-off: contended acquirers queue on the server and park
-   * on a blocking pop (requests with `backend: "redis_blpop"`, `operation: "wait"`).
+   * `keyPrefix` prefixes every key (default `"fencepost:"` on Redis, `"fencepost/"` on
+   * etcd). `seed` (a bigint) makes owner ids and jitter deterministic, for tests only;
+   * without it the machine seeds itself from the operating system's secure randomness.
+   * `fair` (default false, Redis only) turns on fair, instant hand-off: contended
+   * acquirers queue on the server and park on a blocking pop (requests with
+   * `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
+   * `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
+   * "wait"`).
    */
-  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null)
+  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
   check(name: string, options: LockOptionsMs): void
   /** Starts acquiring `name`; returns the new lock id. */
@@ -45,8 +48,11 @@ export declare class Machine {
   /** Releases `lock`, or cancels its acquisition. A finished lock ignores it. */
   release(nowMs: number, lock: number): void
   /**
-   * The server's reply to request `request`, as the Redis client returned it (see the
-   * conversion table in `to_redis_value`). Replies to unknown requests are ignored.
+   * The server's reply to request `request`: on a Redis machine, as the Redis client
+   * returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
+   * JSON text the gateway answered (error documents included; for a watch, the first
+   * line with events, or `"{}"` at its timeout); a value that is not text is read as a
+   * protocol error. Replies to unknown requests are ignored.
    */
   reply(nowMs: number, request: number, value: unknown): void
   /**
@@ -108,6 +114,27 @@ export declare class MemoryRedis {
 /** Version of the fencepost-core crate compiled into this addon. */
 export declare function coreVersion(): string
 
+/**
+ * A fenced etcd transaction as a gateway call `{ backend: "etcd", call: "txn", path, body }`:
+ * puts every `[key, value]` of `puts` and deletes every key of `deletes` only while the
+ * key of `ownerId` for lock `name` still has create revision `token` (etcd's `IsOwner`
+ * comparison). Read the reply with `readEtcdFencedTxn`.
+ */
+export declare function etcdFencedTxn(keyPrefix: string, name: string, ownerId: string, token: bigint, puts: Array<Array<string>>, deletes?: Array<string> | undefined | null): { backend: 'etcd', call: 'txn', path: string, body: string }
+
+/**
+ * The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
+ * (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+ * create revision is its fencing token.
+ */
+export declare function etcdHolderKey(keyPrefix: string, name: string, ownerId: string): string
+
+/**
+ * The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
+ * positive int64), as a bigint.
+ */
+export declare function etcdLeaseId(ownerId: string): bigint
+
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
 
@@ -130,6 +157,15 @@ export interface LockOptionsMs {
   driftFactor?: number
   clockMarginMs?: number
 }
+
+/**
+ * Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
+ * `{ ok: true, revision }` (a bigint) when applied; `{ ok: false, stale: { resource,
+ * token, highest, message } }` when the lease no longer holds the lock (`highest` = the
+ * current holder's token, `0n` when nobody holds it); `{ ok: false, protocol: message }`
+ * for an error document or a reply of another shape (a value that is not text too).
+ */
+export declare function readEtcdFencedTxn(name: string, token: bigint, reply: unknown): { ok: boolean, revision?: bigint, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }
 
 /**
  * Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,

@@ -10,7 +10,12 @@
 //!   (`performance.now()`), converted here once to the core's nanoseconds:
 //!   `round(ms × 1e6)`, saturating. A time that is not finite or is negative is refused.
 //! * Lock and request ids are `number`s (integers below 2^53).
-//! * Fencing tokens are `bigint`, never a lossy `number`.
+//! * Fencing tokens, etcd lease ids and etcd revisions are `bigint`, never a lossy
+//!   `number` (etcd request bodies carry them as decimal strings, as the JSON gateway does).
+//! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default)
+//!   or `"etcd"`. Its requests carry `backend: "redis"` (a script call), `"redis_blpop"` (a
+//!   fair waiter's blocking pop) or `"etcd"` (a JSON gateway call), and `reply` reads a
+//!   Redis client's value or, on an etcd machine, the gateway's JSON text.
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's `UsageError` serde tag, `option` = the core's option
 //!   name, `detail` = the message without the option name) or `"ERR_CLOCK"` (time went
@@ -21,6 +26,9 @@
 
 use core::time::Duration;
 
+use fencepost_core::backends::etcd::{
+    self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
+};
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
@@ -234,12 +242,34 @@ fn lock_options(env: &Env, o: &LockOptionsMs) -> napi::Result<LockOptions> {
     Ok(options)
 }
 
-fn redis_backend(key_prefix: Option<String>, fair: Option<bool>) -> Backend {
-    let defaults = RedisSettings::default();
-    Backend::Redis(RedisSettings {
-        key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
-        fair: fair.unwrap_or(defaults.fair),
-    })
+/// The backend a machine speaks: `kind` `"redis"` (default) or `"etcd"`. `fair` is a Redis
+/// option (etcd locks are always FIFO): `fair: true` on etcd is refused.
+fn backend(
+    env: &Env,
+    kind: Option<&str>,
+    key_prefix: Option<String>,
+    fair: Option<bool>,
+) -> napi::Result<Backend> {
+    match kind.unwrap_or("redis") {
+        "redis" => {
+            let defaults = RedisSettings::default();
+            Ok(Backend::Redis(RedisSettings {
+                key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
+                fair: fair.unwrap_or(defaults.fair),
+            }))
+        }
+        "etcd" if fair == Some(true) => Err(config_error(
+            env,
+            "fair applies to Redis machines only: etcd locks are always granted in FIFO order",
+        )),
+        "etcd" => Ok(Backend::Etcd(EtcdSettings {
+            key_prefix: key_prefix.unwrap_or_else(|| EtcdSettings::default().key_prefix),
+        })),
+        other => Err(config_error(
+            env,
+            &format!("kind must be 'redis' or 'etcd', got {other:?}"),
+        )),
+    }
 }
 
 // ---- replies: JS value -> RedisValue -> JS value -------------------------------------------
@@ -423,6 +453,75 @@ fn from_redis_value<'env>(env: &'env Env, value: &RedisValue) -> napi::Result<Un
     Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), raw) })
 }
 
+// ---- etcd: replies as JSON text, requests as gateway calls ---------------------------------
+
+/// An etcd reply as the JSON text the gateway returned: a `string` (or UTF-8 bytes in a
+/// `Buffer` / `Uint8Array`). Never fails: anything else becomes text naming what it was,
+/// which the core reads as a protocol error.
+fn etcd_reply_text(value: Unknown<'_>) -> String {
+    let text = (|| -> napi::Result<Result<String, String>> {
+        Ok(match value.get_type()? {
+            ValueType::String => Ok(unsafe { value.cast::<String>()? }),
+            ValueType::Object if value.is_buffer()? => {
+                let bytes = unsafe { value.cast::<BufferSlice>()? };
+                String::from_utf8(bytes.to_vec()).map_err(|_| "bytes that are not UTF-8".to_owned())
+            }
+            other => Err(format!("a value of type {other}")),
+        })
+    })();
+    match text {
+        Ok(Ok(text)) => text,
+        Ok(Err(what)) => format!("<not an etcd JSON reply: {what}>"),
+        Err(_) => "<not an etcd JSON reply: reading it threw>".to_owned(),
+    }
+}
+
+/// The name of an etcd call, as requests carry it in `call`.
+fn etcd_call_name(req: &EtcdRequest) -> &'static str {
+    #[allow(unreachable_patterns)]
+    match req {
+        EtcdRequest::LeaseGrant { .. } => "lease_grant",
+        EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
+        EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
+        EtcdRequest::Txn(_) => "txn",
+        EtcdRequest::Range(_) => "range",
+        EtcdRequest::Watch(_) => "watch",
+        _ => "unsupported",
+    }
+}
+
+/// Sets `backend: "etcd"`, `call`, `path`, `body` and, for a watch, `timeoutMs` on `o`.
+fn set_etcd_call(o: &mut Object<'_>, req: &EtcdRequest) -> napi::Result<()> {
+    o.set("backend", "etcd")?;
+    o.set("call", etcd_call_name(req))?;
+    o.set("path", req.gateway_path())?;
+    o.set("body", req.gateway_body())?;
+    if let Some(ms) = req.watch_timeout_ms() {
+        // whole milliseconds; exact as a number below 2^53 (a TTL is at most 2^31 ms)
+        o.set("timeoutMs", ms as f64)?;
+    }
+    Ok(())
+}
+
+/// An owner id: 32 hex digits (the form `Machine.owner` returns).
+fn owner_id(env: &Env, hex: &str) -> napi::Result<fencepost_core::OwnerId> {
+    let bad = || {
+        let shown: String = hex.chars().take(40).collect();
+        config_error(
+            env,
+            &format!("ownerId must be 32 hex digits (lease.ownerId), got {shown:?}"),
+        )
+    };
+    if hex.len() != 32 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(fencepost_core::OwnerId(bytes))
+}
+
 // ---- outputs --------------------------------------------------------------------------------
 
 fn script_name(script: RedisScript) -> &'static str {
@@ -492,8 +591,8 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
                 },
             )?;
             o.set("deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
-            // This addon only builds Redis machines; another backend's body (the core's
-            // enum is growing: PostgreSQL, etcd) is labelled, never a panic, and the
+            // This addon builds Redis and etcd machines; another backend's body (the
+            // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
             // adapter reports it as a failed request.
             #[allow(unreachable_patterns)]
             match &req.body {
@@ -511,6 +610,9 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
                     // whole milliseconds, ≥ 1; exact as a number below 2^53
                     o.set("timeoutMs", b.timeout_ms as f64)?;
                 }
+                // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
+                // or `timeoutMs`.
+                RequestBody::Etcd(req) => set_etcd_call(&mut o, req)?,
                 _ => o.set("backend", "unsupported")?,
             }
         }
@@ -560,7 +662,7 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
 
 // ---- Machine --------------------------------------------------------------------------------
 
-/// The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
+/// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
 /// earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
@@ -571,19 +673,23 @@ pub struct Machine {
 
 #[napi]
 impl Machine {
-    /// `keyPrefix` prefixes every Redis key (default `"fencepost:"`). `seed` (a bigint)
-    /// makes owner ids and jitter deterministic, for tests only; without it the machine
-    /// seeds itself from the operating system's secure randomness. `fair` (default false)
-    /// turns on fair, instant hand-off: contended acquirers queue on the server and park
-    /// on a blocking pop (requests with `backend: "redis_blpop"`, `operation: "wait"`).
+    /// `keyPrefix` prefixes every key (default `"fencepost:"` on Redis, `"fencepost/"` on
+    /// etcd). `seed` (a bigint) makes owner ids and jitter deterministic, for tests only;
+    /// without it the machine seeds itself from the operating system's secure randomness.
+    /// `fair` (default false, Redis only) turns on fair, instant hand-off: contended
+    /// acquirers queue on the server and park on a blocking pop (requests with
+    /// `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
+    /// `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
+    /// "wait"`).
     #[napi(constructor)]
     pub fn new(
         env: Env,
         key_prefix: Option<String>,
         seed: Option<BigInt>,
         fair: Option<bool>,
+        kind: Option<String>,
     ) -> napi::Result<Self> {
-        let backend = redis_backend(key_prefix, fair);
+        let backend = backend(&env, kind.as_deref(), key_prefix, fair)?;
         let inner = match seed {
             Some(seed) => CoreMachine::with_seed(backend, bigint_u64(&env, &seed, "seed")?),
             None => CoreMachine::new(backend)
@@ -628,8 +734,11 @@ impl Machine {
         self.feed(&env, input)
     }
 
-    /// The server's reply to request `request`, as the Redis client returned it (see the
-    /// conversion table in `to_redis_value`). Replies to unknown requests are ignored.
+    /// The server's reply to request `request`: on a Redis machine, as the Redis client
+    /// returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
+    /// JSON text the gateway answered (error documents included; for a watch, the first
+    /// line with events, or `"{}"` at its timeout); a value that is not text is read as a
+    /// protocol error. Replies to unknown requests are ignored.
     #[napi]
     pub fn reply(
         &mut self,
@@ -638,10 +747,16 @@ impl Machine {
         request: f64,
         value: Unknown<'_>,
     ) -> napi::Result<()> {
+        let now = instant(&env, now_ms)?;
+        let request = RequestId(id(&env, request, "request")?);
+        let reply = match self.inner.backend() {
+            Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(value)),
+            _ => Reply::Redis(to_redis_value(&env, value, 0)),
+        };
         let input = Input::Reply {
-            now: instant(&env, now_ms)?,
-            request: RequestId(id(&env, request, "request")?),
-            reply: Reply::Redis(to_redis_value(&env, value, 0)),
+            now,
+            request,
+            reply,
         };
         self.feed(&env, input)
     }
@@ -991,6 +1106,114 @@ pub fn token_key(key_prefix: String, name: String) -> String {
         ..RedisSettings::default()
     }
     .token_key(&name)
+}
+
+/// The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
+/// (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+/// create revision is its fencing token.
+#[napi]
+pub fn etcd_holder_key(
+    env: Env,
+    key_prefix: String,
+    name: String,
+    owner_id: String,
+) -> napi::Result<String> {
+    let owner = self::owner_id(&env, &owner_id)?;
+    Ok(EtcdSettings { key_prefix }.holder_key(&name, &owner))
+}
+
+/// The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
+/// positive int64), as a bigint.
+#[napi]
+pub fn etcd_lease_id(env: Env, owner_id: String) -> napi::Result<BigInt> {
+    let owner = self::owner_id(&env, &owner_id)?;
+    Ok(BigInt::from(etcd::lease_id(&owner)))
+}
+
+/// A fenced etcd transaction as a gateway call `{ backend: "etcd", call: "txn", path, body }`:
+/// puts every `[key, value]` of `puts` and deletes every key of `deletes` only while the
+/// key of `ownerId` for lock `name` still has create revision `token` (etcd's `IsOwner`
+/// comparison). Read the reply with `readEtcdFencedTxn`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'txn', path: string, body: string }")]
+pub fn etcd_fenced_txn<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    name: String,
+    owner_id: String,
+    token: BigInt,
+    puts: Vec<Vec<String>>,
+    deletes: Option<Vec<String>>,
+) -> napi::Result<Object<'env>> {
+    let owner = self::owner_id(env, &owner_id)?;
+    let token = self::token(env, &token)?;
+    let mut ops = Vec::with_capacity(puts.len());
+    for (i, pair) in puts.into_iter().enumerate() {
+        let [key, value]: [String; 2] = pair.try_into().map_err(|pair: Vec<String>| {
+            config_error(
+                env,
+                &format!(
+                    "puts[{i}] must be a [key, value] pair of strings, got {} items",
+                    pair.len()
+                ),
+            )
+        })?;
+        ops.push(EtcdOp::Put {
+            key,
+            value,
+            lease: 0,
+        });
+    }
+    for key in deletes.unwrap_or_default() {
+        ops.push(EtcdOp::Delete { key });
+    }
+    let settings = EtcdSettings { key_prefix };
+    let key = settings.holder_key(&name, &owner);
+    let mut o = Object::new(env)?;
+    set_etcd_call(&mut o, &settings.fenced_txn(&name, &key, token, ops))?;
+    Ok(o)
+}
+
+/// Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
+/// `{ ok: true, revision }` (a bigint) when applied; `{ ok: false, stale: { resource,
+/// token, highest, message } }` when the lease no longer holds the lock (`highest` = the
+/// current holder's token, `0n` when nobody holds it); `{ ok: false, protocol: message }`
+/// for an error document or a reply of another shape (a value that is not text too).
+#[napi(
+    ts_return_type = "{ ok: boolean, revision?: bigint, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }"
+)]
+pub fn read_etcd_fenced_txn<'env>(
+    env: &'env Env,
+    name: String,
+    token: BigInt,
+    reply: Unknown<'_>,
+) -> napi::Result<Object<'env>> {
+    let token = self::token(env, &token)?;
+    let mut o = Object::new(env)?;
+    #[allow(unreachable_patterns)]
+    match etcd::read_etcd_fenced_txn(&etcd_reply_text(reply)) {
+        Ok(EtcdFenced::Applied { revision }) => {
+            o.set("ok", true)?;
+            o.set("revision", BigInt::from(revision))?;
+        }
+        Ok(EtcdFenced::Refused { holder }) => {
+            let stale = fencepost_core::StaleToken {
+                resource: name,
+                token,
+                highest: holder.unwrap_or(FencingToken(0)),
+            };
+            o.set("ok", false)?;
+            o.set("stale", stale_object(env, &stale)?)?;
+        }
+        Ok(_) => {
+            o.set("ok", false)?;
+            o.set("protocol", "unknown fenced transaction outcome")?;
+        }
+        Err(protocol) => {
+            o.set("ok", false)?;
+            o.set("protocol", protocol.to_string())?;
+        }
+    }
+    Ok(o)
 }
 
 /// Version of the fencepost-core crate compiled into this addon.

@@ -10,7 +10,12 @@
 //!   (`performance.now()`), converted here once to the core's nanoseconds:
 //!   `round(ms × 1e6)`, saturating. A time that is not finite or is negative is refused.
 //! * Lock and request ids are `number`s (integers below 2^53).
-//! * Fencing tokens are `bigint`, never a lossy `number`.
+//! * Fencing tokens, etcd lease ids and etcd revisions are `bigint`, never a lossy
+//!   `number` (etcd request bodies carry them as decimal strings, as the JSON gateway does).
+//! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default)
+//!   or `"etcd"`. Its requests carry `backend: "redis"` (a script call), `"redis_blpop"` (a
+//!   fair waiter's blocking pop) or `"etcd"` (a JSON gateway call), and `reply` reads a
+//!   Redis client's value or, on an etcd machine, the gateway's JSON text.
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's `UsageError` serde tag, `option` = the core's option
 //!   name, `detail` = the message without the option name), `"ERR_CLOCK"` (time went
@@ -32,6 +37,9 @@
 
 use core::time::Duration;
 
+use fencepost_core::backends::etcd::{
+    self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
+};
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
@@ -343,12 +351,31 @@ fn lock_options(o: &JsValue) -> Result<LockOptions, JsValue> {
     Ok(options)
 }
 
-fn redis_backend(key_prefix: Option<String>, fair: Option<bool>) -> Backend {
-    let defaults = RedisSettings::default();
-    Backend::Redis(RedisSettings {
-        key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
-        fair: fair.unwrap_or(defaults.fair),
-    })
+/// The backend a machine speaks: `kind` `"redis"` (default) or `"etcd"`. `fair` is a Redis
+/// option (etcd locks are always FIFO): `fair: true` on etcd is refused.
+fn backend(
+    kind: Option<&str>,
+    key_prefix: Option<String>,
+    fair: Option<bool>,
+) -> Result<Backend, JsValue> {
+    match kind.unwrap_or("redis") {
+        "redis" => {
+            let defaults = RedisSettings::default();
+            Ok(Backend::Redis(RedisSettings {
+                key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
+                fair: fair.unwrap_or(defaults.fair),
+            }))
+        }
+        "etcd" if fair == Some(true) => Err(config_error(
+            "fair applies to Redis machines only: etcd locks are always granted in FIFO order",
+        )),
+        "etcd" => Ok(Backend::Etcd(EtcdSettings {
+            key_prefix: key_prefix.unwrap_or_else(|| EtcdSettings::default().key_prefix),
+        })),
+        other => Err(config_error(&format!(
+            "kind must be 'redis' or 'etcd', got {other:?}"
+        ))),
+    }
 }
 
 // ---- replies: JS value -> RedisValue -> JS value -------------------------------------------
@@ -486,6 +513,72 @@ fn from_redis_value(value: &RedisValue) -> JsValue {
     }
 }
 
+// ---- etcd: replies as JSON text, requests as gateway calls ---------------------------------
+
+/// An etcd reply as the JSON text the gateway returned: a `string` (or UTF-8 bytes in a
+/// `Uint8Array`). Never fails and runs no user code: anything else becomes text naming
+/// what it was, which the core reads as a protocol error.
+fn etcd_reply_text(value: &JsValue) -> String {
+    if let Some(text) = value.as_string() {
+        return text;
+    }
+    let what = if let Some(bytes) = value.dyn_ref::<Uint8Array>() {
+        match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => return text,
+            Err(_) => "bytes that are not UTF-8".to_owned(),
+        }
+    } else {
+        format!("a value of type {}", type_name(value))
+    };
+    format!("<not an etcd JSON reply: {what}>")
+}
+
+/// The name of an etcd call, as requests carry it in `call`.
+fn etcd_call_name(req: &EtcdRequest) -> &'static str {
+    #[allow(unreachable_patterns)]
+    match req {
+        EtcdRequest::LeaseGrant { .. } => "lease_grant",
+        EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
+        EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
+        EtcdRequest::Txn(_) => "txn",
+        EtcdRequest::Range(_) => "range",
+        EtcdRequest::Watch(_) => "watch",
+        _ => "unsupported",
+    }
+}
+
+/// Sets `backend: "etcd"`, `call`, `path`, `body` and, for a watch, `timeoutMs` on `o`.
+fn set_etcd_call(o: &JsValue, req: &EtcdRequest) -> Result<(), JsValue> {
+    put(o, "backend", "etcd")?;
+    put(o, "call", etcd_call_name(req))?;
+    put(o, "path", req.gateway_path())?;
+    put(o, "body", req.gateway_body())?;
+    if let Some(ms) = req.watch_timeout_ms() {
+        // whole milliseconds; exact as a number below 2^53 (a TTL is at most 2^31 ms)
+        put(o, "timeoutMs", ms as f64)?;
+    }
+    Ok(())
+}
+
+/// An owner id: 32 hex digits (the form `Machine.owner` returns).
+fn owner_id(value: &JsValue) -> Result<fencepost_core::OwnerId, JsValue> {
+    let hex = string(value, "ownerId")?;
+    let bad = || {
+        let shown: String = hex.chars().take(40).collect();
+        config_error(&format!(
+            "ownerId must be 32 hex digits (lease.ownerId), got {shown:?}"
+        ))
+    };
+    if hex.len() != 32 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(fencepost_core::OwnerId(bytes))
+}
+
 // ---- outputs --------------------------------------------------------------------------------
 
 fn script_name(script: RedisScript) -> &'static str {
@@ -546,8 +639,8 @@ fn output_object(output: Output) -> Result<Option<JsValue>, JsValue> {
                 },
             )?;
             put(&o, "deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
-            // This module only builds Redis machines; another backend's body (the core's
-            // enum is growing: PostgreSQL, etcd) is labelled, never a panic, and the
+            // This module builds Redis and etcd machines; another backend's body (the
+            // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
             // adapter reports it as a failed request.
             #[allow(unreachable_patterns)]
             match &req.body {
@@ -565,6 +658,9 @@ fn output_object(output: Output) -> Result<Option<JsValue>, JsValue> {
                     // whole milliseconds, ≥ 1; exact as a number below 2^53
                     put(&o, "timeoutMs", b.timeout_ms as f64)?;
                 }
+                // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
+                // or `timeoutMs`.
+                RequestBody::Etcd(req) => set_etcd_call(&o, req)?,
                 _ => put(&o, "backend", "unsupported")?,
             }
         }
@@ -615,7 +711,7 @@ fn output_object(output: Output) -> Result<Option<JsValue>, JsValue> {
 
 // ---- Machine --------------------------------------------------------------------------------
 
-/// The sans-IO lock machine for a Redis backend: many locks, no I/O, no clock.
+/// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
 /// earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
@@ -626,20 +722,32 @@ pub struct Machine {
 
 #[wasm_bindgen(js_class = Machine)]
 impl Machine {
-    /// `keyPrefix` prefixes every Redis key (default `"fencepost:"`). `seed` (a bigint)
-    /// makes owner ids and jitter deterministic, for tests only; without it the machine
-    /// seeds itself from Web Crypto (`crypto.getRandomValues`), which workers provide
-    /// only inside a request handler (else `ERR_BACKEND`). `fair` (default false) turns on
-    /// fair, instant hand-off: contended acquirers queue on the server and park on a
-    /// blocking pop (requests with `backend: "redis_blpop"`, `operation: "wait"`).
+    /// `keyPrefix` prefixes every key (default `"fencepost:"` on Redis, `"fencepost/"` on
+    /// etcd). `seed` (a bigint) makes owner ids and jitter deterministic, for tests only;
+    /// without it the machine seeds itself from Web Crypto (`crypto.getRandomValues`),
+    /// which workers provide only inside a request handler (else `ERR_BACKEND`). `fair`
+    /// (default false, Redis only) turns on fair, instant hand-off: contended acquirers
+    /// queue on the server and park on a blocking pop (requests with `backend:
+    /// "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or `"etcd"`
+    /// (requests with `backend: "etcd"`; a waiter parks on a watch, `operation: "wait"`).
     #[wasm_bindgen(constructor)]
-    pub fn new(key_prefix: JsValue, seed: JsValue, fair: JsValue) -> Result<Machine, JsValue> {
+    pub fn new(
+        key_prefix: JsValue,
+        seed: JsValue,
+        fair: JsValue,
+        kind: JsValue,
+    ) -> Result<Machine, JsValue> {
         let fair = if fair.is_undefined() || fair.is_null() {
             None
         } else {
             Some(boolean(&fair, "fair")?)
         };
-        let backend = redis_backend(optional_string(&key_prefix, "keyPrefix")?, fair);
+        let kind = optional_string(&kind, "kind")?;
+        let backend = backend(
+            kind.as_deref(),
+            optional_string(&key_prefix, "keyPrefix")?,
+            fair,
+        )?;
         let inner = if seed.is_undefined() || seed.is_null() {
             CoreMachine::new(backend).map_err(|e| {
                 error(
@@ -691,18 +799,27 @@ impl Machine {
         self.feed(input)
     }
 
-    /// The server's reply to request `request`, as the Redis client returned it (see the
-    /// conversion table in `to_redis_value`). Replies to unknown requests are ignored.
+    /// The server's reply to request `request`: on a Redis machine, as the Redis client
+    /// returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
+    /// JSON text the gateway answered (error documents included; for a watch, the first
+    /// line with events, or `"{}"` at its timeout); a value that is not text is read as a
+    /// protocol error. Replies to unknown requests are ignored.
     pub fn reply(
         &mut self,
         now_ms: JsValue,
         request: JsValue,
         value: JsValue,
     ) -> Result<(), JsValue> {
+        let now = instant(&now_ms)?;
+        let request = RequestId(id(&request, "request")?);
+        let reply = match self.inner.backend() {
+            Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(&value)),
+            _ => Reply::Redis(to_redis_value(&value, 0)),
+        };
         let input = Input::Reply {
-            now: instant(&now_ms)?,
-            request: RequestId(id(&request, "request")?),
-            reply: Reply::Redis(to_redis_value(&value, 0)),
+            now,
+            request,
+            reply,
         };
         self.feed(input)
     }
@@ -1039,6 +1156,134 @@ pub fn token_key(key_prefix: JsValue, name: JsValue) -> Result<String, JsValue> 
         ..RedisSettings::default()
     }
     .token_key(&string(&name, "name")?))
+}
+
+/// The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
+/// (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+/// create revision is its fencing token.
+#[wasm_bindgen(js_name = etcdHolderKey)]
+pub fn etcd_holder_key(
+    key_prefix: JsValue,
+    name: JsValue,
+    owner_id: JsValue,
+) -> Result<String, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let name = string(&name, "name")?;
+    let owner = self::owner_id(&owner_id)?;
+    Ok(EtcdSettings { key_prefix }.holder_key(&name, &owner))
+}
+
+/// The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
+/// positive int64), as a bigint.
+#[wasm_bindgen(js_name = etcdLeaseId)]
+pub fn etcd_lease_id(owner_id: JsValue) -> Result<JsValue, JsValue> {
+    Ok(JsValue::from(etcd::lease_id(&self::owner_id(&owner_id)?)))
+}
+
+/// `[key, value]` pairs of strings.
+fn string_pairs(value: &JsValue, name: &str) -> Result<Vec<(String, String)>, JsValue> {
+    if !is_array(value).unwrap_or(false) {
+        return Err(config_error(&format!(
+            "{name} must be an array of [key, value] pairs, got {}",
+            type_name(value)
+        )));
+    }
+    let length = field(value, "length")?
+        .and_then(|n| n.as_f64())
+        .unwrap_or(0.0);
+    let mut out = Vec::new();
+    let mut i = 0.0;
+    while i < length {
+        let item = get(value, &JsValue::from_f64(i))?;
+        let pair = string_array(&item, &format!("{name}[{i}]"))?;
+        let [key, value]: [String; 2] = pair.try_into().map_err(|pair: Vec<String>| {
+            config_error(&format!(
+                "{name}[{i}] must be a [key, value] pair of strings, got {} items",
+                pair.len()
+            ))
+        })?;
+        out.push((key, value));
+        i += 1.0;
+    }
+    Ok(out)
+}
+
+/// A fenced etcd transaction as a gateway call `{ backend: "etcd", call: "txn", path, body }`:
+/// puts every `[key, value]` of `puts` and deletes every key of `deletes` only while the
+/// key of `ownerId` for lock `name` still has create revision `token` (etcd's `IsOwner`
+/// comparison). Read the reply with `readEtcdFencedTxn`.
+#[wasm_bindgen(js_name = etcdFencedTxn)]
+pub fn etcd_fenced_txn(
+    key_prefix: JsValue,
+    name: JsValue,
+    owner_id: JsValue,
+    token: JsValue,
+    puts: JsValue,
+    deletes: JsValue,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let name = string(&name, "name")?;
+    let owner = self::owner_id(&owner_id)?;
+    let token = self::token(&token)?;
+    let mut ops: Vec<EtcdOp> = string_pairs(&puts, "puts")?
+        .into_iter()
+        .map(|(key, value)| EtcdOp::Put {
+            key,
+            value,
+            lease: 0,
+        })
+        .collect();
+    if !deletes.is_undefined() && !deletes.is_null() {
+        for key in string_array(&deletes, "deletes")? {
+            ops.push(EtcdOp::Delete { key });
+        }
+    }
+    let settings = EtcdSettings { key_prefix };
+    let key = settings.holder_key(&name, &owner);
+    let o: JsValue = Object::new().into();
+    set_etcd_call(&o, &settings.fenced_txn(&name, &key, token, ops))?;
+    Ok(o)
+}
+
+/// Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
+/// `{ ok: true, revision }` (a bigint) when applied; `{ ok: false, stale: { resource,
+/// token, highest, message } }` when the lease no longer holds the lock (`highest` = the
+/// current holder's token, `0n` when nobody holds it); `{ ok: false, protocol: message }`
+/// for an error document or a reply of another shape (a value that is not text too).
+#[wasm_bindgen(js_name = readEtcdFencedTxn)]
+pub fn read_etcd_fenced_txn(
+    name: JsValue,
+    token: JsValue,
+    reply: JsValue,
+) -> Result<JsValue, JsValue> {
+    let name = string(&name, "name")?;
+    let token = self::token(&token)?;
+    let o: JsValue = Object::new().into();
+    #[allow(unreachable_patterns)]
+    match etcd::read_etcd_fenced_txn(&etcd_reply_text(&reply)) {
+        Ok(EtcdFenced::Applied { revision }) => {
+            put(&o, "ok", true)?;
+            put(&o, "revision", JsValue::from(revision))?;
+        }
+        Ok(EtcdFenced::Refused { holder }) => {
+            let stale = fencepost_core::StaleToken {
+                resource: name,
+                token,
+                highest: holder.unwrap_or(FencingToken(0)),
+            };
+            put(&o, "ok", false)?;
+            put(&o, "stale", stale_object(&stale)?)?;
+        }
+        Ok(_) => {
+            put(&o, "ok", false)?;
+            put(&o, "protocol", "unknown fenced transaction outcome")?;
+        }
+        Err(protocol) => {
+            put(&o, "ok", false)?;
+            put(&o, "protocol", protocol.to_string())?;
+        }
+    }
+    Ok(o)
 }
 
 /// Version of the fencepost-core crate compiled into this module.
