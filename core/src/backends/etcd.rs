@@ -474,9 +474,13 @@ impl EtcdBackend {
         now: Instant,
     ) -> EtcdRequest {
         let id = lease_id(&progress.owner);
+        // Within 1 ms of due counts as due: a waiter's watch times out in whole
+        // milliseconds (rounded down), so it returns up to 1 ms before the keep-alive
+        // it stands in for; without the slack the waiter would send a transaction, find
+        // itself still queued, and send the keep-alive a fraction of a ms later.
         let keepalive_due = progress
             .keepalive_due(renew_interval)
-            .is_some_and(|due| now >= due);
+            .is_some_and(|due| now + Duration::from_millis(1) > due);
         match progress.lease {
             LeaseState::None => {
                 progress.pending = Step::Grant;
