@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use core::time::Duration;
 
 use fencepost_core::sim::MemoryRedis;
