@@ -6,7 +6,8 @@
 //!
 //! Schedule `i` of a run uses seed `S + i`; `--trace --schedules 1 --seed X` prints the
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
-//! server-restarts.
+//! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
+//! etcd-drift-beyond (`--mix etcd` runs every etcd mix).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -26,6 +27,31 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
         (
             "server-restarts",
             SimConfig::new(|_| Faults::server_restarts()),
+        ),
+        // the same mixes against the in-memory etcd; its "server restart" is a leader
+        // failover (data kept, lease TTLs reset), inside the model
+        ("etcd-none", SimConfig::new(|_| Faults::none()).etcd()),
+        (
+            "etcd-network",
+            SimConfig::new(|o| Faults::network(o.ttl)).etcd(),
+        ),
+        (
+            "etcd-pauses",
+            SimConfig::new(|o| Faults::pauses(o.ttl)).etcd(),
+        ),
+        ("etcd-drift", SimConfig::new(Faults::drift).etcd()),
+        (
+            "etcd-partitions",
+            SimConfig::new(|o| Faults::partitions(o.ttl)).etcd(),
+        ),
+        ("etcd-all", SimConfig::new(Faults::all).etcd()),
+        (
+            "etcd-failovers",
+            SimConfig::new(|_| Faults::server_restarts()).etcd(),
+        ),
+        (
+            "etcd-drift-beyond",
+            SimConfig::new(Faults::drift_beyond).etcd(),
         ),
     ]
 }
@@ -94,7 +120,11 @@ fn main() -> ExitCode {
     };
     let selected: Vec<_> = mixes()
         .into_iter()
-        .filter(|(name, _)| args.mix == "every" || args.mix == *name)
+        .filter(|(name, _)| {
+            args.mix == "every"
+                || args.mix == *name
+                || (args.mix == "etcd" && name.starts_with("etcd-"))
+        })
         .collect();
     if selected.is_empty() {
         eprintln!("unknown mix {:?}", args.mix);

@@ -1,6 +1,6 @@
 //! The deterministic fault simulator's CI budget: many random schedules per fault mix,
 //! zero violations of S1–S4 inside the declared model, and the checker catching a rule
-//! broken on purpose.
+//! broken on purpose — on Redis, and (a smaller budget) on etcd.
 
 use std::time::Instant as WallClock;
 
@@ -22,6 +22,10 @@ struct Totals {
 }
 
 fn run_mix(name: &str, cfg: SimConfig, expect_clean: bool) -> Totals {
+    run_mix_n(name, cfg, expect_clean, budget())
+}
+
+fn run_mix_n(name: &str, cfg: SimConfig, expect_clean: bool, schedules: u64) -> Totals {
     let started = WallClock::now();
     let mut t = Totals {
         schedules: 0,
@@ -29,7 +33,7 @@ fn run_mix(name: &str, cfg: SimConfig, expect_clean: bool) -> Totals {
         refused: 0,
         explained: 0,
     };
-    for seed in 0..budget() {
+    for seed in 0..schedules {
         let out = Simulation::new(cfg.clone(), seed).run();
         t.schedules += 1;
         t.grants += out.grants;
@@ -157,4 +161,74 @@ fn the_checker_catches_validity_measured_from_the_reply() {
     let (seed, property) = found.expect("a broken rule 1 must be caught within 10,000 schedules");
     assert_eq!(property, Property::S2, "seed {seed}");
     eprintln!("rule 1 sabotaged: caught at seed {seed} as {property}");
+}
+
+// ---- etcd ------------------------------------------------------------------------------
+
+/// Schedules per etcd mix: a tenth of the Redis budget (1,000 by default). An etcd
+/// schedule costs several Redis ones in the dev profile (the backend parses JSON replies
+/// with serde_json, which the dev profile builds unoptimized), so this keeps the etcd
+/// mixes to about 10 s of `cargo test`; `scripts/sim --mix etcd` runs them at scale.
+fn etcd_budget() -> u64 {
+    (budget() / 10).max(1)
+}
+
+fn run_etcd_mix(name: &str, cfg: SimConfig) -> Totals {
+    run_mix_n(name, cfg.etcd(), true, etcd_budget())
+}
+
+#[test]
+fn etcd_without_faults_all_properties_including_liveness() {
+    let t = run_etcd_mix("etcd-none", SimConfig::new(|_| Faults::none()));
+    // three clients, three cycles each, every schedule
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+fn etcd_process_pauses_are_caught_by_the_fence() {
+    let t = run_etcd_mix("etcd-pauses", SimConfig::new(|o| Faults::pauses(o.ttl)));
+    assert!(
+        t.refused > 0,
+        "pauses past the TTL produced stale writes, refused"
+    );
+}
+
+#[test]
+fn etcd_every_in_model_fault_at_once() {
+    run_etcd_mix("etcd-all", SimConfig::new(Faults::all));
+}
+
+#[test]
+fn etcd_leader_failovers_are_inside_the_model() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    assert!(cfg.clone().etcd().within_model());
+    let t = run_etcd_mix("etcd-failovers", cfg);
+    assert_eq!(
+        t.explained, 0,
+        "a failover keeps the data: nothing to explain away"
+    );
+    assert!(t.grants > 0);
+}
+
+#[test]
+fn etcd_drift_beyond_the_bound_is_explained() {
+    let t = run_etcd_mix("etcd-drift-beyond", SimConfig::new(Faults::drift_beyond));
+    assert!(
+        t.explained > 0,
+        "the breach should show up as explained violations"
+    );
+}
+
+#[test]
+fn etcd_the_checker_catches_validity_measured_from_the_reply() {
+    let mut cfg = SimConfig::new(|o| Faults::network(o.ttl)).etcd();
+    cfg.sabotage.validity_from_reply = true;
+    let found = (0..10_000u64).find_map(|seed| {
+        let out = Simulation::new(cfg.clone(), seed).run();
+        let first = out.unexplained().next().map(|v| (seed, v.property));
+        first
+    });
+    let (seed, property) = found.expect("a broken rule 1 must be caught within 10,000 schedules");
+    assert_eq!(property, Property::S2, "seed {seed}");
+    eprintln!("etcd, rule 1 sabotaged: caught at seed {seed} as {property}");
 }

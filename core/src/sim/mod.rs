@@ -14,4 +14,6 @@ mod world;
 
 pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
 pub use redis::MemoryRedis;
-pub use world::{Faults, Outcome, Property, SimConfig, Simulation, Violation, LOCK_NAME};
+pub use world::{
+    Faults, Outcome, Property, SimBackend, SimConfig, Simulation, Violation, LOCK_NAME,
+};

@@ -5,6 +5,15 @@
 //! Every holder writes to the fenced resource inside its critical section (the writes
 //! travel over the network too, so they can arrive late), and [`Checker`] verifies
 //! the properties S1–S4 after every step (see [`Property`]).
+//!
+//! The server is a [`MemoryRedis`] or, with [`SimBackend::Etcd`], a [`MemoryEtcd`]:
+//! contenders queue with one key each and park on watches of their predecessors
+//! (answered by the server when the predecessor is deleted, or by the host when the
+//! watch's timeout passes); leases expire at their exact instant, waking watchers. For
+//! etcd a "server restart" is a leader failover: the cluster answers `leader changed`
+//! (gRPC 14) until a new leader is elected, which resets every lease's remaining TTL
+//! to its full TTL and keeps all data — etcd's documented behaviour, so it is inside
+//! the fault model.
 
 use core::fmt;
 use core::time::Duration;
@@ -14,8 +23,10 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use super::MemoryRedis;
-use crate::backends::{Operation, RedisBackend, RedisValue, Reply};
+use super::etcd::{etcd_error, WATCH_TIMEOUT_REPLY};
+use super::{MemoryEtcd, MemoryRedis};
+use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
+use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
 use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, Request, RequestId,
@@ -51,7 +62,8 @@ pub struct Faults {
     /// Longest partition.
     pub partition_max: Duration,
     /// Probability, per second of virtual time, that the server restarts and loses all
-    /// state (Redis without persistence). Outside the declared model.
+    /// state (Redis without persistence; outside the declared model), or, on etcd, that
+    /// the leader fails over (inside the model: data kept, lease TTLs reset).
     pub p_server_restart: f64,
 }
 
@@ -134,7 +146,8 @@ impl Faults {
         }
     }
 
-    /// Outside the model: the server restarts and forgets every key.
+    /// Outside the model on Redis: the server restarts and forgets every key. On etcd:
+    /// leader failovers, inside the model.
     pub fn server_restarts() -> Self {
         Faults {
             delay_max: Duration::from_millis(2),
@@ -144,8 +157,9 @@ impl Faults {
     }
 
     /// Whether these faults stay inside what `options` declare (drift within the bound,
-    /// a server that keeps its state). Violations of S2 and S3 outside the model are
-    /// reported as explained by the breach.
+    /// a server that keeps its state) on Redis. Violations of S2 and S3 outside the
+    /// model are reported as explained by the breach. See [`SimConfig::within_model`]
+    /// for etcd, whose failovers keep the data.
     pub fn within_model(&self, options: &LockOptions) -> bool {
         self.clock_drift <= options.drift_factor && self.p_server_restart == 0.0
     }
@@ -178,6 +192,8 @@ pub struct SimConfig {
     pub faults: Faults,
     /// Fair hand-off on the Redis backend (queued waiters parked on `BLPOP`).
     pub fair: bool,
+    /// Which server the clients lock on.
+    pub backend: SimBackend,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -198,12 +214,41 @@ impl SimConfig {
             run_for: Duration::from_secs(if fault_free { 30 } else { 5 }),
             cycles_per_client: fault_free.then_some(3),
             fair: false,
+            backend: SimBackend::Redis,
             options,
             faults,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
     }
+}
+
+impl SimConfig {
+    /// The same schedule shape on etcd.
+    pub fn etcd(mut self) -> Self {
+        self.backend = SimBackend::Etcd;
+        self
+    }
+
+    /// Whether the faults stay inside the declared model: drift within the bound, and
+    /// a server that keeps its state (Redis without restarts; etcd, whose failovers
+    /// keep the data and only lengthen leases).
+    pub fn within_model(&self) -> bool {
+        match self.backend {
+            SimBackend::Redis => self.faults.within_model(&self.options),
+            SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
+        }
+    }
+}
+
+/// The server of a simulation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SimBackend {
+    /// [`MemoryRedis`] (with [`SimConfig::fair`] hand-off if set).
+    #[default]
+    Redis,
+    /// [`MemoryEtcd`], the etcd backend's recipe: per-contender keys, watches, leases.
+    Etcd,
 }
 
 /// The properties the checker verifies.
@@ -309,6 +354,13 @@ enum Ev {
         until: Instant,
     },
     ServerRestart,
+    /// A lease on the etcd server runs out (its keys go, watchers wake).
+    LeaseExpiry,
+    /// A client's watch reached its timeout: the host cancels it and answers `{}`.
+    WatchTimeout {
+        client: usize,
+        request: RequestId,
+    },
     /// A blocked `BLPOP` reached its timeout.
     BlpopTimeout {
         client: usize,
@@ -385,6 +437,15 @@ pub struct Simulation {
     queue: BinaryHeap<Reverse<(Instant, u64)>>,
     events: HashMap<u64, Ev>,
     server: MemoryRedis,
+    etcd: MemoryEtcd,
+    /// The etcd cluster has no leader until then (after a failover).
+    etcd_unavailable_until: Instant,
+    /// The lease expiry an `Ev::LeaseExpiry` is queued for.
+    expiry_scheduled: Option<Instant>,
+    /// Watches registered on the etcd server, in the order they arrived.
+    watches: Vec<(usize, RequestId, EtcdWatch)>,
+    /// The create revision of the etcd key that held the lock at the last check.
+    etcd_holder: Option<i64>,
     server_epoch: u32,
     resource: Fence,
     /// Blocked `BLPOP`s in the order they blocked (Redis serves them FIFO).
@@ -394,6 +455,8 @@ pub struct Simulation {
     tracing: bool,
     outcome: Outcome,
     lock_key: String,
+    /// The etcd key prefix of the lock.
+    etcd_prefix: String,
 }
 
 impl Simulation {
@@ -404,12 +467,15 @@ impl Simulation {
             .map(|_| {
                 let drift = cfg.faults.clock_drift;
                 let rate = 1.0 + drift * (2.0 * unit(&mut rng) - 1.0);
-                let backend = RedisBackend {
-                    fair: cfg.fair,
-                    ..RedisBackend::default()
+                let backend = match cfg.backend {
+                    SimBackend::Redis => Backend::Redis(RedisBackend {
+                        fair: cfg.fair,
+                        ..RedisBackend::default()
+                    }),
+                    SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
                 };
                 #[allow(unused_mut)]
-                let mut machine = Machine::with_seed(Backend::Redis(backend), rng.next_u64());
+                let mut machine = Machine::with_seed(backend, rng.next_u64());
                 #[cfg(feature = "sabotage")]
                 machine.sabotage(cfg.sabotage);
                 Client {
@@ -429,7 +495,7 @@ impl Simulation {
                 }
             })
             .collect();
-        let within = cfg.faults.within_model(&cfg.options);
+        let within = cfg.within_model();
         let end = Instant::ZERO + cfg.run_for;
         Simulation {
             checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
@@ -441,6 +507,11 @@ impl Simulation {
             queue: BinaryHeap::new(),
             events: HashMap::new(),
             server: MemoryRedis::new(),
+            etcd: MemoryEtcd::new(),
+            etcd_unavailable_until: Instant::ZERO,
+            expiry_scheduled: None,
+            watches: Vec::new(),
+            etcd_holder: None,
             server_epoch: 0,
             resource: Fence::new(),
             blocked: Vec::new(),
@@ -448,6 +519,7 @@ impl Simulation {
             tracing: false,
             outcome: Outcome::default(),
             lock_key: RedisBackend::default().lock_key(LOCK_NAME),
+            etcd_prefix: EtcdBackend::default().lock_prefix(LOCK_NAME),
         }
     }
 
@@ -490,6 +562,7 @@ impl Simulation {
             };
             self.outcome.steps += 1;
             self.step(ev);
+            self.schedule_expiry();
             self.check();
             if self.outcome.unexplained().next().is_some() || self.all_done() {
                 break;
@@ -500,6 +573,21 @@ impl Simulation {
                 .at_end(&self.clients, self.now, &mut self.outcome);
         }
         self.outcome
+    }
+
+    /// etcd: queues an `Ev::LeaseExpiry` for the next lease to run out, so its keys go
+    /// and its watchers wake at that instant, not at the next unrelated event.
+    fn schedule_expiry(&mut self) {
+        if self.cfg.backend != SimBackend::Etcd {
+            return;
+        }
+        self.etcd.expire(self.now);
+        if let Some(at) = self.etcd.next_expiry() {
+            if self.expiry_scheduled.is_none_or(|s| at < s || s < self.now) {
+                self.expiry_scheduled = Some(at);
+                self.push(at.max(self.now), Ev::LeaseExpiry);
+            }
+        }
     }
 
     fn all_done(&self) -> bool {
@@ -661,6 +749,46 @@ impl Simulation {
                     });
                 }
             }
+            Ev::LeaseExpiry => {
+                if self.expiry_scheduled.is_some_and(|s| s <= self.now) {
+                    self.expiry_scheduled = None;
+                }
+                self.etcd.expire(self.now);
+                self.serve_watches();
+            }
+            Ev::WatchTimeout { client, request } => {
+                if self.clients[client].in_flight.contains_key(&request) {
+                    self.watches
+                        .retain(|(c, r, _)| !(*c == client && *r == request));
+                    self.trace(|| format!("c{client}: watch {} timed out", request.0));
+                    // the host's own timer: no network in between
+                    self.deliver(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned()),
+                    });
+                }
+            }
+            Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
+                // leader failover: no leader for up to one TTL, then every lease gets
+                // its full TTL again, counted from the election; data kept
+                let election = self.uniform(self.cfg.options.ttl);
+                self.trace(|| format!("server: etcd leader fails over, a new one in {election:?}"));
+                self.etcd.failover(self.now, election);
+                self.etcd_unavailable_until = self.now + election;
+                // watch streams on the old leader break
+                for (client, request, _) in std::mem::take(&mut self.watches) {
+                    self.send(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::Etcd(etcd_error(14, "etcdserver: leader changed")),
+                    });
+                }
+                self.server_epoch += 1;
+                self.checker.server_restarted();
+                let next = self.exp_interval(self.cfg.faults.p_server_restart);
+                self.push(next, Ev::ServerRestart);
+            }
             Ev::ServerRestart => {
                 self.trace(|| "server: restarts and loses every key".to_owned());
                 self.server.flush();
@@ -682,6 +810,9 @@ impl Simulation {
 
     fn deliver(&mut self, msg: Msg) {
         match msg {
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
+                self.deliver_etcd(client, request)
+            }
             Msg::Request { client, request }
                 if matches!(request.body, crate::RequestBody::RedisBlpop(_)) =>
             {
@@ -779,6 +910,59 @@ impl Simulation {
                     self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
                 }
             },
+        }
+    }
+
+    /// A request reaches the etcd server.
+    fn deliver_etcd(&mut self, client: usize, request: Request) {
+        let crate::RequestBody::Etcd(call) = &request.body else {
+            return;
+        };
+        let reply = if self.now < self.etcd_unavailable_until {
+            etcd_error(14, "etcdserver: leader changed")
+        } else if let EtcdRequest::Watch(w) = call {
+            match self.etcd.watch(self.now, w) {
+                Some(events) => events,
+                None => {
+                    self.trace(|| {
+                        format!(
+                            "server: c{client} watches {} from {}",
+                            w.key, w.start_revision
+                        )
+                    });
+                    self.watches.push((client, request.id, w.clone()));
+                    return;
+                }
+            }
+        } else {
+            self.etcd.call(self.now, call)
+        };
+        self.trace(|| format!("server: {:?} from c{client} → {reply}", request.operation));
+        self.send(Msg::Reply {
+            client,
+            request: request.id,
+            reply: Reply::Etcd(reply),
+        });
+        self.serve_watches();
+    }
+
+    /// Answers the registered watches that fire now, first registered first.
+    fn serve_watches(&mut self) {
+        let mut i = 0;
+        while i < self.watches.len() {
+            let fired = self.etcd.watch(self.now, &self.watches[i].2);
+            match fired {
+                Some(events) => {
+                    let (client, request, _) = self.watches.remove(i);
+                    self.trace(|| format!("server: wakes c{client}"));
+                    self.send(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::Etcd(events),
+                    });
+                }
+                None => i += 1,
+            }
         }
     }
 
@@ -977,6 +1161,19 @@ impl Simulation {
                             request.operation, request.id.0
                         )
                     });
+                    if let crate::RequestBody::Etcd(EtcdRequest::Watch(w)) = &request.body {
+                        // the host cancels the watch at its timeout, on its own clock
+                        let local =
+                            self.clients[c].local(self.now) + Duration::from_millis(w.timeout_ms);
+                        let at = self.clients[c].true_of(local).max(self.now);
+                        self.push(
+                            at,
+                            Ev::WatchTimeout {
+                                client: c,
+                                request: request.id,
+                            },
+                        );
+                    }
                     self.clients[c]
                         .in_flight
                         .insert(request.id, request.clone());
@@ -1029,6 +1226,9 @@ impl Simulation {
     }
 
     fn check(&mut self) {
+        if self.cfg.backend == SimBackend::Etcd {
+            return self.check_etcd();
+        }
         let holder = self.server.get(self.now, &self.lock_key).map(str::to_owned);
         let expires = self.server.expires_at(self.now, &self.lock_key);
         self.checker
@@ -1058,6 +1258,60 @@ impl Simulation {
                 let detail = format!(
                     "c{c} believes it holds lock {lock} until {believed_until} (its clock: {valid_until}), \
                      but the server's holder is {holder:?}, expiring at {expires:?}"
+                );
+                self.checker
+                    .violate(Property::S2, self.now, detail, &mut self.outcome);
+            }
+        }
+    }
+}
+
+impl Simulation {
+    /// S1 at the server (every new holder key has a higher create revision), S2 and S4
+    /// against the etcd server: the holder is the key with the lowest create revision
+    /// under the lock's prefix, and it holds until its lease expires.
+    fn check_etcd(&mut self) {
+        let holder = self.etcd.first_under(self.now, &self.etcd_prefix);
+        let holder_rev = holder.as_ref().map(|(_, kv)| kv.create_revision);
+        if holder_rev.is_some() && holder_rev != self.etcd_holder {
+            let token = FencingToken(holder_rev.unwrap_or(0) as u64);
+            self.outcome.grants += 1;
+            self.checker.grant(self.now, token, &mut self.outcome);
+            self.trace(|| format!("server: the key with revision {token} now holds the lock"));
+        }
+        self.etcd_holder = holder_rev;
+        let expires = holder
+            .as_ref()
+            .and_then(|(_, kv)| self.etcd.lease_expires_at(kv.lease));
+        self.checker
+            .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
+        for c in 0..self.clients.len() {
+            let client = &self.clients[c];
+            let local = client.local(self.now);
+            let (lock, token) = match client.work {
+                Work::Holding { lock, token, .. } => (lock, Some(token)),
+                Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
+                Work::Idle => continue,
+            };
+            let Some(valid_until) = client.machine.valid_until(lock) else {
+                continue;
+            };
+            if local >= valid_until {
+                continue;
+            }
+            let Some(owner) = client.machine.owner(lock) else {
+                continue;
+            };
+            let believed_until = client.true_of(valid_until);
+            let ok = holder.as_ref().is_some_and(|(key, kv)| {
+                kv.lease == lease_id(&owner)
+                    && key.ends_with(&format!("{:016x}", lease_id(&owner)))
+                    && token.is_none_or(|t| t.get() == kv.create_revision as u64)
+            }) && expires.is_some_and(|e| e >= believed_until);
+            if !ok {
+                let detail = format!(
+                    "c{c} believes it holds lock {lock} (token {token:?}) until {believed_until} (its clock: {valid_until}), \
+                     but the server's holder is {holder:?}, its lease expiring at {expires:?}"
                 );
                 self.checker
                     .violate(Property::S2, self.now, detail, &mut self.outcome);
