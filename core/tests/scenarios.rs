@@ -5,6 +5,10 @@
 //! the machine says in the vector's vocabulary, match it against the expectation.
 //!
 //! Only the public API is used: `Machine::with_seed`, `handle_input`, `poll_output`.
+//!
+//! etcd vectors live in `tests/scenarios/etcd/` (the Python, Node and WASM runners do not
+//! replay them yet): requests render as the core's `EtcdRequest` serde form under
+//! `"etcd"`, replies are the JSON gateway's documents (README: "etcd vectors").
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -135,10 +139,20 @@ fn redis_value(v: &Value) -> Result<RedisValue, String> {
     })
 }
 
+/// An etcd reply: the gateway's JSON document, as a JSON value (serialized to text here)
+/// or as a string (the reply text verbatim, e.g. garbage).
+fn etcd_reply(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn to_input(
     input: &StepInput,
     now: Instant,
     scenario_options: &Map<String, Value>,
+    etcd: bool,
 ) -> Result<Input, String> {
     Ok(match input {
         StepInput::Acquire { name, options } => Input::Acquire {
@@ -153,7 +167,11 @@ fn to_input(
         StepInput::Reply { request, reply } => Input::Reply {
             now,
             request: RequestId(*request),
-            reply: Reply::Redis(redis_value(reply)?),
+            reply: if etcd {
+                Reply::Etcd(etcd_reply(reply))
+            } else {
+                Reply::Redis(redis_value(reply)?)
+            },
         },
         StepInput::TransportError { request, message } => Input::TransportError {
             now,
@@ -235,6 +253,21 @@ fn render(output: &Output) -> Value {
                     "wait_key": b.key,
                     "wait_timeout_ms": b.timeout_ms,
                 }});
+            }
+            if let RequestBody::Etcd(call) = &r.body {
+                // etcd: the core's `EtcdRequest` serde form; a watch's timeout also as
+                // `wait_timeout_ms`
+                let mut out = json!({
+                    "id": r.id.0,
+                    "lock": r.lock.0,
+                    "operation": serde_name(&r.operation),
+                    "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
+                    "etcd": serde_json::to_value(call).expect("serializable"),
+                });
+                if let Some(ms) = call.watch_timeout_ms() {
+                    out["wait_timeout_ms"] = json!(ms);
+                }
+                return json!({ "request": out });
             }
             let RequestBody::Redis(cmd) = &r.body else {
                 panic!(
@@ -378,11 +411,12 @@ fn replay(path: &Path) -> Result<usize, String> {
         return Err(format!("{file}: say which rules it covers in \"rules\""));
     }
     let backend = scenario.backend.clone().unwrap_or_default();
+    let etcd = matches!(backend, Backend::Etcd(_));
     let mut machine = Machine::with_seed(backend, scenario.seed);
     let mut owners = Owners::default();
     for (index, step) in scenario.steps.iter().enumerate() {
         let now = Instant::from_nanos(ms_to_ns(step.at_ms));
-        let input = to_input(&step.input, now, &scenario.options)
+        let input = to_input(&step.input, now, &scenario.options, etcd)
             .map_err(|e| format!("{file}: step {index}: {e}"))?;
         let mut actual = Vec::new();
         if let Err(e) = machine.handle_input(input) {
@@ -518,6 +552,21 @@ fn scenario_vectors_replay_exactly() {
         "only {count} scenario vectors in {}; expected at least {MIN_VECTORS}",
         scenario_dir().display()
     );
+}
+
+/// The etcd vectors, `tests/scenarios/etcd/*.json` (kept out of the directory the
+/// Python, Node and WASM runners replay until they speak etcd).
+#[test]
+fn etcd_scenario_vectors_replay_exactly() {
+    let dir = scenario_dir().join("etcd");
+    let (count, failures) = replay_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {count} etcd vectors failed:\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(count >= 2, "only {count} etcd vectors in {}", dir.display());
 }
 
 /// Vectors that state what the safety rules demand where the machine disagrees today.
