@@ -27,7 +27,7 @@ export interface LockOptions {
   /**
    * `'efficiency'` (default: two holders at once waste work) or `'correctness'` (two
    * holders corrupt data). Redis tokens can go backwards on failover, so a correctness
-   * lock on Redis needs `acceptFailoverRisk: true`.
+   * lock on Redis needs `acceptFailoverRisk: true`; etcd's never do (`EtcdBackend`).
    */
   purpose?: Purpose
   /** The explicit opt-in described under `purpose`. Default false. */
@@ -118,7 +118,8 @@ export declare class Lease implements AsyncDisposable {
   /** The lock name. */
   readonly name: string
   /** The fencing token: rises every time the lock is granted. Carry it on every write
-   * (see `Fence`, `sqlFencedUpdate`, `RedisProtocolBackend.fencedSet`). */
+   * (see `Fence`, `sqlFencedUpdate`, `RedisProtocolBackend.fencedSet`,
+   * `EtcdBackend.fencedTxn`). On etcd it is the create revision of the holder's key. */
   readonly token: bigint
   /** This acquisition's owner id: 32 lowercase hex digits, the value in the lock key. */
   readonly ownerId: string
@@ -156,8 +157,9 @@ export declare class Lease implements AsyncDisposable {
 
 /**
  * Where locks live. Every `Lock` on one backend shares its lock machine and driver.
- * Backends: `MemoryBackend` (in process), `RedisBackend` (ioredis, node-redis). PostgreSQL
- * (pg) and etcd (fetch) backends follow when the core has them.
+ * Backends: `MemoryBackend` (in process), `RedisBackend` (ioredis, node-redis),
+ * `UpstashRedisBackend` (Redis over HTTP, fetch), `EtcdBackend` (etcd v3, fetch). A
+ * PostgreSQL (pg) backend follows.
  */
 export declare abstract class Backend {
   /**
@@ -366,6 +368,157 @@ export declare class UpstashRedisBackend extends RedisProtocolBackend {
   execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): Promise<unknown>
 }
 
+// ---- etcd -----------------------------------------------------------------------------------
+
+/** The `fetch` `EtcdBackend` calls (the global one by default). A watch reads `body` as a
+ * stream of lines; a response without `body` is read whole with `text()` (then a watch
+ * holds its answer until the watch's timeout). */
+export type StreamingFetchLike = (url: string, init: { method: 'POST', headers: Record<string, string>, body: string, signal?: AbortSignal }) => Promise<{ status: number, text(): Promise<string>, body?: ReadableStream<Uint8Array> | null }>
+
+export interface EtcdBackendOptions {
+  /** The client URL of every etcd member (`'http://10.0.0.1:2379'`), or one URL. A request
+   * that cannot connect moves on to the next at once. Required. */
+  endpoints: string | readonly string[]
+  /** Prefix of every key fencepost writes (default `'fencepost/'`). The contenders for lock
+   * `name` put `{keyPrefix}{name}/{lease id, 16 hex digits}`. */
+  keyPrefix?: string
+  /** The fetch to use (default: the global `fetch`): to add headers (auth, a proxy's), or in
+   * a runtime without one. Watches need a streaming `body`. */
+  fetch?: StreamingFetchLike
+}
+
+/** A request of an etcd lock machine, or of `etcdFencedTxn`: POST `body` (JSON, keys base64,
+ * every int64 a decimal string) to `{endpoint}{path}` and answer with the JSON text the
+ * gateway returned. */
+export interface EtcdGatewayCall {
+  readonly backend: 'etcd'
+  /** The etcd RPC. */
+  readonly call: 'lease_grant' | 'lease_keep_alive' | 'lease_revoke' | 'txn' | 'range' | 'watch'
+  /** The JSON gateway path, e.g. `'/v3/kv/txn'`. */
+  readonly path: string
+  /** The request body: JSON text. Lease ids and revisions in it are decimal strings. */
+  readonly body: string
+  /** For a watch only: answer with the first stream line that has `events` (or is
+   * canceled, compacted or an error), or `'{}'` when this many ms pass first; then close
+   * the stream. Whole ms. */
+  readonly timeoutMs?: number
+}
+
+export interface EtcdFencedTxnOptions {
+  /** `[key, value]` pairs to put (UTF-8 strings), in order. */
+  puts?: ReadonlyArray<readonly [string, string]>
+  /** Keys to delete. */
+  deletes?: readonly string[]
+  /** Abandons the request: rejects with `signal.reason` (the transaction may or may not
+   * have been applied). */
+  signal?: AbortSignal
+}
+
+/**
+ * Locks on an etcd v3 cluster through its JSON gateway (`POST /v3/…`, etcd ≥ 3.4), with
+ * nothing but `fetch`: Node ≥ 18, edge workers (workerd, Cloudflare Workers), browsers
+ * (the gateway must allow the page's origin), Deno.
+ *
+ * **Why etcd suits correctness locks.** etcd replicates every write through Raft before it
+ * answers, and its revisions increase across the whole cluster, through leader changes:
+ * the fencing token (the create revision of the holder's key) never goes backwards, so
+ * `purpose: 'correctness'` needs no opt-in. Fence writes inside etcd with `fencedTxn`.
+ *
+ * **The recipe** is etcd's own mutex, decided step by step by the core: each acquisition
+ * grants a lease and puts its own key `{keyPrefix}{name}/{lease id}` attached to it; the
+ * key with the lowest create revision holds the lock. A waiter watches only its
+ * predecessor's key (a streaming `/v3/watch`, no polling) and is granted in FIFO order,
+ * keeping its own lease alive meanwhile. Release deletes the key in a transaction
+ * comparing its create revision, then revokes the lease.
+ *
+ * **TTL rounding.** etcd leases have whole-second TTLs: the lease is granted for `ttlMs`
+ * rounded *up* to whole seconds (at least 1 s; etcd may raise it to its own minimum). The
+ * holder never believes its lease valid longer than its own `ttlMs` allows (validity is
+ * measured from the send of the last confirmed grant or keep-alive), so rounding up only
+ * delays *other* contenders when a holder vanishes without releasing. A leader change
+ * resets leases to their full TTL: later for others, never earlier.
+ *
+ * **Endpoints.** A request that cannot connect (refused, unresolvable) moves on to the
+ * next member at once; any other transport failure is reported to the lock machine
+ * (outcome unknown: it retries, idempotently) and the next request starts at the next
+ * member, as does the one after an `Unavailable` (gRPC code 14) reply. Every JSON reply,
+ * error documents included, goes to the machine; a body that is not JSON (a proxy's
+ * error page) counts as a transport failure. Requests are aborted at their deadline.
+ *
+ * In a worker, create the backend inside the request handler and `close()` it before the
+ * response: timers and I/O belong to the request that started them.
+ *
+ * @throws ConfigError (`ERR_CONFIG`) for missing or non-http(s) `endpoints`, a `keyPrefix`
+ *   that is not a string, a `fetch` that is not a function (or no global fetch), an
+ *   unknown option.
+ */
+export declare class EtcdBackend extends Backend {
+  constructor(options: EtcdBackendOptions)
+  /** The members' client URLs, in the order given (without a trailing `/`). */
+  readonly endpoints: readonly string[]
+  /** The prefix of every key fencepost writes (default `'fencepost/'`). */
+  readonly keyPrefix: string
+  /** The prefix under which every contender for lock `name` puts its key
+   * (`{keyPrefix}{name}/`). */
+  lockKey(name: string): string
+  /** The key the acquisition `ownerId` (`lease.ownerId`) puts for lock `name`; while it
+   * holds the lock, the key's create revision is `lease.token`.
+   * @throws ConfigError for an owner id that is not 32 hex digits. */
+  holderKey(name: string, ownerId: string): string
+  /** The etcd lease id of the acquisition `ownerId`: a positive int64 as a `bigint` (most
+   * ids exceed 2^53: never convert them to `number`).
+   * @throws ConfigError for an owner id that is not 32 hex digits. */
+  leaseId(ownerId: string): bigint
+  /**
+   * Writes to etcd only while `lease` still holds its lock: one transaction that compares
+   * the create revision of the lease's key with `lease.token` (etcd's `IsOwner`) and, if
+   * it still matches, puts every pair of `puts` and deletes every key of `deletes`.
+   * Resolves to the transaction's revision (a `bigint`).
+   *
+   * @throws StaleTokenError (`ERR_STALE_TOKEN`) when the lease no longer holds the lock
+   *   (released, expired, or taken over): nothing was written. `highest` is the current
+   *   holder's token, or `0n` when nobody holds the lock; `resource` is the lock name.
+   * @throws BackendError (`ERR_BACKEND`) when no endpoint could be reached or the call
+   *   failed in transport (it may or may not have been applied).
+   * @throws ProtocolError (`ERR_PROTOCOL`) when etcd answered with an error.
+   * @throws ConfigError (`ERR_CONFIG`) for a lease of another backend or arguments of the
+   *   wrong shape.
+   */
+  fencedTxn(lease: Lease, options?: EtcdFencedTxnOptions): Promise<bigint>
+  /**
+   * Runs one request of the lock machine: resolves to the JSON text the gateway answered
+   * (error documents included); a watch streams until an event, or `'{}'` at its
+   * `timeoutMs`, and `options.signal` abandons it. Throws for a transport failure.
+   */
+  execute(request: EtcdGatewayCall, options?: ExecuteOptions): Promise<string>
+}
+
+/** The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
+ * (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+ * create revision is its token. @throws ConfigError for an owner id that is not 32 hex
+ * digits. */
+export declare function etcdHolderKey(keyPrefix: string, name: string, ownerId: string): string
+
+/** A fenced etcd transaction as a gateway call (run it yourself, or use
+ * `EtcdBackend.fencedTxn`): puts `puts` and deletes `deletes` only while the key of
+ * `ownerId` for lock `name` still has create revision `token`.
+ * @throws ConfigError for arguments of the wrong shape. */
+export declare function etcdFencedTxn(
+  keyPrefix: string,
+  name: string,
+  ownerId: string,
+  token: bigint,
+  puts: ReadonlyArray<readonly [string, string]>,
+  deletes?: readonly string[] | null
+): EtcdGatewayCall & { readonly call: 'txn' }
+
+/** Reads the gateway's reply (JSON text) to `etcdFencedTxn`: returns the transaction's
+ * revision (a `bigint`) when it was applied.
+ * @throws StaleTokenError when the lease no longer holds the lock (`highest`: the current
+ *   holder's token, or `0n` when nobody holds it); ProtocolError for an error document or
+ *   any other reply. */
+export declare function readEtcdFencedTxn(name: string, token: bigint, reply: string): bigint
+
 // ---- fencing --------------------------------------------------------------------------------
 
 /** An in-memory fence for resources your process guards itself: the highest token accepted
@@ -498,10 +651,10 @@ export declare class BackendError extends FencepostError {
 
 // ---- the sans-IO machine --------------------------------------------------------------------
 
-/** A request of the lock machine, for the host to run and answer. */
+/** A request of a Redis lock machine, for the host to run and answer. */
 export interface MachineRequest extends RedisScriptCall {
   readonly type: 'request'
-  /** The protocol of the request (the machines of this package speak Redis). */
+  /** The protocol of the request: a Redis script call. */
   readonly backend: 'redis'
   readonly id: number
   readonly lock: number
@@ -522,6 +675,17 @@ export interface MachineWaitRequest extends RedisBlockingPop {
   readonly deadlineMs: number
 }
 
+/** A request of an etcd lock machine (`kind: 'etcd'`): a JSON gateway call. A parked
+ * waiter's watch has `operation: 'wait'`, `call: 'watch'` and `timeoutMs`. */
+export interface MachineEtcdRequest extends EtcdGatewayCall {
+  readonly type: 'request'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release' | 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -531,31 +695,36 @@ export type MachineEvent =
   | { readonly type: 'acquire_failed', readonly lock: number, readonly reason: 'timeout' | 'protocol', readonly message: string | null }
 
 /**
- * The core's sans-IO lock machine (Redis protocol), for hosts that drive it themselves
- * and for the cross-language scenario vectors. `Lock` runs one for you. Feed every input
- * with the current monotonic `nowMs`, then drain `poll()`: run its requests, act on its
- * events, call `timeout(now)` at `nextTimeoutMs`.
+ * The core's sans-IO lock machine (Redis or etcd protocol), for hosts that drive it
+ * themselves and for the cross-language scenario vectors. `Lock` runs one for you. Feed
+ * every input with the current monotonic `nowMs`, then drain `poll()`: run its requests,
+ * act on its events, call `timeout(now)` at `nextTimeoutMs`.
  */
 export declare class LockMachine {
   /** `seed` makes owner ids and jitter deterministic: tests only, never in production.
-   * `fair` (default false): fair hand-off, whose parked waiters emit `MachineWaitRequest`s. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean })
+   * `fair` (default false, Redis only): fair hand-off, whose parked waiters emit
+   * `MachineWaitRequest`s. `kind` (default `'redis'`): `'etcd'` makes a machine that emits
+   * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`).
+   * @throws ConfigError for an unknown `kind`, or `fair: true` with `kind: 'etcd'`. */
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
   acquire(nowMs: number, name: string, options?: LockOptions): number
   /** Releases a lock or cancels its acquisition (a finished lock ignores it). */
   release(nowMs: number, lock: number): void
-  /** The reply to `request` as a Redis client gave it: `null`, integer `number` or
-   * `bigint`, `string`, `Uint8Array`, arrays, an `Error` (or `{ error }`) for an error
-   * reply, `{ status }` for a simple string. Anything else is read as a protocol error. */
+  /** The reply to `request`. Redis machines: as a Redis client gave it: `null`, integer
+   * `number` or `bigint`, `string`, `Uint8Array`, arrays, an `Error` (or `{ error }`) for
+   * an error reply, `{ status }` for a simple string. etcd machines: the JSON text the
+   * gateway answered (a `string`, or UTF-8 bytes), error documents included. Anything
+   * else is read as a protocol error, never thrown. */
   reply(nowMs: number, request: number, value: unknown): void
   /** `request` failed in transport: it may or may not have reached the server. */
   transportError(nowMs: number, request: number, message: string): void
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

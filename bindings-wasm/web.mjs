@@ -4,7 +4,7 @@
 // the class. In workerd / Cloudflare Workers the package's "workerd" entry (workerd.mjs)
 // does this at import time from a statically imported .wasm module.
 //
-//   import { init, Lock, UpstashRedisBackend } from 'fencepost-wasm'
+//   import { init, Lock, EtcdBackend } from 'fencepost-wasm'
 //   await init()                    // fetches dist/web/fencepost_wasm_bg.wasm next to the glue
 //   await init(wasmUrlOrResponse)   // or from where you serve it (a URL, Response, bytes, Module)
 //
@@ -16,8 +16,8 @@ import api from './dist/web/fencepost_api.mjs'
 
 let fencepost
 export let Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-  UpstashRedisBackend, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet, redisScripts,
-  LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
+  UpstashRedisBackend, EtcdBackend, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+  redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
   StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
 export { fencepost as default }
 
@@ -26,8 +26,8 @@ function ready () {
     const f = api.createFencepost(native, 'wasm');
     ({
       Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-      UpstashRedisBackend, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet, redisScripts,
-      LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
+      UpstashRedisBackend, EtcdBackend, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+      redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
       StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
     } = f)
     fencepost = f

@@ -3,11 +3,13 @@
 // with a client library. Shared word for word by the napi and WASM packages.
 //
 //   Backend                  the base: one lock machine and one driver per backend
-//   └─ RedisProtocolBackend  the Redis script vocabulary: keys, fenced SET
-//      ├─ MemoryBackend      the core's in-memory Redis, in process (tests, demos)
-//      ├─ RedisBackend       a real server through ioredis or node-redis (v4+)
-//      └─ UpstashRedisBackend  Redis over HTTP (the Upstash REST protocol) with fetch only:
-//                            edge workers and browsers, which cannot open Redis sockets
+//   ├─ RedisProtocolBackend  the Redis script vocabulary: keys, fenced SET
+//   │  ├─ MemoryBackend      the core's in-memory Redis, in process (tests, demos)
+//   │  ├─ RedisBackend       a real server through ioredis or node-redis (v4+)
+//   │  └─ UpstashRedisBackend  Redis over HTTP (the Upstash REST protocol) with fetch only:
+//   │                        edge workers and browsers, which cannot open Redis sockets
+//   └─ EtcdBackend           etcd v3 through its JSON gateway with fetch only (Node, edge
+//                            workers, browsers, Deno): lease, per-contender key, watch
 //
 // With `fair: true` a contended acquisition queues on the server and parks on a blocking
 // pop of its own wake-up list (the machine's `redis_blpop` requests); a release reserves
@@ -16,17 +18,15 @@
 // shared client must stay free for renewals); MemoryServer parks the caller until a
 // script run on that server pushes to the list, or the timeout passes.
 //
-// PostgreSQL (pg: Client and Pool) and etcd (its JSON gateway over fetch) backends come
-// here once fencepost-core has them (issue 6, item 4); their adapters will subclass
-// Backend the same way: `execute(request)` returns the server's reply as data.
-// TODO(etcd, issue 5 → issue 7): EtcdGatewayBackend({ endpoint, fetch }) for the etcd v3
-// JSON gateway (lease grant / keep-alive / revoke, txn on create_revision, watch of the
-// predecessor as a streaming fetch), beside UpstashRedisBackend and on fetch only, once
-// fencepost-core emits etcd requests. Nothing here phrases an etcd request before then.
+// An etcd machine's requests arrive phrased as JSON gateway calls (`path`, `body`): the
+// adapter POSTs them and hands back the JSON text; a parked waiter's watch is one
+// streaming POST read line by line until an event or its timeout. A PostgreSQL (pg)
+// backend will subclass Backend the same way: `execute(request)` returns the reply as data.
 
 const check = require('./check')
-const { Driver, now } = require('./driver')
+const { Driver, now, describeError } = require('./driver')
 const { BackendError, ConfigError, FencepostError } = require('./errors')
+const { Lease } = require('./lock')
 
 function createBackends (native, LockMachine, fence) {
   /** The base of every backend: owns one lock machine and its driver (made on first use). */
@@ -649,7 +649,325 @@ function createBackends (native, LockMachine, fence) {
     return AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend }
+  /** `a` and `b` as one signal (either may be null): aborted when either is. */
+  function eitherSignal (a, b) {
+    if (a === null) return b
+    if (b === null) return a
+    if (a.aborted) return a
+    if (b.aborted) return b
+    const both = new AbortController()
+    const onA = () => both.abort(a.reason)
+    const onB = () => both.abort(b.reason)
+    a.addEventListener('abort', onA, { once: true })
+    b.addEventListener('abort', onB, { once: true })
+    both.signal.addEventListener('abort', () => {
+      a.removeEventListener('abort', onA)
+      b.removeEventListener('abort', onB)
+    }, { once: true })
+    return both.signal
+  }
+
+  // ---- etcd v3 over its JSON gateway ----------------------------------------------------
+
+  /** Codes of fetch failures that never reached a server (Node's undici puts them on the
+   * error's `cause`): the next endpoint is tried at once. Any other failure may have
+   * reached one, so the lock machine is told (outcome unknown). */
+  const CONNECT_FAILURES = new Set([
+    'ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL',
+    'UND_ERR_CONNECT_TIMEOUT'
+  ])
+
+  function neverConnected (error) {
+    let e = error
+    for (let depth = 0; depth < 4 && e !== null && typeof e === 'object'; depth++) {
+      if (CONNECT_FAILURES.has(e.code)) return true
+      // several addresses tried, all refused (an AggregateError)
+      if (Array.isArray(e.errors) && e.errors.length > 0 && e.errors.every((x) => x !== null && typeof x === 'object' && CONNECT_FAILURES.has(x.code))) return true
+      e = e.cause
+    }
+    return false
+  }
+
+  /** An etcd error another member may not have (no leader, a stopped member: gRPC code
+   * 14, Unavailable): the next request goes to the next endpoint. */
+  const isUnavailable = (reply) => /"code"\s*:\s*14\b/.test(reply)
+
+  /** Whether a watch stream line ends the wait: it carries events, or the watch was
+   * canceled or compacted, or it is an error document. */
+  function watchLineEnds (line) {
+    let doc
+    try {
+      doc = JSON.parse(line) // only to look at its fields: the machine gets the text
+    } catch {
+      return true // the machine reads it as a protocol error
+    }
+    if (doc === null || typeof doc !== 'object' || Array.isArray(doc) || doc.error !== undefined) return true
+    const result = doc.result === undefined ? doc : doc.result
+    if (result === null || typeof result !== 'object') return true
+    return (Array.isArray(result.events) && result.events.length > 0) || result.canceled === true || Boolean(result.compact_revision)
+  }
+
+  /** The first line of `response`'s body for which `ends(line)` holds, read as it streams
+   * in; null when the body ends first. A response without a readable stream (a custom
+   * fetch) is read whole. */
+  async function firstLine (response, ends) {
+    const body = response.body
+    if (body === null || body === undefined || typeof body.getReader !== 'function') {
+      for (const raw of String(await response.text()).split('\n')) {
+        const line = raw.trim()
+        if (line !== '' && ends(line)) return line
+      }
+      return null
+    }
+    const reader = body.getReader()
+    const decoder = new TextDecoder()
+    let buffered = ''
+    try {
+      for (;;) {
+        const { value, done } = await reader.read()
+        buffered += done ? decoder.decode() : decoder.decode(value, { stream: true })
+        for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+          const line = buffered.slice(0, nl).trim()
+          buffered = buffered.slice(nl + 1)
+          if (line !== '' && ends(line)) return line
+        }
+        if (done) {
+          const line = buffered.trim()
+          return line !== '' && ends(line) ? line : null
+        }
+      }
+    } finally {
+      reader.cancel().catch(() => {})
+    }
+  }
+
+  const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch']
+  const JSON_HEADERS = Object.freeze({ 'content-type': 'application/json' })
+
+  /**
+   * Locks on an etcd v3 cluster through its JSON gateway (`/v3/…`, etcd ≥ 3.4), with
+   * nothing but `fetch`: Node ≥ 18, edge workers (workerd, Cloudflare Workers), browsers,
+   * Deno. The recipe is etcd's own mutex, decided step by step by the core: each
+   * acquisition grants a lease (the TTL rounded up to whole seconds) and puts its own key
+   * `{keyPrefix}{name}/{lease id}` attached to it; the key with the lowest create revision
+   * holds the lock and that revision is the fencing token. A waiter watches only its
+   * predecessor's key (no polling) and keeps its own lease alive meanwhile.
+   *
+   * Endpoints: a request that could not connect moves on to the next member at once; any
+   * other transport failure is reported to the machine (outcome unknown) and the next
+   * request goes to the next member, as does the one after an `Unavailable` reply.
+   */
+  class EtcdBackend extends Backend {
+    constructor (options) {
+      super()
+      const o = check.plainObject(options, 'EtcdBackend options')
+      for (const key of Object.keys(o)) {
+        if (!ETCD_OPTIONS.includes(key)) {
+          throw new ConfigError(`unknown EtcdBackend option ${JSON.stringify(key)}; known options: ${ETCD_OPTIONS.join(', ')}`, { option: key })
+        }
+      }
+      const given = typeof o.endpoints === 'string' ? [o.endpoints] : o.endpoints
+      if (!Array.isArray(given)) {
+        throw new ConfigError(`endpoints must be an etcd member's client URL ('http://127.0.0.1:2379') or an array of them, got ${check.describe(o.endpoints)}`, { option: 'endpoints' })
+      }
+      if (given.length === 0) throw new ConfigError('endpoints must name at least one etcd member', { option: 'endpoints' })
+      this._endpoints = Object.freeze(given.map((url, i) => {
+        let parsed = null
+        try { parsed = typeof url === 'string' ? new URL(url) : null } catch {}
+        if (parsed === null || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
+          throw new ConfigError(`endpoints[${i}] must be an http:// or https:// URL of an etcd member, got ${check.describe(url)}`, { option: 'endpoints' })
+        }
+        return url.replace(/\/+$/, '')
+      }))
+      this._keyPrefix = o.keyPrefix === undefined ? 'fencepost/' : check.string(o.keyPrefix, 'keyPrefix')
+      const fetch = o.fetch === undefined ? globalThis.fetch : o.fetch
+      if (typeof fetch !== 'function') {
+        throw new ConfigError(`fetch must be a function (this runtime has no global fetch: pass one), got ${check.describe(fetch)}`, { option: 'fetch' })
+      }
+      // Called bare, never as a method of this object (workers' fetch refuses `this`).
+      this._fetch = o.fetch === undefined ? (...args) => globalThis.fetch(...args) : fetch
+      /** index of the endpoint tried first */
+      this._next = 0
+      /** AbortControllers of the watches in flight (close() ends them) */
+      this._watches = new Set()
+    }
+
+    _newMachine (seed) {
+      return new LockMachine({ keyPrefix: this._keyPrefix, seed, kind: 'etcd' })
+    }
+
+    /** The members' client URLs, in the order they are tried (without trailing '/'). */
+    get endpoints () { return this._endpoints }
+    /** The prefix of every key fencepost writes ('fencepost/'). */
+    get keyPrefix () { return this._keyPrefix }
+
+    /** The prefix under which every contender for lock `name` puts its key. */
+    lockKey (name) {
+      return `${this._keyPrefix}${check.string(name, 'lock name')}/`
+    }
+
+    /** The key the acquisition `ownerId` (`lease.ownerId`) puts for lock `name`; while it
+     * holds the lock, the key's create revision is its fencing token. */
+    holderKey (name, ownerId) {
+      check.string(name, 'lock name')
+      check.string(ownerId, 'ownerId')
+      return fence.etcdHolderKey(this._keyPrefix, name, ownerId)
+    }
+
+    /** The etcd lease id (a bigint, above 2^53 as often as not) of the acquisition
+     * `ownerId`. */
+    leaseId (ownerId) {
+      return fence.etcdLeaseId(ownerId)
+    }
+
+    /**
+     * Runs one request of an etcd lock machine (`{ backend: 'etcd', path, body }`): the
+     * JSON text the gateway answered (error documents included). A watch (`call: 'watch'`)
+     * streams until a line with events, or `'{}'` at its `timeoutMs`; `options.signal`
+     * abandons it (rejecting with the signal's reason). Throws for a transport failure.
+     */
+    async execute (request, options) {
+      if (request === null || typeof request !== 'object' || request.backend !== 'etcd' || typeof request.path !== 'string' || typeof request.body !== 'string') {
+        throw new BackendError(`EtcdBackend cannot run this request: ${check.describe(request && request.backend)}`)
+      }
+      const signal = check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal')
+      if (request.call === 'watch') return this._watch(request, signal)
+      return this._post(request.path, request.body, eitherSignal(signal, deadlineSignal(request.deadlineMs)))
+    }
+
+    /** The endpoints, starting with the one to try first. */
+    _order () {
+      const n = this._endpoints.length
+      return Array.from({ length: n }, (_, i) => this._endpoints[(this._next + i) % n])
+    }
+
+    /** After a failure at `url`: the next request starts at the next endpoint. */
+    _rotate (url) {
+      if (this._endpoints[this._next] === url) this._next = (this._next + 1) % this._endpoints.length
+    }
+
+    /** POSTs `body` to `path` on the first endpoint that accepts a connection; returns the
+     * first line of the answer (a JSON document). */
+    async _post (path, body, signal) {
+      let last = null
+      for (const url of this._order()) {
+        const init = { method: 'POST', headers: JSON_HEADERS, body }
+        if (signal !== null) init.signal = signal
+        let response, text
+        try {
+          response = await this._fetch(url + path, init)
+          text = String(await response.text())
+        } catch (error) {
+          this._rotate(url)
+          if (response === undefined && neverConnected(error) && !(signal !== null && signal.aborted)) {
+            last = error
+            continue
+          }
+          throw error
+        }
+        const line = text.split('\n', 1)[0].trim()
+        if (!line.startsWith('{')) {
+          this._rotate(url)
+          throw new Error(`HTTP ${response.status} from the etcd gateway at ${url} without a JSON body: ${JSON.stringify(text.slice(0, 200))}`)
+        }
+        if (isUnavailable(line)) this._rotate(url)
+        return line
+      }
+      throw new BackendError(`no etcd endpoint reachable (${this._endpoints.join(', ')}): ${describeError(last)}`, { cause: last })
+    }
+
+    /** A watch: the first stream line that ends the wait, or '{}' at `timeoutMs` (or when
+     * the stream ends first). Leaving the stream cancels the watch on the server. */
+    async _watch (request, outer) {
+      if (outer !== null && outer.aborted) throw outer.reason
+      const controller = new AbortController()
+      let timedOut = false
+      const timeoutMs = typeof request.timeoutMs === 'number' ? request.timeoutMs : 0
+      const timer = setTimeout(() => { timedOut = true; controller.abort() }, Math.min(2 ** 31 - 1, Math.max(1, timeoutMs)))
+      const onAbort = () => controller.abort(outer.reason)
+      if (outer !== null) outer.addEventListener('abort', onAbort, { once: true })
+      this._watches.add(controller)
+      let url = null
+      try {
+        let response = null
+        let last = null
+        for (const candidate of this._order()) {
+          url = candidate
+          try {
+            response = await this._fetch(url + request.path, { method: 'POST', headers: JSON_HEADERS, body: request.body, signal: controller.signal })
+            break
+          } catch (error) {
+            if (controller.signal.aborted || !neverConnected(error)) throw error
+            this._rotate(url)
+            last = error
+          }
+        }
+        if (response === null) {
+          url = null
+          throw new BackendError(`no etcd endpoint reachable (${this._endpoints.join(', ')}): ${describeError(last)}`, { cause: last })
+        }
+        const line = await firstLine(response, watchLineEnds)
+        if (line === null) return '{}' // the stream ended (a member stopping): check again
+        if (!line.startsWith('{')) throw new Error(`HTTP ${response.status} from the etcd gateway at ${url}: not a JSON watch response: ${JSON.stringify(line.slice(0, 200))}`)
+        return line
+      } catch (error) {
+        if (timedOut) return '{}'
+        if (outer !== null && outer.aborted) throw outer.reason
+        if (url !== null) this._rotate(url)
+        throw error
+      } finally {
+        clearTimeout(timer)
+        if (outer !== null) outer.removeEventListener('abort', onAbort)
+        this._watches.delete(controller)
+        controller.abort() // ends the stream if still open
+      }
+    }
+
+    /**
+     * Writes to etcd only while `lease` still holds its lock: one transaction that compares
+     * the create revision of the lease's key with `lease.token` (etcd's `IsOwner`) and, if
+     * it still matches, puts every `[key, value]` of `puts` and deletes every key of
+     * `deletes`. Resolves to the transaction's revision (bigint).
+     *
+     * Rejects with StaleTokenError (the lease no longer holds the lock; nothing written;
+     * `highest` = the current holder's token or 0n), BackendError (no endpoint reachable,
+     * or a transport failure: it may or may not have been applied), ProtocolError (etcd
+     * answered with an error), ConfigError (arguments).
+     */
+    async fencedTxn (lease, options) {
+      if (!(lease instanceof Lease)) {
+        throw new ConfigError(`lease must be a Lease from lock.acquire() on this EtcdBackend, got ${check.describe(lease)}`)
+      }
+      if (lease._acquisition.lock.backend !== this) {
+        throw new ConfigError(`lease of lock ${JSON.stringify(lease.name)} was acquired on another backend: fence it with that backend`)
+      }
+      const o = check.plainObject(options, 'fencedTxn options')
+      for (const key of Object.keys(o)) {
+        if (!['puts', 'deletes', 'signal'].includes(key)) {
+          throw new ConfigError(`unknown fencedTxn option ${JSON.stringify(key)}; known options: puts, deletes, signal`, { option: key })
+        }
+      }
+      const signal = check.abortSignal(o.signal, 'signal')
+      const call = fence.etcdFencedTxn(this._keyPrefix, lease.name, lease.ownerId, lease.token, o.puts ?? [], o.deletes ?? [])
+      if (signal !== null && signal.aborted) throw signal.reason
+      let reply
+      try {
+        reply = await this._post(call.path, call.body, signal)
+      } catch (error) {
+        if (error instanceof FencepostError) throw error
+        if (signal !== null && signal.aborted) throw signal.reason
+        throw new BackendError(`fenced etcd transaction for lock ${JSON.stringify(lease.name)} failed (it may or may not have been applied): ${describeError(error)}`, { cause: error })
+      }
+      return fence.readEtcdFencedTxn(lease.name, lease.token, reply)
+    }
+
+    close () {
+      super.close()
+      for (const controller of this._watches) controller.abort()
+    }
+  }
+
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, EtcdBackend }
 }
 
 module.exports = { createBackends }

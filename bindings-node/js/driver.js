@@ -174,7 +174,7 @@ class Driver {
     const entry = { deadlineMs: request.deadlineMs, lock: request.lock, wait: null }
     this.pending.set(request.id, entry)
     let options
-    if (request.backend === 'redis_blpop') {
+    if (request.operation === 'wait') { // a blocking wait: a fair BLPOP, an etcd watch
       entry.wait = new AbortController()
       this.waits.set(request.lock, entry)
       options = { signal: entry.wait.signal }

@@ -1,7 +1,8 @@
 'use strict'
 // The resource side of fencing: refuse writes that carry an old fencing token. A write
 // with the same token as the highest seen is accepted (one lease may write many times);
-// only a lower one is stale. Shared word for word by the napi and WASM packages.
+// only a lower one is stale. On etcd the fence is etcd itself: a transaction guarded by the
+// holder key's create revision. Shared word for word by the napi and WASM packages.
 
 const check = require('./check')
 const { ConfigError, ProtocolError, StaleTokenError, translate } = require('./errors')
@@ -80,7 +81,90 @@ function createFence (native) {
     return native.redisScripts()
   }
 
-  return { Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet, redisScripts }
+  // ---- etcd: fenced transactions inside etcd --------------------------------------------
+
+  function ownerId (value) {
+    check.string(value, 'ownerId')
+    if (!/^[0-9a-fA-F]{32}$/.test(value)) throw new ConfigError(`ownerId must be 32 hex digits (lease.ownerId), got ${check.describe(value)}`)
+    return value
+  }
+
+  /** The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
+   * (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
+   * create revision is its fencing token. */
+  function etcdHolderKey (keyPrefix, name, owner) {
+    check.string(keyPrefix, 'keyPrefix')
+    check.string(name, 'lock name')
+    ownerId(owner)
+    return translate(() => native.etcdHolderKey(keyPrefix, name, owner))
+  }
+
+  /** The etcd lease id of the acquisition `ownerId`, a bigint (never a lossy number). */
+  function etcdLeaseId (owner) {
+    ownerId(owner)
+    return translate(() => native.etcdLeaseId(owner))
+  }
+
+  function pairs (value) {
+    if (!Array.isArray(value)) throw new ConfigError(`puts must be an array of [key, value] string pairs, got ${check.describe(value)}`, { option: 'puts' })
+    value.forEach((pair, i) => {
+      if (!Array.isArray(pair) || pair.length !== 2 || typeof pair[0] !== 'string' || typeof pair[1] !== 'string') {
+        throw new ConfigError(`puts[${i}] must be a [key, value] pair of strings, got ${check.describe(pair)}`, { option: 'puts' })
+      }
+    })
+    return value
+  }
+
+  function keys (value) {
+    if (!Array.isArray(value)) throw new ConfigError(`deletes must be an array of keys (strings), got ${check.describe(value)}`, { option: 'deletes' })
+    value.forEach((key, i) => check.string(key, `deletes[${i}]`))
+    return value
+  }
+
+  /**
+   * A fenced etcd transaction as a JSON gateway call `{ backend: 'etcd', call: 'txn', path,
+   * body }` (POST `body` to `{endpoint}{path}`, or use `EtcdBackend.fencedTxn`): puts every
+   * `[key, value]` of `puts` and deletes every key of `deletes` only while the key of
+   * `ownerId` for lock `name` still has create revision `token` (etcd's `IsOwner`).
+   */
+  function etcdFencedTxn (keyPrefix, name, owner, token, puts, deletes) {
+    check.string(keyPrefix, 'keyPrefix')
+    check.string(name, 'lock name')
+    ownerId(owner)
+    check.token(token)
+    pairs(puts)
+    if (deletes !== undefined && deletes !== null) keys(deletes)
+    return translate(() => native.etcdFencedTxn(keyPrefix, name, owner, token, puts, deletes ?? []))
+  }
+
+  /** Reads the gateway's reply (JSON text) to `etcdFencedTxn` for lock `name`: returns the
+   * transaction's revision (bigint) when applied; throws StaleTokenError when the lease no
+   * longer holds the lock (`highest` = the current holder's token, 0n when nobody holds
+   * it), ProtocolError for an error document or any other reply. */
+  function readEtcdFencedTxn (name, token, reply) {
+    check.string(name, 'lock name')
+    check.token(token)
+    const result = translate(() => native.readEtcdFencedTxn(name, token, reply))
+    if (result.ok) return result.revision
+    if (result.stale) {
+      const s = result.stale
+      const now = s.highest === 0n ? 'nobody holds it now' : `it is held now with token ${s.highest}`
+      throw new StaleTokenError(`fenced etcd transaction refused: the lease with token ${s.token} no longer holds lock ${JSON.stringify(s.resource)} (${now}); nothing was written`, s.resource, s.token, s.highest)
+    }
+    throw new ProtocolError(`fenced etcd transaction for lock ${JSON.stringify(name)}: ${result.protocol}`)
+  }
+
+  return {
+    Fence,
+    sqlFencedUpdate,
+    redisFencedSet,
+    readRedisFencedSet,
+    redisScripts,
+    etcdHolderKey,
+    etcdLeaseId,
+    etcdFencedTxn,
+    readEtcdFencedTxn
+  }
 }
 
 module.exports = { createFence }

@@ -10,21 +10,23 @@ const { translate } = require('./errors')
 function createLockMachine (native) {
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
+     *   `kind` 'etcd' makes an etcd machine (requests with `backend: 'etcd'`, JSON replies).
      */
     constructor (options) {
       const o = check.plainObject(options, 'LockMachine options')
       const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
       const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
+      const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
       let seed = null
       if (o.seed !== undefined && o.seed !== null) {
         if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
         else seed = check.token(o.seed, 'seed')
       }
-      this._m = translate(() => new native.Machine(keyPrefix, seed, fair))
+      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind))
     }
 
     /** Checks a lock name and options exactly as `acquire` would; throws ConfigError. */

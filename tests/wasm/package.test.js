@@ -130,11 +130,15 @@ test('no input traps the module: every export refuses garbage with an error or a
     }
   }
   const machine = new native.Machine(null, 5n, false)
+  const etcdMachine = new native.Machine(null, 6n, false, 'etcd')
+  const owner = 'ab'.repeat(16)
   const redis = new native.MemoryRedis()
   const fence = new native.Fence()
   for (let i = 0; i < values.length * 4; i++) {
     const [a, b, c, d, e] = [0, 1, 2, 3, 4].map((k) => pick(i, k))
     attempt(() => new native.Machine(a, b, c))
+    attempt(() => new native.Machine(a, b, c, d))
+    attempt(() => new native.Machine(null, 1n, false, a))
     attempt(() => machine.check(a, b))
     attempt(() => machine.acquire(a, b, c))
     attempt(() => machine.acquire(1, 'n', b))
@@ -161,6 +165,18 @@ test('no input traps the module: every export refuses garbage with an error or a
     attempt(() => native.lockKey(a, b))
     attempt(() => native.tokenKey(a, b))
     attempt(() => machine.poll())
+    // etcd: a reply of any kind is text or a protocol error; the helpers check every argument
+    attempt(() => etcdMachine.acquire(i, `e${i}`, { ttlMs: 1_000 }))
+    attempt(() => etcdMachine.reply(i, i, a))
+    attempt(() => etcdMachine.poll())
+    attempt(() => native.etcdHolderKey(a, b, c))
+    attempt(() => native.etcdHolderKey('p/', 'n', a))
+    attempt(() => native.etcdLeaseId(a))
+    attempt(() => native.etcdFencedTxn(a, b, c, d, e, a))
+    attempt(() => native.etcdFencedTxn('p/', 'n', owner, 1n, a, b))
+    attempt(() => native.etcdFencedTxn('p/', 'n', owner, 1n, [[a, b]], [c]))
+    attempt(() => native.readEtcdFencedTxn('n', 1n, a))
+    attempt(() => native.readEtcdFencedTxn(a, b, c))
   }
   // still alive and correct after all of it
   const fresh = new native.Machine('after:', 9n, false)
@@ -171,6 +187,11 @@ test('no input traps the module: every export refuses garbage with an error or a
   assert.equal(acquired.type, 'acquired')
   assert.equal(typeof acquired.token, 'bigint')
   assert.equal(fresh.owner(lock).length, 32)
+  const etcd = new native.Machine('after/', 9n, false, 'etcd')
+  etcd.acquire(2e6, 'alive', { ttlMs: 1_000 })
+  const [grant] = etcd.poll().outputs
+  assert.equal(grant.backend, 'etcd')
+  assert.equal(native.etcdLeaseId(etcd.owner(1)).toString(), JSON.parse(grant.body).ID)
   assert.ok(n > values.length * 4 * 20)
 })
 
