@@ -1,22 +1,24 @@
 // The worker tests/wasm/workerd.test.js runs in workerd: fencepost-wasm's workerd entry
 // (instantiated at import from the statically imported .wasm module), one backend per
-// request, Redis reached over HTTP through the project's REST proxy (the Upstash protocol).
+// request, Redis reached over HTTP through the project's REST proxy (the Upstash protocol)
+// and etcd through its v3 JSON gateway, both on loopback, with nothing but fetch.
 //
-// TODO(etcd, issue 5 → issue 7): the issue asks for an etcd lock through the etcd v3 JSON
-// gateway on loopback here. fencepost-core has no etcd backend yet; once it has, add a
-// route taking the same lock through EtcdGatewayBackend (fetch to the gateway, lease
-// keep-alive, watch of the predecessor) and run the contention test on both backends.
-//
-// Routes (POST, JSON answers; bindings REST_URL and REST_TOKEN come from the config):
+// Routes (POST, JSON answers; bindings REST_URL, REST_TOKEN and ETCD_URL come from the
+// config):
 //   /critical?prefix=P&name=N&holdMs=H   take lock "shared", log "start N token" to the
 //        Redis list P+log, write P+data = N through the fenced SET (fence key P+fence),
 //        hold H ms across awaited I/O (a BLPOP with a timeout), log "end N token", release
 //   /expire?prefix=P   a 300 ms lease that cannot renew, then 600 ms of awaited I/O:
 //        reports whether the lease was lost, why, and whether its signal aborted
+//   /etcd-critical?prefix=P&name=N&holdMs=H   the same on etcd: take correctness lock
+//        "shared" (keys under P+"locks/"), write P+"log/{token}-1" = "start N" and
+//        P+"data" = N in one fenced transaction, hold H ms across awaited I/O (a watch of a
+//        key nobody writes, through the gateway), write P+"log/{token}-2" = "end N"
+//        fenced, release; answers the revisions etcd gave the two writes
 //   /entropy           what creating a lock machine at module scope said (workers have
 //        no Web Crypto there), and that one inside the handler works
 
-import { Lock, LockMachine, UpstashRedisBackend, implementation, coreVersion } from 'fencepost-wasm/workerd.mjs'
+import { Lock, LockMachine, UpstashRedisBackend, EtcdBackend, implementation, coreVersion } from 'fencepost-wasm/workerd.mjs'
 
 let atModuleScope
 try {
@@ -56,6 +58,55 @@ async function critical (env, params) {
       lease.check() // still ours before the last write
       await redis(env, ['RPUSH', `${prefix}log`, `end ${name} ${lease.token}`])
       return { name, token: String(lease.token), ownerId: lease.ownerId, lost: lease.lost }
+    })
+  } finally {
+    backend.close()
+  }
+}
+
+/** Awaited I/O through the etcd gateway that lasts `ms`: a watch of a key nobody writes,
+ * read until the stream is aborted. */
+async function etcdIoFor (env, prefix, ms) {
+  const controller = new AbortController()
+  const timer = setTimeout(() => controller.abort(), ms)
+  const key = btoa(`${prefix}never`)
+  try {
+    const response = await fetch(`${env.ETCD_URL}/v3/watch`, {
+      method: 'POST',
+      body: JSON.stringify({ create_request: { key } }),
+      signal: controller.signal
+    })
+    const reader = response.body.getReader()
+    for (;;) if ((await reader.read()).done) break
+  } catch (error) {
+    if (!controller.signal.aborted) throw error
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+async function etcdCritical (env, params) {
+  const prefix = params.get('prefix')
+  const name = params.get('name')
+  const holdMs = Number(params.get('holdMs') ?? '200')
+  const backend = new EtcdBackend({ endpoints: env.ETCD_URL, keyPrefix: `${prefix}locks/` })
+  try {
+    const lock = new Lock(backend, 'shared', { ttlMs: 3_000, acquireTimeoutMs: 10_000, purpose: 'correctness' })
+    return await lock.using(async (signal, lease) => {
+      const t = String(lease.token).padStart(20, '0')
+      const start = await backend.fencedTxn(lease, { puts: [[`${prefix}log/${t}-1`, `start ${name}`], [`${prefix}data`, name]] })
+      await etcdIoFor(env, prefix, holdMs)
+      lease.check() // still ours before the last write
+      const end = await backend.fencedTxn(lease, { puts: [[`${prefix}log/${t}-2`, `end ${name}`]] })
+      return {
+        name,
+        token: String(lease.token),
+        ownerId: lease.ownerId,
+        leaseId: String(backend.leaseId(lease.ownerId)),
+        holderKey: backend.holderKey('shared', lease.ownerId),
+        revisions: [String(start), String(end)],
+        lost: lease.lost
+      }
     })
   } finally {
     backend.close()
@@ -104,6 +155,7 @@ export default {
     try {
       switch (url.pathname) {
         case '/critical': return Response.json(await critical(env, url.searchParams))
+        case '/etcd-critical': return Response.json(await etcdCritical(env, url.searchParams))
         case '/expire': return Response.json(await expire(env, url.searchParams))
         case '/entropy': return Response.json(entropy())
         default: return new Response('not found', { status: 404 })
