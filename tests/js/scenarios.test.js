@@ -1,6 +1,7 @@
 'use strict'
-// Replays the cross-language scenario vectors tests/scenarios/*.json through the package's
-// sans-IO API, `LockMachine` (the same object the drivers run).
+// Replays the cross-language scenario vectors tests/scenarios/*.json and
+// tests/scenarios/etcd/*.json through the package's sans-IO API, `LockMachine` (the same
+// object the drivers run).
 //
 // The format, the reply shorthand and the matching rules are in tests/scenarios/README.md;
 // this file mirrors the Rust runner core/tests/scenarios.rs: read a vector (losslessly:
@@ -17,6 +18,10 @@
 // * A usage error is a thrown ConfigError (ClockError for `time_went_backwards`) whose
 //   `kind` is the core's; for `invalid_option` its `option` is the JavaScript name, which
 //   is mapped back (`ttlMs` → `ttl`), and the message must start with it.
+// * etcd vectors: the package emits JSON gateway calls (`path`, `body`: keys base64, int64
+//   as strings); they are read back into the core's `EtcdRequest` form the vectors state
+//   (int64 as bigint, keys plain), so the gateway rendering is checked too. Replies are
+//   the gateway documents as JSON text (`client`) or its UTF-8 bytes (`tagged`).
 // * Binding checks the Rust runner has no counterpart for: `acquire` returns the lock id
 //   the README promises (the n-th accepted acquire is lock n), and `owner(lock)` is the
 //   owner id in the lock's acquire and renew requests.
@@ -40,6 +45,8 @@ const vectorsIn = (dir) => fs.existsSync(dir)
   : []
 
 const VECTORS = vectorsIn(SCENARIO_DIR)
+/** Vectors of the etcd backend (tests/scenarios/README.md, "etcd vectors"). */
+const ETCD_VECTORS = vectorsIn(path.join(SCENARIO_DIR, 'etcd'))
 /** Vectors stating what the rules demand where the machine disagrees today: replayed only
  * with FENCEPOST_PENDING_VECTORS=1, like the Rust runner's `--ignored` test. */
 const PENDING = vectorsIn(path.join(SCENARIO_DIR, 'pending'))
@@ -129,9 +136,11 @@ function load (file) {
   if (!isU64(raw.seed)) throw new VectorError(`seed must be a u64, got ${show(raw.seed)}`)
   let keyPrefix
   let fair
+  let kind = 'redis'
   if (raw.backend !== undefined) {
     checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair'])
-    if (raw.backend.kind !== 'redis') throw new VectorError(`unknown backend ${show(raw.backend)}`)
+    if (raw.backend.kind !== 'redis' && raw.backend.kind !== 'etcd') throw new VectorError(`unknown backend ${show(raw.backend)}`)
+    kind = raw.backend.kind
     keyPrefix = raw.backend.key_prefix
     fair = raw.backend.fair
   }
@@ -145,12 +154,85 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, keyPrefix, fair, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, kind, keyPrefix, fair, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+}
+
+/** A vector value as JSON text, integers past 2^53 (bigint) written exactly. */
+function toJsonText (v) {
+  if (typeof v === 'bigint') return v.toString()
+  if (Array.isArray(v)) return `[${v.map(toJsonText).join(',')}]`
+  if (v !== null && typeof v === 'object') return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}:${toJsonText(x)}`).join(',')}}`
+  return JSON.stringify(v)
+}
+
+/** An etcd reply as an adapter passes it: the gateway's JSON text (a JSON string in the
+ * vector is that text verbatim), as a string or as UTF-8 bytes. */
+function etcdReply (v, flavourName) {
+  const text = typeof v === 'string' ? v : toJsonText(v)
+  return flavourName === 'client' ? text : Buffer.from(text, 'utf8')
 }
 
 // ---- package → vector vocabulary --------------------------------------------------------
 
+/** base64 → UTF-8 text (atob and TextDecoder: Node and browsers alike). */
+const unb64 = (s) => new TextDecoder().decode(Uint8Array.from(atob(s), (c) => c.charCodeAt(0)))
+const int64 = (s) => BigInt(s ?? '0')
+
+/** A gateway range body → the core's EtcdRange fields. */
+function etcdRange (r) {
+  return {
+    key: unb64(r.key),
+    range_end: r.range_end === undefined ? null : unb64(r.range_end),
+    limit: int64(r.limit),
+    sort: r.sort_target === undefined ? null : `create_${String(r.sort_order).toLowerCase()}`,
+    keys_only: r.keys_only === true,
+    max_create_revision: int64(r.max_create_revision)
+  }
+}
+
+function etcdOp (op) {
+  if (op.request_put !== undefined) {
+    const p = op.request_put
+    return { op: 'put', key: unb64(p.key), value: unb64(p.value), lease: int64(p.lease) }
+  }
+  if (op.request_range !== undefined) return { op: 'range', ...etcdRange(op.request_range) }
+  if (op.request_delete_range !== undefined) return { op: 'delete', key: unb64(op.request_delete_range.key) }
+  return { unexpected_op: op }
+}
+
+/** An etcd request of the package (a gateway call) in the core's `EtcdRequest` form. */
+function etcdSpec (o) {
+  const body = JSON.parse(o.body) // int64 are strings in the gateway form: nothing is rounded
+  const expectPath = { lease_grant: '/v3/lease/grant', lease_keep_alive: '/v3/lease/keepalive', lease_revoke: '/v3/lease/revoke', txn: '/v3/kv/txn', range: '/v3/kv/range', watch: '/v3/watch' }
+  if (expectPath[o.call] !== o.path) return { unexpected_path: o.path, call: o.call }
+  switch (o.call) {
+    case 'lease_grant': return { call: o.call, id: int64(body.ID), ttl_s: int64(body.TTL) }
+    case 'lease_keep_alive':
+    case 'lease_revoke': return { call: o.call, id: int64(body.ID) }
+    case 'txn': return {
+      call: o.call,
+      compare: body.compare.map((c) => c.target === 'CREATE' && c.result === 'EQUAL'
+        ? { key: unb64(c.key), create_revision: int64(c.create_revision) }
+        : { unexpected_compare: c }),
+      success: (body.success ?? []).map(etcdOp),
+      failure: (body.failure ?? []).map(etcdOp)
+    }
+    case 'range': return { call: o.call, ...etcdRange(body) }
+    case 'watch': {
+      const w = body.create_request
+      if (JSON.stringify(w.filters) !== '["NOPUT"]') return { unexpected_watch: w }
+      return { call: o.call, key: unb64(w.key), start_revision: int64(w.start_revision), timeout_ms: o.timeoutMs }
+    }
+    default: return { unexpected_call: o.call }
+  }
+}
+
 function renderOutput (o) {
+  if (o.type === 'request' && o.backend === 'etcd') {
+    const request = { id: o.id, lock: o.lock, operation: o.operation, deadline_ms: o.deadlineMs, etcd: etcdSpec(o) }
+    if (o.operation === 'wait') request.wait_timeout_ms = o.timeoutMs
+    return { request }
+  }
   if (o.type === 'request' && o.backend === 'redis_blpop') {
     // fair hand-off: a blocking pop, rendered as the Rust runner does
     return {
@@ -282,7 +364,12 @@ function show (v) {
 function replay (file, flavourName) {
   const scenario = load(file)
   const flavour = FLAVOURS[flavourName]
-  const machine = new LockMachine({ keyPrefix: scenario.keyPrefix, fair: scenario.fair, seed: scenario.seed })
+  const machine = new LockMachine({
+    keyPrefix: scenario.keyPrefix,
+    fair: scenario.fair,
+    seed: scenario.seed,
+    ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {})
+  })
   const owners = new Owners()
   let accepted = 0
   scenario.steps.forEach((step, index) => {
@@ -298,7 +385,7 @@ function replay (file, flavourName) {
           break
         }
         case 'release': machine.release(now, Number(input.lock)); break
-        case 'reply': machine.reply(now, Number(input.request), reply(input.reply, flavour)); break
+        case 'reply': machine.reply(now, Number(input.request), scenario.kind === 'etcd' ? etcdReply(input.reply, flavourName) : reply(input.reply, flavour)); break
         case 'transport_error': machine.transportError(now, Number(input.request), input.message); break
         case 'timeout': machine.timeout(now); break
       }
@@ -309,7 +396,7 @@ function replay (file, flavourName) {
     const { outputs, nextTimeoutMs } = machine.poll()
     for (const o of outputs) {
       actual.push(renderOutput(o))
-      if (o.type === 'request' && (o.operation === 'acquire' || o.operation === 'renew')) {
+      if (o.type === 'request' && o.backend === 'redis' && (o.operation === 'acquire' || o.operation === 'renew')) {
         const owner = machine.owner(o.lock)
         if (owner !== null && owner !== o.args[0]) {
           assert.fail(`step ${index}: owner(${o.lock}) is ${owner}, but its ${o.operation} request carries ${o.args[0]}`)
@@ -346,7 +433,7 @@ test(`at least ${MIN_VECTORS} scenario vectors`, () => {
   assert.ok(VECTORS.length >= MIN_VECTORS, `only ${VECTORS.length} vectors in ${SCENARIO_DIR}`)
 })
 
-for (const file of VECTORS) {
+for (const file of [...VECTORS, ...ETCD_VECTORS]) {
   for (const flavour of Object.keys(FLAVOURS)) {
     test(`vector ${path.basename(file, '.json')} (${flavour} replies)`, () => {
       assert.ok(replay(file, flavour) > 0)
@@ -379,6 +466,12 @@ test('the runner itself: times, ranges, owner placeholders, lossless tokens', ()
   assert.ok(!matches('token', big, 9223372036854775806n, owners))
   assert.deepEqual(reply([null, 1, 'x', { status: 'OK' }, [[]]], FLAVOURS.client), [null, 1, 'x', 'OK', [[]]])
   assert.throws(() => reply({ oops: 1 }, FLAVOURS.client), VectorError)
+  // etcd: gateway calls read back into the core's request form, int64 exact
+  const watch = renderOutput({ type: 'request', backend: 'etcd', id: 5, lock: 2, operation: 'wait', deadlineMs: 843.333333, call: 'watch', path: '/v3/watch', timeoutMs: 331, body: '{"create_request":{"filters":["NOPUT"],"key":"YS/DqQ==","start_revision":"4"}}' })
+  assert.deepEqual(watch, { request: { id: 5, lock: 2, operation: 'wait', deadline_ms: 843.333333, etcd: { call: 'watch', key: 'a/é', start_revision: 4n, timeout_ms: 331 }, wait_timeout_ms: 331 } })
+  const grant = renderOutput({ type: 'request', backend: 'etcd', id: 1, lock: 1, operation: 'acquire', deadlineMs: 1, call: 'lease_grant', path: '/v3/lease/grant', body: '{"ID":"9223372036854775807","TTL":"2"}' })
+  assert.equal(grant.request.etcd.id, 2n ** 63n - 1n)
+  assert.equal(toJsonText({ ID: 2n ** 63n - 1n, a: ['x', 1, null] }), '{"ID":9223372036854775807,"a":["x",1,null]}')
   // a fair machine's blocking pop, in the Rust runner's words
   assert.deepEqual(
     renderOutput({ type: 'request', backend: 'redis_blpop', id: 2, lock: 1, operation: 'wait', deadlineMs: 30, key: 'k', timeoutMs: 7 }),

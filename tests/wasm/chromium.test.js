@@ -1,8 +1,8 @@
 'use strict'
 // fencepost-wasm in headless Chromium (Debian `chromium`, driven by npm `playwright-core`):
 // a page served from 127.0.0.1 loads the web build (web.mjs, which fetches the .wasm like
-// a site would) and replays every tests/scenarios/*.json vector with the Node runner itself,
-// tests/js/scenarios.test.js, bundled unchanged with browser stand-ins for node:test,
+// a site would) and replays every tests/scenarios/*.json and etcd/*.json vector with the
+// Node runner itself, tests/js/scenarios.test.js, bundled unchanged with browser stand-ins for node:test,
 // node:assert, node:fs, node:path and ./impl (browser/shims/). The results are asserted
 // here: every vector in both reply flavours, as `FENCEPOST_IMPL=wasm node --test` runs them.
 //
@@ -116,6 +116,10 @@ test('Chromium: the web build replays every scenario vector, both reply flavours
   assert.deepEqual(failed, [], failed.map((r) => `${r.name}\n${r.error}`).join('\n\n'))
   const files = fs.readdirSync(SCENARIOS).filter((f) => f.endsWith('.json'))
   assert.ok(files.length >= 25)
+  // the etcd vectors too: gateway calls rendered and JSON-text replies read by the web build
+  const etcd = fs.readdirSync(path.join(SCENARIOS, 'etcd')).filter((f) => f.endsWith('.json'))
+  assert.ok(etcd.length >= 4)
+  files.push(...etcd)
   for (const f of files) {
     for (const flavour of ['client', 'tagged']) {
       const name = `vector ${path.basename(f, '.json')} (${flavour} replies)`
