@@ -18,7 +18,10 @@
 //! * leases with client-chosen ids (`0` asks the server to choose), a minimum TTL
 //!   ([`MemoryEtcd::min_ttl_s`], 1 s by default; etcd's is `ceil(1.5 × election
 //!   timeout)`), expiry at `grant or keep-alive + TTL` exactly, and attached keys
-//!   deleted with the lease;
+//!   deleted with the lease — at once, or [`MemoryEtcd::revoke_lag`] later, as etcd's
+//!   lessor does (it looks for expired leases every 500 ms and revokes them through
+//!   Raft): in between, keep-alives fail but the lease's keys remain, a put may still
+//!   attach to it, and a failover gives it a full TTL again;
 //! * transactions with `CREATE`/`EQUAL` comparisons and put, range and delete ops; a
 //!   put naming a missing lease fails the whole request with gRPC code 5;
 //! * ranges with `range_end`, `limit`, sort by create revision, `keys_only` and
@@ -30,8 +33,7 @@
 //!   to its full TTL (plus the election time), data kept, `raft_term` bumped.
 //!
 //! Not modelled: compaction, values of keys other than UTF-8 strings, other compare
-//! targets, `prev_kv`, the lessor's checkpoint interval (keys vanish at expiry exactly,
-//! not up to 500 ms later, which is the conservative side for the lock).
+//! targets, `prev_kv`, lease checkpoints.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -81,6 +83,9 @@ pub struct MemoryEtcd {
     next_lease_id: i64,
     /// The smallest TTL a grant gets, in seconds (etcd: `ceil(1.5 × election timeout)`).
     pub min_ttl_s: i64,
+    /// How long after its TTL runs out an expired lease is revoked (its keys deleted);
+    /// zero by default. etcd's lessor takes up to about 500 ms.
+    pub revoke_lag: Duration,
 }
 
 impl Default for MemoryEtcd {
@@ -93,6 +98,7 @@ impl Default for MemoryEtcd {
             deletes: HashMap::new(),
             next_lease_id: 0x694d_0000_0000_0001,
             min_ttl_s: 1,
+            revoke_lag: Duration::ZERO,
         }
     }
 }
@@ -134,7 +140,8 @@ impl MemoryEtcd {
         match req {
             EtcdRequest::LeaseGrant { id, ttl_s } => self.grant(now, *id, *ttl_s),
             EtcdRequest::LeaseKeepAlive { id } => match self.leases.get_mut(id) {
-                Some(lease) => {
+                // an expired lease waiting to be revoked cannot be renewed
+                Some(lease) if lease.expires_at > now => {
                     lease.expires_at = now + secs(lease.ttl_s);
                     let ttl = lease.ttl_s;
                     format!(
@@ -142,7 +149,7 @@ impl MemoryEtcd {
                         self.header()
                     )
                 }
-                None => format!(r#"{{"result":{{"header":{},"ID":"{id}"}}}}"#, self.header()),
+                _ => format!(r#"{{"result":{{"header":{},"ID":"{id}"}}}}"#, self.header()),
             },
             EtcdRequest::LeaseRevoke { id } => {
                 if self.revoke(*id) {
@@ -188,13 +195,14 @@ impl MemoryEtcd {
         ))
     }
 
-    /// Revokes every lease whose TTL has run out by `now` (earliest first), deleting
-    /// its keys.
+    /// Revokes every lease whose TTL has run out by `now` − [`MemoryEtcd::revoke_lag`]
+    /// (earliest first), deleting its keys.
     pub fn expire(&mut self, now: Instant) {
+        let lag = self.revoke_lag;
         let mut due: Vec<(Instant, i64)> = self
             .leases
             .iter()
-            .filter(|(_, l)| l.expires_at <= now)
+            .filter(|(_, l)| l.expires_at + lag <= now)
             .map(|(id, l)| (l.expires_at, *id))
             .collect();
         due.sort();
@@ -203,14 +211,19 @@ impl MemoryEtcd {
         }
     }
 
-    /// When the next lease expires, if any lease exists.
+    /// When the next lease is revoked for having expired (its TTL's end plus
+    /// [`MemoryEtcd::revoke_lag`]), if any lease exists.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.leases.values().map(|l| l.expires_at).min()
+        self.leases
+            .values()
+            .map(|l| l.expires_at + self.revoke_lag)
+            .min()
     }
 
     /// A leader failover at `now`, the new leader elected after `election`: every
     /// lease's remaining TTL is reset to its full TTL, counted from when the new leader
-    /// takes over (etcd's `Promote`); keys, revisions and leases are kept.
+    /// takes over (etcd's `Promote`; that includes an expired lease not revoked yet);
+    /// keys, revisions and leases are kept.
     pub fn failover(&mut self, now: Instant, election: Duration) {
         self.raft_term += 1;
         for lease in self.leases.values_mut() {
@@ -235,9 +248,10 @@ impl MemoryEtcd {
             .map(|(k, kv)| (k.clone(), kv.clone()))
     }
 
-    /// When lease `id` expires, if it exists (its keys vanish then).
+    /// When lease `id`'s keys vanish unless it is kept alive (its TTL's end plus
+    /// [`MemoryEtcd::revoke_lag`]), if it exists.
     pub fn lease_expires_at(&self, id: i64) -> Option<Instant> {
-        self.leases.get(&id).map(|l| l.expires_at)
+        self.leases.get(&id).map(|l| l.expires_at + self.revoke_lag)
     }
 
     /// Deletes `key` behind everyone's back (an operator, or a bug), as a
@@ -768,6 +782,24 @@ mod tests {
         assert!(e
             .first_under(Instant::from_millis(1_000), "fencepost/r/")
             .is_none());
+    }
+
+    #[test]
+    fn an_expired_lease_keeps_its_keys_until_revoked_but_cannot_be_renewed() {
+        let mut e = MemoryEtcd::new();
+        e.revoke_lag = Duration::from_millis(500);
+        e.call(Instant::ZERO, &EtcdRequest::LeaseGrant { id: 1, ttl_s: 1 });
+        e.call(Instant::ZERO, &acquire_txn("fencepost/r/a", 1));
+        let at = Instant::from_millis;
+        let reply = e.call(at(1_000), &EtcdRequest::LeaseKeepAlive { id: 1 });
+        assert!(!reply.contains("TTL"), "{reply}");
+        assert!(
+            e.get(at(1_499), "fencepost/r/a").is_some(),
+            "not revoked yet"
+        );
+        assert_eq!(e.lease_expires_at(1), Some(at(1_500)));
+        assert_eq!(e.next_expiry(), Some(at(1_500)));
+        assert!(e.get(at(1_500), "fencepost/r/a").is_none());
     }
 
     #[test]

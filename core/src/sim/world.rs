@@ -496,6 +496,12 @@ impl Simulation {
             })
             .collect();
         let within = cfg.within_model();
+        // etcd revokes an expired lease up to ~500 ms late (its lessor's check
+        // interval): drawn per schedule (only on etcd: Redis schedules stay as they were)
+        let mut etcd = MemoryEtcd::new();
+        if cfg.backend == SimBackend::Etcd {
+            etcd.revoke_lag = Duration::from_millis(rng.next_u64() % 501);
+        }
         let end = Instant::ZERO + cfg.run_for;
         Simulation {
             checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
@@ -507,7 +513,7 @@ impl Simulation {
             queue: BinaryHeap::new(),
             events: HashMap::new(),
             server: MemoryRedis::new(),
-            etcd: MemoryEtcd::new(),
+            etcd,
             etcd_unavailable_until: Instant::ZERO,
             expiry_scheduled: None,
             watches: Vec::new(),
