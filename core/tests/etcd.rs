@@ -638,6 +638,83 @@ fn garbage_replies_at_every_step_never_panic() {
     }
 }
 
+#[test]
+fn cancelling_a_parked_waiter_revokes_its_lease_and_wakes_the_one_behind() {
+    let mut t = EtcdTimeline::new(3);
+    let o = opts(1_000);
+    t.at(0);
+    let a = t.acquire(0, "r", o.clone());
+    t.serve_all();
+    t.at(1);
+    let b = t.acquire(1, "r", o.clone()); // behind A: revision 3
+    t.serve_all();
+    t.at(2);
+    t.acquire(2, "r", o.clone()); // behind B: revision 4, watching B's key
+    t.serve_all();
+    let lease_b = t.lease_of(1, b);
+    // B gives up: its parked watch becomes moot, its lease (and key) are revoked
+    t.at(50).release(1, b);
+    let rel = t.take(1, Release);
+    assert_eq!(call(&rel), &EtcdRequest::LeaseRevoke { id: lease_b });
+    let reply = t.apply(&rel);
+    t.reply(1, &rel, reply);
+    assert_eq!(t.events(1), vec![Event::Released]);
+    assert_eq!(t.server.lease_expires_at(lease_b), None);
+    // C's watch on B's key fires (deleted at 5): C re-checks and now watches A
+    t.serve_all();
+    let EtcdRequest::Watch(w) = call(&t.clients[2].pending[0]).clone() else {
+        panic!("C watches again: {:?}", t.clients[2].pending)
+    };
+    assert_eq!(
+        (w.key, w.start_revision),
+        (t.key_of(0, "r", a), 6),
+        "C's predecessor is now A, watched from after revision 5"
+    );
+    t.at(100).release(0, a);
+    t.serve_all();
+    assert_eq!(acquired(&t.events(2)).map(|x| x.0), Some(4));
+}
+
+#[test]
+fn a_leader_failover_is_ridden_out_by_retried_keepalives() {
+    // t=200 the leader fails; a new one is elected 300 ms later, which gives every
+    // lease its full TTL again from then. Keep-alives meanwhile fail with "leader
+    // changed" (gRPC 14) and are retried every 83.333 ms; the first one after the
+    // election succeeds, and the lock is never lost.
+    let mut t = EtcdTimeline::new(1);
+    t.at(0);
+    let lock = t.acquire(0, "r", opts(1_000));
+    t.serve_all();
+    t.events(0);
+    t.server
+        .failover(at(200), core::time::Duration::from_millis(300));
+    // 200 + 300 + 1 s
+    assert_eq!(
+        t.server.lease_expires_at(t.lease_of(0, lock)),
+        Some(at(1_500))
+    );
+    let mut now = 334;
+    while now < 500 {
+        t.at(now);
+        while t.has_pending(0, Renew) {
+            let r = t.take(0, Renew);
+            t.reply_text(0, &r, &etcd_error(14, "etcdserver: leader changed"));
+        }
+        now += 1;
+    }
+    assert_eq!(t.events(0), vec![], "nothing lost while the cluster elects");
+    // keep-alives at 334 and 418 (417.333, seen at the next whole ms) failed; the
+    // retry at 418 + 83.333 = 501.333 reaches the new leader: 501.333 + 988
+    t.run_until(520);
+    assert_eq!(
+        t.events(0),
+        vec![Event::Renewed {
+            valid_until: fencepost_core::Instant::from_nanos(1_489_333_333)
+        }]
+    );
+    assert!(t.server.lease_expires_at(t.lease_of(0, lock)) > Some(at(1_500)));
+}
+
 // ---- against a real etcd ---------------------------------------------------------------
 
 /// POSTs `body` to a real etcd's JSON gateway with `curl` and returns the reply text (a

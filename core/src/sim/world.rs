@@ -943,7 +943,20 @@ impl Simulation {
         } else {
             self.etcd.call(self.now, call)
         };
-        self.trace(|| format!("server: {:?} from c{client} → {reply}", request.operation));
+        self.trace(|| {
+            let name = match call {
+                EtcdRequest::LeaseGrant { .. } => "lease grant",
+                EtcdRequest::LeaseKeepAlive { .. } => "keep-alive",
+                EtcdRequest::LeaseRevoke { .. } => "revoke",
+                EtcdRequest::Txn(_) => "txn",
+                EtcdRequest::Range(_) => "range",
+                _ => "call",
+            };
+            format!(
+                "server: {:?} {name} from c{client} → {reply}",
+                request.operation
+            )
+        });
         self.send(Msg::Reply {
             client,
             request: request.id,
