@@ -6,9 +6,9 @@
 //!
 //! Only the public API is used: `Machine::with_seed`, `handle_input`, `poll_output`.
 //!
-//! etcd vectors live in `tests/scenarios/etcd/` (the Python, Node and WASM runners do not
-//! replay them yet): requests render as the core's `EtcdRequest` serde form under
-//! `"etcd"`, replies are the JSON gateway's documents (README: "etcd vectors").
+//! etcd vectors live in `tests/scenarios/etcd/` (the JavaScript runner replays them too,
+//! the Python runner not yet): requests render as the core's `EtcdRequest` serde form
+//! under `"etcd"`, replies are the JSON gateway's documents (README: "etcd vectors").
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -554,8 +554,8 @@ fn scenario_vectors_replay_exactly() {
     );
 }
 
-/// The etcd vectors, `tests/scenarios/etcd/*.json` (kept out of the directory the
-/// Python, Node and WASM runners replay until they speak etcd).
+/// The etcd vectors, `tests/scenarios/etcd/*.json` (a directory of their own, which
+/// the Python runner does not read until it speaks etcd).
 #[test]
 fn etcd_scenario_vectors_replay_exactly() {
     let dir = scenario_dir().join("etcd");
