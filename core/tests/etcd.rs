@@ -715,6 +715,71 @@ fn a_leader_failover_is_ridden_out_by_retried_keepalives() {
     assert!(t.server.lease_expires_at(t.lease_of(0, lock)) > Some(at(1_500)));
 }
 
+#[test]
+fn timeout_zero_tries_once_and_leaves_the_queue() {
+    let mut t = EtcdTimeline::new(2);
+    t.at(0);
+    t.acquire(0, "r", opts(1_000));
+    t.serve_all();
+    t.at(1);
+    let mut o = opts(1_000);
+    o.acquire_timeout = Some(ms(0));
+    let b = t.acquire(1, "r", o);
+    let b_key = t.key_of(1, "r", b);
+    // grant, then one key transaction: contended, and the deadline (1) has passed
+    t.serve_all();
+    assert!(matches!(
+        t.events(1).as_slice(),
+        [Event::AcquireFailed { .. }]
+    ));
+    let calls: Vec<_> = t.clients[1]
+        .sent
+        .iter()
+        .map(|(_, r)| call(r).clone())
+        .collect();
+    assert!(
+        matches!(
+            calls.as_slice(),
+            [
+                EtcdRequest::LeaseGrant { .. },
+                EtcdRequest::Txn(_),
+                EtcdRequest::LeaseRevoke { .. }
+            ]
+        ),
+        "{calls:?}"
+    );
+    // the revoke took its queued key with it: only A's key is left
+    assert_eq!(t.server.get(t.now, &b_key), None);
+    assert_eq!(t.holder("r").map(|h| h.1), Some(2));
+}
+
+#[test]
+fn an_acquire_timeout_while_parked_revokes_the_waiters_lease() {
+    let mut t = EtcdTimeline::new(2);
+    t.at(0);
+    t.acquire(0, "r", opts(10_000));
+    t.serve_all();
+    t.at(1);
+    let mut o = opts(10_000);
+    o.acquire_timeout = Some(ms(500));
+    let b = t.acquire(1, "r", o);
+    let b_lease = t.lease_of(1, b);
+    t.serve_all();
+    // parked until the acquire deadline 1 + 500 (before its keep-alive, due at
+    // 1 + 3333.333): the watch's timeout is 500 ms
+    let EtcdRequest::Watch(w) = call(&t.clients[1].pending[0]).clone() else {
+        panic!("B parks: {:?}", t.clients[1].pending)
+    };
+    assert_eq!(w.timeout_ms, 500);
+    t.run_until(600);
+    assert!(matches!(
+        t.events(1).as_slice(),
+        [Event::AcquireFailed { .. }]
+    ));
+    assert_eq!(t.server.lease_expires_at(b_lease), None, "revoked");
+    assert_eq!(t.holder("r").map(|h| h.1), Some(2));
+}
+
 // ---- against a real etcd ---------------------------------------------------------------
 
 /// POSTs `body` to a real etcd's JSON gateway with `curl` and returns the reply text (a
