@@ -4,13 +4,21 @@
 // the etcd parts of the low-level interface without a server. Runs for both
 // implementations (FENCEPOST_IMPL=napi|wasm): the adapter lives in the shared JavaScript
 // layer. tests/wasm/workerd.test.js runs the same adapter inside workerd.
+//
+// The black-hole test pauses the member (SIGSTOP through scripts/services/etcd.sh, resumed
+// in `finally`), only when that script started the member at $FENCEPOST_ETCD_URL under
+// this $FENCEPOST_STATE; no other file of this suite uses etcd, and a file's tests run
+// one after another.
 
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
+const { execFileSync } = require('node:child_process')
 const crypto = require('node:crypto')
+const fs = require('node:fs')
 const net = require('node:net')
+const path = require('node:path')
 
-const { fencepost, sleep, waitUntil } = require('./impl')
+const { fencepost, REPO, sleep, waitUntil } = require('./impl')
 
 const {
   Lock, LockMachine, EtcdBackend, ConfigError, BackendError, ProtocolError, StaleTokenError,
@@ -370,4 +378,82 @@ test('close() while a waiter is parked on a watch ends the watch and rejects the
   } finally {
     holderBackend.close()
   }
+})
+
+test('a lease revoked behind the holder\'s back: the next keep-alive finds it gone, lost at once (renew_rejected), signal aborted', { skip, timeout: 20_000 }, async () => {
+  const name = unique()
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  try {
+    const lease = await new Lock(backend, name, { ttlMs: 3_000 }).acquire()
+    const lost = new Promise((resolve) => lease.signal.addEventListener('abort', () => resolve(performance.now()), { once: true }))
+    // an operator (or a bug) revokes the lease: etcd deletes the holder key with it
+    const revokedAt = performance.now()
+    await gateway('/v3/lease/revoke', { ID: backend.leaseId(lease.ownerId).toString() })
+    const lostAt = await lost
+    assert.equal(lease.lostReason, 'renew_rejected')
+    assert.ok(lostAt - revokedAt < 1_200, `lost ${(lostAt - revokedAt).toFixed(0)} ms after the revoke (keep-alive every 1 000 ms)`)
+    assert.equal(lease.signal.reason.code, 'ERR_LOCK_LOST')
+    assert.throws(() => lease.check(), (e) => e.code === 'ERR_LOCK_LOST')
+    await assert.rejects(lease.release(), (e) => e.code === 'ERR_LOCK_LOST')
+    assert.deepEqual(await keysUnder(backend.lockKey(name)), [])
+  } finally {
+    backend.close()
+  }
+})
+
+test('acquireTimeoutMs on a held lock: AcquireTimeoutError, and the waiter leaves no key or lease behind', { skip, timeout: 20_000 }, async () => {
+  const name = unique()
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  try {
+    const held = await new Lock(backend, name, { ttlMs: 3_000 }).acquire()
+    const started = performance.now()
+    const lock = new Lock(backend, name, { ttlMs: 3_000, acquireTimeoutMs: 300 })
+    const attempt = lock.acquire()
+    assert.ok(await waitUntil(async () => (await keysUnder(backend.lockKey(name))).length === 2, 5_000), 'the waiter queued its key')
+    const waiterKey = (await keysUnder(backend.lockKey(name))).find((k) => k.create > held.token)
+    await assert.rejects(attempt, (e) => e instanceof AcquireTimeoutError && e.code === 'ERR_ACQUIRE_TIMEOUT')
+    const waited = performance.now() - started
+    assert.ok(waited >= 290 && waited < 1_500, `gave up after ${waited.toFixed(0)} ms`)
+    // its key goes when its lease is revoked; the holder is untouched
+    assert.ok(await waitUntil(async () => (await keysUnder(backend.lockKey(name))).length === 1, 3_000), 'the waiter\'s key is gone')
+    assert.ok(await waitUntil(async () => (await leaseTtl(waiterKey.lease)) === -1, 3_000), 'the waiter\'s lease is revoked')
+    held.check()
+    await held.release()
+  } finally {
+    backend.close()
+  }
+})
+
+/** scripts/services/etcd.sh, when it started the member at $FENCEPOST_ETCD_URL (so pausing
+ * it pauses that one): its state dir holds the URL. */
+const ETCD_SH = path.join(REPO, 'scripts', 'services', 'etcd.sh')
+const ETCD_STATE = path.join(process.env.FENCEPOST_STATE || path.join(REPO, '.state'), 'etcd')
+const ownMember = () => ETCD !== undefined && fs.existsSync(path.join(ETCD_STATE, 'etcd.pid')) &&
+  fs.readFileSync(path.join(ETCD_STATE, 'url'), 'utf8').trim() === ETCD
+const skipPause = skip || (ownMember() ? false : `the etcd at $FENCEPOST_ETCD_URL was not started by scripts/services/etcd.sh with this FENCEPOST_STATE (${ETCD_STATE}): not pausing it`)
+
+test('a black-holed member (SIGSTOP): keep-alives hang, the lease is lost at its validity deadline by the timer, not later', { skip: skipPause, timeout: 30_000 }, async () => {
+  const name = unique()
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  let paused = false
+  try {
+    const lease = await new Lock(backend, name, { ttlMs: 1_500, purpose: 'correctness' }).acquire()
+    const lost = new Promise((resolve) => lease.signal.addEventListener('abort', () => resolve(performance.now()), { once: true }))
+    await sleep(600) // one keep-alive confirmed
+    execFileSync(ETCD_SH, ['pause'], { stdio: 'ignore' })
+    paused = true
+    await sleep(50)
+    const deadline = lease.validUntilMs
+    const lostAt = await Promise.race([lost, sleep(5_000).then(() => null)])
+    assert.notEqual(lostAt, null, 'not lost within 5 s of a black-holed keep-alive')
+    const late = lostAt - deadline
+    assert.equal(lease.lostReason, 'expired')
+    assert.ok(late >= 0 && late < 100, `lost ${late.toFixed(1)} ms after the validity deadline`)
+  } finally {
+    if (paused) execFileSync(ETCD_SH, ['resume'], { stdio: 'ignore' })
+    backend.close()
+  }
+  assert.ok(await waitUntil(async () => {
+    try { return (await (await fetch(`${ETCD}/health`)).json()).health === 'true' } catch { return false }
+  }, 10_000, 100), 'etcd healthy again')
 })
