@@ -11,6 +11,9 @@ What differs from the Rust runner, because the binding is not the core:
 
 * Options become ``Machine.acquire`` arguments in nanoseconds (``round(ms × 1e6)``,
   exactly as the Rust runner rounds), over the core's defaults (the README's table).
+* etcd vectors (``tests/scenarios/etcd/``): requests render the core's ``EtcdRequest``
+  form from ``EtcdCall.spec_json``; replies are the gateway JSON as text (``str`` or
+  UTF-8 ``bytes``, once per flavour), as ``fencepost.etcd`` passes them.
 * Replies become what the redis-py adapter (``fencepost.redis``) passes to
   ``Machine.reply``: ``int``, ``None``, ``list``, bulk and simple strings as ``bytes``
   (redis-py's default) or ``str`` (``decode_responses=True``), and an error reply as a
@@ -50,7 +53,7 @@ SCENARIO_DIR = REPO / "tests" / "scenarios"
 #: The suite must not shrink silently (the Rust runner's MIN_VECTORS).
 MIN_VECTORS = 25
 
-VECTORS = sorted(SCENARIO_DIR.glob("*.json"))
+VECTORS = sorted(SCENARIO_DIR.glob("*.json")) + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
 
 #: Vectors stating what the safety rules demand where the machine disagrees today:
 #: replayed only on request (``FENCEPOST_PENDING_VECTORS=1``), like the Rust runner's
@@ -216,10 +219,18 @@ STRING_FLAVOURS: Dict[str, Callable[[str], object]] = {
 }
 
 
+def etcd_reply(v: Any, text: Callable[[str], object]) -> object:
+    """An etcd vector's reply → what the etcd adapter (``fencepost.etcd``) hands
+    ``Machine.reply``: the gateway's JSON text, as ``str`` or UTF-8 ``bytes``; a JSON
+    string in the vector is passed verbatim (garbage, or an exact text)."""
+    return text(v if isinstance(v, str) else json.dumps(v))
+
+
 @dataclass
 class Scenario:
     name: str
     rules: List[str]
+    kind: str
     key_prefix: Optional[str]
     seed: int
     options: Dict[str, Any]
@@ -263,7 +274,7 @@ def load(path: Path) -> Scenario:
     backend = raw.get("backend")
     key_prefix: Optional[str] = None
     if backend is not None:
-        if not isinstance(backend, dict) or backend.get("kind") != "redis":
+        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd"):
             raise VectorError(f"unknown backend {backend!r}")
         key_prefix = backend.get("key_prefix")
         if key_prefix is not None and not isinstance(key_prefix, str):
@@ -297,6 +308,7 @@ def load(path: Path) -> Scenario:
     return Scenario(
         name=raw["name"],
         rules=raw["rules"],
+        kind=(backend or {}).get("kind", "redis"),
         key_prefix=key_prefix,
         seed=raw["seed"],
         options=options,
@@ -329,6 +341,20 @@ class Raised:
 
 
 def render_request(r: _core.Request) -> Dict[str, Any]:
+    if r.kind == "etcd":
+        call = r.body
+        assert isinstance(call, _core.EtcdCall)
+        spec = json.loads(call.spec_json)
+        out: Dict[str, Any] = {
+            "id": r.id,
+            "lock": r.lock,
+            "operation": r.operation,
+            "deadline_ms": ns_to_ms(r.deadline_ns),
+            "etcd": spec,
+        }
+        if r.operation == "wait":
+            out["wait_timeout_ms"] = spec["timeout_ms"]
+        return {"request": out}
     return {
         "request": {
             "id": r.id,
@@ -568,6 +594,7 @@ def apply_input(
     inp: Dict[str, Any],
     scenario_options: Dict[str, Any],
     text: Callable[[str], object],
+    backend: str = "redis",
 ) -> Optional[int]:
     """One step's input as one binding call; returns the lock id of an acquire."""
     kind = inp["type"]
@@ -577,7 +604,8 @@ def apply_input(
     if kind == "release":
         machine.release(now, inp["lock"])
     elif kind == "reply":
-        machine.reply(now, inp["request"], redis_reply(inp["reply"], text))
+        reply = etcd_reply(inp["reply"], text) if backend == "etcd" else redis_reply(inp["reply"], text)
+        machine.reply(now, inp["request"], reply)
     elif kind == "transport_error":
         machine.transport_error(now, inp["request"], inp["message"])
     elif kind == "timeout":
@@ -600,7 +628,13 @@ def replay(path: Path, flavour: str) -> int:
         pytest.fail(f'{file}: say which rules it covers in "rules"', pytrace=False)
 
     title = f"{file} ({scenario.name}), replies as {flavour}"
-    machine = _core.Machine(key_prefix=scenario.key_prefix, seed=scenario.seed)
+    if scenario.kind == "etcd":
+        spec: Any = {"kind": "etcd"}
+        if scenario.key_prefix is not None:
+            spec["key_prefix"] = scenario.key_prefix
+        machine = _core.Machine(spec, seed=scenario.seed)
+    else:
+        machine = _core.Machine(key_prefix=scenario.key_prefix, seed=scenario.seed)
     owners = Owners()
     accepted = 0
     for index, step in enumerate(scenario.steps):
@@ -609,7 +643,7 @@ def replay(path: Path, flavour: str) -> int:
         actual: List[Any] = []
         binding_problems: List[str] = []
         try:
-            lock = apply_input(machine, now, inp, scenario.options, text)
+            lock = apply_input(machine, now, inp, scenario.options, text, scenario.kind)
         except VectorError as e:
             pytest.fail(f"{file}: step {index}: {e}", pytrace=False)
         except Exception as e:  # rendered, then matched against a usage_error
@@ -635,7 +669,7 @@ def replay(path: Path, flavour: str) -> int:
 
         # The binding's owner accessor agrees with the owner ids it sends.
         for o in outputs:
-            if isinstance(o, _core.Request) and o.operation in ("acquire", "renew"):
+            if scenario.kind == "redis" and isinstance(o, _core.Request) and o.operation in ("acquire", "renew"):
                 owner = machine.owner(o.lock)
                 if owner != o.args[0]:
                     binding_problems.append(
