@@ -412,6 +412,9 @@ export interface EtcdFencedTxnOptions {
   /** Abandons the request: rejects with `signal.reason` (the transaction may or may not
    * have been applied). */
   signal?: AbortSignal
+  /** Abandons the request after this many ms (default 5 000): rejects with `BackendError`
+   * (the transaction may or may not have been applied). */
+  timeoutMs?: number
 }
 
 /**
@@ -478,8 +481,8 @@ export declare class EtcdBackend extends Backend {
    * @throws StaleTokenError (`ERR_STALE_TOKEN`) when the lease no longer holds the lock
    *   (released, expired, or taken over): nothing was written. `highest` is the current
    *   holder's token, or `0n` when nobody holds the lock; `resource` is the lock name.
-   * @throws BackendError (`ERR_BACKEND`) when no endpoint could be reached or the call
-   *   failed in transport (it may or may not have been applied).
+   * @throws BackendError (`ERR_BACKEND`) when no endpoint could be reached, the call
+   *   failed in transport or `timeoutMs` passed (it may or may not have been applied).
    * @throws ProtocolError (`ERR_PROTOCOL`) when etcd answered with an error.
    * @throws ConfigError (`ERR_CONFIG`) for a lease of another backend or arguments of the
    *   wrong shape.

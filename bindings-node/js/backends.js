@@ -742,6 +742,9 @@ function createBackends (native, LockMachine, fence) {
   }
 
   const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch']
+  /** How long a fenced transaction may take by default (a lock request's own deadline
+   * comes from the machine). */
+  const FENCED_TXN_TIMEOUT_MS = 5_000
   const JSON_HEADERS = Object.freeze({ 'content-type': 'application/json' })
 
   /**
@@ -929,10 +932,13 @@ function createBackends (native, LockMachine, fence) {
      * it still matches, puts every `[key, value]` of `puts` and deletes every key of
      * `deletes`. Resolves to the transaction's revision (bigint).
      *
+     * The request is abandoned after `timeoutMs` (default 5 000) or when `signal` aborts.
+     *
      * Rejects with StaleTokenError (the lease no longer holds the lock; nothing written;
      * `highest` = the current holder's token or 0n), BackendError (no endpoint reachable,
-     * or a transport failure: it may or may not have been applied), ProtocolError (etcd
-     * answered with an error), ConfigError (arguments).
+     * a transport failure or the timeout: it may or may not have been applied),
+     * ProtocolError (etcd answered with an error), ConfigError (arguments),
+     * `signal.reason` when `signal` aborts.
      */
     async fencedTxn (lease, options) {
       if (!(lease instanceof Lease)) {
@@ -943,16 +949,17 @@ function createBackends (native, LockMachine, fence) {
       }
       const o = check.plainObject(options, 'fencedTxn options')
       for (const key of Object.keys(o)) {
-        if (!['puts', 'deletes', 'signal'].includes(key)) {
-          throw new ConfigError(`unknown fencedTxn option ${JSON.stringify(key)}; known options: puts, deletes, signal`, { option: key })
+        if (!['puts', 'deletes', 'signal', 'timeoutMs'].includes(key)) {
+          throw new ConfigError(`unknown fencedTxn option ${JSON.stringify(key)}; known options: puts, deletes, signal, timeoutMs`, { option: key })
         }
       }
       const signal = check.abortSignal(o.signal, 'signal')
+      const timeoutMs = o.timeoutMs === undefined ? FENCED_TXN_TIMEOUT_MS : check.millis(o.timeoutMs, 'timeoutMs')
       const call = fence.etcdFencedTxn(this._keyPrefix, lease.name, lease.ownerId, lease.token, o.puts ?? [], o.deletes ?? [])
       if (signal !== null && signal.aborted) throw signal.reason
       let reply
       try {
-        reply = await this._post(call.path, call.body, signal)
+        reply = await this._post(call.path, call.body, eitherSignal(signal, deadlineSignal(now() + timeoutMs)))
       } catch (error) {
         if (error instanceof FencepostError) throw error
         if (signal !== null && signal.aborted) throw signal.reason

@@ -336,6 +336,33 @@ test('a stale fenced transaction is refused: StaleTokenError with the holder\'s 
   }
 })
 
+test('fencedTxn on a hung member gives up at timeoutMs (BackendError: may or may not be applied) or at its signal', { skip, timeout: 20_000 }, async () => {
+  let hang = false
+  /** A fetch whose calls hang (until their signal aborts) while `hang` is set. */
+  const fetchMaybeHung = (url, init) => hang
+    ? new Promise((resolve, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason), { once: true }))
+    : fetch(url, init)
+  const backend = new EtcdBackend({ endpoints: ETCD, fetch: fetchMaybeHung })
+  try {
+    const lease = await new Lock(backend, unique(), { ttlMs: 5_000 }).acquire()
+    hang = true
+    const t0 = performance.now()
+    await assert.rejects(backend.fencedTxn(lease, { puts: [['fpdata/hung', 'x']], timeoutMs: 200 }), (e) =>
+      e instanceof BackendError && /may or may not have been applied/.test(e.message))
+    const took = performance.now() - t0
+    assert.ok(took >= 190 && took < 1_000, `gave up after ${took.toFixed(0)} ms`)
+    const controller = new AbortController()
+    const pending = backend.fencedTxn(lease, { puts: [['fpdata/hung', 'x']], signal: controller.signal })
+    controller.abort(new Error('caller gave up'))
+    await assert.rejects(pending, /caller gave up/)
+    await assert.rejects(backend.fencedTxn(lease, { timeoutMs: -1 }), (e) => e instanceof ConfigError && /timeoutMs/.test(e.message))
+    hang = false
+    await lease.release()
+  } finally {
+    backend.close()
+  }
+})
+
 test('endpoints: a member that refuses connections is skipped at once; none reachable times out naming it', { skip, timeout: 20_000 }, async () => {
   const dead = await deadEndpoint()
   const counter = countingFetch({ dead })
