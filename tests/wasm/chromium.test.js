@@ -6,10 +6,15 @@
 // node:assert, node:fs, node:path and ./impl (browser/shims/). The results are asserted
 // here: every vector in both reply flavours, as `FENCEPOST_IMPL=wasm node --test` runs them.
 //
+// A second test takes etcd locks in the page with EtcdBackend (fetch, a streaming watch)
+// through this server, which forwards /etcd/* to $FENCEPOST_ETCD_URL as it streams (a page
+// reaches the gateway same-origin, as a site would put it behind its own origin).
+//
 // Needs /usr/bin/chromium (scripts/setup installs it) and a built package.
 
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
+const crypto = require('node:crypto')
 const fs = require('node:fs')
 const http = require('node:http')
 const path = require('node:path')
@@ -20,6 +25,9 @@ const REPO = path.resolve(__dirname, '..', '..')
 const PKG = path.join(REPO, 'bindings-wasm')
 const CHROMIUM = process.env.FENCEPOST_CHROMIUM || '/usr/bin/chromium'
 const skip = fs.existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing (scripts/setup installs Debian's chromium)`
+
+const ETCD = process.env.FENCEPOST_ETCD_URL
+const skipEtcd = skip || (ETCD ? false : 'FENCEPOST_ETCD_URL is not set (scripts/test starts etcd and sets it)')
 
 const SCENARIOS = path.join(REPO, 'tests', 'scenarios')
 const SHIMS = path.join(__dirname, 'browser', 'shims')
@@ -41,6 +49,26 @@ function vectors () {
 
 let server = null
 let browser = null
+/** gateway path → calls the page made through /etcd, and the watches open now */
+const etcdCalls = {}
+let etcdOpenWatches = 0
+
+/** Forwards a request under /etcd to the etcd gateway, streaming the answer back; a page
+ * that aborts its request (a watch it no longer needs) closes the upstream one. */
+function forwardToEtcd (req, res, gatewayPath) {
+  etcdCalls[gatewayPath] = (etcdCalls[gatewayPath] ?? 0) + 1
+  const watch = gatewayPath === '/v3/watch'
+  if (watch) etcdOpenWatches++
+  let closed = false
+  const done = () => { if (watch && !closed) { closed = true; etcdOpenWatches-- } }
+  const upstream = http.request(ETCD + gatewayPath, { method: 'POST', headers: { 'content-type': 'application/json' } }, (up) => {
+    res.writeHead(up.statusCode, { 'content-type': up.headers['content-type'] ?? 'application/json', 'cache-control': 'no-store' })
+    up.pipe(res)
+  })
+  upstream.on('error', () => { done(); res.destroy() })
+  res.on('close', () => { done(); upstream.destroy() })
+  req.pipe(upstream)
+}
 let base = null
 let runner = null
 
@@ -63,6 +91,7 @@ before(async () => {
 
   server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x')
+    if (ETCD && url.pathname.startsWith('/etcd/')) return forwardToEtcd(req, res, url.pathname.slice('/etcd'.length))
     let body = null
     let file = null
     if (url.pathname === '/') file = path.join(__dirname, 'browser', 'index.html')
@@ -129,4 +158,68 @@ test('Chromium: the web build replays every scenario vector, both reply flavours
   assert.equal(byName.get('the runner itself: times, ranges, owner placeholders, lossless tokens')?.status, 'pass')
   const passed = outcome.results.filter((r) => r.status === 'pass').length
   console.log(`# ${passed} passed, ${outcome.results.length - passed} skipped (pending vectors) in Chromium`)
+})
+
+test('Chromium: EtcdBackend in the page — a waiter parks on a streaming watch, FIFO hand-off, fenced writes, StaleTokenError', { skip: skipEtcd, timeout: 60_000 }, async () => {
+  const page = await browser.newPage()
+  const console_ = []
+  page.on('console', (m) => console_.push(`${m.type()}: ${m.text()}`))
+  page.on('pageerror', (e) => console_.push(`pageerror: ${e.message}`))
+  await page.goto(`${base}/?init-only`)
+  await page.waitForFunction(() => window.__results !== undefined, null, { timeout: 20_000 })
+  const ready = await page.evaluate(() => window.__results)
+  assert.equal(ready.error, undefined, `${ready.error}\nconsole:\n${console_.join('\n')}`)
+  const name = `chromium-${crypto.randomBytes(6).toString('hex')}`
+  const parked = page.evaluate(async ({ endpoint, name }) => {
+    const { Lock, EtcdBackend } = globalThis.__fencepost
+    const a = new EtcdBackend({ endpoints: endpoint })
+    const b = new EtcdBackend({ endpoints: [endpoint] })
+    globalThis.__etcd = { a, b }
+    const first = await new Lock(a, name, { ttlMs: 2_000, purpose: 'correctness' }).acquire()
+    globalThis.__etcd.first = first
+    globalThis.__etcd.waiting = new Lock(b, name, { ttlMs: 2_000, purpose: 'correctness' }).acquire()
+    return { token: String(first.token), typeofToken: typeof first.token, leaseId: String(a.leaseId(first.ownerId)) }
+  }, { endpoint: `${base}/etcd`, name })
+  const first = await parked
+  assert.equal(first.typeofToken, 'bigint')
+  // the waiter is parked on one open watch (no polling), across a keep-alive interval
+  const until = performance.now() + 5_000
+  while (etcdOpenWatches !== 1 && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 20))
+  assert.equal(etcdOpenWatches, 1, `watches open: ${etcdOpenWatches}, calls: ${JSON.stringify(etcdCalls)}`)
+  const callsParked = Object.values(etcdCalls).reduce((x, y) => x + y, 0)
+  await new Promise((resolve) => setTimeout(resolve, 1_000))
+  const callsLater = Object.values(etcdCalls).reduce((x, y) => x + y, 0)
+  assert.ok(callsLater - callsParked <= 8, `${callsLater - callsParked} calls in 1 s while parked: ${JSON.stringify(etcdCalls)}`)
+  const outcome = await page.evaluate(async ({ name }) => {
+    const { a, b, first, waiting } = globalThis.__etcd
+    const key = `fpchromium/${name}`
+    await a.fencedTxn(first, { puts: [[key, 'first']] })
+    const released = performance.now()
+    await first.release()
+    const second = await waiting
+    const handOffMs = performance.now() - released
+    let stale = null
+    try {
+      await a.fencedTxn(first, { puts: [[key, 'stale']] })
+    } catch (error) {
+      stale = { name: error.name, code: error.code, highest: String(error.highest), token: String(error.token) }
+    }
+    const revision = await b.fencedTxn(second, { puts: [[key, 'second']], deletes: [] })
+    await second.release()
+    a.close()
+    b.close()
+    return { second: String(second.token), stale, revision: String(revision), typeofRevision: typeof revision, handOffMs }
+  }, { name })
+  await page.close()
+  assert.ok(BigInt(outcome.second) > BigInt(first.token), `tokens rise: ${first.token}, ${outcome.second}`)
+  assert.deepEqual(outcome.stale, { name: 'StaleTokenError', code: 'ERR_STALE_TOKEN', highest: outcome.second, token: first.token })
+  assert.equal(outcome.typeofRevision, 'bigint')
+  assert.ok(outcome.handOffMs < 1_000, `hand-off took ${outcome.handOffMs.toFixed(0)} ms`)
+  assert.ok(etcdCalls['/v3/watch'] >= 1)
+  // what the page wrote, read from etcd directly
+  const doc = await (await fetch(`${ETCD}/v3/kv/range`, { method: 'POST', body: JSON.stringify({ key: Buffer.from(`fpchromium/${name}`).toString('base64') }) })).json()
+  assert.equal(Buffer.from(doc.kvs[0].value, 'base64').toString(), 'second')
+  assert.equal(BigInt(doc.kvs[0].mod_revision), BigInt(outcome.revision))
+  await fetch(`${ETCD}/v3/kv/deleterange`, { method: 'POST', body: JSON.stringify({ key: Buffer.from(`fpchromium/${name}`).toString('base64') }) })
+  console.log(`# Chromium: etcd hand-off ${outcome.handOffMs.toFixed(1)} ms after the release, through a streaming watch`)
 })
