@@ -745,7 +745,8 @@ function createBackends (native, LockMachine, fence) {
   /** How long a fenced transaction may take by default (a lock request's own deadline
    * comes from the machine). */
   const FENCED_TXN_TIMEOUT_MS = 5_000
-  const JSON_HEADERS = Object.freeze({ 'content-type': 'application/json' })
+  /** Fresh for every request: a fetch of the user's may add to them. */
+  const jsonHeaders = () => ({ 'content-type': 'application/json' })
 
   /**
    * Locks on an etcd v3 cluster through its JSON gateway (`/v3/…`, etcd ≥ 3.4), with
@@ -854,7 +855,7 @@ function createBackends (native, LockMachine, fence) {
     async _post (path, body, signal) {
       let last = null
       for (const url of this._order()) {
-        const init = { method: 'POST', headers: JSON_HEADERS, body }
+        const init = { method: 'POST', headers: jsonHeaders(), body }
         if (signal !== null) init.signal = signal
         let response, text
         try {
@@ -897,7 +898,7 @@ function createBackends (native, LockMachine, fence) {
         for (const candidate of this._order()) {
           url = candidate
           try {
-            response = await this._fetch(url + request.path, { method: 'POST', headers: JSON_HEADERS, body: request.body, signal: controller.signal })
+            response = await this._fetch(url + request.path, { method: 'POST', headers: jsonHeaders(), body: request.body, signal: controller.signal })
             break
           } catch (error) {
             if (controller.signal.aborted || !neverConnected(error)) throw error
@@ -912,6 +913,7 @@ function createBackends (native, LockMachine, fence) {
         const line = await firstLine(response, watchLineEnds)
         if (line === null) return '{}' // the stream ended (a member stopping): check again
         if (!line.startsWith('{')) throw new Error(`HTTP ${response.status} from the etcd gateway at ${url}: not a JSON watch response: ${JSON.stringify(line.slice(0, 200))}`)
+        if (isUnavailable(line)) this._rotate(url)
         return line
       } catch (error) {
         if (timedOut) return '{}'
