@@ -880,8 +880,9 @@ function createBackends (native, LockMachine, fence) {
       throw new BackendError(`no etcd endpoint reachable (${this._endpoints.join(', ')}): ${describeError(last)}`, { cause: last })
     }
 
-    /** A watch: the first stream line that ends the wait, or '{}' at `timeoutMs` (or when
-     * the stream ends first). Leaving the stream cancels the watch on the server. */
+    /** A watch: the first stream line that ends the wait, or '{}' at `timeoutMs`; a stream
+     * that ends early without an event is a BackendError (a transport failure). Leaving
+     * the stream cancels the watch on the server. */
     async _watch (request, outer) {
       if (outer !== null && outer.aborted) throw outer.reason
       const controller = new AbortController()
@@ -911,7 +912,12 @@ function createBackends (native, LockMachine, fence) {
           throw new BackendError(`no etcd endpoint reachable (${this._endpoints.join(', ')}): ${describeError(last)}`, { cause: last })
         }
         const line = await firstLine(response, watchLineEnds)
-        if (line === null) return '{}' // the stream ended (a member stopping): check again
+        if (line === null) {
+          if (timedOut) return '{}'
+          // ended early without an event (a member stopping, a proxy closing streams): a
+          // transport failure, so the machine backs off instead of re-watching at once
+          throw new BackendError(`the etcd watch stream from ${url} ended without an event`)
+        }
         if (!line.startsWith('{')) throw new Error(`HTTP ${response.status} from the etcd gateway at ${url}: not a JSON watch response: ${JSON.stringify(line.slice(0, 200))}`)
         if (isUnavailable(line)) this._rotate(url)
         return line

@@ -283,7 +283,9 @@ class EtcdBackend(Backend):
                     line = str(raw).strip()
                     if line and _watch_line_done(line):
                         return line
-            return "{}"  # the stream ended (member stopped): check again
+            # ended early without an event (a member stopping, a proxy closing streams):
+            # a transport failure, so the machine backs off instead of re-watching at once
+            raise BackendError(f"the etcd watch stream from {url} ended without an event")
 
         try:
             return await asyncio.wait_for(stream(), timeout)
@@ -310,7 +312,7 @@ class EtcdBackend(Backend):
                     line = str(raw).strip()
                     if line and _watch_line_done(line):
                         return line
-            return "{}"
+            raise BackendError(f"the etcd watch stream from {url} ended without an event")
         except httpx.ReadTimeout:
             return "{}"
         except Exception:

@@ -374,15 +374,27 @@ pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
         ReplyError::Protocol(p) => p,
         ReplyError::Transient(m) => protocol(m),
     })?;
+    let shape = || {
+        protocol(format!(
+            "fenced transaction: expected a txn reply, got {reply:.200}"
+        ))
+    };
+    // every txn reply has a header with the revision
+    let revision = header_revision(&v).ok_or_else(shape)?;
     if v.get("succeeded").and_then(Value::as_bool) == Some(true) {
-        return Ok(EtcdFenced::Applied {
-            revision: header_revision(&v).unwrap_or(0),
-        });
+        return Ok(EtcdFenced::Applied { revision });
     }
-    let holder = response_kvs(&v, 0, "response_range")
-        .and_then(|kvs| kvs.first().and_then(|kv| int_field(kv, "create_revision")))
-        .and_then(|r| u64::try_from(r).ok())
-        .map(FencingToken);
+    // refused: the failure branch read the lock's holder (`kvs` omitted when nobody)
+    let kvs = response_kvs(&v, 0, "response_range").ok_or_else(shape)?;
+    let holder = match kvs.first() {
+        None => None,
+        Some(kv) => Some(
+            int_field(kv, "create_revision")
+                .and_then(|r| u64::try_from(r).ok())
+                .map(FencingToken)
+                .ok_or_else(shape)?,
+        ),
+    };
     Ok(EtcdFenced::Refused { holder })
 }
 
@@ -973,5 +985,37 @@ mod tests {
             Ok(OwnerCheck::Done)
         );
         assert!(read_owner_check("nope").is_err());
+    }
+
+    #[test]
+    fn fenced_txn_replies_are_read_strictly() {
+        let applied = r#"{"header":{"revision":"12"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"12"}}}]}"#;
+        assert_eq!(
+            read_etcd_fenced_txn(applied),
+            Ok(EtcdFenced::Applied { revision: 12 })
+        );
+        let refused = r#"{"header":{"revision":"12"},"responses":[{"response_range":{"header":{"revision":"12"},"kvs":[{"key":"YQ==","create_revision":"9"}],"count":"1"}}]}"#;
+        assert_eq!(
+            read_etcd_fenced_txn(refused),
+            Ok(EtcdFenced::Refused {
+                holder: Some(FencingToken(9))
+            })
+        );
+        let free = r#"{"header":{"revision":"12"},"responses":[{"response_range":{"header":{"revision":"12"}}}]}"#;
+        assert_eq!(
+            read_etcd_fenced_txn(free),
+            Ok(EtcdFenced::Refused { holder: None })
+        );
+        for garbage in [
+            "{}",
+            "[]",
+            "\"x\"",
+            "null",
+            r#"{"foo":1}"#,
+            r#"{"succeeded":true}"#,
+            r#"{"header":{"revision":"3"}}"#,
+        ] {
+            assert!(read_etcd_fenced_txn(garbage).is_err(), "{garbage}");
+        }
     }
 }
