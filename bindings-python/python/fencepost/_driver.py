@@ -48,6 +48,10 @@ CommandLike = Union[_core.Request, _core.Command]
 
 _TERMINAL = frozenset({"lost", "released", "acquire_failed"})
 
+#: Whether the asyncio driver runs a waiting caller's requests in the caller's own
+#: coroutine (needs ``asyncio.timeout``, Python 3.11+); else every request is a task.
+_INLINE = hasattr(asyncio, "timeout")
+
 _LOST_WHY = {
     "expired": "its validity deadline passed without a confirmed renewal",
     "renew_rejected": "the server refused the renewal: the lock key was deleted or "
@@ -108,6 +112,18 @@ class AsyncAcquisition:
         self.body_task: Optional[asyncio.Task[Any]] = None
         #: Whether this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo it).
         self.cancelled_body = False
+        # -- the caller serving its own requests (see AsyncDriver.acquire) --
+        #: The future the caller waits on while it runs this lock's requests itself
+        #: (``acquired`` or ``released``), else None.
+        self.serving: Optional[asyncio.Future[Any]] = None
+        #: Requests of this lock queued for the serving caller.
+        self.inline: Deque[_core.Request] = collections.deque()
+        #: Resolved to wake the serving caller (a request queued, or ``serving`` done).
+        self.wake: Optional[asyncio.Future[None]] = None
+        #: The deadline scope of the request the caller is running, while it runs.
+        self.scope: Optional[Any] = None
+        #: The request the caller was running when it was interrupted (cancelled).
+        self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
         from .lock import Lease
@@ -140,6 +156,20 @@ class AsyncAcquisition:
         elif kind == "acquire_failed":
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
+        self.wake_caller()
+
+    def wake_caller(self) -> None:
+        """Wakes the caller serving this acquisition's requests (a request was queued
+        for it, or the outcome it waits on is decided). If that outcome was decided
+        while the caller runs a request, the request is abandoned now (cancelled; the
+        machine gets a transport error for it), so a hung request never delays the
+        caller's result (an acquire timeout, a loss during release)."""
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+        serving, scope = self.serving, self.scope
+        if scope is not None and serving is not None and serving.done():
+            scope.reschedule(self.driver.loop.time())
 
     def _interrupt_body(self) -> None:
         if self.body_task is None:
@@ -172,6 +202,7 @@ class AsyncAcquisition:
             )
         if self.released is not None and not self.released.done():
             self.released.set_result(None)
+        self.wake_caller()
 
 
 class SyncAcquisition:
@@ -264,6 +295,8 @@ class AsyncDriver:
         self._orphaned = threading.Lock()
         #: A poke handed to the loop by another thread has not run yet.
         self._poke_pending = False
+        #: Acquisitions whose caller is running one of their requests (see _serve).
+        self._serving: Set[AsyncAcquisition] = set()
 
     # -- inputs from the Lock API --
 
@@ -274,6 +307,46 @@ class AsyncDriver:
         acquisition.lock_id = lock
         self._acquisitions[lock] = acquisition
         self._drain()
+
+    async def acquire(self, acquisition: AsyncAcquisition, options: _Options) -> Lease:
+        """Starts acquiring and waits for the outcome, running the lock's requests
+        (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
+        acquisition is cancelled (released if the server may have granted it) and
+        CancelledError propagates. Raises as ``Lock.acquire``."""
+        if not _INLINE:
+            self.start(acquisition, options)
+            try:
+                return await acquisition.acquired
+            except asyncio.CancelledError:
+                self.release(acquisition)
+                raise
+        try:
+            await self._serve(acquisition, acquisition.acquired, lambda: self.start(acquisition, options))
+        except asyncio.CancelledError:
+            self.release(acquisition)
+            self._report_interrupted(acquisition)
+            raise
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        return await acquisition.acquired
+
+    async def release_and_wait(self, acquisition: AsyncAcquisition) -> None:
+        """Releases the lock and waits for the outcome (``acquisition.released``),
+        running the release request in this coroutine. If this await is cancelled, the
+        release request is abandoned and reported to the machine as a transport
+        error; the machine retries the release on its own."""
+        released = acquisition.released
+        assert released is not None
+        if not _INLINE:
+            self.release(acquisition)
+            return await released
+        try:
+            await self._serve(acquisition, released, lambda: self.release(acquisition))
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        return await released
 
     def release(self, acquisition: AsyncAcquisition) -> None:
         """Releases the lock, or cancels its acquisition. A no-op once the machine has
@@ -342,7 +415,7 @@ class AsyncDriver:
         for acquisition in acquisitions:
             acquisition.closed()
         self._acquisitions.clear()
-        self._arm(None)
+        self._disarm()
 
     # -- the loop --
 
@@ -358,9 +431,13 @@ class AsyncDriver:
                 if orphaned:
                     continue  # nothing can run it; the machine's deadlines give up on it
                 self.backend._request_scheduled(self, output)
-                task = self.loop.create_task(self._execute(output))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None and acquisition.serving is not None:
+                    # Its caller is waiting for it: the caller runs it (see _serve).
+                    acquisition.inline.append(output)
+                    acquisition.wake_caller()
+                else:
+                    self._spawn(output)
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
@@ -373,20 +450,43 @@ class AsyncDriver:
             self._arm(next_ns)
 
     def _arm(self, at_ns: Optional[int]) -> None:
-        if at_ns == self._timer_at and (at_ns is None or self._timer is not None):
+        """Makes sure the timer fires no later than ``at_ns`` (None: nothing due). A
+        timer already set earlier is kept: an early wakeup is harmless (the machine
+        ignores timeouts before its deadlines, and the wakeup sets the timer again
+        from its answer), and keeping it saves a timer handle per input."""
+        if at_ns is None:
+            return
+        timer_at = self._timer_at
+        if timer_at is not None and timer_at <= at_ns and self._timer is not None:
             return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
         self._timer_at = at_ns
-        if at_ns is not None:
-            delay = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
-            self._timer = self.loop.call_later(delay, self._on_timer)
+        delay = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
+        self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
         self._feed(lambda now: self._machine.timeout(now))
+        if self._serving:
+            # Requests run by waiting callers, past their deadline: cancel them (the
+            # machine gets a transport error); the others keep the timer set.
+            now = time.monotonic_ns()
+            for acquisition in list(self._serving):
+                request, scope = acquisition.interrupted, acquisition.scope
+                if request is None or scope is None:
+                    continue
+                if request.deadline_ns <= now:
+                    scope.reschedule(self.loop.time())
+                elif not self._closed:
+                    self._arm(request.deadline_ns)
 
     def _feed(self, call: Callable[[int], None]) -> None:
         """Feeds one input at the current time and drains. Errors here are host bugs
@@ -399,10 +499,97 @@ class AsyncDriver:
                 {"message": "fencepost: driver failed to feed the lock machine", "exception": exc}
             )
 
+    # -- requests --
+
+    def _spawn(self, request: _core.Request) -> None:
+        """Runs ``request`` on a task of its own (nobody waits for it: a renewal, a
+        cleanup release, a retry while the caller is not waiting)."""
+        task = self.loop.create_task(self._execute(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(
+        self, acquisition: AsyncAcquisition, done: asyncio.Future[Any], feed: Callable[[], None]
+    ) -> None:
+        """Feeds one input (``feed``, from the Lock API), then runs the requests the
+        machine emits for this acquisition's lock in the calling coroutine until
+        ``done`` is decided: no task per request, and a reply is fed to the machine in
+        the same loop iteration it arrives in, so the next request goes out at once.
+
+        Requests of other locks, and of this lock once ``done`` is decided, run on
+        tasks (:meth:`_spawn`). Each request is cancelled at its deadline (a transport
+        error for the machine), or at once when ``done`` is decided elsewhere (a timer:
+        acquire timeout, loss). If this coroutine is interrupted (cancelled), the
+        request it was running is left in ``acquisition.interrupted`` for
+        :meth:`_report_interrupted`."""
+        acquisition.serving = done
+        try:
+            feed()
+            while not done.done():
+                if acquisition.inline:
+                    await self._run_inline(acquisition, acquisition.inline.popleft())
+                    continue
+                wake = acquisition.wake = self.loop.create_future()
+                try:
+                    await wake
+                finally:
+                    acquisition.wake = None
+        finally:
+            acquisition.serving = None
+            while acquisition.inline:  # emitted after the outcome: nobody waits for them
+                self._spawn(acquisition.inline.popleft())
+
+    async def _run_inline(self, acquisition: AsyncAcquisition, request: _core.Request) -> None:
+        """Runs one request in the serving caller's coroutine and feeds its outcome."""
+        timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
+        acquisition.interrupted = request  # until its outcome is known
+        # The deadline is kept by the driver's own timer (_on_timer), which cancels the
+        # request through this scope: no timer handle per request.
+        scope = asyncio.timeout(None)  # type: ignore[attr-defined,unused-ignore]
+        try:
+            try:
+                async with scope:
+                    acquisition.scope = scope
+                    self._serving.add(acquisition)
+                    if not self._closed:
+                        self._arm(request.deadline_ns)
+                    value = await self.backend._run_async(self, request)
+            finally:
+                acquisition.scope = None  # before feeding: its events must not touch it
+                self._serving.discard(acquisition)
+        except Exception as exc:
+            acquisition.interrupted = None
+            if scope.expired():
+                serving = acquisition.serving
+                if serving is not None and serving.done():
+                    message = "abandoned: the lock's outcome was decided while it ran"
+                else:
+                    message = f"no reply before the request deadline ({timeout:.3f} s)"
+            else:
+                message = describe_exception(exc)
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+        else:
+            acquisition.interrupted = None
+            self._feed(lambda now: self._machine.reply(now, request.id, value))
+
+    def _report_interrupted(self, acquisition: AsyncAcquisition) -> None:
+        """The serving caller was interrupted (cancelled) while it ran a request: the
+        request is gone and its outcome unknown; tell the machine, which resolves it
+        as any ambiguous outcome (DESIGN.md rule 5: re-acquire or owner-checked
+        release; a release is retried)."""
+        request, acquisition.interrupted = acquisition.interrupted, None
+        if request is not None and not self._closed:
+            message = "cancelled: the caller waiting for it was cancelled"
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+
     async def _execute(self, request: _core.Request) -> None:
         timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
         try:
-            value = await asyncio.wait_for(self.backend._run_async(self, request), timeout)
+            if _INLINE:
+                async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
+                    value = await self.backend._run_async(self, request)
+            else:  # Python < 3.11
+                value = await asyncio.wait_for(self.backend._run_async(self, request), timeout)
         except asyncio.CancelledError:
             # Only the loop shutting down cancels these tasks. Nothing is fed: the
             # machine's own timers give up on the request (acquire validity, renew

@@ -1,0 +1,154 @@
+"""The drivers' fast paths: a waiting caller runs its lock's requests itself (asyncio:
+in its own coroutine; threads: on its own thread), and what must not change with it —
+request deadlines, loss decided by the machine's timer alone, renewals and parked waits
+never held up, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import List, Set
+
+import pytest
+
+import fencepost
+from fencepost import _core
+from fencepost.errors import AcquireTimeout, BackendError, LockLost
+
+from conftest import wait_until
+
+Command = _core.Request | _core.Command
+
+
+class HangingBackend(fencepost.MemoryBackend):
+    """Requests whose script is in ``hang`` never get an answer (asyncio: until
+    cancelled; threads: until ``unblock`` is set); every other request runs at once.
+    Records which scripts were cancelled and on which threads requests ran."""
+
+    def __init__(self, hang: Set[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.hang = hang
+        self.cancelled: List[str] = []
+        self.threads: List[str] = []
+        self.unblock = threading.Event()
+
+    async def _execute_async(self, command: Command) -> object:
+        if getattr(command, "script", None) in self.hang:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(command.script)
+                raise
+        return await super()._execute_async(command)
+
+    def _execute_sync(self, command: Command) -> object:
+        self.threads.append(threading.current_thread().name)
+        if getattr(command, "script", None) in self.hang:
+            self.unblock.wait(10)
+            raise ConnectionError("hung request given up")
+        return super()._execute_sync(command)
+
+
+# ---- asyncio ----------------------------------------------------------------------------
+
+
+async def test_an_uncontended_cycle_runs_in_the_caller_without_tasks(backend: fencepost.MemoryBackend) -> None:
+    lock = fencepost.Lock(backend, "inline", ttl=5.0)
+    await lock.acquire()
+    driver = backend._async_driver()
+    assert not driver._tasks  # the acquire ran in this coroutine
+    await lock.release()
+    assert not driver._tasks  # and the release
+    assert backend.server.lock_owner("inline") is None
+
+
+async def test_an_inline_acquire_is_cancelled_at_its_deadline() -> None:
+    backend = HangingBackend({"acquire"})
+    started = time.monotonic()
+    with pytest.raises(AcquireTimeout):
+        await fencepost.Lock(backend, "deadline", ttl=5.0, acquire_timeout=0.2).acquire()
+    # the attempt's deadline is the acquire deadline (0.2 s); the hung call is cancelled
+    assert 0.15 < time.monotonic() - started < 0.5
+    assert "acquire" in backend.cancelled
+
+
+async def test_a_hung_inline_release_ends_at_its_deadline() -> None:
+    backend = HangingBackend({"release"})
+    lock = fencepost.Lock(backend, "hung-release", ttl=0.3)
+    await lock.acquire()
+    started = time.monotonic()
+    await lock.release()  # the release deadline is one ttl; the key expires by then
+    assert 0.2 < time.monotonic() - started < 0.6
+    assert "release" in backend.cancelled
+
+
+async def test_closing_the_backend_abandons_a_hung_inline_acquire_at_once() -> None:
+    backend = HangingBackend({"acquire"})
+    waiting = asyncio.ensure_future(fencepost.Lock(backend, "closed", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    backend.close()
+    with pytest.raises(BackendError):
+        await asyncio.wait_for(waiting, 1.0)
+    assert time.monotonic() - started < 0.1  # not the acquire's deadline (~5 s)
+    await asyncio.sleep(0.01)
+    assert "acquire" in backend.cancelled  # abandoned, not left running
+
+
+async def test_a_hung_renewal_runs_on_its_own_task_and_does_not_delay_loss() -> None:
+    backend = HangingBackend({"renew"})
+    started = time.monotonic()
+    with pytest.raises(LockLost) as info:
+        async with fencepost.Lock(backend, "hung-renew", ttl=0.3):
+            await asyncio.sleep(5)
+    assert time.monotonic() - started < 0.45  # valid until 0.3 · 0.99 − 0.002 s
+    assert info.value.reason == "expired"
+    await asyncio.sleep(0.05)
+    assert "renew" in backend.cancelled  # at the renewal's deadline (its validity)
+
+
+async def test_cancelling_a_release_in_flight_still_releases() -> None:
+    backend = HangingBackend(set())
+    lock = fencepost.Lock(backend, "cancel-release", ttl=5.0, retry_base=0.005)
+    await lock.acquire()
+    backend.hang = {"release"}
+    task = asyncio.ensure_future(lock.release())
+    await asyncio.sleep(0.02)
+    backend.hang = set()  # the machine's retry gets through
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.cancelled == ["release"]
+    await asyncio.sleep(0.1)
+    assert backend.server.lock_owner("cancel-release") is None
+
+
+async def test_a_waiting_caller_runs_its_retries_and_others_are_not_held_up() -> None:
+    backend = fencepost.MemoryBackend()
+    holder = fencepost.Lock(backend, "contended", ttl=0.3)
+    await holder.acquire()
+    waiter = asyncio.ensure_future(
+        fencepost.Lock(backend, "contended", ttl=5.0, retry_base=0.01, retry_max=0.02).acquire()
+    )
+    for _ in range(3):  # the holder renews (on tasks) while the waiter retries
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+    assert holder.lease is not None and holder.lease.lost_reason is None
+    await holder.release()
+    lease = await asyncio.wait_for(waiter, 1.0)
+    assert lease.token == 2
+
+
+async def test_fair_waiter_parks_in_its_own_coroutine_and_gets_the_lock() -> None:
+    backend = fencepost.MemoryBackend(fair=True)
+    holder = fencepost.Lock(backend, "fair-inline", ttl=5.0)
+    await holder.acquire()
+    waiter = asyncio.ensure_future(fencepost.Lock(backend, "fair-inline", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    started = time.monotonic()
+    await holder.release()
+    lease = await asyncio.wait_for(waiter, 1.0)
+    assert time.monotonic() - started < 0.1  # woken by the release, not by a backoff
+    assert lease.token == 2
