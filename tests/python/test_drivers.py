@@ -152,3 +152,109 @@ async def test_fair_waiter_parks_in_its_own_coroutine_and_gets_the_lock() -> Non
     lease = await asyncio.wait_for(waiter, 1.0)
     assert time.monotonic() - started < 0.1  # woken by the release, not by a backoff
     assert lease.token == 2
+
+
+# ---- threads ----------------------------------------------------------------------------
+
+
+class BoundedHangingBackend(HangingBackend):
+    """A HangingBackend whose blocking calls are declared to end within ``limit_s``."""
+
+    def __init__(self, hang: Set[str], limit_s: float | None = 0.0, **kwargs: object) -> None:
+        super().__init__(hang, **kwargs)
+        self.limit_s = limit_s
+
+    def _sync_call_limit_s(self) -> float | None:
+        return self.limit_s
+
+
+def test_a_blocked_caller_runs_its_requests_on_its_own_thread() -> None:
+    backend = BoundedHangingBackend(set())
+    lock = fencepost.Lock(backend, "sync-inline", ttl=5.0)
+    lock.acquire_sync()
+    lock.release_sync()
+    me = threading.current_thread().name
+    assert backend.threads == [me, me]  # acquire, release: no hand-off to a worker
+    assert backend.server.lock_owner("sync-inline") is None
+
+
+def test_requests_go_to_workers_when_the_backend_may_block_past_their_deadline() -> None:
+    for limit in (None, 10.0):  # unbounded, or longer than the 5 s deadlines
+        backend = BoundedHangingBackend(set(), limit_s=limit)
+        lock = fencepost.Lock(backend, "sync-pool", ttl=5.0)
+        lock.acquire_sync()
+        lock.release_sync()
+        assert len(backend.threads) == 2
+        assert all(name.startswith("fencepost-request") for name in backend.threads)
+
+
+def test_sync_hung_renewal_runs_on_a_worker_and_does_not_delay_loss() -> None:
+    backend = BoundedHangingBackend({"renew"})
+    try:
+        lock = fencepost.Lock(backend, "sync-hung-renew", ttl=0.3)
+        lease = lock.acquire_sync()
+        started = time.monotonic()
+        assert lease.lost.wait(1.0)
+        assert time.monotonic() - started < 0.35  # valid until 0.3 · 0.99 − 0.002 s
+        assert lease.lost_reason == "expired"
+        renewers = [name for name in backend.threads[1:2]]
+        assert renewers and renewers[0].startswith("fencepost-request")
+        with pytest.raises(LockLost):
+            lock.release_sync()
+    finally:
+        backend.unblock.set()
+
+
+def test_sync_inline_acquire_keeps_the_machine_s_acquire_timeout() -> None:
+    # The backend may block 0.3 s; with a 0.2 s acquire timeout the attempt's deadline
+    # is closer than that, so the request goes to a worker and the caller returns on
+    # time even though the request hangs.
+    backend = BoundedHangingBackend({"acquire"}, limit_s=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            fencepost.Lock(backend, "sync-deadline", ttl=5.0, acquire_timeout=0.2).acquire_sync()
+        assert time.monotonic() - started < 0.5
+        assert backend.threads[0].startswith("fencepost-request")
+    finally:
+        backend.unblock.set()
+
+
+def test_sync_fair_waits_park_on_the_wait_pool() -> None:
+    backend = BoundedHangingBackend(set(), fair=True)
+    holder = fencepost.Lock(backend, "sync-fair", ttl=5.0)
+    holder.acquire_sync()
+    got: List[int] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(fencepost.Lock(backend, "sync-fair", ttl=5.0).acquire_sync().token),
+        name="waiter",
+    )
+    waiter.start()
+    assert wait_until(lambda: any(n.startswith("fencepost-wait") for n in backend.threads), timeout=2.0)
+    holder.release_sync()
+    waiter.join(2.0)
+    assert got == [2]
+    assert "waiter" in backend.threads  # its acquires ran on its own thread
+    assert not any(n.startswith("fencepost-request") for n in backend.threads)
+
+
+class Interrupt(BaseException):
+    """Stands for KeyboardInterrupt arriving while a caller runs its request."""
+
+
+class InterruptedBackend(BoundedHangingBackend):
+    def _execute_sync(self, command: Command) -> object:
+        reply = super()._execute_sync(command)
+        if getattr(command, "script", None) == "acquire" and not self.unblock.is_set():
+            self.unblock.set()
+            raise Interrupt()  # after the server granted it
+        return reply
+
+
+def test_an_interrupted_inline_acquire_releases_what_the_server_granted() -> None:
+    backend = InterruptedBackend(set())
+    with pytest.raises(Interrupt):
+        fencepost.Lock(backend, "interrupted", ttl=5.0).acquire_sync()
+    assert wait_until(lambda: backend.server.lock_owner("interrupted") is None, timeout=1.0)
+    lease = fencepost.Lock(backend, "interrupted", ttl=5.0, acquire_timeout=0).acquire_sync()
+    assert lease.token == 2

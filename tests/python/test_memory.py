@@ -737,12 +737,16 @@ def test_redis_scripts_lists_every_script() -> None:
 # ---- drivers -----------------------------------------------------------------------------
 
 
-def test_thread_driver_stops_when_no_lock_remains(backend: fencepost.MemoryBackend) -> None:
+def test_thread_driver_stops_after_its_idle_time_without_locks(backend: fencepost.MemoryBackend) -> None:
     with fencepost.Lock(backend, "t", ttl=1.0):
         driver = backend._sync_driver()
         thread = driver.thread
         assert thread is not None and thread.daemon and thread.is_alive()
+    with fencepost.Lock(backend, "t", ttl=1.0):  # kept across acquisitions
+        assert driver.thread is thread
+    driver.idle_s = 0.1
     assert wait_until(lambda: not thread.is_alive(), timeout=2.0)
+    assert driver.thread is None
     with fencepost.Lock(backend, "t", ttl=1.0):  # and starts again on demand
         assert driver.thread is not None and driver.thread.is_alive()
 

@@ -107,6 +107,16 @@ class Backend:
         """Runs ``request`` of ``driver``'s machine, blocking (on a driver worker)."""
         return self._execute_sync(request)
 
+    def _sync_call_limit_s(self) -> Optional[float]:
+        """At most how many seconds one blocking request of this backend can take
+        (``_run_sync``: the client's timeouts, retries included), or None when it can
+        block indefinitely (the default). When it is known and the request's deadline
+        is further away than that, a thread blocked in ``acquire_sync`` /
+        ``release_sync`` runs its own lock's request itself instead of handing it to a
+        worker thread: it then cannot be held past the request's deadline, which is as
+        long as the machine's timers would have made it wait. Asked once per driver."""
+        return None
+
     def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
         """``request`` was handed to a worker (called before it runs, in order)."""
 

@@ -8,14 +8,20 @@ nothing about leases: every if below is about plumbing (is a future still waitin
 this driver closed), never about validity, renew timing or tokens.
 
 * :class:`AsyncDriver` — one per (backend, event loop): event-driven, a single
-  ``loop.call_later`` handle for the machine's next timeout, one task per request with
-  ``asyncio.wait_for`` at the request's deadline.
+  ``loop.call_later`` handle for the machine's next timeout (moved only earlier). A
+  coroutine waiting in ``Lock.acquire()``/``release()`` runs its own lock's requests
+  itself (no task per request; each reply is fed in the loop iteration it arrives in),
+  in a cancel scope the driver's timer fires at the request's deadline; requests nobody
+  waits for (renewals, cleanup releases) run on tasks with ``asyncio.timeout``.
 * :class:`ThreadDriver` — one per backend for the blocking API: a daemon thread owns
-  the wakeups (``threading.Condition``), every machine call happens under that
-  condition's lock, requests run on a small pool of daemon threads so a hung request
-  never delays a ``Lost`` and never keeps the process alive; blocking waits (a fair
-  waiter's ``BLPOP``) run on a pool of their own, so parked waiters never delay a
-  renewal.
+  the wakeups (``threading.Condition``, naps of at most 0.25 s, kept alive across
+  acquisitions for :attr:`ThreadDriver.idle_s`), every machine call happens under the
+  driver's lock. A thread blocked in ``acquire_sync``/``release_sync`` runs its own
+  lock's requests itself when the backend's blocking calls are known to end before the
+  request's deadline (``Backend._sync_call_limit_s``); other requests run on a small
+  pool of daemon threads so a hung request never delays a ``Lost`` and never keeps the
+  process alive; blocking waits (a fair waiter's ``BLPOP``) run on a pool of their
+  own, so parked waiters never delay a renewal.
 
 Requests run through the backend's driver hooks (``Backend._run_async`` /
 ``_run_sync``), which know the driver they came from: lock ids are per machine, and an
@@ -51,6 +57,9 @@ _TERMINAL = frozenset({"lost", "released", "acquire_failed"})
 #: Whether the asyncio driver runs a waiting caller's requests in the caller's own
 #: coroutine (needs ``asyncio.timeout``, Python 3.11+); else every request is a task.
 _INLINE = hasattr(asyncio, "timeout")
+
+#: Longest single sleep of the thread driver (seconds).
+_NAP_S = 0.25
 
 _LOST_WHY = {
     "expired": "its validity deadline passed without a confirmed renewal",
@@ -216,6 +225,15 @@ class SyncAcquisition:
         self.acquired: concurrent.futures.Future[SyncLease] = concurrent.futures.Future()
         self.released: Optional[concurrent.futures.Future[None]] = None
         self.lease: Optional[SyncLease] = None
+        # -- the caller serving its own requests (see ThreadDriver._serve) --
+        #: Whether a caller is blocked waiting for this acquisition's outcome.
+        self.serving = False
+        #: Requests of this lock queued for the serving caller.
+        self.inline: Deque[_core.Request] = collections.deque()
+        #: The serving caller waits on it (it shares the driver's lock).
+        self.wakeup = threading.Condition(driver._lock)
+        #: The request the caller was running when it was interrupted.
+        self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
         from .lock import SyncLease
@@ -246,9 +264,16 @@ class SyncAcquisition:
         elif kind == "acquire_failed":
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
+        self.wake_caller()
+
+    def wake_caller(self) -> None:
+        """Wakes the caller serving this acquisition (called with the driver's lock)."""
+        if self.serving:
+            self.wakeup.notify()
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
+        self.wake_caller()
         if self.lease is not None and self.lease.lost_reason is None:
             self.lease._lose("closed")
             self.lease.lost.set()
@@ -655,25 +680,44 @@ class _DaemonPool:
 
 class ThreadDriver:
     """Runs one machine for the blocking API. Every machine call happens under
-    ``self._cond``'s lock; a daemon thread sleeps on that condition until the machine's
-    next timeout and exits when the machine tracks no lock or the driver is closed."""
+    ``self._lock``. A daemon driver thread sleeps until the machine's next timeout; it
+    stays alive across acquisitions and exits after :attr:`idle_s` seconds with no lock
+    tracked (or when the driver is closed).
+
+    A thread blocked in ``acquire_sync``/``release_sync`` runs its lock's requests
+    itself when the backend says its blocking calls end before the request's deadline
+    (:meth:`Backend._sync_call_limit_s`); other requests (renewals, cleanup releases)
+    run on the request pool, parked waits on the wait pool."""
+
+    #: Seconds the driver thread lingers with no lock tracked before it exits.
+    idle_s: float = 10.0
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._machine = backend._new_machine()
-        self._cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        #: The driver thread sleeps on it.
+        self._cond = threading.Condition(self._lock)
         self._acquisitions: Dict[int, SyncAcquisition] = {}
         self._next_ns: Optional[int] = None
+        #: Until when the driver thread sleeps (a nap of at most _NAP_S); None while
+        #: it is awake. A drain wakes it only for an earlier deadline.
+        self._sleeping_until: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._pool = _DaemonPool(max_workers=8, name="fencepost-request")
         #: Blocking waits (a fair waiter's BLPOP) run here, so that parked waiters never
         #: hold up the renewals and releases queued on ``_pool``.
         self._wait_pool = _DaemonPool(max_workers=64, name="fencepost-wait")
+        limit = backend._sync_call_limit_s()
+        #: A blocking request ends within this many ns (None: no bound known).
+        self._call_limit_ns: Optional[int] = None if limit is None else int(limit * 1e9)
         self._closed = False
+
+    # -- inputs from the Lock API --
 
     def start(self, acquisition: SyncAcquisition, options: _Options) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
             lock = self._machine.acquire(
@@ -682,35 +726,57 @@ class ThreadDriver:
             acquisition.lock_id = lock
             self._acquisitions[lock] = acquisition
             self._drain()
-            if self._thread is None and self._machine.lock_count() > 0:
-                self._thread = threading.Thread(
-                    target=self._run, name="fencepost-driver", daemon=True
-                )
-                self._thread.start()
+
+    def acquire(self, acquisition: SyncAcquisition, options: _Options) -> SyncLease:
+        """Starts acquiring and blocks until the outcome, running the lock's requests on
+        this thread where the backend allows (see the class docstring). If interrupted
+        (``KeyboardInterrupt``), the acquisition is cancelled (released if the server
+        may have granted it) before the exception propagates. Raises as
+        ``Lock.acquire_sync``."""
+        try:
+            self._serve(acquisition, acquisition.acquired, lambda: self.start(acquisition, options))
+            return acquisition.acquired.result()
+        except BaseException:
+            if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
+                self.release(acquisition)
+            self._report_interrupted(acquisition)
+            raise
 
     def release(self, acquisition: SyncAcquisition) -> None:
         """Releases the lock, or cancels its acquisition; a no-op once finished."""
-        with self._cond:
+        with self._lock:
             if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
                 self._machine.release(time.monotonic_ns(), acquisition.lock_id)
                 self._drain()
 
+    def release_and_wait(self, acquisition: SyncAcquisition) -> None:
+        """Releases the lock and blocks until the outcome (``acquisition.released``),
+        running the release request on this thread where the backend allows."""
+        released = acquisition.released
+        assert released is not None
+        try:
+            self._serve(acquisition, released, lambda: self.release(acquisition))
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        released.result()
+
     def poke(self) -> None:
         """Delivers due timers now (``lease.check()``)."""
-        with self._cond:
+        with self._lock:
             if not self._closed:
                 self._machine.timeout(time.monotonic_ns())
                 self._drain()
 
     def owner(self, lock: int) -> str:
-        with self._cond:
+        with self._lock:
             return self._machine.owner(lock) or ""
 
     def close(self) -> None:
         """Releases every tracked lock (the requests still run on the worker threads),
         marks held leases lost with reason ``"closed"``, fails pending acquisitions with
         BackendError, and stops the driver thread."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             now = time.monotonic_ns()
@@ -731,15 +797,25 @@ class ThreadDriver:
         """The driver thread while it runs (for tests)."""
         return self._thread
 
+    # -- the loop --
+
     def _drain(self) -> None:
+        """Handles the machine's outputs (called with ``self._lock`` held)."""
         outputs, next_ns = self._machine.poll()
         for output in outputs:
             if isinstance(output, _core.Request):
                 self.backend._request_scheduled(self, output)
-                pool = self._wait_pool if output.operation == "wait" else self._pool
-                # Bind the request now: a closure over the loop variable would see only
-                # the last request of this poll() when the worker gets to it.
-                pool.submit(functools.partial(self._execute, output))
+                if output.operation == "wait":
+                    # Bind the request now: a closure over the loop variable would see
+                    # only the last request of this poll() when the worker gets to it.
+                    self._wait_pool.submit(functools.partial(self._execute, output))
+                    continue
+                acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None and acquisition.serving and self._may_inline(output):
+                    acquisition.inline.append(output)
+                    acquisition.wake_caller()
+                else:
+                    self._pool.submit(functools.partial(self._execute, output))
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
@@ -749,21 +825,110 @@ class ThreadDriver:
                 if acquisition is not None:
                     acquisition.on_event(output)
         self._next_ns = next_ns
-        self._cond.notify_all()
+        if self._closed:
+            self._cond.notify_all()
+            return
+        if self._thread is None:
+            if self._machine.lock_count() > 0:
+                self._thread = threading.Thread(target=self._run, name="fencepost-driver", daemon=True)
+                self._thread.start()
+            return
+        sleeping_until = self._sleeping_until
+        if sleeping_until is not None and next_ns is not None and next_ns < sleeping_until:
+            self._cond.notify()  # only the driver thread waits on it
+
+    def _may_inline(self, request: _core.Request) -> bool:
+        """Whether a caller waiting for ``request`` may run it itself: only when the
+        backend's blocking calls end before the request's deadline, so the caller is
+        never held longer than the machine's own timers would hold it."""
+        limit = self._call_limit_ns
+        return limit is not None and time.monotonic_ns() + limit <= request.deadline_ns
 
     def _run(self) -> None:
-        with self._cond:
+        idle_since: Optional[float] = None
+        with self._lock:
             try:
-                while not self._closed and self._machine.lock_count() > 0:
+                while not self._closed:
                     now = time.monotonic_ns()
                     at = self._next_ns
                     if at is not None and now >= at:
                         self._machine.timeout(now)
                         self._drain()
                         continue
-                    self._cond.wait(None if at is None else (at - now) / 1e9)
+                    # Short naps (at most _NAP_S): a deadline set further away than
+                    # the nap's end needs no wake-up, and most do (a validity, a renewal
+                    # a third of a ttl away); a notify costs two thread switches.
+                    nap = _NAP_S
+                    if self._machine.lock_count() > 0:
+                        idle_since = None
+                    else:
+                        # No lock tracked: linger a while for the next acquisition.
+                        if idle_since is None:
+                            idle_since = time.monotonic()
+                        remaining = idle_since + self.idle_s - time.monotonic()
+                        if remaining <= 0:
+                            return
+                        nap = min(nap, remaining)
+                    if at is not None:
+                        nap = min(nap, (at - now) / 1e9)
+                    self._sleeping_until = now + int(nap * 1e9)
+                    try:
+                        self._cond.wait(nap)
+                    finally:
+                        self._sleeping_until = None
             finally:
                 self._thread = None
+
+    # -- requests --
+
+    def _serve(
+        self, acquisition: SyncAcquisition, done: concurrent.futures.Future[Any], feed: Callable[[], None]
+    ) -> None:
+        """Feeds one input (``feed``), then runs the requests queued for this
+        acquisition on the calling thread until ``done`` is decided. A request that
+        raises BaseException (``KeyboardInterrupt``) is left in
+        ``acquisition.interrupted`` for :meth:`_report_interrupted`."""
+        with self._lock:
+            acquisition.serving = True
+            try:
+                feed()
+                while not done.done():
+                    if not acquisition.inline:
+                        acquisition.wakeup.wait()
+                        continue
+                    request = acquisition.inline.popleft()
+                    acquisition.interrupted = request
+                    self._lock.release()
+                    try:
+                        try:
+                            value = self.backend._run_sync(self, request)
+                        except Exception as exc:
+                            failure: Optional[str] = describe_exception(exc)
+                        else:
+                            failure = None
+                    finally:
+                        self._lock.acquire()
+                    acquisition.interrupted = None
+                    if failure is None:
+                        self._machine.reply(time.monotonic_ns(), request.id, value)
+                    else:
+                        self._machine.transport_error(time.monotonic_ns(), request.id, failure)
+                    self._drain()
+            finally:
+                acquisition.serving = False
+                while acquisition.inline:  # emitted after the outcome: nobody waits
+                    request = acquisition.inline.popleft()
+                    self._pool.submit(functools.partial(self._execute, request))
+
+    def _report_interrupted(self, acquisition: SyncAcquisition) -> None:
+        """The caller was interrupted while it ran a request: its outcome is unknown
+        (a transport error for the machine, which resolves it as any ambiguous one)."""
+        with self._lock:
+            request, acquisition.interrupted = acquisition.interrupted, None
+            if request is not None and not self._closed:
+                message = "interrupted: the thread running it was interrupted"
+                self._machine.transport_error(time.monotonic_ns(), request.id, message)
+                self._drain()
 
     def _execute(self, request: _core.Request) -> None:
         # A blocking client cannot be cancelled at the request's deadline; the machine
@@ -772,10 +937,10 @@ class ThreadDriver:
             value = self.backend._run_sync(self, request)
         except Exception as exc:
             message = describe_exception(exc)
-            with self._cond:
+            with self._lock:
                 self._machine.transport_error(time.monotonic_ns(), request.id, message)
                 self._drain()
         else:
-            with self._cond:
+            with self._lock:
                 self._machine.reply(time.monotonic_ns(), request.id, value)
                 self._drain()

@@ -457,14 +457,12 @@ class Lock:
         self._claim()
         driver = self._backend._sync_driver()
         acquisition = SyncAcquisition(driver, self._name)
-        driver.start(acquisition, self._options)
         self._acquisition = acquisition
         try:
-            return acquisition.acquired.result()
+            # Interrupted: the driver cancels the acquisition before re-raising.
+            return driver.acquire(acquisition, self._options)
         except BaseException:
             self._acquisition = None
-            if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
-                driver.release(acquisition)
             raise
 
     def release_sync(self) -> None:
@@ -485,10 +483,10 @@ class Lock:
 
         released: concurrent.futures.Future[None] = concurrent.futures.Future()
         acquisition.released = released
-        acquisition.driver.release(acquisition)
         if lease.lost_reason is not None:
+            acquisition.driver.release(acquisition)  # a no-op once the machine ended it
             raise lease._lost_error()
-        released.result()
+        acquisition.driver.release_and_wait(acquisition)
 
     def __enter__(self) -> SyncLease:
         """``with lock as lease``: acquires (as :meth:`acquire_sync`). Raises as
