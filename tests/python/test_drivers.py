@@ -258,3 +258,22 @@ def test_an_interrupted_inline_acquire_releases_what_the_server_granted() -> Non
     assert wait_until(lambda: backend.server.lock_owner("interrupted") is None, timeout=1.0)
     lease = fencepost.Lock(backend, "interrupted", ttl=5.0, acquire_timeout=0).acquire_sync()
     assert lease.token == 2
+
+
+def test_a_poke_after_the_loop_closed_with_a_caller_mid_request_is_harmless() -> None:
+    backend = HangingBackend(set())
+    loop = asyncio.new_event_loop()
+    held = fencepost.Lock(backend, "held", ttl=30.0)
+    lease = loop.run_until_complete(held.acquire())
+
+    async def start_stuck_acquire() -> None:
+        backend.hang = {"acquire"}
+        stuck = fencepost.Lock(backend, "stuck", ttl=30.0, acquire_timeout=0.05)
+        asyncio.ensure_future(stuck.acquire())
+        await asyncio.sleep(0.01)  # its caller is now inside the hung request
+
+    loop.run_until_complete(start_stuck_acquire())
+    loop.close()  # the stuck caller never resumes
+    time.sleep(0.1)  # its acquire deadline passes: the machine fails it on the next poke
+    lease.check()  # fed on this thread (the loop is closed): must not raise
+    assert lease.lost_reason is None

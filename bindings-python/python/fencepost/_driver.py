@@ -173,12 +173,24 @@ class AsyncAcquisition:
         while the caller runs a request, the request is abandoned now (cancelled; the
         machine gets a transport error for it), so a hung request never delays the
         caller's result (an acquire timeout, a loss during release)."""
+        if self.wake is None and self.scope is None:
+            return  # nobody to wake (the common case off the serving path)
+        loop = self.driver.loop
+        if _running_loop() is not loop:
+            # Fed from another thread (close() or a poke while the loop is not running):
+            # futures and cancel scopes belong to the loop; hand the wake-up over.
+            if not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(self.wake_caller)
+                except RuntimeError:  # closed meanwhile
+                    pass
+            return
         wake = self.wake
         if wake is not None and not wake.done():
             wake.set_result(None)
         serving, scope = self.serving, self.scope
         if scope is not None and serving is not None and serving.done():
-            scope.reschedule(self.driver.loop.time())
+            scope.reschedule(loop.time())
 
     def _interrupt_body(self) -> None:
         if self.body_task is None:
