@@ -350,7 +350,7 @@ class AsyncDriver:
         (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
         acquisition is cancelled (released if the server may have granted it) and
         CancelledError propagates. Raises as ``Lock.acquire``."""
-        if not _INLINE:
+        if not _INLINE or _current_task() is None:  # no task to cancel at a deadline
             self.start(acquisition, options)
             try:
                 return await acquisition.acquired
@@ -375,7 +375,7 @@ class AsyncDriver:
         error; the machine retries the release on its own."""
         released = acquisition.released
         assert released is not None
-        if not _INLINE:
+        if not _INLINE or _current_task() is None:
             self.release(acquisition)
             return await released
         try:
