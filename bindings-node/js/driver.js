@@ -4,8 +4,9 @@
 // It feeds the machine the host's monotonic time (`performance.now()`, milliseconds; the
 // addon turns them into the core's nanoseconds) and the outcomes of the requests it
 // emitted, runs those requests through the backend's adapter (all at once, each reply fed
-// back the moment it arrives), wakes the machine with ONE timer at the earliest of its
-// next timeout and the pending requests' deadlines, and hands events to the acquisitions
+// back the moment it arrives), wakes the machine with ONE timer no later than the earliest
+// of its next timeout and the pending requests' deadlines (set again only for an earlier
+// instant: early wakeups are harmless), and hands events to the acquisitions
 // they concern. Every `if` below is plumbing (is a request still pending, is this driver
 // closed, is anyone awaiting); none is about validity, renew timing or tokens.
 //
