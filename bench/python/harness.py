@@ -10,6 +10,8 @@ gets the lock). What each row runs:
 
   fencepost-sync     fencepost.Lock(RedisBackend(redis.Redis)) .acquire_sync() / .release_sync()
   fencepost-async    fencepost.Lock(RedisBackend(redis.asyncio.Redis)) await .acquire() / .release()
+                     (the blocking client with socket_timeout=2, as fencepost's docs ask
+                     for blocking use: with it a request runs on the caller's thread)
   fencepost-*-fair   the same with fair hand-off on (fair=True), listed by `libs` only once
                      the binding offers the option
   raw                redis-py SET key owner NX PX 10000, retried at once while taken;
@@ -47,6 +49,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 LEASE_S = 10
 LEASE_MS = LEASE_S * 1000
+#: fencepost's blocking client: its docs ask for a socket timeout (above retry_max, 0.5 s)
+SOCKET_TIMEOUT_S = 2.0
 
 RELEASE_LUA = """if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -230,7 +234,7 @@ class FencepostSync(Lib):
         from fencepost.redis import RedisBackend
 
         backend_kw, lock_kw = _fencepost_kwargs(self.fair)
-        self.r = redis.Redis.from_url(url)
+        self.r = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S)
         self.backend = RedisBackend(self.r, **backend_kw)
         self.lock = fencepost.Lock(self.backend, key, ttl=LEASE_S, **lock_kw)
 

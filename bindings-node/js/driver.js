@@ -4,8 +4,9 @@
 // It feeds the machine the host's monotonic time (`performance.now()`, milliseconds; the
 // addon turns them into the core's nanoseconds) and the outcomes of the requests it
 // emitted, runs those requests through the backend's adapter (all at once, each reply fed
-// back the moment it arrives), wakes the machine with ONE timer at the earliest of its
-// next timeout and the pending requests' deadlines, and hands events to the acquisitions
+// back the moment it arrives), wakes the machine with ONE timer no later than the earliest
+// of its next timeout and the pending requests' deadlines (set again only for an earlier
+// instant: early wakeups are harmless), and hands events to the acquisitions
 // they concern. Every `if` below is plumbing (is a request still pending, is this driver
 // closed, is anyone awaiting); none is about validity, renew timing or tokens.
 //
@@ -62,6 +63,9 @@ class Driver {
     this.machineAt = null
     this.timer = null
     this.timerAt = null
+    /** whether the timer is ref'd (keeps the process alive) */
+    this.timerRefd = true
+    this._onTimerBound = () => this._onTimer()
     this.draining = false
     this.redrain = false
     this.closed = false
@@ -172,27 +176,50 @@ class Driver {
 
   _execute (request) {
     const entry = { deadlineMs: request.deadlineMs, lock: request.lock, wait: null }
-    this.pending.set(request.id, entry)
+    const id = request.id
+    this.pending.set(id, entry)
     let options
     if (request.operation === 'wait') { // a blocking wait: a fair BLPOP, an etcd watch
       entry.wait = new AbortController()
       this.waits.set(request.lock, entry)
       options = { signal: entry.wait.signal }
     }
-    // Run it on a later microtask, never inside this drain.
-    Promise.resolve()
-      .then(() => this.backend.execute(request, options))
-      .then(
-        (value) => this._settle(request.id, entry, (m, t) => m.reply(t, request.id, value)),
-        (error) => this._settle(request.id, entry, (m, t) => m.transportError(t, request.id, describeError(error)))
-      )
+    // Run it on a microtask, never inside this drain (it may answer synchronously), but
+    // in this turn of the event loop: the request goes out before any I/O is polled.
+    queueMicrotask(() => {
+      let result
+      try {
+        result = this.backend.execute(request, options)
+      } catch (error) {
+        this._settleError(id, entry, error)
+        return
+      }
+      if (result !== null && (typeof result === 'object' || typeof result === 'function') && typeof result.then === 'function') {
+        result.then((value) => this._settleReply(id, entry, value), (error) => this._settleError(id, entry, error))
+      } else {
+        this._settleReply(id, entry, result)
+      }
+    })
   }
 
-  _settle (id, entry, input) {
-    if (this.pending.get(id) !== entry) return // given up at its deadline, or closed
+  /** Feeds a request's reply the moment it arrives (in the reply's own microtask), so
+   * the next request the machine emits goes out in the same turn. */
+  _settleReply (id, entry, value) {
+    if (!this._take(id, entry)) return
+    this._feed((m, t) => m.reply(t, id, value))
+  }
+
+  _settleError (id, entry, error) {
+    if (!this._take(id, entry)) return
+    this._feed((m, t) => m.transportError(t, id, describeError(error)))
+  }
+
+  /** Whether the outcome of request `id` is still awaited (it stops being so here). */
+  _take (id, entry) {
+    if (this.pending.get(id) !== entry) return false // given up at its deadline, or closed
     this.pending.delete(id)
     this._forgetWait(entry, false)
-    this._feed(input)
+    return true
   }
 
   /** A blocking wait is over (settled, or given up): stop tracking it; abort it if asked. */
@@ -202,19 +229,23 @@ class Driver {
     if (abort) entry.wait.abort()
   }
 
+  /** Makes sure the timer fires no later than the machine's next timeout and the
+   * pending requests' deadlines. A timer already set earlier is kept: an early wakeup is
+   * harmless (the machine ignores timeouts before its deadlines; the wakeup sets the
+   * timer again from the machine's answer), and most inputs then cost no timer at all. */
   _arm () {
     if (this.closed) return
     let at = this.machineAt
     for (const entry of this.pending.values()) {
       if (at === null || entry.deadlineMs < at) at = entry.deadlineMs
     }
-    if (at === this.timerAt && this.timer !== null) return
-    this._disarm()
     if (at === null) return
+    if (this.timer !== null && this.timerAt <= at) return
+    this._disarm()
     const delay = Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(at - now())))
     this.timerAt = at
-    this.timer = setTimeout(() => this._onTimer(), delay)
-    this._ref()
+    this.timer = setTimeout(this._onTimerBound, delay)
+    this.timerRefd = true
   }
 
   _disarm () {
@@ -226,7 +257,10 @@ class Driver {
   _ref () {
     const timer = this.timer
     if (timer === null || typeof timer !== 'object') return // browsers: numeric ids
-    if (this.acquisitions.size > 0) timer.ref?.()
+    const wanted = this.acquisitions.size > 0
+    if (wanted === this.timerRefd) return
+    this.timerRefd = wanted
+    if (wanted) timer.ref?.()
     else timer.unref?.()
   }
 

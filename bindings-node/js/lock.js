@@ -135,7 +135,8 @@ class Lease {
 
   async _startRelease () {
     const acquisition = this._acquisition
-    acquisition.driver.poke()
+    // No poke first: the machine's release delivers a loss that is due itself (the lost
+    // event then rejects `released`).
     if (this._lostError !== null) throw this._lostError
     const released = deferred()
     acquisition.released = released

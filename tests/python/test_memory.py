@@ -192,16 +192,30 @@ class SlowMemoryBackend(fencepost.MemoryBackend):
         return self.server.execute(command)
 
 
+class SlowReplyMemoryBackend(fencepost.MemoryBackend):
+    """Every request reaches the server at once; its reply takes ``delay`` seconds
+    (what a client that has written its request and waits for the answer sees)."""
+
+    def __init__(self, delay: float, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.delay = delay
+
+    async def _execute_async(self, command: fencepost._core.Request | fencepost._core.Command) -> object:
+        reply = self.server.execute(command)
+        await asyncio.sleep(self.delay)
+        return reply
+
+
 async def test_cancelling_an_acquire_in_flight_releases_what_the_server_granted() -> None:
-    backend = SlowMemoryBackend(0.05)
+    backend = SlowReplyMemoryBackend(0.05)
     lock = fencepost.Lock(backend, "inflight", ttl=5.0)
     task = asyncio.ensure_future(lock.acquire())
-    await asyncio.sleep(0.01)  # the acquire request is on its way; the lock is free
+    await asyncio.sleep(0.01)  # the server granted it; the reply is on its way
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # The grant lands at ~50 ms; the cancelling release follows it and frees the key.
-    await asyncio.sleep(0.03)
+    # The caller ran the acquire itself: cancelling it abandons the reply, the machine
+    # reads the outcome as unknown and sends the owner-checked release, freeing the key.
     for _ in range(100):
         if backend.server.lock_owner("inflight") is None and backend.server.get(backend.token_key("inflight")) == "1":
             break
@@ -211,6 +225,22 @@ async def test_cancelling_an_acquire_in_flight_releases_what_the_server_granted(
     other = fencepost.Lock(fencepost.MemoryBackend(server=backend.server), "inflight", ttl=5.0, acquire_timeout=0)
     lease = await other.acquire()
     assert lease.token == 2
+
+
+async def test_cancelling_an_acquire_before_it_reaches_the_server_leaves_the_lock_free() -> None:
+    backend = SlowMemoryBackend(0.05)
+    lock = fencepost.Lock(backend, "unsent", ttl=5.0)
+    task = asyncio.ensure_future(lock.acquire())
+    await asyncio.sleep(0.01)  # the acquire request has not reached the server yet
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert lock.lease is None
+    await asyncio.sleep(0.15)  # the machine's owner-checked release (outcome unknown) runs
+    assert backend.server.lock_owner("unsent") is None
+    other = fencepost.Lock(fencepost.MemoryBackend(server=backend.server), "unsent", ttl=5.0, acquire_timeout=0)
+    lease = await other.acquire()
+    assert lease.token == 1  # the cancelled request never reached the server
 
 
 # ---- loss --------------------------------------------------------------------------------
@@ -707,12 +737,16 @@ def test_redis_scripts_lists_every_script() -> None:
 # ---- drivers -----------------------------------------------------------------------------
 
 
-def test_thread_driver_stops_when_no_lock_remains(backend: fencepost.MemoryBackend) -> None:
+def test_thread_driver_stops_after_its_idle_time_without_locks(backend: fencepost.MemoryBackend) -> None:
     with fencepost.Lock(backend, "t", ttl=1.0):
         driver = backend._sync_driver()
         thread = driver.thread
         assert thread is not None and thread.daemon and thread.is_alive()
+    with fencepost.Lock(backend, "t", ttl=1.0):  # kept across acquisitions
+        assert driver.thread is thread
+    driver.idle_s = 0.1
     assert wait_until(lambda: not thread.is_alive(), timeout=2.0)
+    assert driver.thread is None
     with fencepost.Lock(backend, "t", ttl=1.0):  # and starts again on demand
         assert driver.thread is not None and driver.thread.is_alive()
 

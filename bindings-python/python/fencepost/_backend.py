@@ -50,6 +50,8 @@ class Backend:
         self.key_prefix = key_prefix
         self._state = threading.Lock()
         self._async_drivers: Dict[int, AsyncDriver] = {}
+        #: The driver handed out last (checked against the running loop before reuse).
+        self._last_async_driver: Optional[AsyncDriver] = None
         self._thread_driver: Optional[ThreadDriver] = None
         self._closed = False
 
@@ -107,6 +109,16 @@ class Backend:
         """Runs ``request`` of ``driver``'s machine, blocking (on a driver worker)."""
         return self._execute_sync(request)
 
+    def _sync_call_limit_s(self) -> Optional[float]:
+        """At most how many seconds one blocking request of this backend can take
+        (``_run_sync``: the client's timeouts, retries included), or None when it can
+        block indefinitely (the default). When it is known and the request's deadline
+        is further away than that, a thread blocked in ``acquire_sync`` /
+        ``release_sync`` runs its own lock's request itself instead of handing it to a
+        worker thread: it then cannot be held past the request's deadline, which is as
+        long as the machine's timers would have made it wait. Asked once per driver."""
+        return None
+
     def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
         """``request`` was handed to a worker (called before it runs, in order)."""
 
@@ -122,6 +134,9 @@ class Backend:
         if not self.supports_async:
             raise self._mode_error("async")
         loop = asyncio.get_running_loop()
+        last = self._last_async_driver
+        if last is not None and last.loop is loop and not self._closed:
+            return last  # the common case: the same loop as last time, no lock taken
         with self._state:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
@@ -132,6 +147,7 @@ class Backend:
             if driver is None or driver.loop is not loop:
                 driver = AsyncDriver(self, loop)
                 self._async_drivers[id(loop)] = driver
+            self._last_async_driver = driver
             return driver
 
     def _sync_driver(self) -> ThreadDriver:
@@ -158,6 +174,7 @@ class Backend:
             self._closed = True
             drivers = list(self._async_drivers.values())
             self._async_drivers.clear()
+            self._last_async_driver = None
             thread_driver, self._thread_driver = self._thread_driver, None
         if thread_driver is not None:
             thread_driver.close()

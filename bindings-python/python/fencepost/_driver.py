@@ -8,14 +8,20 @@ nothing about leases: every if below is about plumbing (is a future still waitin
 this driver closed), never about validity, renew timing or tokens.
 
 * :class:`AsyncDriver` — one per (backend, event loop): event-driven, a single
-  ``loop.call_later`` handle for the machine's next timeout, one task per request with
-  ``asyncio.wait_for`` at the request's deadline.
+  ``loop.call_later`` handle for the machine's next timeout (moved only earlier). A
+  coroutine waiting in ``Lock.acquire()``/``release()`` runs its own lock's requests
+  itself (no task per request; each reply is fed in the loop iteration it arrives in),
+  in a cancel scope the driver's timer fires at the request's deadline; requests nobody
+  waits for (renewals, cleanup releases) run on tasks with ``asyncio.timeout``.
 * :class:`ThreadDriver` — one per backend for the blocking API: a daemon thread owns
-  the wakeups (``threading.Condition``), every machine call happens under that
-  condition's lock, requests run on a small pool of daemon threads so a hung request
-  never delays a ``Lost`` and never keeps the process alive; blocking waits (a fair
-  waiter's ``BLPOP``) run on a pool of their own, so parked waiters never delay a
-  renewal.
+  the wakeups (``threading.Condition``, naps of at most 0.25 s, kept alive across
+  acquisitions for :attr:`ThreadDriver.idle_s`), every machine call happens under the
+  driver's lock. A thread blocked in ``acquire_sync``/``release_sync`` runs its own
+  lock's requests itself when the backend's blocking calls are known to end before the
+  request's deadline (``Backend._sync_call_limit_s``); other requests run on a small
+  pool of daemon threads so a hung request never delays a ``Lost`` and never keeps the
+  process alive; blocking waits (a fair waiter's ``BLPOP``) run on a pool of their
+  own, so parked waiters never delay a renewal.
 
 Requests run through the backend's driver hooks (``Backend._run_async`` /
 ``_run_sync``), which know the driver they came from: lock ids are per machine, and an
@@ -47,6 +53,13 @@ _log = logging.getLogger("fencepost")
 CommandLike = Union[_core.Request, _core.Command]
 
 _TERMINAL = frozenset({"lost", "released", "acquire_failed"})
+
+#: Whether the asyncio driver runs a waiting caller's requests in the caller's own
+#: coroutine (needs ``asyncio.timeout``, Python 3.11+); else every request is a task.
+_INLINE = hasattr(asyncio, "timeout")
+
+#: Longest single sleep of the thread driver (seconds).
+_NAP_S = 0.25
 
 _LOST_WHY = {
     "expired": "its validity deadline passed without a confirmed renewal",
@@ -108,6 +121,18 @@ class AsyncAcquisition:
         self.body_task: Optional[asyncio.Task[Any]] = None
         #: Whether this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo it).
         self.cancelled_body = False
+        # -- the caller serving its own requests (see AsyncDriver.acquire) --
+        #: The future the caller waits on while it runs this lock's requests itself
+        #: (``acquired`` or ``released``), else None.
+        self.serving: Optional[asyncio.Future[Any]] = None
+        #: Requests of this lock queued for the serving caller.
+        self.inline: Deque[_core.Request] = collections.deque()
+        #: Resolved to wake the serving caller (a request queued, or ``serving`` done).
+        self.wake: Optional[asyncio.Future[None]] = None
+        #: The deadline scope of the request the caller is running, while it runs.
+        self.scope: Optional[Any] = None
+        #: The request the caller was running when it was interrupted (cancelled).
+        self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
         from .lock import Lease
@@ -140,6 +165,32 @@ class AsyncAcquisition:
         elif kind == "acquire_failed":
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
+        self.wake_caller()
+
+    def wake_caller(self) -> None:
+        """Wakes the caller serving this acquisition's requests (a request was queued
+        for it, or the outcome it waits on is decided). If that outcome was decided
+        while the caller runs a request, the request is abandoned now (cancelled; the
+        machine gets a transport error for it), so a hung request never delays the
+        caller's result (an acquire timeout, a loss during release)."""
+        if self.wake is None and self.scope is None:
+            return  # nobody to wake (the common case off the serving path)
+        loop = self.driver.loop
+        if _running_loop() is not loop:
+            # Fed from another thread (close() or a poke while the loop is not running):
+            # futures and cancel scopes belong to the loop; hand the wake-up over.
+            if not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(self.wake_caller)
+                except RuntimeError:  # closed meanwhile
+                    pass
+            return
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+        serving, scope = self.serving, self.scope
+        if scope is not None and serving is not None and serving.done():
+            scope.reschedule(loop.time())
 
     def _interrupt_body(self) -> None:
         if self.body_task is None:
@@ -172,6 +223,7 @@ class AsyncAcquisition:
             )
         if self.released is not None and not self.released.done():
             self.released.set_result(None)
+        self.wake_caller()
 
 
 class SyncAcquisition:
@@ -185,6 +237,15 @@ class SyncAcquisition:
         self.acquired: concurrent.futures.Future[SyncLease] = concurrent.futures.Future()
         self.released: Optional[concurrent.futures.Future[None]] = None
         self.lease: Optional[SyncLease] = None
+        # -- the caller serving its own requests (see ThreadDriver._serve) --
+        #: Whether a caller is blocked waiting for this acquisition's outcome.
+        self.serving = False
+        #: Requests of this lock queued for the serving caller.
+        self.inline: Deque[_core.Request] = collections.deque()
+        #: The serving caller waits on it (it shares the driver's lock).
+        self.wakeup = threading.Condition(driver._lock)
+        #: The request the caller was running when it was interrupted.
+        self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
         from .lock import SyncLease
@@ -215,9 +276,16 @@ class SyncAcquisition:
         elif kind == "acquire_failed":
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
+        self.wake_caller()
+
+    def wake_caller(self) -> None:
+        """Wakes the caller serving this acquisition (called with the driver's lock)."""
+        if self.serving:
+            self.wakeup.notify()
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
+        self.wake_caller()
         if self.lease is not None and self.lease.lost_reason is None:
             self.lease._lose("closed")
             self.lease.lost.set()
@@ -264,6 +332,8 @@ class AsyncDriver:
         self._orphaned = threading.Lock()
         #: A poke handed to the loop by another thread has not run yet.
         self._poke_pending = False
+        #: Acquisitions whose caller is running one of their requests (see _serve).
+        self._serving: Set[AsyncAcquisition] = set()
 
     # -- inputs from the Lock API --
 
@@ -274,6 +344,46 @@ class AsyncDriver:
         acquisition.lock_id = lock
         self._acquisitions[lock] = acquisition
         self._drain()
+
+    async def acquire(self, acquisition: AsyncAcquisition, options: _Options) -> Lease:
+        """Starts acquiring and waits for the outcome, running the lock's requests
+        (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
+        acquisition is cancelled (released if the server may have granted it) and
+        CancelledError propagates. Raises as ``Lock.acquire``."""
+        if not _INLINE or _current_task() is None:  # no task to cancel at a deadline
+            self.start(acquisition, options)
+            try:
+                return await acquisition.acquired
+            except asyncio.CancelledError:
+                self.release(acquisition)
+                raise
+        try:
+            await self._serve(acquisition, acquisition.acquired, lambda: self.start(acquisition, options))
+        except asyncio.CancelledError:
+            self.release(acquisition)
+            self._report_interrupted(acquisition)
+            raise
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        return await acquisition.acquired
+
+    async def release_and_wait(self, acquisition: AsyncAcquisition) -> None:
+        """Releases the lock and waits for the outcome (``acquisition.released``),
+        running the release request in this coroutine. If this await is cancelled, the
+        release request is abandoned and reported to the machine as a transport
+        error; the machine retries the release on its own."""
+        released = acquisition.released
+        assert released is not None
+        if not _INLINE or _current_task() is None:
+            self.release(acquisition)
+            return await released
+        try:
+            await self._serve(acquisition, released, lambda: self.release(acquisition))
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        return await released
 
     def release(self, acquisition: AsyncAcquisition) -> None:
         """Releases the lock, or cancels its acquisition. A no-op once the machine has
@@ -342,7 +452,7 @@ class AsyncDriver:
         for acquisition in acquisitions:
             acquisition.closed()
         self._acquisitions.clear()
-        self._arm(None)
+        self._disarm()
 
     # -- the loop --
 
@@ -358,9 +468,13 @@ class AsyncDriver:
                 if orphaned:
                     continue  # nothing can run it; the machine's deadlines give up on it
                 self.backend._request_scheduled(self, output)
-                task = self.loop.create_task(self._execute(output))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None and acquisition.serving is not None:
+                    # Its caller is waiting for it: the caller runs it (see _serve).
+                    acquisition.inline.append(output)
+                    acquisition.wake_caller()
+                else:
+                    self._spawn(output)
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
@@ -373,20 +487,43 @@ class AsyncDriver:
             self._arm(next_ns)
 
     def _arm(self, at_ns: Optional[int]) -> None:
-        if at_ns == self._timer_at and (at_ns is None or self._timer is not None):
+        """Makes sure the timer fires no later than ``at_ns`` (None: nothing due). A
+        timer already set earlier is kept: an early wakeup is harmless (the machine
+        ignores timeouts before its deadlines, and the wakeup sets the timer again
+        from its answer), and keeping it saves a timer handle per input."""
+        if at_ns is None:
+            return
+        timer_at = self._timer_at
+        if timer_at is not None and timer_at <= at_ns and self._timer is not None:
             return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
         self._timer_at = at_ns
-        if at_ns is not None:
-            delay = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
-            self._timer = self.loop.call_later(delay, self._on_timer)
+        delay = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
+        self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
         self._feed(lambda now: self._machine.timeout(now))
+        if self._serving:
+            # Requests run by waiting callers, past their deadline: cancel them (the
+            # machine gets a transport error); the others keep the timer set.
+            now = time.monotonic_ns()
+            for acquisition in list(self._serving):
+                request, scope = acquisition.interrupted, acquisition.scope
+                if request is None or scope is None:
+                    continue
+                if request.deadline_ns <= now:
+                    scope.reschedule(self.loop.time())
+                elif not self._closed:
+                    self._arm(request.deadline_ns)
 
     def _feed(self, call: Callable[[int], None]) -> None:
         """Feeds one input at the current time and drains. Errors here are host bugs
@@ -399,10 +536,97 @@ class AsyncDriver:
                 {"message": "fencepost: driver failed to feed the lock machine", "exception": exc}
             )
 
+    # -- requests --
+
+    def _spawn(self, request: _core.Request) -> None:
+        """Runs ``request`` on a task of its own (nobody waits for it: a renewal, a
+        cleanup release, a retry while the caller is not waiting)."""
+        task = self.loop.create_task(self._execute(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(
+        self, acquisition: AsyncAcquisition, done: asyncio.Future[Any], feed: Callable[[], None]
+    ) -> None:
+        """Feeds one input (``feed``, from the Lock API), then runs the requests the
+        machine emits for this acquisition's lock in the calling coroutine until
+        ``done`` is decided: no task per request, and a reply is fed to the machine in
+        the same loop iteration it arrives in, so the next request goes out at once.
+
+        Requests of other locks, and of this lock once ``done`` is decided, run on
+        tasks (:meth:`_spawn`). Each request is cancelled at its deadline (a transport
+        error for the machine), or at once when ``done`` is decided elsewhere (a timer:
+        acquire timeout, loss). If this coroutine is interrupted (cancelled), the
+        request it was running is left in ``acquisition.interrupted`` for
+        :meth:`_report_interrupted`."""
+        acquisition.serving = done
+        try:
+            feed()
+            while not done.done():
+                if acquisition.inline:
+                    await self._run_inline(acquisition, acquisition.inline.popleft())
+                    continue
+                wake = acquisition.wake = self.loop.create_future()
+                try:
+                    await wake
+                finally:
+                    acquisition.wake = None
+        finally:
+            acquisition.serving = None
+            while acquisition.inline:  # emitted after the outcome: nobody waits for them
+                self._spawn(acquisition.inline.popleft())
+
+    async def _run_inline(self, acquisition: AsyncAcquisition, request: _core.Request) -> None:
+        """Runs one request in the serving caller's coroutine and feeds its outcome."""
+        timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
+        acquisition.interrupted = request  # until its outcome is known
+        # The deadline is kept by the driver's own timer (_on_timer), which cancels the
+        # request through this scope: no timer handle per request.
+        scope = asyncio.timeout(None)  # type: ignore[attr-defined,unused-ignore]
+        try:
+            try:
+                async with scope:
+                    acquisition.scope = scope
+                    self._serving.add(acquisition)
+                    if not self._closed:
+                        self._arm(request.deadline_ns)
+                    value = await self.backend._run_async(self, request)
+            finally:
+                acquisition.scope = None  # before feeding: its events must not touch it
+                self._serving.discard(acquisition)
+        except Exception as exc:
+            acquisition.interrupted = None
+            if scope.expired():
+                serving = acquisition.serving
+                if serving is not None and serving.done():
+                    message = "abandoned: the lock's outcome was decided while it ran"
+                else:
+                    message = f"no reply before the request deadline ({timeout:.3f} s)"
+            else:
+                message = describe_exception(exc)
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+        else:
+            acquisition.interrupted = None
+            self._feed(lambda now: self._machine.reply(now, request.id, value))
+
+    def _report_interrupted(self, acquisition: AsyncAcquisition) -> None:
+        """The serving caller was interrupted (cancelled) while it ran a request: the
+        request is gone and its outcome unknown; tell the machine, which resolves it
+        as any ambiguous outcome (DESIGN.md rule 5: re-acquire or owner-checked
+        release; a release is retried)."""
+        request, acquisition.interrupted = acquisition.interrupted, None
+        if request is not None and not self._closed:
+            message = "cancelled: the caller waiting for it was cancelled"
+            self._feed(lambda now: self._machine.transport_error(now, request.id, message))
+
     async def _execute(self, request: _core.Request) -> None:
         timeout = max(0.0, (request.deadline_ns - time.monotonic_ns()) / 1e9)
         try:
-            value = await asyncio.wait_for(self.backend._run_async(self, request), timeout)
+            if _INLINE:
+                async with asyncio.timeout(timeout):  # type: ignore[attr-defined,unused-ignore]
+                    value = await self.backend._run_async(self, request)
+            else:  # Python < 3.11
+                value = await asyncio.wait_for(self.backend._run_async(self, request), timeout)
         except asyncio.CancelledError:
             # Only the loop shutting down cancels these tasks. Nothing is fed: the
             # machine's own timers give up on the request (acquire validity, renew
@@ -468,25 +692,44 @@ class _DaemonPool:
 
 class ThreadDriver:
     """Runs one machine for the blocking API. Every machine call happens under
-    ``self._cond``'s lock; a daemon thread sleeps on that condition until the machine's
-    next timeout and exits when the machine tracks no lock or the driver is closed."""
+    ``self._lock``. A daemon driver thread sleeps until the machine's next timeout; it
+    stays alive across acquisitions and exits after :attr:`idle_s` seconds with no lock
+    tracked (or when the driver is closed).
+
+    A thread blocked in ``acquire_sync``/``release_sync`` runs its lock's requests
+    itself when the backend says its blocking calls end before the request's deadline
+    (:meth:`Backend._sync_call_limit_s`); other requests (renewals, cleanup releases)
+    run on the request pool, parked waits on the wait pool."""
+
+    #: Seconds the driver thread lingers with no lock tracked before it exits.
+    idle_s: float = 10.0
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._machine = backend._new_machine()
-        self._cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        #: The driver thread sleeps on it.
+        self._cond = threading.Condition(self._lock)
         self._acquisitions: Dict[int, SyncAcquisition] = {}
         self._next_ns: Optional[int] = None
+        #: Until when the driver thread sleeps (a nap of at most _NAP_S); None while
+        #: it is awake. A drain wakes it only for an earlier deadline.
+        self._sleeping_until: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._pool = _DaemonPool(max_workers=8, name="fencepost-request")
         #: Blocking waits (a fair waiter's BLPOP) run here, so that parked waiters never
         #: hold up the renewals and releases queued on ``_pool``.
         self._wait_pool = _DaemonPool(max_workers=64, name="fencepost-wait")
+        limit = backend._sync_call_limit_s()
+        #: A blocking request ends within this many ns (None: no bound known).
+        self._call_limit_ns: Optional[int] = None if limit is None else int(limit * 1e9)
         self._closed = False
+
+    # -- inputs from the Lock API --
 
     def start(self, acquisition: SyncAcquisition, options: _Options) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
             lock = self._machine.acquire(
@@ -495,35 +738,57 @@ class ThreadDriver:
             acquisition.lock_id = lock
             self._acquisitions[lock] = acquisition
             self._drain()
-            if self._thread is None and self._machine.lock_count() > 0:
-                self._thread = threading.Thread(
-                    target=self._run, name="fencepost-driver", daemon=True
-                )
-                self._thread.start()
+
+    def acquire(self, acquisition: SyncAcquisition, options: _Options) -> SyncLease:
+        """Starts acquiring and blocks until the outcome, running the lock's requests on
+        this thread where the backend allows (see the class docstring). If interrupted
+        (``KeyboardInterrupt``), the acquisition is cancelled (released if the server
+        may have granted it) before the exception propagates. Raises as
+        ``Lock.acquire_sync``."""
+        try:
+            self._serve(acquisition, acquisition.acquired, lambda: self.start(acquisition, options))
+            return acquisition.acquired.result()
+        except BaseException:
+            if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
+                self.release(acquisition)
+            self._report_interrupted(acquisition)
+            raise
 
     def release(self, acquisition: SyncAcquisition) -> None:
         """Releases the lock, or cancels its acquisition; a no-op once finished."""
-        with self._cond:
+        with self._lock:
             if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
                 self._machine.release(time.monotonic_ns(), acquisition.lock_id)
                 self._drain()
 
+    def release_and_wait(self, acquisition: SyncAcquisition) -> None:
+        """Releases the lock and blocks until the outcome (``acquisition.released``),
+        running the release request on this thread where the backend allows."""
+        released = acquisition.released
+        assert released is not None
+        try:
+            self._serve(acquisition, released, lambda: self.release(acquisition))
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        released.result()
+
     def poke(self) -> None:
         """Delivers due timers now (``lease.check()``)."""
-        with self._cond:
+        with self._lock:
             if not self._closed:
                 self._machine.timeout(time.monotonic_ns())
                 self._drain()
 
     def owner(self, lock: int) -> str:
-        with self._cond:
+        with self._lock:
             return self._machine.owner(lock) or ""
 
     def close(self) -> None:
         """Releases every tracked lock (the requests still run on the worker threads),
         marks held leases lost with reason ``"closed"``, fails pending acquisitions with
         BackendError, and stops the driver thread."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             now = time.monotonic_ns()
@@ -544,15 +809,25 @@ class ThreadDriver:
         """The driver thread while it runs (for tests)."""
         return self._thread
 
+    # -- the loop --
+
     def _drain(self) -> None:
+        """Handles the machine's outputs (called with ``self._lock`` held)."""
         outputs, next_ns = self._machine.poll()
         for output in outputs:
             if isinstance(output, _core.Request):
                 self.backend._request_scheduled(self, output)
-                pool = self._wait_pool if output.operation == "wait" else self._pool
-                # Bind the request now: a closure over the loop variable would see only
-                # the last request of this poll() when the worker gets to it.
-                pool.submit(functools.partial(self._execute, output))
+                if output.operation == "wait":
+                    # Bind the request now: a closure over the loop variable would see
+                    # only the last request of this poll() when the worker gets to it.
+                    self._wait_pool.submit(functools.partial(self._execute, output))
+                    continue
+                acquisition = self._acquisitions.get(output.lock)
+                if acquisition is not None and acquisition.serving and self._may_inline(output):
+                    acquisition.inline.append(output)
+                    acquisition.wake_caller()
+                else:
+                    self._pool.submit(functools.partial(self._execute, output))
             else:
                 if output.kind in _TERMINAL:
                     acquisition = self._acquisitions.pop(output.lock, None)
@@ -562,21 +837,110 @@ class ThreadDriver:
                 if acquisition is not None:
                     acquisition.on_event(output)
         self._next_ns = next_ns
-        self._cond.notify_all()
+        if self._closed:
+            self._cond.notify_all()
+            return
+        if self._thread is None:
+            if self._machine.lock_count() > 0:
+                self._thread = threading.Thread(target=self._run, name="fencepost-driver", daemon=True)
+                self._thread.start()
+            return
+        sleeping_until = self._sleeping_until
+        if sleeping_until is not None and next_ns is not None and next_ns < sleeping_until:
+            self._cond.notify()  # only the driver thread waits on it
+
+    def _may_inline(self, request: _core.Request) -> bool:
+        """Whether a caller waiting for ``request`` may run it itself: only when the
+        backend's blocking calls end before the request's deadline, so the caller is
+        never held longer than the machine's own timers would hold it."""
+        limit = self._call_limit_ns
+        return limit is not None and time.monotonic_ns() + limit <= request.deadline_ns
 
     def _run(self) -> None:
-        with self._cond:
+        idle_since: Optional[float] = None
+        with self._lock:
             try:
-                while not self._closed and self._machine.lock_count() > 0:
+                while not self._closed:
                     now = time.monotonic_ns()
                     at = self._next_ns
                     if at is not None and now >= at:
                         self._machine.timeout(now)
                         self._drain()
                         continue
-                    self._cond.wait(None if at is None else (at - now) / 1e9)
+                    # Short naps (at most _NAP_S): a deadline set further away than
+                    # the nap's end needs no wake-up, and most do (a validity, a renewal
+                    # a third of a ttl away); a notify costs two thread switches.
+                    nap = _NAP_S
+                    if self._machine.lock_count() > 0:
+                        idle_since = None
+                    else:
+                        # No lock tracked: linger a while for the next acquisition.
+                        if idle_since is None:
+                            idle_since = time.monotonic()
+                        remaining = idle_since + self.idle_s - time.monotonic()
+                        if remaining <= 0:
+                            return
+                        nap = min(nap, remaining)
+                    if at is not None:
+                        nap = min(nap, (at - now) / 1e9)
+                    self._sleeping_until = now + int(nap * 1e9)
+                    try:
+                        self._cond.wait(nap)
+                    finally:
+                        self._sleeping_until = None
             finally:
                 self._thread = None
+
+    # -- requests --
+
+    def _serve(
+        self, acquisition: SyncAcquisition, done: concurrent.futures.Future[Any], feed: Callable[[], None]
+    ) -> None:
+        """Feeds one input (``feed``), then runs the requests queued for this
+        acquisition on the calling thread until ``done`` is decided. A request that
+        raises BaseException (``KeyboardInterrupt``) is left in
+        ``acquisition.interrupted`` for :meth:`_report_interrupted`."""
+        with self._lock:
+            acquisition.serving = True
+            try:
+                feed()
+                while not done.done():
+                    if not acquisition.inline:
+                        acquisition.wakeup.wait()
+                        continue
+                    request = acquisition.inline.popleft()
+                    acquisition.interrupted = request
+                    self._lock.release()
+                    try:
+                        try:
+                            value = self.backend._run_sync(self, request)
+                        except Exception as exc:
+                            failure: Optional[str] = describe_exception(exc)
+                        else:
+                            failure = None
+                    finally:
+                        self._lock.acquire()
+                    acquisition.interrupted = None
+                    if failure is None:
+                        self._machine.reply(time.monotonic_ns(), request.id, value)
+                    else:
+                        self._machine.transport_error(time.monotonic_ns(), request.id, failure)
+                    self._drain()
+            finally:
+                acquisition.serving = False
+                while acquisition.inline:  # emitted after the outcome: nobody waits
+                    request = acquisition.inline.popleft()
+                    self._pool.submit(functools.partial(self._execute, request))
+
+    def _report_interrupted(self, acquisition: SyncAcquisition) -> None:
+        """The caller was interrupted while it ran a request: its outcome is unknown
+        (a transport error for the machine, which resolves it as any ambiguous one)."""
+        with self._lock:
+            request, acquisition.interrupted = acquisition.interrupted, None
+            if request is not None and not self._closed:
+                message = "interrupted: the thread running it was interrupted"
+                self._machine.transport_error(time.monotonic_ns(), request.id, message)
+                self._drain()
 
     def _execute(self, request: _core.Request) -> None:
         # A blocking client cannot be cancelled at the request's deadline; the machine
@@ -585,10 +949,10 @@ class ThreadDriver:
             value = self.backend._run_sync(self, request)
         except Exception as exc:
             message = describe_exception(exc)
-            with self._cond:
+            with self._lock:
                 self._machine.transport_error(time.monotonic_ns(), request.id, message)
                 self._drain()
         else:
-            with self._cond:
+            with self._lock:
                 self._machine.reply(time.monotonic_ns(), request.id, value)
                 self._drain()

@@ -363,14 +363,11 @@ class Lock:
         self._claim()
         driver = self._backend._async_driver()
         acquisition = AsyncAcquisition(driver, self._name)
-        driver.start(acquisition, self._options)
         self._acquisition = acquisition
         try:
-            return await acquisition.acquired
-        except asyncio.CancelledError:
-            self._acquisition = None
-            driver.release(acquisition)
-            raise
+            # Cancelled: the driver cancels the acquisition before CancelledError
+            # propagates (releasing what the server may have granted).
+            return await driver.acquire(acquisition, self._options)
         except BaseException:
             self._acquisition = None
             raise
@@ -396,11 +393,10 @@ class Lock:
             return
         if lease.lost_reason is not None:
             raise lease._lost_error()
-        released = acquisition.driver.loop.create_future()
-        acquisition.released = released
-        acquisition.driver.release(acquisition)
-        # The release runs in the driver whatever happens to this await.
-        await released
+        acquisition.released = acquisition.driver.loop.create_future()
+        # The release completes in the driver whatever happens to this await (if it is
+        # cancelled, the machine retries the interrupted release request).
+        await acquisition.driver.release_and_wait(acquisition)
 
     async def __aenter__(self) -> Lease:
         """``async with lock as lease``: acquires (as :meth:`acquire`) and arranges for
@@ -461,14 +457,12 @@ class Lock:
         self._claim()
         driver = self._backend._sync_driver()
         acquisition = SyncAcquisition(driver, self._name)
-        driver.start(acquisition, self._options)
         self._acquisition = acquisition
         try:
-            return acquisition.acquired.result()
+            # Interrupted: the driver cancels the acquisition before re-raising.
+            return driver.acquire(acquisition, self._options)
         except BaseException:
             self._acquisition = None
-            if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
-                driver.release(acquisition)
             raise
 
     def release_sync(self) -> None:
@@ -489,10 +483,10 @@ class Lock:
 
         released: concurrent.futures.Future[None] = concurrent.futures.Future()
         acquisition.released = released
-        acquisition.driver.release(acquisition)
         if lease.lost_reason is not None:
+            acquisition.driver.release(acquisition)  # a no-op once the machine ended it
             raise lease._lost_error()
-        released.result()
+        acquisition.driver.release_and_wait(acquisition)
 
     def __enter__(self) -> SyncLease:
         """``with lock as lease``: acquires (as :meth:`acquire_sync`). Raises as

@@ -182,6 +182,14 @@ class MemoryBackend(Backend):
     def _machine_spec(self) -> RedisSpec:
         return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
 
+    def _sync_call_limit_s(self) -> Optional[float]:
+        # in-process: a script runs at once (blocking pops are waits, never run inline)
+        plain = (
+            type(self)._execute_sync is MemoryBackend._execute_sync
+            and type(self)._run_sync is Backend._run_sync
+        )
+        return 0.0 if plain else None  # a subclass may block: no bound known
+
     async def _execute_async(self, command: CommandLike) -> object:
         if isinstance(command, _core.Request) and command.kind == "redis_blpop":
             pop = command.body

@@ -13,7 +13,11 @@ connection errors and timeouts are reported as transport errors (outcome unknown
 
 Set ``socket_timeout`` on the client: a blocking call cannot be cancelled at the
 request's deadline, so a hung connection occupies a worker thread until it times out
-(a lost lease is still reported on time: loss is decided by the machine's timer).
+(a lost lease is still reported on time: loss is decided by the machine's timer). With
+it set, ``acquire_sync``/``release_sync`` also run their own requests on the calling
+thread (no hand-off to a worker) whenever the longest a request can take — two
+commands, each ``(retries + 1) × socket_timeout`` plus the client's retry backoffs —
+ends before the request's deadline, so the caller is never held longer than before.
 
 With ``fair=True`` contended acquirers queue up on the server and park on a blocking
 ``BLPOP`` of their own wake-up list until a release hands them the lock (or their
@@ -27,7 +31,8 @@ transport error and the waiter falls back on its backoff.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, List, Tuple, Type, Union
+import math
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Type, Union
 
 from . import _core
 from ._backend import Backend
@@ -171,6 +176,42 @@ class RedisBackend(Backend):
 
     def _machine_spec(self) -> RedisSpec:
         return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
+
+    def _sync_call_limit_s(self) -> Optional[float]:
+        """For a blocking ``redis.Redis`` client with ``socket_timeout`` set: how long
+        one request can take — two commands (``EVALSHA``, then ``EVAL`` after
+        ``NOSCRIPT``), each ``(retries + 1) × max(socket timeout, connect timeout)``
+        plus its retry backoffs; None otherwise (no timeout, a cluster client or a
+        blocking pool, a backoff whose longest sleep is unknown)."""
+        if self._is_async:
+            return None
+        pool = getattr(self._client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None)
+        if not isinstance(kwargs, dict) or type(pool).__name__ != "ConnectionPool":
+            return None  # a blocking pool can wait for a free connection
+        read = kwargs.get("socket_timeout")
+        connect = kwargs.get("socket_connect_timeout") or read
+        if not isinstance(read, (int, float)) or not isinstance(connect, (int, float)):
+            return None
+        retry = kwargs.get("retry")
+        retries = getattr(retry, "_retries", 0) if retry is not None else 0
+        backoff = 0.0
+        if retries:
+            # Retry and backoff settings are private in redis-py: read them defensively,
+            # and give up on a bound for any backoff whose longest sleep is unknown.
+            policy = getattr(retry, "_backoff", None)
+            if type(policy).__name__ == "NoBackoff":
+                longest = 0.0
+            elif type(policy).__name__ == "ConstantBackoff":
+                longest = getattr(policy, "_backoff", math.inf)
+            else:
+                longest = getattr(policy, "_cap", math.inf)
+            if not isinstance(retries, int) or not isinstance(longest, (int, float)):
+                return None
+            backoff = float(longest) * retries
+        # two commands at most: EVALSHA, then EVAL after NOSCRIPT
+        limit = 2 * ((retries + 1) * float(max(read, connect)) + backoff)
+        return limit if math.isfinite(limit) else None
 
     async def _execute_async(self, command: CommandLike) -> object:
         if not self._is_async:

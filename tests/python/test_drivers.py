@@ -1,0 +1,279 @@
+"""The drivers' fast paths: a waiting caller runs its lock's requests itself (asyncio:
+in its own coroutine; threads: on its own thread), and what must not change with it —
+request deadlines, loss decided by the machine's timer alone, renewals and parked waits
+never held up, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import List, Set
+
+import pytest
+
+import fencepost
+from fencepost import _core
+from fencepost.errors import AcquireTimeout, BackendError, LockLost
+
+from conftest import wait_until
+
+Command = _core.Request | _core.Command
+
+
+class HangingBackend(fencepost.MemoryBackend):
+    """Requests whose script is in ``hang`` never get an answer (asyncio: until
+    cancelled; threads: until ``unblock`` is set); every other request runs at once.
+    Records which scripts were cancelled and on which threads requests ran."""
+
+    def __init__(self, hang: Set[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.hang = hang
+        self.cancelled: List[str] = []
+        self.threads: List[str] = []
+        self.unblock = threading.Event()
+
+    async def _execute_async(self, command: Command) -> object:
+        if getattr(command, "script", None) in self.hang:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(command.script)
+                raise
+        return await super()._execute_async(command)
+
+    def _execute_sync(self, command: Command) -> object:
+        self.threads.append(threading.current_thread().name)
+        if getattr(command, "script", None) in self.hang:
+            self.unblock.wait(10)
+            raise ConnectionError("hung request given up")
+        return super()._execute_sync(command)
+
+
+# ---- asyncio ----------------------------------------------------------------------------
+
+
+async def test_an_uncontended_cycle_runs_in_the_caller_without_tasks(backend: fencepost.MemoryBackend) -> None:
+    lock = fencepost.Lock(backend, "inline", ttl=5.0)
+    await lock.acquire()
+    driver = backend._async_driver()
+    assert not driver._tasks  # the acquire ran in this coroutine
+    await lock.release()
+    assert not driver._tasks  # and the release
+    assert backend.server.lock_owner("inline") is None
+
+
+async def test_an_inline_acquire_is_cancelled_at_its_deadline() -> None:
+    backend = HangingBackend({"acquire"})
+    started = time.monotonic()
+    with pytest.raises(AcquireTimeout):
+        await fencepost.Lock(backend, "deadline", ttl=5.0, acquire_timeout=0.2).acquire()
+    # the attempt's deadline is the acquire deadline (0.2 s); the hung call is cancelled
+    assert 0.15 < time.monotonic() - started < 0.5
+    assert "acquire" in backend.cancelled
+
+
+async def test_a_hung_inline_release_ends_at_its_deadline() -> None:
+    backend = HangingBackend({"release"})
+    lock = fencepost.Lock(backend, "hung-release", ttl=0.3)
+    await lock.acquire()
+    started = time.monotonic()
+    await lock.release()  # the release deadline is one ttl; the key expires by then
+    assert 0.2 < time.monotonic() - started < 0.6
+    assert "release" in backend.cancelled
+
+
+async def test_closing_the_backend_abandons_a_hung_inline_acquire_at_once() -> None:
+    backend = HangingBackend({"acquire"})
+    waiting = asyncio.ensure_future(fencepost.Lock(backend, "closed", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    backend.close()
+    with pytest.raises(BackendError):
+        await asyncio.wait_for(waiting, 1.0)
+    assert time.monotonic() - started < 0.1  # not the acquire's deadline (~5 s)
+    await asyncio.sleep(0.01)
+    assert "acquire" in backend.cancelled  # abandoned, not left running
+
+
+async def test_a_hung_renewal_runs_on_its_own_task_and_does_not_delay_loss() -> None:
+    backend = HangingBackend({"renew"})
+    started = time.monotonic()
+    with pytest.raises(LockLost) as info:
+        async with fencepost.Lock(backend, "hung-renew", ttl=0.3):
+            await asyncio.sleep(5)
+    assert time.monotonic() - started < 0.45  # valid until 0.3 · 0.99 − 0.002 s
+    assert info.value.reason == "expired"
+    await asyncio.sleep(0.05)
+    assert "renew" in backend.cancelled  # at the renewal's deadline (its validity)
+
+
+async def test_cancelling_a_release_in_flight_still_releases() -> None:
+    backend = HangingBackend(set())
+    lock = fencepost.Lock(backend, "cancel-release", ttl=5.0, retry_base=0.005)
+    await lock.acquire()
+    backend.hang = {"release"}
+    task = asyncio.ensure_future(lock.release())
+    await asyncio.sleep(0.02)
+    backend.hang = set()  # the machine's retry gets through
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.cancelled == ["release"]
+    await asyncio.sleep(0.1)
+    assert backend.server.lock_owner("cancel-release") is None
+
+
+async def test_a_waiting_caller_runs_its_retries_and_others_are_not_held_up() -> None:
+    backend = fencepost.MemoryBackend()
+    holder = fencepost.Lock(backend, "contended", ttl=0.3)
+    await holder.acquire()
+    waiter = asyncio.ensure_future(
+        fencepost.Lock(backend, "contended", ttl=5.0, retry_base=0.01, retry_max=0.02).acquire()
+    )
+    for _ in range(3):  # the holder renews (on tasks) while the waiter retries
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+    assert holder.lease is not None and holder.lease.lost_reason is None
+    await holder.release()
+    lease = await asyncio.wait_for(waiter, 1.0)
+    assert lease.token == 2
+
+
+async def test_fair_waiter_parks_in_its_own_coroutine_and_gets_the_lock() -> None:
+    backend = fencepost.MemoryBackend(fair=True)
+    holder = fencepost.Lock(backend, "fair-inline", ttl=5.0)
+    await holder.acquire()
+    waiter = asyncio.ensure_future(fencepost.Lock(backend, "fair-inline", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    started = time.monotonic()
+    await holder.release()
+    lease = await asyncio.wait_for(waiter, 1.0)
+    assert time.monotonic() - started < 0.1  # woken by the release, not by a backoff
+    assert lease.token == 2
+
+
+# ---- threads ----------------------------------------------------------------------------
+
+
+class BoundedHangingBackend(HangingBackend):
+    """A HangingBackend whose blocking calls are declared to end within ``limit_s``."""
+
+    def __init__(self, hang: Set[str], limit_s: float | None = 0.0, **kwargs: object) -> None:
+        super().__init__(hang, **kwargs)
+        self.limit_s = limit_s
+
+    def _sync_call_limit_s(self) -> float | None:
+        return self.limit_s
+
+
+def test_a_blocked_caller_runs_its_requests_on_its_own_thread() -> None:
+    backend = BoundedHangingBackend(set())
+    lock = fencepost.Lock(backend, "sync-inline", ttl=5.0)
+    lock.acquire_sync()
+    lock.release_sync()
+    me = threading.current_thread().name
+    assert backend.threads == [me, me]  # acquire, release: no hand-off to a worker
+    assert backend.server.lock_owner("sync-inline") is None
+
+
+def test_requests_go_to_workers_when_the_backend_may_block_past_their_deadline() -> None:
+    for limit in (None, 10.0):  # unbounded, or longer than the 5 s deadlines
+        backend = BoundedHangingBackend(set(), limit_s=limit)
+        lock = fencepost.Lock(backend, "sync-pool", ttl=5.0)
+        lock.acquire_sync()
+        lock.release_sync()
+        assert len(backend.threads) == 2
+        assert all(name.startswith("fencepost-request") for name in backend.threads)
+
+
+def test_sync_hung_renewal_runs_on_a_worker_and_does_not_delay_loss() -> None:
+    backend = BoundedHangingBackend({"renew"})
+    try:
+        lock = fencepost.Lock(backend, "sync-hung-renew", ttl=0.3)
+        lease = lock.acquire_sync()
+        started = time.monotonic()
+        assert lease.lost.wait(1.0)
+        assert time.monotonic() - started < 0.35  # valid until 0.3 · 0.99 − 0.002 s
+        assert lease.lost_reason == "expired"
+        renewers = [name for name in backend.threads[1:2]]
+        assert renewers and renewers[0].startswith("fencepost-request")
+        with pytest.raises(LockLost):
+            lock.release_sync()
+    finally:
+        backend.unblock.set()
+
+
+def test_sync_inline_acquire_keeps_the_machine_s_acquire_timeout() -> None:
+    # The backend may block 0.3 s; with a 0.2 s acquire timeout the attempt's deadline
+    # is closer than that, so the request goes to a worker and the caller returns on
+    # time even though the request hangs.
+    backend = BoundedHangingBackend({"acquire"}, limit_s=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout):
+            fencepost.Lock(backend, "sync-deadline", ttl=5.0, acquire_timeout=0.2).acquire_sync()
+        assert time.monotonic() - started < 0.5
+        assert backend.threads[0].startswith("fencepost-request")
+    finally:
+        backend.unblock.set()
+
+
+def test_sync_fair_waits_park_on_the_wait_pool() -> None:
+    backend = BoundedHangingBackend(set(), fair=True)
+    holder = fencepost.Lock(backend, "sync-fair", ttl=5.0)
+    holder.acquire_sync()
+    got: List[int] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(fencepost.Lock(backend, "sync-fair", ttl=5.0).acquire_sync().token),
+        name="waiter",
+    )
+    waiter.start()
+    assert wait_until(lambda: any(n.startswith("fencepost-wait") for n in backend.threads), timeout=2.0)
+    holder.release_sync()
+    waiter.join(2.0)
+    assert got == [2]
+    assert "waiter" in backend.threads  # its acquires ran on its own thread
+    assert not any(n.startswith("fencepost-request") for n in backend.threads)
+
+
+class Interrupt(BaseException):
+    """Stands for KeyboardInterrupt arriving while a caller runs its request."""
+
+
+class InterruptedBackend(BoundedHangingBackend):
+    def _execute_sync(self, command: Command) -> object:
+        reply = super()._execute_sync(command)
+        if getattr(command, "script", None) == "acquire" and not self.unblock.is_set():
+            self.unblock.set()
+            raise Interrupt()  # after the server granted it
+        return reply
+
+
+def test_an_interrupted_inline_acquire_releases_what_the_server_granted() -> None:
+    backend = InterruptedBackend(set())
+    with pytest.raises(Interrupt):
+        fencepost.Lock(backend, "interrupted", ttl=5.0).acquire_sync()
+    assert wait_until(lambda: backend.server.lock_owner("interrupted") is None, timeout=1.0)
+    lease = fencepost.Lock(backend, "interrupted", ttl=5.0, acquire_timeout=0).acquire_sync()
+    assert lease.token == 2
+
+
+def test_a_poke_after_the_loop_closed_with_a_caller_mid_request_is_harmless() -> None:
+    backend = HangingBackend(set())
+    loop = asyncio.new_event_loop()
+    held = fencepost.Lock(backend, "held", ttl=30.0)
+    lease = loop.run_until_complete(held.acquire())
+
+    async def start_stuck_acquire() -> None:
+        backend.hang = {"acquire"}
+        stuck = fencepost.Lock(backend, "stuck", ttl=30.0, acquire_timeout=0.05)
+        asyncio.ensure_future(stuck.acquire())
+        await asyncio.sleep(0.01)  # its caller is now inside the hung request
+
+    loop.run_until_complete(start_stuck_acquire())
+    loop.close()  # the stuck caller never resumes
+    time.sleep(0.1)  # its acquire deadline passes: the machine fails it on the next poke
+    lease.check()  # fed on this thread (the loop is closed): must not raise
+    assert lease.lost_reason is None
