@@ -169,6 +169,22 @@ class EtcdBackend(Backend):
             "await lock.acquire(), or give it an httpx.Client for `with lock`"
         )
 
+    def _sync_call_limit_s(self) -> Optional[float]:
+        """For a blocking ``httpx.Client`` whose timeouts are all set: how long one
+        (non-watch) request can take — waiting for a pooled connection, then a connect
+        attempt per endpoint, then writing the request and reading the reply; None
+        otherwise (a timeout left unlimited). Lets a thread blocked in
+        ``acquire_sync`` / ``release_sync`` run its own requests (see
+        :meth:`fencepost.Backend._sync_call_limit_s`)."""
+        if self._is_async:
+            return None
+        t = getattr(self._client, "timeout", None)
+        parts = [getattr(t, name, None) for name in ("pool", "connect", "write", "read")]
+        if not all(isinstance(p, (int, float)) for p in parts):
+            return None
+        pool, connect, write, read = (float(p) for p in parts)  # type: ignore[arg-type]
+        return pool + connect * len(self._endpoints) + write + read
+
     # -- keys --
 
     def lock_key(self, name: str) -> str:
