@@ -385,6 +385,14 @@ export interface EtcdBackendOptions {
   /** The fetch to use (default: the global `fetch`): to add headers (auth, a proxy's), or in
    * a runtime without one. Watches need a streaming `body`. */
   fetch?: StreamingFetchLike
+  /** Each call to a member is abandoned after this many ms (default 5 000), or at the
+   * request's deadline if that comes first; the next request goes to the next member.
+   * Only a *refused* connection fails over at once: a member that hangs (stopped,
+   * partitioned) costs one timeout. Keep it well below `ttlMs / 3` (the renew interval),
+   * e.g. 1 000 for `ttlMs: 10_000`, or a hung member makes the holder lose its lease at
+   * its validity deadline although a healthy member is listed. Watches are not affected
+   * (they end at their own timeout). */
+  requestTimeoutMs?: number
 }
 
 /** A request of an etcd lock machine, or of `etcdFencedTxn`: POST `body` (JSON, keys base64,

@@ -741,7 +741,9 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch']
+  const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch', 'requestTimeoutMs']
+  /** Default of EtcdBackend's `requestTimeoutMs` (httpx's default timeout, as in Python). */
+  const ETCD_REQUEST_TIMEOUT_MS = 5000
   /** How long a fenced transaction may take by default (a lock request's own deadline
    * comes from the machine). */
   const FENCED_TXN_TIMEOUT_MS = 5_000
@@ -784,6 +786,10 @@ function createBackends (native, LockMachine, fence) {
         return url.replace(/\/+$/, '')
       }))
       this._keyPrefix = o.keyPrefix === undefined ? 'fencepost/' : check.string(o.keyPrefix, 'keyPrefix')
+      this._requestTimeoutMs = o.requestTimeoutMs === undefined ? ETCD_REQUEST_TIMEOUT_MS : check.millis(o.requestTimeoutMs, 'requestTimeoutMs')
+      if (!(this._requestTimeoutMs > 0)) {
+        throw new ConfigError(`requestTimeoutMs must be above 0, got ${this._requestTimeoutMs}`, { option: 'requestTimeoutMs' })
+      }
       const fetch = o.fetch === undefined ? globalThis.fetch : o.fetch
       if (typeof fetch !== 'function') {
         throw new ConfigError(`fetch must be a function (this runtime has no global fetch: pass one), got ${check.describe(fetch)}`, { option: 'fetch' })
@@ -836,7 +842,10 @@ function createBackends (native, LockMachine, fence) {
       }
       const signal = check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal')
       if (request.call === 'watch') return this._watch(request, signal)
-      return this._post(request.path, request.body, eitherSignal(signal, deadlineSignal(request.deadlineMs)))
+      // each call ends at the request's deadline or after requestTimeoutMs, whichever is
+      // first: a member that hangs costs one timeout, then the next member is tried
+      const deadlineMs = Math.min(typeof request.deadlineMs === 'number' ? request.deadlineMs : Infinity, now() + this._requestTimeoutMs)
+      return this._post(request.path, request.body, eitherSignal(signal, deadlineSignal(deadlineMs)))
     }
 
     /** The endpoints, starting with the one to try first. */

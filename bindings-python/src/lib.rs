@@ -928,14 +928,21 @@ fn read_etcd_fenced_txn(
     let token = FencingToken(arg_u64(token, "token")?);
     match etcd::read_etcd_fenced_txn(&etcd_reply_text(reply)) {
         Ok(EtcdFenced::Applied { revision }) => Ok(revision),
-        Ok(EtcdFenced::Refused { holder }) => Err(stale_token_error(
-            py,
-            fencepost_core::StaleToken {
-                resource: name,
-                token,
-                highest: holder.unwrap_or(FencingToken(0)),
-            },
-        )),
+        Ok(EtcdFenced::Refused { holder }) => {
+            let now = match holder {
+                Some(h) => format!("held now by token {h}"),
+                None => "nobody holds it now".to_owned(),
+            };
+            let message = format!(
+                "fenced etcd transaction refused: the lease with token {token} no longer \
+                 holds lock {name:?} ({now}); nothing was written"
+            );
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("resource", &name)?;
+            kwargs.set_item("token", token.get())?;
+            kwargs.set_item("highest", holder.unwrap_or(FencingToken(0)).get())?;
+            Err(fp_error(py, "StaleToken", message, Some(&kwargs)))
+        }
         Ok(_) => Err(config_error(py, "unknown fenced transaction outcome")),
         Err(e) => Err(protocol_error(py, &e)),
     }

@@ -443,3 +443,75 @@ def test_leader_kill_while_held_and_waited_for_20_times(cluster: List[str], name
         with fencepost.Lock(backend, name, ttl=2.0, acquire_timeout=10.0) as lease:
             assert lease.token > sections[-1][2]
         backend.close()
+
+
+class FreezableProxy:
+    """A TCP forwarder to an etcd member on 127.0.0.1 that can stop forwarding while
+    keeping its connections open: a member that hangs (stopped, partitioned)."""
+
+    def __init__(self, target: str) -> None:
+        import socket
+
+        host, port = target.rsplit("//", 1)[1].rsplit(":", 1)
+        self._target = (host, int(port))
+        self.frozen = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while self.frozen.is_set() and not self._closed:
+                    time.sleep(0.01)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._server.close()
+
+
+@needs_etcd
+def test_a_hung_member_fails_over_within_the_client_timeout(name: str) -> None:
+    """The holder's member stops answering (connections stay open): each call ends at
+    the client's timeout, the machine retries on the next member, the lease survives."""
+    assert ETCD_URL
+    proxy = FreezableProxy(ETCD_URL)
+    try:
+        with httpx.Client(timeout=0.4) as client:
+            backend = EtcdBackend(client, [proxy.url, ETCD_URL])
+            with fencepost.Lock(backend, name, ttl=3.0, purpose="correctness") as lease:
+                proxy.frozen.set()  # renewals now go to a member that hangs
+                time.sleep(4.0)  # > the 3 s ttl: only keep-alives on the other member keep it
+                lease.check()
+                ((key, rev, _, _),) = keys_under(backend.lock_key(name))
+                assert rev == lease.token
+            assert keys_under(backend.lock_key(name)) == []
+            backend.close()
+    finally:
+        proxy.frozen.clear()
+        proxy.close()

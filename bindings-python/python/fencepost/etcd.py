@@ -36,10 +36,14 @@ is reported to the machine as an unknown outcome and the next request goes to th
 endpoint. Every reply with a JSON body (error documents included) goes to the machine,
 which decides what is transient (``Unavailable``, leader changes, timeouts).
 
-**Timeouts.** Configure ``timeout`` on the client (httpx's default 5 s is fine): a
-blocking call cannot be cancelled at the request's deadline, so a hung call occupies a
-worker thread until it times out (a lost lease is still reported on time: loss is
-decided by the machine's timer). Each parked waiter holds one connection for its watch.
+**Timeouts.** Each call gets the client's ``timeout`` (httpx's default: 5 s), capped by
+the time left before the request's deadline. Only a *refused* connection moves to the
+next member at once; a member that hangs (stopped, partitioned, overloaded) costs one
+timeout before the call fails and the machine retries it on the next member. So keep
+the client's timeout well below ``ttl / 3`` (the renew interval) — e.g.
+``httpx.Client(timeout=1.0)`` for ``ttl=10`` — or a hung member makes the holder lose
+its lease at its validity deadline (on time, never late) although a healthy member is
+listed. Each parked waiter holds one connection for its watch.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _core
@@ -231,6 +236,23 @@ class EtcdBackend(Backend):
         """An etcd error a different member may not have (no leader, stopped member)."""
         return '"code":14' in reply.replace(" ", "")
 
+    def _timeout(self, command: Any) -> Any:
+        """The client's timeouts, each capped by the time left before the request's
+        deadline: a call to a member that hangs (stopped, partitioned) ends in time for
+        the machine to retry it on the next member."""
+        t = self._client.timeout
+        deadline_ns = getattr(command, "deadline_ns", None)
+        if not isinstance(deadline_ns, int):
+            return t
+        left = max((deadline_ns - time.monotonic_ns()) / 1e9, 0.001)
+
+        def cap(v: Optional[float]) -> float:
+            return left if v is None else min(v, left)
+
+        return self._httpx.Timeout(
+            connect=cap(t.connect), read=cap(t.read), write=cap(t.write), pool=cap(t.pool)
+        )
+
     # -- execution --
 
     async def _execute_async(self, command: Any) -> object:
@@ -245,12 +267,14 @@ class EtcdBackend(Backend):
         last: Optional[BaseException] = None
         for url in self._endpoint_order():
             try:
-                response = await self._client.post(url + call.path, content=call.body)
+                response = await self._client.post(
+                    url + call.path, content=call.body, timeout=self._timeout(command)
+                )
             except httpx.ConnectError as exc:  # never reached a server: next member
                 last = exc
                 self._rotate(url)
                 continue
-            except Exception:
+            except BaseException:  # timeouts, resets, cancelled at the deadline
                 self._rotate(url)
                 raise
             reply = self._answer(response)
@@ -271,12 +295,14 @@ class EtcdBackend(Backend):
         last: Optional[BaseException] = None
         for url in self._endpoint_order():
             try:
-                response = self._client.post(url + call.path, content=call.body)
+                response = self._client.post(
+                    url + call.path, content=call.body, timeout=self._timeout(command)
+                )
             except httpx.ConnectError as exc:
                 last = exc
                 self._rotate(url)
                 continue
-            except Exception:
+            except BaseException:  # timeouts, resets
                 self._rotate(url)
                 raise
             reply = self._answer(response)
