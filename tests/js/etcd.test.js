@@ -363,6 +363,32 @@ test('fencedTxn on a hung member gives up at timeoutMs (BackendError: may or may
   }
 })
 
+test('a member that hangs mid-lease: each call ends after requestTimeoutMs, keep-alives move to the next member, the lease survives', { skip, timeout: 20_000 }, async () => {
+  const HUNG = 'http://hung.example.invalid:2379'
+  let hang = false
+  /** The first "member" forwards to the real one until `hang`, then never answers. */
+  const fetchVia = (url, init) => {
+    if (!url.startsWith(HUNG)) return fetch(url, init)
+    if (!hang) return fetch(ETCD + url.slice(HUNG.length), init)
+    return new Promise((resolve, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason), { once: true }))
+  }
+  assert.throws(() => new EtcdBackend({ endpoints: ETCD, requestTimeoutMs: 0 }), (e) => e instanceof ConfigError && e.option === 'requestTimeoutMs')
+  const backend = new EtcdBackend({ endpoints: [HUNG, ETCD], fetch: fetchVia, requestTimeoutMs: 400 })
+  try {
+    const name = unique()
+    const lease = await new Lock(backend, name, { ttlMs: 3_000, purpose: 'correctness' }).acquire()
+    hang = true // renewals now go to a member that hangs
+    await sleep(4_000) // > the 3 s TTL: only keep-alives on the other member keep it
+    lease.check()
+    const keys = await keysUnder(backend.lockKey(name))
+    assert.deepEqual(keys.map((k) => k.create), [lease.token])
+    await lease.release()
+    assert.deepEqual(await keysUnder(backend.lockKey(name)), [])
+  } finally {
+    backend.close()
+  }
+})
+
 test('endpoints: a member that refuses connections is skipped at once; none reachable times out naming it', { skip, timeout: 20_000 }, async () => {
   const dead = await deadEndpoint()
   const counter = countingFetch({ dead })
