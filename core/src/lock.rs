@@ -284,7 +284,7 @@ impl Lock {
                 Operation::Renew,
                 ctx.backend.renew(&self.name, &owner, ttl_ms),
             ),
-            // a fair release reserves the lock for the woken waiter for one backoff step
+            // a fair release reserves the lock for an older waiter for one backoff step
             Phrase::Release(was_held) => (
                 Operation::Release,
                 ctx.backend.release(

@@ -10,10 +10,12 @@
 //! * `p{name}:alive:<owner>` — a waiter's presence, expiring unless it keeps asking;
 //! * `p{name}:wake:<owner>` — the list a parked waiter blocks on (`BLPOP`).
 //!
-//! A fair release does not free the lock: it reserves it (`r:<owner>`, for a short
-//! claim window) for the first live waiter and wakes that waiter, so the releasing
-//! process cannot take the lock straight back and waiters are served in order. A
-//! waiter that misses its wake-up falls back on its jittered backoff.
+//! A fair release does not free the lock: it grants it to the first live waiter (lock
+//! key = that waiter's owner id with the waiter's TTL, token `INCR`ed) and pushes
+//! `g:<token>` to that waiter's wake list, so the waiter's `BLPOP` reply *is* its grant
+//! (one round trip per hand-off), the releasing process cannot take the lock straight
+//! back, and waiters are served in order. A waiter that misses its wake-up falls back on
+//! its jittered backoff, and its next acquire finds the lock already its own.
 //!
 //! All keys share the hash tag `{name…}`, so the scripts also work on Redis Cluster.
 //! Tokens come from `INCR` on the counter and travel as decimal strings (Lua numbers
@@ -37,7 +39,7 @@ pub struct RedisBackend {
     /// Prefix of every key fencepost writes; default `fencepost:`.
     pub key_prefix: String,
     /// Fair, instant hand-off: contended acquirers queue up and park on a blocking
-    /// `BLPOP`; a release reserves the lock for the first live waiter and wakes it.
+    /// `BLPOP`; a release grants the lock to the first live waiter and wakes it.
     /// Default off (polling with jittered backoff). Locks of both kinds may share a
     /// name safely; only fairness is lost.
     pub fair: bool,
