@@ -246,8 +246,8 @@ export interface RedisBackendOptions {
   keyPrefix?: string
   /**
    * Fair, instant hand-off (default false): a contended `acquire()` joins a FIFO queue on
-   * the server and blocks on a `BLPOP` of its own; a release reserves the lock for the
-   * first waiter still waiting and wakes it at once, so waiters are served in order and
+   * the server and blocks on a `BLPOP` of its own; a release grants the lock to the
+   * first waiter still waiting, whose `BLPOP` returns the grant at once, so waiters are served in order and
    * the releasing process cannot take the lock straight back. A waiter that gave up
    * (timeout, `signal`) is skipped. `RedisBackend` runs each `BLPOP` on a duplicate of
    * your client (`client.duplicate()`), never on the client itself. Fair and plain locks

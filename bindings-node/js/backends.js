@@ -12,8 +12,8 @@
 //                            workers, browsers, Deno): lease, per-contender key, watch
 //
 // With `fair: true` a contended acquisition queues on the server and parks on a blocking
-// pop of its own wake-up list (the machine's `redis_blpop` requests); a release reserves
-// the lock for the first live waiter and wakes it. RedisBackend runs each pop on a
+// pop of its own wake-up list (the machine's `redis_blpop` requests); a release grants
+// the lock to the first live waiter, whose pop returns the grant. RedisBackend runs each pop on a
 // connection of its own (a duplicate of the client: BLPOP blocks its connection, and the
 // shared client must stay free for renewals); MemoryServer parks the caller until a
 // script run on that server pushes to the list, or the timeout passes.

@@ -109,6 +109,10 @@ pub(crate) enum State {
     /// the backoff the wait stands in for has passed (fair hand-off).
     Parked {
         request: RequestId,
+        /// The validity base of a grant the wait brings back: the send of the acquire
+        /// that found the lock held by another (the grant was made after that acquire
+        /// ran, so the lease the releasing holder set runs from later than this).
+        sent_at: Instant,
         attempt: u32,
         /// When to stop waiting for the wait's reply and try anyway.
         give_up_at: Instant,
@@ -155,6 +159,9 @@ pub(crate) struct Lock {
     cleanups: Vec<OwnerId>,
     /// Progress through a multi-step acquire (etcd), for the current owner id.
     progress: Progress,
+    /// The send of the last acquire that found the lock held by another: the validity
+    /// base of a grant a fair wake-up brings (see `State::Parked`).
+    contended_sent_at: Option<Instant>,
     /// What a two-step release's first step found (etcd: the delete transaction,
     /// before the lease is revoked).
     release_verdict: Option<OwnerCheck>,
@@ -185,6 +192,7 @@ impl Lock {
             timer: None,
             cleanups: Vec::new(),
             progress: Progress::default(),
+            contended_sent_at: None,
             release_verdict: None,
             last_error: None,
         }
@@ -276,7 +284,7 @@ impl Lock {
                 Operation::Renew,
                 ctx.backend.renew(&self.name, &owner, ttl_ms),
             ),
-            // a fair release reserves the lock for the woken waiter for one backoff step
+            // a fair release reserves the lock for an older waiter for one backoff step
             Phrase::Release(was_held) => (
                 Operation::Release,
                 ctx.backend.release(
@@ -430,7 +438,10 @@ impl Lock {
                 }
             }
             // Queued on a backend that wakes waiters: block until woken, with the
-            // backoff as the timeout (the fallback if a wake-up is missed).
+            // backoff as the timeout (the fallback if a wake-up is missed). At most half
+            // the validity: a grant the wake-up brings is measured from `base`.
+            let base = self.contended_sent_at.unwrap_or(ctx.now);
+            let retry_at = retry_at.min(base + self.options.validity() / 2);
             let wait = retry_at.saturating_duration_since(ctx.now);
             let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
             if wait_ms > 0 {
@@ -450,6 +461,7 @@ impl Lock {
                     );
                     self.state = State::Parked {
                         request,
+                        sent_at: base,
                         attempt: attempt + 1,
                         give_up_at,
                     };
@@ -618,10 +630,18 @@ impl Lock {
                 },
                 Operation::Acquire,
             ) => self.on_acquire_reply(ctx, sent_at, attempt, reply),
-            (State::Parked { attempt, .. }, Operation::Wait) => {
+            (
+                State::Parked {
+                    attempt, sent_at, ..
+                },
+                Operation::Wait,
+            ) => {
                 match reply.map(|r| ctx.backend.read_wait(r)) {
+                    // the releasing holder granted us the lock (fair Redis): validity
+                    // from the wait's send (DESIGN.md rule 1)
+                    Ok(Ok(Some(token))) => self.on_granted(ctx, token, sent_at, attempt),
                     // woken, or the wait timed out: try now
-                    Ok(Ok(())) => self.send_acquire(ctx, attempt),
+                    Ok(Ok(None)) => self.send_acquire(ctx, attempt),
                     // the blocking call failed: fall back on the plain backoff
                     Ok(Err(_)) | Err(_) => {
                         let retry_at = self.backoff(ctx, attempt, None);
@@ -697,30 +717,10 @@ impl Lock {
                 // lease's last confirmed grant or keep-alive (never later than this
                 // request's send).
                 let base = base.map_or(sent_at, |b| b.min(sent_at));
-                let valid_until = ctx.validity_base(base) + self.options.validity();
-                if ctx.now >= valid_until {
-                    // The reply came too late to use (a pause, a slow network): release
-                    // it, and try again under a fresh owner id so the release cannot
-                    // race a retry of ours.
-                    self.send_cleanup(ctx, self.owner, 0);
-                    self.owner = ctx.new_owner();
-                    self.last_error =
-                        Some("the lock was granted only after its validity had passed".to_owned());
-                    return self.attempt_failed(ctx, attempt, false, None, false);
-                }
-                let renew_at = if self.options.auto_renew {
-                    (base + self.options.renew_interval()).max(ctx.now)
-                } else {
-                    Instant::MAX
-                };
-                self.state = State::Held {
-                    token,
-                    valid_until,
-                    renew_at,
-                };
-                self.emit(ctx, Event::Acquired { token, valid_until });
+                self.on_granted(ctx, token, base, attempt);
             }
             Ok((AcquireOutcome::Contended { remaining }, _)) => {
+                self.contended_sent_at = Some(sent_at);
                 self.last_error = None;
                 self.attempt_failed(ctx, attempt, false, remaining, true)
             }
@@ -735,6 +735,33 @@ impl Lock {
                 );
             }
         }
+    }
+
+    /// The server granted the lock with `token`; validity is measured from `base` (the
+    /// send of the request whose reply brought the grant, or etcd's lease base).
+    fn on_granted(&mut self, ctx: &mut Ctx<'_>, token: FencingToken, base: Instant, attempt: u32) {
+        let valid_until = ctx.validity_base(base) + self.options.validity();
+        if ctx.now >= valid_until {
+            // The reply came too late to use (a pause, a slow network): release
+            // it, and try again under a fresh owner id so the release cannot
+            // race a retry of ours.
+            self.send_cleanup(ctx, self.owner, 0);
+            self.owner = ctx.new_owner();
+            self.last_error =
+                Some("the lock was granted only after its validity had passed".to_owned());
+            return self.attempt_failed(ctx, attempt, false, None, false);
+        }
+        let renew_at = if self.options.auto_renew {
+            (base + self.options.renew_interval()).max(ctx.now)
+        } else {
+            Instant::MAX
+        };
+        self.state = State::Held {
+            token,
+            valid_until,
+            renew_at,
+        };
+        self.emit(ctx, Event::Acquired { token, valid_until });
     }
 
     fn on_renew_reply(
@@ -860,7 +887,10 @@ impl Lock {
         reply: Result<&Reply, String>,
     ) {
         let may_hold = match (flight.operation, reply) {
-            (Operation::Release | Operation::Wait, _) => false,
+            (Operation::Release, _) => false,
+            // a wake-up may carry a grant (fair Redis); a lost one might have
+            (Operation::Wait, Ok(r)) => matches!(ctx.backend.read_wait(r), Ok(Some(_))),
+            (Operation::Wait, Err(_)) => ctx.backend.grants_in_wait(),
             (_, Err(_)) => true,
             (Operation::Acquire, Ok(r)) => ctx.backend.late_acquire_may_hold(r),
             (Operation::Renew, Ok(r)) => {

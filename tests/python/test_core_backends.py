@@ -127,8 +127,10 @@ def test_memory_redis_pops_without_blocking() -> None:
     assert server.execute(1 * NS, wait) is None  # nothing to pop: None at once
     holder.release(2 * NS, 1)
     (rel,) = requests(holder.poll()[0])
-    assert server.execute(2 * NS, rel) == 1  # reserves the lock for the waiter, wakes it
-    assert server.execute(3 * NS, wait.body) == [wait.body.key, "1"]
+    assert server.execute(2 * NS, rel) == 1  # grants the lock to the waiter, wakes it
+    assert server.execute(3 * NS, wait.body) == [wait.body.key, "g:2"]  # the grant: token 2
+    m.reply(3 * NS, wait.id, [wait.body.key, "g:2"])
+    assert [(e.kind, e.token) for e in events(m.poll()[0])] == [("acquired", 2)]
 
 
 # ---- SQL bodies and replies ---------------------------------------------------------------

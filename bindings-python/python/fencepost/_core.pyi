@@ -30,8 +30,8 @@ class RedisSpec(_RedisSpecKind, total=False):
 
     * ``key_prefix`` — prefix of every key (``"fencepost:"``);
     * ``fair`` — fair, instant hand-off (default False): contended acquirers queue on
-      the server and park on a blocking pop; a release reserves the lock for the first
-      live waiter and wakes it."""
+      the server and park on a blocking pop; a release grants the lock to the first
+      live waiter, whose pop returns the grant."""
 
     key_prefix: str
     fair: bool

@@ -272,10 +272,18 @@ impl Backend {
         }
     }
 
-    pub(crate) fn read_wait(&self, reply: &Reply) -> Result<(), ReplyError> {
+    /// Whether a wait's reply can carry a grant (fair Redis: the release grants the
+    /// lock to the first waiter and pushes its token to that waiter's wake list).
+    pub(crate) fn grants_in_wait(&self) -> bool {
+        matches!(self, Backend::Redis(b) if b.fair)
+    }
+
+    /// Reads a wait's reply: `Some(token)` when it is a grant (a fair Redis release
+    /// hands the lock to the first waiter), `None` for "try now".
+    pub(crate) fn read_wait(&self, reply: &Reply) -> Result<Option<FencingToken>, ReplyError> {
         match (self, reply) {
             (Backend::Redis(_), Reply::Redis(v)) => redis::read_wait(v),
-            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_wait(v),
+            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_wait(v).map(|()| None),
             (b, r) => Err(wrong_reply(b, r)),
         }
     }

@@ -10,10 +10,12 @@
 //! * `p{name}:alive:<owner>` — a waiter's presence, expiring unless it keeps asking;
 //! * `p{name}:wake:<owner>` — the list a parked waiter blocks on (`BLPOP`).
 //!
-//! A fair release does not free the lock: it reserves it (`r:<owner>`, for a short
-//! claim window) for the first live waiter and wakes that waiter, so the releasing
-//! process cannot take the lock straight back and waiters are served in order. A
-//! waiter that misses its wake-up falls back on its jittered backoff.
+//! A fair release does not free the lock: it grants it to the first live waiter (lock
+//! key = that waiter's owner id with the waiter's TTL, token `INCR`ed) and pushes
+//! `g:<token>` to that waiter's wake list, so the waiter's `BLPOP` reply *is* its grant
+//! (one round trip per hand-off), the releasing process cannot take the lock straight
+//! back, and waiters are served in order. A waiter that misses its wake-up falls back on
+//! its jittered backoff, and its next acquire finds the lock already its own.
 //!
 //! All keys share the hash tag `{name…}`, so the scripts also work on Redis Cluster.
 //! Tokens come from `INCR` on the counter and travel as decimal strings (Lua numbers
@@ -37,7 +39,7 @@ pub struct RedisBackend {
     /// Prefix of every key fencepost writes; default `fencepost:`.
     pub key_prefix: String,
     /// Fair, instant hand-off: contended acquirers queue up and park on a blocking
-    /// `BLPOP`; a release reserves the lock for the first live waiter and wakes it.
+    /// `BLPOP`; a release grants the lock to the first live waiter and wakes it.
     /// Default off (polling with jittered backoff). Locks of both kinds may share a
     /// name safely; only fairness is lost.
     pub fair: bool,
@@ -72,12 +74,17 @@ pub enum RedisScript {
     /// Fair acquire. `KEYS = [lock, token, queue, seq, alive, wake]`,
     /// `ARGV = [owner, ttl_ms, presence_ms]`. Ours already: as `Acquire`. Free, or
     /// reserved for this owner: take it, leave the queue, `{1, token}`. Held by
-    /// another: join the queue (once, FIFO), refresh presence, `{0, pttl}`.
+    /// another: join the queue (once, FIFO), refresh presence (`alive` = `t:<ttl_ms>`,
+    /// the TTL a release grants this waiter), clear the wake list (anything in it
+    /// predates this moment: a grant it carried has expired), `{0, pttl}`.
     AcquireFair,
-    /// Fair release. `KEYS = [lock, queue, alive]`, `ARGV = [owner, claim_ms,
+    /// Fair release. `KEYS = [lock, queue, alive, token]`, `ARGV = [owner, claim_ms,
     /// alive_prefix, wake_prefix]`. Leaves the queue; if the owner holds the lock (or
-    /// its reservation), reserves it for the first waiter whose presence key lives and
-    /// pushes to that waiter's wake list; `1`. Otherwise `0`.
+    /// its reservation), **grants** it to the first waiter whose presence key lives:
+    /// `SET lock waiter PX <its ttl>`, `INCR token`, and pushes `g:<token>` to that
+    /// waiter's wake list, so the waiter's `BLPOP` reply is its grant (one round trip
+    /// per hand-off). A waiter whose presence is the older `1` (an earlier fencepost) is
+    /// only woken, with the lock reserved (`r:<waiter>`) for `claim_ms`. `1`; else `0`.
     ReleaseFair,
 }
 
@@ -125,7 +132,8 @@ end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
 end
-redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
+redis.call('SET', KEYS[5], 't:' .. ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', KEYS[6])
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
@@ -140,7 +148,16 @@ while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
   if #head == 0 then break end
   local waiter = head[1]
-  if redis.call('EXISTS', ARGV[3] .. waiter) == 1 then
+  local alive = redis.call('GET', ARGV[3] .. waiter)
+  if alive and string.sub(alive, 1, 2) == 't:' then
+    local ttl = string.sub(alive, 3)
+    redis.call('SET', KEYS[1], waiter, 'PX', ttl)
+    local token = redis.call('INCR', KEYS[4])
+    redis.call('DEL', ARGV[3] .. waiter)
+    redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token)
+    redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
+    break
+  elseif alive then
     redis.call('SET', KEYS[1], 'r:' .. waiter, 'PX', ARGV[2])
     redis.call('RPUSH', ARGV[4] .. waiter, '1')
     redis.call('PEXPIRE', ARGV[4] .. waiter, ARGV[2])
@@ -314,6 +331,7 @@ impl RedisBackend {
                     self.lock_key(name),
                     self.tagged(name, "queue"),
                     self.tagged(name, &format!("alive:{o}")),
+                    self.token_key(name),
                 ],
                 args: vec![
                     o,
@@ -396,10 +414,22 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError>
 }
 
 /// Any reply to a blocking wait ends the park; only an error reply is worth reporting.
-pub(crate) fn read_wait(v: &RedisValue) -> Result<(), ReplyError> {
+/// A `BLPOP` reply: `[key, "g:<token>"]` is a grant made by the releasing holder's
+/// script; anything else (`nil` at the timeout, an older `1`) just means "try now".
+pub(crate) fn read_wait(v: &RedisValue) -> Result<Option<FencingToken>, ReplyError> {
     match v {
         RedisValue::Error(e) => Err(server_error(e)),
-        _ => Ok(()),
+        RedisValue::Array(items) => match items.as_slice() {
+            [_, RedisValue::Data(s) | RedisValue::Status(s)] => match s.strip_prefix("g:") {
+                Some(n) => match n.parse::<u64>() {
+                    Ok(t) if t > 0 => Ok(Some(FencingToken(t))),
+                    _ => Err(protocol(format!("fair wake-up: a grant that is not a token: {s:?}"))),
+                },
+                None => Ok(None),
+            },
+            _ => Ok(None),
+        },
+        _ => Ok(None),
     }
 }
 

@@ -56,7 +56,7 @@ impl MemoryRedis {
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
             RedisScript::AcquireFair => keys.len() == 6 && args.len() == 3,
-            RedisScript::ReleaseFair => keys.len() == 3 && args.len() == 4,
+            RedisScript::ReleaseFair => keys.len() == 4 && args.len() == 4,
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -140,7 +140,8 @@ impl MemoryRedis {
                     z.push((seq, owner.clone()));
                     z.sort();
                 }
-                self.set(&keys[4], "1", Some(now + presence));
+                self.set(&keys[4], &format!("t:{ttl_ms}", ttl_ms = args[1]), Some(now + presence));
+                self.lists.remove(&keys[5]);
                 let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
                 RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
             }
@@ -162,9 +163,24 @@ impl MemoryRedis {
                         Some(z) if !z.is_empty() => z.remove(0).1,
                         _ => break,
                     };
-                    if self.get(now, &format!("{}{head}", args[2])).is_some() {
+                    let alive_key = format!("{}{head}", args[2]);
+                    let alive = self.get(now, &alive_key).map(str::to_owned);
+                    let wake = format!("{}{head}", args[3]);
+                    if let Some(ttl) = alive.as_deref().and_then(|a| a.strip_prefix("t:")) {
+                        // grant in the release: the waiter's BLPOP reply is its grant
+                        let Some(ttl) = parse_ms(ttl) else {
+                            return RedisValue::Error("ERR invalid expire time".to_owned());
+                        };
+                        self.set(&keys[0], &head, Some(now + ttl));
+                        let token = self.incr(now, &keys[3]);
+                        self.keys.remove(&alive_key);
+                        let list = self.lists.entry(wake).or_default();
+                        list.0.push_back(format!("g:{token}"));
+                        list.1 = Some(now + ttl);
+                        break;
+                    }
+                    if alive.is_some() {
                         self.set(&keys[0], &format!("r:{head}"), Some(now + claim));
-                        let wake = format!("{}{head}", args[3]);
                         let list = self.lists.entry(wake).or_default();
                         list.0.push_back("1".to_owned());
                         list.1 = Some(now + claim);
