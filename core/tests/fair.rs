@@ -87,7 +87,10 @@ fn waiters_are_served_in_order_and_the_releaser_cannot_barge() {
     );
     assert!(!wake_if_ready(&mut t, 2), "C is not woken: B is first");
     assert!(wake_if_ready(&mut t, 1), "B is woken at once");
-    assert!(!t.has_pending(1, Acquire), "the wake-up is the grant: no second round trip");
+    assert!(
+        !t.has_pending(1, Acquire),
+        "the wake-up is the grant: no second round trip"
+    );
     assert_eq!(acquired_token(&t.events(1)), Some(2));
 
     // B releases: C (queued before A's second attempt) is next, then A

@@ -423,7 +423,9 @@ pub(crate) fn read_wait(v: &RedisValue) -> Result<Option<FencingToken>, ReplyErr
             [_, RedisValue::Data(s) | RedisValue::Status(s)] => match s.strip_prefix("g:") {
                 Some(n) => match n.parse::<u64>() {
                     Ok(t) if t > 0 => Ok(Some(FencingToken(t))),
-                    _ => Err(protocol(format!("fair wake-up: a grant that is not a token: {s:?}"))),
+                    _ => Err(protocol(format!(
+                        "fair wake-up: a grant that is not a token: {s:?}"
+                    ))),
                 },
                 None => Ok(None),
             },

@@ -140,7 +140,11 @@ impl MemoryRedis {
                     z.push((seq, owner.clone()));
                     z.sort();
                 }
-                self.set(&keys[4], &format!("t:{ttl_ms}", ttl_ms = args[1]), Some(now + presence));
+                self.set(
+                    &keys[4],
+                    &format!("t:{ttl_ms}", ttl_ms = args[1]),
+                    Some(now + presence),
+                );
                 self.lists.remove(&keys[5]);
                 let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
                 RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
