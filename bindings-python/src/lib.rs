@@ -810,15 +810,8 @@ fn owner_from_hex(
     owner_id: &Bound<'_, PyAny>,
 ) -> PyResult<fencepost_core::OwnerId> {
     let hex = arg_str(owner_id, "owner_id")?;
-    let bad = || config_error(py, format!("owner_id must be 32 hex digits, got {hex:?}"));
-    if hex.len() != 32 || !hex.is_ascii() {
-        return Err(bad());
-    }
-    let mut bytes = [0u8; 16];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(fencepost_core::OwnerId(bytes))
+    fencepost_core::OwnerId::from_hex(&hex)
+        .ok_or_else(|| config_error(py, format!("owner_id must be 32 hex digits, got {hex:?}")))
 }
 
 /// The etcd key the acquisition `owner_id` puts for lock `name`

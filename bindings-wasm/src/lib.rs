@@ -569,14 +569,7 @@ fn owner_id(value: &JsValue) -> Result<fencepost_core::OwnerId, JsValue> {
             "ownerId must be 32 hex digits (lease.ownerId), got {shown:?}"
         ))
     };
-    if hex.len() != 32 || !hex.is_ascii() {
-        return Err(bad());
-    }
-    let mut bytes = [0u8; 16];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(fencepost_core::OwnerId(bytes))
+    fencepost_core::OwnerId::from_hex(&hex).ok_or_else(bad)
 }
 
 // ---- outputs --------------------------------------------------------------------------------

@@ -129,8 +129,48 @@ impl fmt::Display for OwnerId {
     }
 }
 
+impl OwnerId {
+    /// Parses the 32-hex-digit form [`OwnerId`]'s `Display` writes (either case).
+    /// `None` for anything else: another length, a non-hex character.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 32 || !hex.is_ascii() {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(OwnerId(bytes))
+    }
+}
+
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "OwnerId({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerId;
+
+    #[test]
+    fn owner_ids_round_trip_through_hex() {
+        let owner = OwnerId([0xab, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0x10]);
+        assert_eq!(OwnerId::from_hex(&owner.to_string()), Some(owner));
+        assert_eq!(
+            OwnerId::from_hex(&owner.to_string().to_uppercase()),
+            Some(owner)
+        );
+        for bad in [
+            "",
+            "ab",
+            &"0".repeat(31),
+            &"0".repeat(33),
+            &"g".repeat(32),
+            &"é".repeat(16),
+        ] {
+            assert_eq!(OwnerId::from_hex(bad), None, "{bad:?}");
+        }
     }
 }

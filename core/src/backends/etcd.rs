@@ -667,7 +667,6 @@ impl EtcdBackend {
             };
             (rev, first, before)
         };
-        let known = progress.key_rev == Some(my_rev);
         progress.key_rev = Some(my_rev);
         let holder_rev = first
             .first()
@@ -689,13 +688,9 @@ impl EtcdBackend {
             Some(kv) => {
                 progress.predecessor = Some(watch_target(&kv, v)?);
             }
-            None if succeeded || known => {
-                // Nobody before us but the holder is not us: cannot be; read again.
-                progress.predecessor = None;
-                return Ok((AcquireOutcome::Continue, None));
-            }
             None => {
-                // First sight of our revision (a retried put): find the predecessor.
+                // First sight of our revision (a retried put), or an inconsistent read:
+                // the next step looks the predecessor up by revision.
                 progress.predecessor = None;
                 return Ok((AcquireOutcome::Continue, None));
             }
@@ -769,8 +764,9 @@ pub(crate) fn read_owner_check(reply: &str) -> Result<OwnerCheck, ReplyError> {
         return Ok(OwnerCheck::NotHeld);
     }
     let v = parse(reply)?;
-    if v.get("result").is_some() {
-        // keep-alive
+    // a keep-alive: the gateway's stream wraps it in `result`; a gRPC client's response
+    // in the proto3 JSON mapping is bare, with its `ID` (and no `TTL` once the lease is gone)
+    if v.get("result").is_some() || v.get("ID").is_some() {
         return Ok(if keepalive_ttl(&v).is_some_and(|t| t > 0) {
             OwnerCheck::Done
         } else {
@@ -785,14 +781,6 @@ pub(crate) fn read_owner_check(reply: &str) -> Result<OwnerCheck, ReplyError> {
                 OwnerCheck::NotHeld
             },
         );
-    }
-    if v.get("TTL").is_some() {
-        // a keep-alive response without the stream wrapper (gRPC clients)
-        return Ok(if keepalive_ttl(&v).is_some_and(|t| t > 0) {
-            OwnerCheck::Done
-        } else {
-            OwnerCheck::NotHeld
-        });
     }
     if v.get("header").is_some() {
         // a revoke: `{"header": …}` (release transactions always carry `responses`)
@@ -982,6 +970,20 @@ mod tests {
         );
         assert_eq!(
             read_owner_check(r#"{"header":{"revision":"4"},"succeeded":true}"#),
+            Ok(OwnerCheck::Done)
+        );
+        // bare keep-alive responses (gRPC clients): a lost lease has an ID but no TTL
+        assert_eq!(
+            read_owner_check(r#"{"header":{},"ID":"9","TTL":"3"}"#),
+            Ok(OwnerCheck::Done)
+        );
+        assert_eq!(
+            read_owner_check(r#"{"header":{},"ID":"9"}"#),
+            Ok(OwnerCheck::NotHeld)
+        );
+        // a revoke's reply is a bare header
+        assert_eq!(
+            read_owner_check(r#"{"header":{"revision":"5"}}"#),
             Ok(OwnerCheck::Done)
         );
         assert!(read_owner_check("nope").is_err());
