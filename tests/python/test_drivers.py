@@ -220,7 +220,9 @@ def test_sync_inline_acquire_keeps_the_machine_s_acquire_timeout() -> None:
         backend.unblock.set()
 
 
-def test_sync_fair_waits_park_on_the_wait_pool() -> None:
+def test_a_sync_fair_waiter_parks_on_its_own_thread() -> None:
+    # The backend says when a blocking pop ends: the caller blocked in acquire_sync
+    # runs its BLPOP itself, and the grant it brings needs no thread hand-off.
     backend = BoundedHangingBackend(set(), fair=True)
     holder = fencepost.Lock(backend, "sync-fair", ttl=5.0)
     holder.acquire_sync()
@@ -230,12 +232,32 @@ def test_sync_fair_waits_park_on_the_wait_pool() -> None:
         name="waiter",
     )
     waiter.start()
+    # its acquire, then its parked BLPOP
+    assert wait_until(lambda: backend.threads.count("waiter") >= 2, timeout=2.0)
+    holder.release_sync()
+    waiter.join(2.0)
+    assert got == [2]
+    assert not any(n.startswith(("fencepost-request", "fencepost-wait")) for n in backend.threads)
+
+
+def test_a_sync_fair_wait_that_could_outlast_the_acquire_timeout_parks_on_the_wait_pool() -> None:
+    # Blocking calls may take 1 s here, longer than the waiter's 0.8 s acquire
+    # timeout: parked on its own thread it could miss it, so the wait pool parks.
+    backend = BoundedHangingBackend(set(), limit_s=1.0, fair=True)
+    holder = fencepost.Lock(backend, "sync-fair-deadline", ttl=5.0)
+    holder.acquire_sync()
+    got: List[int] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            fencepost.Lock(backend, "sync-fair-deadline", ttl=5.0, acquire_timeout=0.8).acquire_sync().token
+        ),
+        name="waiter",
+    )
+    waiter.start()
     assert wait_until(lambda: any(n.startswith("fencepost-wait") for n in backend.threads), timeout=2.0)
     holder.release_sync()
     waiter.join(2.0)
     assert got == [2]
-    assert "waiter" in backend.threads  # its acquires ran on its own thread
-    assert not any(n.startswith("fencepost-request") for n in backend.threads)
 
 
 class Interrupt(BaseException):

@@ -119,6 +119,15 @@ class Backend:
         long as the machine's timers would have made it wait. Asked once per driver."""
         return None
 
+    def _sync_wait_limit_s(self, request: _core.Request) -> Optional[float]:
+        """At most how many seconds the blocking wait ``request`` (operation
+        ``"wait"``: a fair waiter's ``BLPOP``) can take in ``_run_sync``, its own
+        timeout included, or None when unknown (the default: waits then run on the
+        driver's wait pool). When known, a thread blocked in ``acquire_sync`` parks on
+        the wait itself (one thread switch fewer per hand-off), unless that could hold
+        it past its acquire timeout."""
+        return None
+
     def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
         """``request`` was handed to a worker (called before it runs, in order)."""
 

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import functools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Generic, Optional, Set, TypeVar, Union
 
 from . import _core
 from .errors import AcquireTimeout, BackendError, FencepostError, LockLost, ProtocolError
@@ -135,11 +134,9 @@ class AsyncAcquisition:
         self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
-        from .lock import Lease
-
         kind = event.kind
         if kind == "acquired":
-            lease = Lease(
+            lease = _lease_classes()[0](
                 name=self.name,
                 token=event.token or 0,
                 owner_id=self.driver.owner(self.lock_id),
@@ -226,39 +223,76 @@ class AsyncAcquisition:
         self.wake_caller()
 
 
+_T = TypeVar("_T")
+
+
+class _Outcome(Generic[_T]):
+    """The outcome of a blocking acquire or release: a value or an exception, set once.
+    A lighter ``concurrent.futures.Future``: it is set under the driver's lock, the
+    caller reads it once it saw it done under that lock, and waits on its
+    acquisition's condition, never on it."""
+
+    __slots__ = ("_done", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Optional[_T] = None
+        self._error: Optional[BaseException] = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: _T) -> None:
+        self._value = value
+        self._done = True
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done = True
+
+    def exception(self) -> Optional[BaseException]:
+        return self._error
+
+    def result(self) -> _T:
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]  # set before done
+
+
 class SyncAcquisition:
-    """One acquisition driven by a :class:`ThreadDriver`: its futures and lease. Its
+    """One acquisition driven by a :class:`ThreadDriver`: its outcomes and lease. Its
     methods run on whichever thread holds the driver's lock."""
 
     def __init__(self, driver: ThreadDriver, name: str) -> None:
         self.driver = driver
         self.name = name
         self.lock_id = -1
-        self.acquired: concurrent.futures.Future[SyncLease] = concurrent.futures.Future()
-        self.released: Optional[concurrent.futures.Future[None]] = None
+        self.acquired: _Outcome[SyncLease] = _Outcome()
+        self.released: Optional[_Outcome[None]] = None
         self.lease: Optional[SyncLease] = None
+        #: When the acquire timeout ends (monotonic ns), None without one.
+        self.deadline_ns: Optional[int] = None
         # -- the caller serving its own requests (see ThreadDriver._serve) --
         #: Whether a caller is blocked waiting for this acquisition's outcome.
         self.serving = False
         #: Requests of this lock queued for the serving caller.
         self.inline: Deque[_core.Request] = collections.deque()
-        #: The serving caller waits on it (it shares the driver's lock).
-        self.wakeup = threading.Condition(driver._lock)
+        #: The serving caller waits on it while ``waiting`` (it shares the driver's
+        #: lock); made on first use: most callers never wait on it.
+        self.wakeup: Optional[threading.Condition] = None
+        self.waiting = False
         #: The request the caller was running when it was interrupted.
         self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
-        from .lock import SyncLease
-
         kind = event.kind
         if kind == "acquired":
-            lease = SyncLease(
+            lease = _lease_classes()[1](
                 name=self.name,
                 token=event.token or 0,
                 owner_id=self.driver.owner(self.lock_id),
                 valid_until_ns=event.valid_until_ns or 0,
                 poke=self.driver.poke,
-                lost=threading.Event(),
             )
             self.lease = lease
             if not self.acquired.done():
@@ -266,8 +300,7 @@ class SyncAcquisition:
         elif kind == "renewed" and self.lease is not None:
             self.lease._valid_until_ns = event.valid_until_ns or 0
         elif kind == "lost" and self.lease is not None:
-            self.lease._lose(event.reason or "expired")
-            self.lease.lost.set()
+            self.lease._set_lost(event.reason or "expired")
             if self.released is not None and not self.released.done():
                 self.released.set_exception(self.lease._lost_error())
         elif kind == "released":
@@ -280,21 +313,41 @@ class SyncAcquisition:
 
     def wake_caller(self) -> None:
         """Wakes the caller serving this acquisition (called with the driver's lock)."""
-        if self.serving:
+        if self.waiting and self.wakeup is not None:
             self.wakeup.notify()
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
         self.wake_caller()
         if self.lease is not None and self.lease.lost_reason is None:
-            self.lease._lose("closed")
-            self.lease.lost.set()
+            self.lease._set_lost("closed")
         if not self.acquired.done():
             self.acquired.set_exception(
                 BackendError(f"the backend was closed while acquiring lock {self.name!r}")
             )
         if self.released is not None and not self.released.done():
             self.released.set_result(None)
+
+
+_LEASE_CLASSES: Any = None
+
+
+def _lease_classes() -> Any:
+    """``(fencepost.lock.Lease, fencepost.lock.SyncLease)``, imported on first use (the
+    lock module imports this one); an import in the hot path costs ~1 µs per call."""
+    global _LEASE_CLASSES
+    if _LEASE_CLASSES is None:
+        from .lock import Lease, SyncLease
+
+        _LEASE_CLASSES = (Lease, SyncLease)
+    return _LEASE_CLASSES
+
+
+def _backend_hook() -> Any:
+    """``Backend._request_scheduled`` as defined by the base class (a no-op)."""
+    from ._backend import Backend
+
+    return Backend._request_scheduled
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
@@ -720,6 +773,8 @@ class ThreadDriver:
         #: Blocking waits (a fair waiter's BLPOP) run here, so that parked waiters never
         #: hold up the renewals and releases queued on ``_pool``.
         self._wait_pool = _DaemonPool(max_workers=64, name="fencepost-wait")
+        #: Whether the backend wants to hear of every request (``_request_scheduled``).
+        self._announce = type(backend)._request_scheduled is not _backend_hook()
         limit = backend._sync_call_limit_s()
         #: A blocking request ends within this many ns (None: no bound known).
         self._call_limit_ns: Optional[int] = None if limit is None else int(limit * 1e9)
@@ -732,10 +787,11 @@ class ThreadDriver:
         with self._lock:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
-            lock = self._machine.acquire(
-                time.monotonic_ns(), acquisition.name, *options.args()
-            )
+            now = time.monotonic_ns()
+            lock = self._machine.acquire(now, acquisition.name, *options.args())
             acquisition.lock_id = lock
+            if options.acquire_timeout_ns is not None:
+                acquisition.deadline_ns = now + options.acquire_timeout_ns
             self._acquisitions[lock] = acquisition
             self._drain()
 
@@ -814,26 +870,32 @@ class ThreadDriver:
     def _drain(self) -> None:
         """Handles the machine's outputs (called with ``self._lock`` held)."""
         outputs, next_ns = self._machine.poll()
+        acquisitions = self._acquisitions
         for output in outputs:
-            if isinstance(output, _core.Request):
-                self.backend._request_scheduled(self, output)
+            if type(output) is _core.Request:
+                if self._announce:
+                    self.backend._request_scheduled(self, output)
+                acquisition = acquisitions.get(output.lock)
+                serving = acquisition is not None and acquisition.serving
                 if output.operation == "wait":
-                    # Bind the request now: a closure over the loop variable would see
-                    # only the last request of this poll() when the worker gets to it.
-                    self._wait_pool.submit(functools.partial(self._execute, output))
-                    continue
-                acquisition = self._acquisitions.get(output.lock)
-                if acquisition is not None and acquisition.serving and self._may_inline(output):
-                    acquisition.inline.append(output)
-                    acquisition.wake_caller()
+                    if serving and self._may_park_inline(acquisition, output):  # type: ignore[arg-type]
+                        acquisition.inline.append(output)  # type: ignore[union-attr]
+                        acquisition.wake_caller()  # type: ignore[union-attr]
+                    else:
+                        # Bind the request now: a closure over the loop variable would
+                        # see only the last request of this poll() when a worker runs it.
+                        self._wait_pool.submit(functools.partial(self._execute, output))
+                elif serving and self._may_inline(output):
+                    acquisition.inline.append(output)  # type: ignore[union-attr]
+                    acquisition.wake_caller()  # type: ignore[union-attr]
                 else:
                     self._pool.submit(functools.partial(self._execute, output))
             else:
                 if output.kind in _TERMINAL:
-                    acquisition = self._acquisitions.pop(output.lock, None)
+                    acquisition = acquisitions.pop(output.lock, None)
                     self.backend._lock_finished(self, output.lock)
                 else:
-                    acquisition = self._acquisitions.get(output.lock)
+                    acquisition = acquisitions.get(output.lock)
                 if acquisition is not None:
                     acquisition.on_event(output)
         self._next_ns = next_ns
@@ -855,6 +917,20 @@ class ThreadDriver:
         never held longer than the machine's own timers would hold it."""
         limit = self._call_limit_ns
         return limit is not None and time.monotonic_ns() + limit <= request.deadline_ns
+
+    def _may_park_inline(self, acquisition: SyncAcquisition, request: _core.Request) -> bool:
+        """Whether the caller blocked in ``acquire_sync`` may run the wait ``request``
+        (a parked fair waiter's ``BLPOP``) itself: the backend knows when the wait ends
+        (:meth:`Backend._sync_wait_limit_s`) and that is before the caller's acquire
+        timeout. Nothing else of this lock needs the caller meanwhile: its renewals and
+        cleanup releases run on the request pool, and a request the machine sends it
+        while it waits queues until the wait ends (a server that stops answering can
+        hold it up to that bound; without an acquire timeout nobody waits on it)."""
+        limit_s = self.backend._sync_wait_limit_s(request)
+        if limit_s is None:
+            return False
+        deadline = acquisition.deadline_ns
+        return deadline is None or time.monotonic_ns() + int(limit_s * 1e9) <= deadline
 
     def _run(self) -> None:
         idle_since: Optional[float] = None
@@ -894,7 +970,7 @@ class ThreadDriver:
     # -- requests --
 
     def _serve(
-        self, acquisition: SyncAcquisition, done: concurrent.futures.Future[Any], feed: Callable[[], None]
+        self, acquisition: SyncAcquisition, done: _Outcome[Any], feed: Callable[[], None]
     ) -> None:
         """Feeds one input (``feed``), then runs the requests queued for this
         acquisition on the calling thread until ``done`` is decided. A request that
@@ -906,7 +982,13 @@ class ThreadDriver:
                 feed()
                 while not done.done():
                     if not acquisition.inline:
-                        acquisition.wakeup.wait()
+                        if acquisition.wakeup is None:
+                            acquisition.wakeup = threading.Condition(self._lock)
+                        acquisition.waiting = True
+                        try:
+                            acquisition.wakeup.wait()
+                        finally:
+                            acquisition.waiting = False
                         continue
                     request = acquisition.inline.popleft()
                     acquisition.interrupted = request

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Tuple, Type, Union
 
 from . import _core
 from ._backend import Backend
-from ._driver import AsyncAcquisition, SyncAcquisition, lost_error
+from ._driver import AsyncAcquisition, SyncAcquisition, _Outcome, lost_error
 from .errors import ConfigError, LockLost
 
 __all__ = ["Lock", "Lease", "SyncLease", "Seconds"]
@@ -223,13 +223,40 @@ class SyncLease(_LeaseBase):
         owner_id: str,
         valid_until_ns: int,
         poke: Callable[[], None],
-        lost: threading.Event,
     ) -> None:
         super().__init__(
             name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
         )
-        #: Set when the lease is lost.
-        self.lost = lost
+        self._lost_event: Optional[threading.Event] = None
+
+    @property
+    def lost(self) -> threading.Event:
+        """A ``threading.Event`` set when the lease is lost (``lease.lost.wait(timeout)``
+        from a watchdog thread, say); the same object on every access."""
+        event = self._lost_event
+        if event is None:
+            with _LOST_EVENT_LOCK:
+                event = self._lost_event
+                if event is None:
+                    event = threading.Event()
+                    self._lost_event = event
+            # The driver sets the reason before it looks for the event (_set_lost):
+            # whichever of the two comes second sets it.
+            if self._lost_reason is not None:
+                event.set()
+        return event
+
+    def _set_lost(self, reason: str) -> None:
+        """Marks the lease lost (driver's lock held) and sets :attr:`lost` if made."""
+        self._lose(reason)
+        event = self._lost_event
+        if event is not None:
+            event.set()
+
+
+#: Guards the first access of a SyncLease's ``lost`` event (made on demand: most
+#: leases are never watched, and a threading.Event costs a lock and a condition).
+_LOST_EVENT_LOCK = threading.Lock()
 
 
 class Lock:
@@ -479,10 +506,7 @@ class Lock:
         lease = acquisition.lease
         if lease is None:  # pragma: no cover - callers check
             return
-        import concurrent.futures
-
-        released: concurrent.futures.Future[None] = concurrent.futures.Future()
-        acquisition.released = released
+        acquisition.released = _Outcome()
         if lease.lost_reason is not None:
             acquisition.driver.release(acquisition)  # a no-op once the machine ended it
             raise lease._lost_error()

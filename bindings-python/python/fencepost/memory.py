@@ -183,12 +183,21 @@ class MemoryBackend(Backend):
         return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
 
     def _sync_call_limit_s(self) -> Optional[float]:
-        # in-process: a script runs at once (blocking pops are waits, never run inline)
+        # in-process: a script runs at once (blocking pops: _sync_wait_limit_s)
         plain = (
             type(self)._execute_sync is MemoryBackend._execute_sync
             and type(self)._run_sync is Backend._run_sync
         )
         return 0.0 if plain else None  # a subclass may block: no bound known
+
+    def _sync_wait_limit_s(self, request: _core.Request) -> Optional[float]:
+        # in-process: a blocking pop returns by its own timeout
+        limit = self._sync_call_limit_s()
+        if limit is None or request.kind != "redis_blpop":
+            return None
+        pop = request.body
+        assert isinstance(pop, _core.BlockingPop)
+        return limit + pop.timeout_s
 
     async def _execute_async(self, command: CommandLike) -> object:
         if isinstance(command, _core.Request) and command.kind == "redis_blpop":

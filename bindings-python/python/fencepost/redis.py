@@ -213,6 +213,16 @@ class RedisBackend(Backend):
         limit = 2 * ((retries + 1) * float(max(read, connect)) + backoff)
         return limit if math.isfinite(limit) else None
 
+    def _sync_wait_limit_s(self, request: _core.Request) -> Optional[float]:
+        """A ``BLPOP`` with timeout T ends within T plus the client's bound on one
+        request (:meth:`_sync_call_limit_s`); None when that bound is unknown."""
+        limit = self._sync_call_limit_s()
+        if limit is None or request.kind != "redis_blpop":
+            return None
+        pop = request.body
+        assert isinstance(pop, _core.BlockingPop)
+        return limit + pop.timeout_s
+
     async def _execute_async(self, command: CommandLike) -> object:
         if not self._is_async:
             raise self._mode_error("async")
