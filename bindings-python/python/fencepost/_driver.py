@@ -20,8 +20,11 @@ this driver closed), never about validity, renew timing or tokens.
   lock's requests itself when the backend's blocking calls are known to end before the
   request's deadline (``Backend._sync_call_limit_s``); other requests run on a small
   pool of daemon threads so a hung request never delays a ``Lost`` and never keeps the
-  process alive; blocking waits (a fair waiter's ``BLPOP``) run on a pool of their
-  own, so parked waiters never delay a renewal.
+  process alive. A fair waiter blocked in ``acquire_sync`` parks on its ``BLPOP``
+  itself when the backend knows when the wait ends and that is before the caller's
+  acquire timeout (``Backend._sync_wait_limit_s``: its grant then needs no thread
+  hand-off); other blocking waits run on a pool of their own, so parked waiters
+  never delay a renewal.
 
 Requests run through the backend's driver hooks (``Backend._run_async`` /
 ``_run_sync``), which know the driver they came from: lock ids are per machine, and an
@@ -751,8 +754,10 @@ class ThreadDriver:
 
     A thread blocked in ``acquire_sync``/``release_sync`` runs its lock's requests
     itself when the backend says its blocking calls end before the request's deadline
-    (:meth:`Backend._sync_call_limit_s`); other requests (renewals, cleanup releases)
-    run on the request pool, parked waits on the wait pool."""
+    (:meth:`Backend._sync_call_limit_s`), and its parked waits when they end before
+    its acquire timeout (:meth:`Backend._sync_wait_limit_s`); other requests
+    (renewals, cleanup releases) run on the request pool, other parked waits on the
+    wait pool."""
 
     #: Seconds the driver thread lingers with no lock tracked before it exits.
     idle_s: float = 10.0
