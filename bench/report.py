@@ -29,6 +29,7 @@ LABELS = {
     "python:redis-py": "redis-py `Lock`",
     "python:python-redis-lock": "python-redis-lock",
     "python:pottery": "pottery `Redlock` (one master)",
+    "python:baton": "wake-up floor, not a lock: a baton passed round robin (RPUSH → the next worker's BLPOP, one round trip)",
     "node:fencepost": "fencepost (await lock.acquire / lease.release)",
     "node:fencepost-fair": "fencepost, fair hand-off",
     "node:raw-ioredis": "raw floor: ioredis SET NX PX + owner-checked release script",
@@ -255,7 +256,7 @@ def plot(res: Dict[str, Any], png: Path) -> None:
     keys = [
         k
         for k in LABELS
-        if any(k in res["contended"][w] for w in worker_counts) and not k.endswith(("-scripts", ":raw-async"))
+        if any(k in res["contended"][w] for w in worker_counts) and not k.endswith(("-scripts", ":raw-async", ":baton"))
     ]
     short = {k: k.replace("python:", "py ").replace("node:", "node ") for k in keys}
     colors = {}

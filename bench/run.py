@@ -34,6 +34,10 @@ NODE_HARNESS = BENCH / "node" / "harness.mjs"
 
 
 
+#: Rows that only make sense with several workers (the baton floor: not a lock).
+CONTENDED_ONLY = {"baton"}
+
+
 def list_libs(lang: str) -> List[str]:
     """What the harness can run with this build (the fair-hand-off rows of fencepost
     appear once its binding offers the option)."""
@@ -348,11 +352,13 @@ def main() -> None:
 
     libs = [("python", lib) for lib in python_libs] + [("node", lib) for lib in args.node_libs]
     case = 0
-    unc: Dict[str, List[Dict[str, Any]]] = {f"{lang}:{lib}": [] for lang, lib in libs}
+    unc: Dict[str, List[Dict[str, Any]]] = {f"{lang}:{lib}": [] for lang, lib in libs if lib not in CONTENDED_ONLY}
     for r in range(plan["uncontended_rounds"]):
         order = libs[r % len(libs):] + libs[: r % len(libs)]
         log(f"uncontended round {r + 1}/{plan['uncontended_rounds']}")
         for lang, lib in order:
+            if lib in CONTENDED_ONLY:
+                continue
             case += 1
             extra = ["--cycles", str(plan["uncontended_cycles"]), "--warmup", str(plan["uncontended_warmup"])]
             res = run_case(lang, "uncontended", lib, f"bench{case}:{lib}", args, extra, timeout=300)

@@ -22,6 +22,9 @@ gets the lock). What each row runs:
   redis-py           redis.lock.Lock(client, key, timeout=10) (sleep=0.1 between tries)
   python-redis-lock  redis_lock.Lock(client, key, expire=10) (waiters BLPOP a signal list)
   pottery            pottery.Redlock(key=key, masters={client}, auto_release_time=10)
+  baton              not a lock, contended runs only: one baton passed round robin (RPUSH onto
+                     the next worker's list, which it BLPOPs) — the wake-up floor of a
+                     notified hand-off on this machine (one round trip, no lock logic)
 
 uncontended: one process, `warmup` then `cycles` acquire+release cycles, each timed
 with perf_counter_ns. Prints per-cycle times (µs).
@@ -205,6 +208,44 @@ class Pottery(Lib):
         self.lock.release()
 
 
+class RoundOver(Exception):
+    """A contended worker's acquire found the round over (the baton floor only)."""
+
+
+class Baton(Lib):
+    """Not a lock: the wake-up floor of any notified hand-off on this machine. The
+    workers pass one baton round robin: "acquire" is a BLPOP on the worker's own list,
+    "release" an RPUSH onto the next worker's. One round trip per hand-off, perfectly
+    fair, exclusive by construction (one baton). Contended runs only."""
+
+    contended_only = True
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import redis
+
+        self.r = redis.Redis.from_url(url)
+        self.index, self.workers, self.stop_ns = 0, 1, 0
+        self.mine = f"{key}:baton:0"
+
+    def bind(self, index: int, workers: int) -> None:
+        """Called in each worker before the start: empties its list; worker 0 holds
+        the baton first."""
+        self.index, self.workers = index, workers
+        self.mine = f"{self.key}:baton:{index}"
+        self.r.delete(self.mine)
+        if index == 0:
+            self.r.rpush(self.mine, "baton")
+
+    def acquire(self) -> None:
+        while self.r.blpop([self.mine], timeout=0.05) is None:
+            if time.monotonic_ns() >= self.stop_ns:
+                raise RoundOver()
+
+    def release(self) -> None:
+        self.r.rpush(f"{self.key}:baton:{(self.index + 1) % self.workers}", "baton")
+
+
 def fair_option() -> Optional[Tuple[str, Dict[str, Any]]]:
     """Where this build of fencepost takes the fair hand-off switch (the core's
     ``RedisBackend.fair``), or None while the binding does not offer it: the
@@ -298,6 +339,7 @@ LIBS: Dict[str, Callable[[str, str], Lib]] = {
     "redis-py": RedisPy,
     "python-redis-lock": PythonRedisLock,
     "pottery": Pottery,
+    "baton": Baton,
     "fencepost-sync-fair": FencepostSyncFair,
     "fencepost-async-fair": FencepostAsyncFair,
 }
@@ -371,6 +413,8 @@ def _sync_worker(lib: Lib, occ: Any, occ_key: str, start: int, stop: int, hold: 
     while clock() < stop:
         try:
             lib.acquire()
+        except RoundOver:
+            break
         except Exception as exc:  # a library that gives up: count it, ask again
             out.error(exc)
             continue
@@ -419,11 +463,15 @@ def _worker_main(index: int, args: argparse.Namespace, ready: Any, go: Any, star
         import redis
 
         lib = LIBS[args.lib](args.redis, args.key)
+        if isinstance(lib, Baton):
+            lib.bind(index, args.workers)
         occ_key = args.key + ":occupancy"
         ready.put(index)
         go.wait()
         start = start_ns.value
         stop = start + int(args.seconds * 1e9)
+        if isinstance(lib, Baton):
+            lib.stop_ns = stop
         hold = int(args.hold_ms * 1e6)
         if lib.is_async:
 

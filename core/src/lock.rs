@@ -392,6 +392,24 @@ impl Lock {
         }
     }
 
+    /// When a queued fair Redis waiter stops waiting on its wake list. The release
+    /// wakes it (and grants it the lock), so this timeout is only the fallback for a
+    /// missed wake-up and need not start short like a polling backoff (short parks
+    /// would send a queued waiter back to the server again and again while it waits
+    /// its turn): `retry_max`, or the holder's remaining TTL when that is shorter (a
+    /// holder that dies wakes nobody), with equal jitter (half fixed, half random) so
+    /// waiters told the same TTL spread out. At most the acquire deadline.
+    fn park_timeout(&self, ctx: &mut Ctx<'_>, holder_remaining: Option<Duration>) -> Instant {
+        let retry_max = self.options.retry_max;
+        let cap = holder_remaining.map_or(retry_max, |r| retry_max.min(r));
+        let half = cap / 2;
+        let retry_at = ctx.now + half + ctx.jitter(cap - half);
+        match self.acquire_deadline {
+            Some(deadline) => retry_at.min(deadline),
+            None => retry_at,
+        }
+    }
+
     fn acquire_deadline_passed(&self, now: Instant) -> bool {
         self.acquire_deadline.is_some_and(|d| now >= d)
     }
@@ -423,7 +441,11 @@ impl Lock {
             );
             return;
         }
-        let mut retry_at = self.backoff(ctx, attempt, holder_remaining);
+        let mut retry_at = if contended && ctx.backend.grants_in_wait() {
+            self.park_timeout(ctx, holder_remaining)
+        } else {
+            self.backoff(ctx, attempt, holder_remaining)
+        };
         if contended {
             // etcd: the watch stands in for the backoff, until the waiter's own lease
             // needs its keep-alive (or the acquire deadline).

@@ -151,3 +151,30 @@ fn a_missed_wake_up_falls_back_on_the_backoff() {
     t.run_until(400);
     assert_eq!(acquired_token(&t.events(1)), Some(2));
 }
+
+#[test]
+fn a_queued_waiter_parks_for_retry_max_not_a_short_backoff() {
+    // The wake-up ends the wait; its timeout is only the fallback for a missed one.
+    // Short parks (a polling backoff starting at retry_base) would send a queued waiter
+    // back to the server again and again while it waits its turn.
+    let mut t = fair();
+    let mut o = opts(10_000);
+    o.retry_base = ms(10);
+    o.retry_max = ms(500);
+    t.at(0);
+    t.acquire(0, "r", o.clone());
+    t.serve(0, Acquire);
+    for c in 1..3 {
+        t.acquire(c, "r", o.clone());
+        t.serve(c, Acquire);
+        let wait = t.take(c, Wait);
+        let RequestBody::RedisBlpop(b) = &wait.body else {
+            unreachable!()
+        };
+        assert!(
+            (250..=500).contains(&b.timeout_ms),
+            "parks between retry_max / 2 and retry_max: {}",
+            b.timeout_ms
+        );
+    }
+}
