@@ -58,9 +58,9 @@ impl Default for RedisBackend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisScript {
-    /// `KEYS = [lock, token]`, `ARGV = [owner, ttl_ms]`. Already ours: `PEXPIRE`, return
-    /// `{1, token}` (idempotent retry). Held by another: `{0, pttl}`. Free:
-    /// `SET lock owner NX PX ttl_ms` + `INCR token`, return `{1, token}`.
+    /// `KEYS = [lock, token]`, `ARGV = [owner, ttl_ms]`. Free: `SET lock owner NX PX
+    /// ttl_ms` + `INCR token`, return `{1, token}`. Already ours: `PEXPIRE`, return
+    /// `{1, token}` (idempotent retry). Held by another: `{0, pttl}`.
     Acquire,
     /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
     /// Never re-creates a missing key (DESIGN.md rule 3).
@@ -88,19 +88,19 @@ pub enum RedisScript {
     ReleaseFair,
 }
 
-const ACQUIRE_LUA: &str = r#"local holder = redis.call('GET', KEYS[1])
+// The free case first, in two calls (the uncontended path: `SET NX` and the token's
+// `INCR`, whose integer reply is the token).
+const ACQUIRE_LUA: &str = r#"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local token = redis.call('GET', KEYS[2])
-  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
+  if not token then token = redis.call('INCR', KEYS[2]) end
   return {1, token}
 end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-redis.call('INCR', KEYS[2])
-return {1, redis.call('GET', KEYS[2])}
+return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
