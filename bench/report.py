@@ -239,6 +239,9 @@ def targets_section(res: Dict[str, Any]) -> str:
                     check(f"python: 8 workers, ≥ {k:g}× the hand-offs/s of {LABELS[other]}", r, r >= k, f"{r:.2f}×")
         p50, p99 = s.get("handoff_p50_us"), s.get("handoff_p99_us")
         check(f"{lang}: 8 workers, hand-off p50 ≤ 300 µs", p50, p50 is not None and p50 <= 300, f"{fmt(p50)} µs")
+        floor = c8.get(f"{lang}:baton", {}).get("handoff_p50_us")
+        if floor is not None:
+            check(f"(context, not a target) {lang}: the wake-up floor's hand-off p50, same run", floor, None, f"{fmt(floor)} µs")
         check(f"{lang}: 8 workers, hand-off p99 ≤ 2 ms", p99, p99 is not None and p99 <= 2000, f"{fmt(p99)} µs")
         check(f"{lang}: 8 workers, every worker ≥ 0.8× the mean grants", s["fairness"], s["fairness"] >= 0.8, f"min = {s['fairness']:.2f}× mean")
     return table(["target (issue 8)", "this run", ""], rows)
