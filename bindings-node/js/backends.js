@@ -24,7 +24,7 @@
 // backend will subclass Backend the same way: `execute(request)` returns the reply as data.
 
 const check = require('./check')
-const { Driver, now, describeError } = require('./driver')
+const { Driver, now, describeError, singleUseSignals } = require('./driver')
 const { BackendError, ConfigError, FencepostError } = require('./errors')
 const { Lease } = require('./lock')
 
@@ -559,7 +559,11 @@ function createBackends (native, LockMachine, fence) {
         answered = true
         return error // a reply: the machine reads it
       } finally {
-        if (onAbort !== null) signal.removeEventListener('abort', onAbort)
+        // Removing an AbortSignal listener took ~17 us (p50, Node 20) right on the
+        // hand-off path, between the pop's reply and the machine. The driver's signals
+        // serve one request and are dropped after it: their listener stays (it could only
+        // reject a settled promise). Anyone else's signal may live on: removed.
+        if (onAbort !== null && !singleUseSignals.has(signal)) signal.removeEventListener('abort', onAbort)
         if (answered) this._blocking.give(conn)
         else conn.destroy() // still blocked, or broken
       }

@@ -32,6 +32,10 @@ const MAX_DELAY_MS = 2 ** 31 - 1
 
 const TERMINAL = new Set(['lost', 'released', 'acquire_failed'])
 
+/** The AbortSignals the driver hands adapters with blocking waits: each serves one request
+ * and is dropped after it, so an adapter need not remove its listeners from them. */
+const singleUseSignals = new WeakSet()
+
 function describeError (error) {
   if (error instanceof Error) {
     const name = error.name && error.name !== 'Error' ? error.name : (error.constructor && error.constructor.name) || 'Error'
@@ -202,6 +206,7 @@ class Driver {
     let options
     if (request.operation === 'wait') { // a blocking wait: a fair BLPOP, an etcd watch
       entry.wait = new AbortController()
+      singleUseSignals.add(entry.wait.signal)
       this.waits.set(request.lock, entry)
       options = { signal: entry.wait.signal }
     }
@@ -302,4 +307,4 @@ class Driver {
   }
 }
 
-module.exports = { Driver, now, describeError }
+module.exports = { Driver, now, describeError, singleUseSignals }
