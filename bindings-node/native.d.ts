@@ -27,7 +27,7 @@ export declare class Fence {
  * The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
  *
  * Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
- * earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
+ * earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
  */
 export declare class Machine {
   /**
@@ -63,12 +63,12 @@ export declare class Machine {
   /** Time passed: fires due timers. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /**
-   * Drains every pending output: `{ outputs, nextTimeoutMs }`. `outputs` holds requests
-   * (`type: "request"`) and events (`"acquired"`, `"renewed"`, `"lost"`, `"released"`,
-   * `"acquire_failed"`) in order; `nextTimeoutMs` is when to call `timeout`, or `null`
-   * when no timer is set.
+   * Drains every pending output as one flat array of primitives (the layout is above
+   * `push_output`): `[nextTimeoutMs | null, ...records]`. Requests and events come in
+   * order; `nextTimeoutMs` is when to call `timeout`, or `null` when no timer is set.
+   * js/machine.js decodes it (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
    */
-  poll(): { outputs: Array<Record<string, unknown>>, nextTimeoutMs: number | null }
+  pollFlat(): Array<unknown>
   /**
    * The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
    * `null` once the machine has forgotten the lock.

@@ -32,6 +32,10 @@ const MAX_DELAY_MS = 2 ** 31 - 1
 
 const TERMINAL = new Set(['lost', 'released', 'acquire_failed'])
 
+/** The AbortSignals the driver hands adapters with blocking waits: each serves one request
+ * and is dropped after it, so an adapter need not remove its listeners from them. */
+const singleUseSignals = new WeakSet()
+
 function describeError (error) {
   if (error instanceof Error) {
     const name = error.name && error.name !== 'Error' ? error.name : (error.constructor && error.constructor.name) || 'Error'
@@ -76,7 +80,7 @@ class Driver {
   /** Starts acquiring; throws ConfigError for options the core refuses. */
   start (acquisition, options) {
     this._checkOpen()
-    acquisition.lockId = this.machine.acquire(now(), acquisition.name, options)
+    acquisition.lockId = this.machine._acquire(now(), acquisition.name, options)
     this.acquisitions.set(acquisition.lockId, acquisition)
     this._drain()
   }
@@ -85,7 +89,7 @@ class Driver {
    * reported the acquisition finished (or the driver is closed). */
   release (acquisition) {
     if (!this.closed && this.acquisitions.get(acquisition.lockId) === acquisition) {
-      this.machine.release(now(), acquisition.lockId)
+      this.machine._release(now(), acquisition.lockId)
       this._drain()
     }
   }
@@ -93,7 +97,7 @@ class Driver {
   /** Delivers due timers now, so a lease past its deadline is reported lost before the
    * caller reads its state. */
   poke () {
-    if (!this.closed) this._feed((m, t) => m.timeout(t))
+    if (!this.closed) this._feedTimeout()
   }
 
   owner (lock) {
@@ -106,7 +110,7 @@ class Driver {
     if (this.closed) return
     const t = now()
     for (const lock of this.acquisitions.keys()) {
-      try { this.machine.release(t, lock) } catch (error) { reportBug(error) }
+      try { this.machine._release(t, lock) } catch (error) { reportBug(error) }
     }
     this._drain()
     this.closed = true
@@ -138,7 +142,7 @@ class Driver {
     try {
       do {
         this.redrain = false
-        const { outputs, nextTimeoutMs } = this.machine.poll()
+        const { outputs, nextTimeoutMs } = this.machine._poll()
         this.machineAt = nextTimeoutMs
         for (const output of outputs) {
           // Anything new for a lock parked on a blocking wait: the wait no longer matters.
@@ -163,11 +167,32 @@ class Driver {
     this._ref()
   }
 
-  /** Feeds one input at the current time and drains. */
-  _feed (input) {
+  // Each feeds one input at the current time and drains.
+
+  _feedReply (id, value) {
     if (this.closed) return
     try {
-      input(this.machine, now())
+      this.machine._reply(now(), id, value)
+      this._drain()
+    } catch (error) {
+      reportBug(error)
+    }
+  }
+
+  _feedTransportError (id, message) {
+    if (this.closed) return
+    try {
+      this.machine._transportError(now(), id, message)
+      this._drain()
+    } catch (error) {
+      reportBug(error)
+    }
+  }
+
+  _feedTimeout () {
+    if (this.closed) return
+    try {
+      this.machine._timeout(now())
       this._drain()
     } catch (error) {
       reportBug(error)
@@ -181,6 +206,7 @@ class Driver {
     let options
     if (request.operation === 'wait') { // a blocking wait: a fair BLPOP, an etcd watch
       entry.wait = new AbortController()
+      singleUseSignals.add(entry.wait.signal)
       this.waits.set(request.lock, entry)
       options = { signal: entry.wait.signal }
     }
@@ -206,12 +232,12 @@ class Driver {
    * the next request the machine emits goes out in the same turn. */
   _settleReply (id, entry, value) {
     if (!this._take(id, entry)) return
-    this._feed((m, t) => m.reply(t, id, value))
+    this._feedReply(id, value)
   }
 
   _settleError (id, entry, error) {
     if (!this._take(id, entry)) return
-    this._feed((m, t) => m.transportError(t, id, describeError(error)))
+    this._feedTransportError(id, describeError(error))
   }
 
   /** Whether the outcome of request `id` is still awaited (it stops being so here). */
@@ -274,11 +300,11 @@ class Driver {
         this.pending.delete(id)
         this._forgetWait(entry, true)
         const late = (t - entry.deadlineMs).toFixed(3)
-        this._feed((m, t2) => m.transportError(t2, id, `no reply before the request deadline (${late} ms ago)`))
+        this._feedTransportError(id, `no reply before the request deadline (${late} ms ago)`)
       }
     }
-    this._feed((m, t2) => m.timeout(t2))
+    this._feedTimeout()
   }
 }
 
-module.exports = { Driver, now, describeError }
+module.exports = { Driver, now, describeError, singleUseSignals }

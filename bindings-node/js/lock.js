@@ -87,7 +87,9 @@ class Lease {
     this._token = token
     this._validUntilMs = validUntilMs
     this._ownerId = ownerId
-    this._controller = new AbortController()
+    /** made when `signal` is first read: most leases never read it, and an
+     * AbortController per acquisition is work on the hand-off path */
+    this._controller = null
     this._lostReason = null
     this._lostError = null
     this._release = null
@@ -100,7 +102,13 @@ class Lease {
   /** This acquisition's owner id: 32 lowercase hex digits, the lock key's value. */
   get ownerId () { return this._ownerId }
   /** Aborted when the lease is lost; its `reason` is the LockLostError. */
-  get signal () { return this._controller.signal }
+  get signal () {
+    if (this._controller === null) {
+      this._controller = new AbortController()
+      if (this._lostError !== null) this._controller.abort(this._lostError)
+    }
+    return this._controller.signal
+  }
   /** `null` while held; then 'expired', 'renew_rejected', 'not_held_at_release' or 'closed'. */
   get lostReason () { return this._lostReason }
   /** Whether the lease has been lost. */
@@ -133,14 +141,20 @@ class Lease {
     return this._release
   }
 
-  async _startRelease () {
+  // Not `async`: returning the deferred's own promise spares every release the extra
+  // microtask turns of an async wrapper; a throw still becomes a rejection.
+  _startRelease () {
     const acquisition = this._acquisition
     // No poke first: the machine's release delivers a loss that is due itself (the lost
     // event then rejects `released`).
-    if (this._lostError !== null) throw this._lostError
+    if (this._lostError !== null) return Promise.reject(this._lostError)
     const released = deferred()
     acquisition.released = released
-    acquisition.driver.release(acquisition)
+    try {
+      acquisition.driver.release(acquisition)
+    } catch (error) {
+      return Promise.reject(error)
+    }
     if (this._lostError !== null) acquisition.settle(released, 'reject', this._lostError)
     return released.promise
   }
@@ -154,7 +168,7 @@ class Lease {
     if (this._lostReason !== null) return
     this._lostReason = reason
     this._lostError = new LockLostError(this.name, this._token, reason)
-    this._controller.abort(this._lostError)
+    if (this._controller !== null) this._controller.abort(this._lostError)
   }
 
   toString () {
@@ -190,7 +204,24 @@ function createLock (isBackend) {
      * released. `signal` cancels the wait (the lock is released if the server had
      * already granted it) and rejects with `signal.reason`.
      */
-    async acquire (options) {
+    acquire (options) {
+      // The common call (no options) is not `async`: it returns the acquisition's own
+      // promise, sparing every acquisition the extra microtask turns of an async wrapper
+      // (a throw still becomes a rejection).
+      if (options === undefined) {
+        try {
+          const driver = this._backend._driver()
+          const acquisition = new Acquisition(this, driver)
+          driver.start(acquisition, this._options)
+          return acquisition.acquired.promise
+        } catch (error) {
+          return Promise.reject(error)
+        }
+      }
+      return this._acquireWith(options)
+    }
+
+    async _acquireWith (options) {
       const o = check.plainObject(options, 'acquire options')
       for (const key of Object.keys(o)) {
         if (key !== 'signal') throw new ConfigError(`unknown acquire option ${JSON.stringify(key)}; the only one is signal`)

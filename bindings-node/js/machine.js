@@ -5,9 +5,95 @@
 // whichever addon the package loaded (both expose the same low-level interface).
 
 const check = require('./check')
-const { translate } = require('./errors')
+const { fromNative, translate } = require('./errors')
+
+const OPERATIONS = ['acquire', 'renew', 'release', 'wait']
+const LOST_REASONS = ['expired', 'renew_rejected', 'not_held_at_release']
+const FAILED_REASONS = ['timeout', 'protocol']
+
+/**
+ * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
+ * per output through napi cost more than the core's decisions; JavaScript builds them for a
+ * fraction of that). The layout is written out above `push_output` in
+ * bindings-node/src/lib.rs (and in bindings-wasm/src/lib.rs, which writes the same).
+ * Returns `{ outputs, nextTimeoutMs }`, the output objects as `LockMachine.poll()` always
+ * gave them.
+ */
+function createDecoder (native) {
+  // script index → [name, sha1], in RedisScript::ALL order (the order of redisScripts())
+  const scripts = Object.entries(native.redisScripts()).map(([name, s]) => [name, s.sha1])
+  const strings = (flat, i, n) => {
+    const out = new Array(n)
+    for (let k = 0; k < n; k++) out[k] = flat[i + k]
+    return out
+  }
+  return function decodeOutputs (flat) {
+    const outputs = []
+    const n = flat.length
+    let i = 1
+    while (i < n) {
+      const tag = flat[i]
+      const lock = flat[i + 1 + (tag === 0 ? 1 : 0)]
+      switch (tag) {
+        case 0: { // request: 0, id, lock, operation, deadlineMs, body...
+          const id = flat[i + 1]
+          const operation = OPERATIONS[flat[i + 3]]
+          const deadlineMs = flat[i + 4]
+          const body = flat[i + 5]
+          i += 6
+          if (body === 0) {
+            const [script, sha1] = scripts[flat[i]]
+            const nKeys = flat[i + 1]
+            const keys = strings(flat, i + 2, nKeys)
+            i += 2 + nKeys
+            const nArgs = flat[i]
+            const args = strings(flat, i + 1, nArgs)
+            i += 1 + nArgs
+            outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'redis', script, sha1, keys, args })
+          } else if (body === 1) {
+            outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'redis_blpop', key: flat[i], timeoutMs: flat[i + 1] })
+            i += 2
+          } else if (body === 2) {
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'etcd', call: flat[i], path: flat[i + 1], body: flat[i + 2] }
+            if (flat[i + 3] !== null) o.timeoutMs = flat[i + 3]
+            outputs.push(o)
+            i += 4
+          } else {
+            outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'unsupported' })
+          }
+          break
+        }
+        case 1:
+          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3] })
+          i += 4
+          break
+        case 2:
+          outputs.push({ lock, type: 'renewed', validUntilMs: flat[i + 2] })
+          i += 3
+          break
+        case 3:
+          outputs.push({ lock, type: 'lost', reason: LOST_REASONS[flat[i + 2]] })
+          i += 3
+          break
+        case 4:
+          outputs.push({ lock, type: 'released' })
+          i += 2
+          break
+        case 5:
+          outputs.push({ lock, type: 'acquire_failed', reason: FAILED_REASONS[flat[i + 2]], message: flat[i + 3] })
+          i += 4
+          break
+        default:
+          throw new Error(`fencepost: unknown output record ${tag} from the addon (a JavaScript half and an addon of different versions?)`)
+      }
+    }
+    return { outputs, nextTimeoutMs: flat[0] }
+  }
+}
 
 function createLockMachine (native) {
+  const decodeOutputs = createDecoder(native)
+
   class LockMachine {
     /**
      * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'}} [options] `seed`
@@ -68,8 +154,39 @@ function createLockMachine (native) {
       translate(() => this._m.timeout(nowMs))
     }
 
+    /** Drains every pending output: `{ outputs, nextTimeoutMs }`. */
     poll () {
-      return translate(() => this._m.poll())
+      return decodeOutputs(translate(() => this._m.pollFlat()))
+    }
+
+    // -- the driver's path: its inputs are well-formed by construction (times from
+    // performance.now(), ids and options the machine and Lock already checked), so it
+    // skips the argument checks and closures above; errors still come out translated.
+
+    _acquire (nowMs, name, normalizedOptions) {
+      try { return this._m.acquire(nowMs, name, normalizedOptions) } catch (error) { throw fromNative(error) }
+    }
+
+    _release (nowMs, lock) {
+      try { this._m.release(nowMs, lock) } catch (error) { throw fromNative(error) }
+    }
+
+    _reply (nowMs, request, value) {
+      try { this._m.reply(nowMs, request, value) } catch (error) { throw fromNative(error) }
+    }
+
+    _transportError (nowMs, request, message) {
+      try { this._m.transportError(nowMs, request, message) } catch (error) { throw fromNative(error) }
+    }
+
+    _timeout (nowMs) {
+      try { this._m.timeout(nowMs) } catch (error) { throw fromNative(error) }
+    }
+
+    _poll () {
+      let flat
+      try { flat = this._m.pollFlat() } catch (error) { throw fromNative(error) }
+      return decodeOutputs(flat)
     }
 
     owner (lock) {
@@ -88,4 +205,4 @@ function createLockMachine (native) {
   return LockMachine
 }
 
-module.exports = { createLockMachine }
+module.exports = { createLockMachine, createDecoder }

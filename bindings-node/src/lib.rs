@@ -567,90 +567,136 @@ fn command_object<'env>(env: &'env Env, cmd: &RedisCommand) -> napi::Result<Obje
     Ok(o)
 }
 
-fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Object<'env>>> {
-    let mut o = Object::new(env)?;
+// Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`):
+// building an object per output through napi (a named-property set per field) cost more
+// than the core's whole decision, and this flat form takes a fraction of it. The
+// JavaScript half (js/machine.js, `decodeOutputs`) turns it into the output objects;
+// the WASM addon writes the same layout.
+//
+//   [nextTimeoutMs | null, ...records]
+//   request         0, id, lock, operation, deadlineMs, body...
+//     operation     0 acquire, 1 renew, 2 release, 3 wait
+//     body          0 (redis), script (index in RedisScript::ALL, the order of
+//                     redisScripts()), keys.length, ...keys, args.length, ...args
+//                   1 (redis_blpop), key, timeoutMs
+//                   2 (etcd), call, path, body, timeoutMs | null
+//                   3 (unsupported)
+//   acquired        1, lock, token (bigint), validUntilMs
+//   renewed         2, lock, validUntilMs
+//   lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
+//   released        4, lock
+//   acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
+
+fn script_index(script: RedisScript) -> f64 {
+    RedisScript::ALL
+        .iter()
+        .position(|s| *s == script)
+        .unwrap_or(usize::MAX) as f64
+}
+
+fn operation_code(operation: Operation) -> f64 {
+    #[allow(unreachable_patterns)]
+    match operation {
+        Operation::Acquire => 0.0,
+        Operation::Renew => 1.0,
+        Operation::Release => 2.0,
+        Operation::Wait => 3.0,
+    }
+}
+
+fn push_strings(out: &mut Array<'_>, items: &[String]) -> napi::Result<()> {
+    out.insert(items.len() as f64)?;
+    for item in items {
+        out.insert(item.as_str())?;
+    }
+    Ok(())
+}
+
+/// Appends one output's record (see the layout above) to `out`.
+fn push_output(out: &mut Array<'_>, output: Output) -> napi::Result<()> {
     match output {
         Output::Request(req) => {
-            o.set("type", "request")?;
-            o.set("id", req.id.0 as f64)?;
-            o.set("lock", req.lock.0 as f64)?;
-            o.set(
-                "operation",
-                match req.operation {
-                    Operation::Acquire => "acquire",
-                    Operation::Renew => "renew",
-                    Operation::Release => "release",
-                    Operation::Wait => "wait",
-                },
-            )?;
-            o.set("deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
+            out.insert(0.0)?;
+            out.insert(req.id.0 as f64)?;
+            out.insert(req.lock.0 as f64)?;
+            out.insert(operation_code(req.operation))?;
+            out.insert(ns_to_ms(req.deadline.as_nanos()))?;
             // This addon builds Redis and etcd machines; another backend's body (the
             // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
             // adapter reports it as a failed request.
             #[allow(unreachable_patterns)]
             match &req.body {
                 RequestBody::Redis(cmd) => {
-                    o.set("backend", "redis")?;
-                    o.set("script", script_name(cmd.script))?;
-                    o.set("sha1", cmd.script.sha1())?;
-                    o.set("keys", cmd.keys.clone())?;
-                    o.set("args", cmd.args.clone())?;
+                    out.insert(0.0)?;
+                    out.insert(script_index(cmd.script))?;
+                    push_strings(out, &cmd.keys)?;
+                    push_strings(out, &cmd.args)?;
                 }
                 // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own.
                 RequestBody::RedisBlpop(b) => {
-                    o.set("backend", "redis_blpop")?;
-                    o.set("key", b.key.as_str())?;
+                    out.insert(1.0)?;
+                    out.insert(b.key.as_str())?;
                     // whole milliseconds, ≥ 1; exact as a number below 2^53
-                    o.set("timeoutMs", b.timeout_ms as f64)?;
+                    out.insert(b.timeout_ms as f64)?;
                 }
                 // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
-                // or `timeoutMs`.
-                RequestBody::Etcd(req) => set_etcd_call(&mut o, req)?,
-                _ => o.set("backend", "unsupported")?,
+                // or `timeoutMs` (whole milliseconds, exact: a TTL is at most 2^31 ms).
+                RequestBody::Etcd(e) => {
+                    out.insert(2.0)?;
+                    out.insert(etcd_call_name(e))?;
+                    out.insert(e.gateway_path())?;
+                    out.insert(e.gateway_body())?;
+                    out.insert(e.watch_timeout_ms().map(|ms| ms as f64))?;
+                }
+                _ => out.insert(3.0)?,
             }
         }
         Output::Event { lock, event } => {
-            o.set("lock", lock.0 as f64)?;
+            let lock = lock.0 as f64;
             match event {
                 Event::Acquired { token, valid_until } => {
-                    o.set("type", "acquired")?;
-                    o.set("token", BigInt::from(token.get()))?;
-                    o.set("validUntilMs", ns_to_ms(valid_until.as_nanos()))?;
+                    out.insert(1.0)?;
+                    out.insert(lock)?;
+                    out.insert(BigInt::from(token.get()))?;
+                    out.insert(ns_to_ms(valid_until.as_nanos()))?;
                 }
                 Event::Renewed { valid_until } => {
-                    o.set("type", "renewed")?;
-                    o.set("validUntilMs", ns_to_ms(valid_until.as_nanos()))?;
+                    out.insert(2.0)?;
+                    out.insert(lock)?;
+                    out.insert(ns_to_ms(valid_until.as_nanos()))?;
                 }
                 Event::Lost { reason } => {
-                    o.set("type", "lost")?;
-                    o.set(
-                        "reason",
-                        match reason {
-                            LostReason::Expired => "expired",
-                            LostReason::RenewRejected => "renew_rejected",
-                            LostReason::NotHeldAtRelease => "not_held_at_release",
-                        },
-                    )?;
+                    out.insert(3.0)?;
+                    out.insert(lock)?;
+                    out.insert(match reason {
+                        LostReason::Expired => 0.0,
+                        LostReason::RenewRejected => 1.0,
+                        LostReason::NotHeldAtRelease => 2.0,
+                    })?;
                 }
-                Event::Released => o.set("type", "released")?,
+                Event::Released => {
+                    out.insert(4.0)?;
+                    out.insert(lock)?;
+                }
                 Event::AcquireFailed { reason } => {
-                    o.set("type", "acquire_failed")?;
+                    out.insert(5.0)?;
+                    out.insert(lock)?;
                     match reason {
                         AcquireFailedReason::Timeout { last_error } => {
-                            o.set("reason", "timeout")?;
-                            o.set("message", last_error)?;
+                            out.insert(0.0)?;
+                            out.insert(last_error)?;
                         }
                         AcquireFailedReason::Protocol { error } => {
-                            o.set("reason", "protocol")?;
-                            o.set("message", error.to_string())?;
+                            out.insert(1.0)?;
+                            out.insert(error.to_string())?;
                         }
                     }
                 }
             }
         }
-        Output::Timeout(_) | Output::Idle => return Ok(None),
+        Output::Timeout(_) | Output::Idle => {}
     }
-    Ok(Some(o))
+    Ok(())
 }
 
 // ---- Machine --------------------------------------------------------------------------------
@@ -658,7 +704,7 @@ fn output_object<'env>(env: &'env Env, output: Output) -> napi::Result<Option<Ob
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
-/// earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
+/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
 #[napi(js_name = "Machine")]
 pub struct Machine {
     inner: CoreMachine,
@@ -781,15 +827,13 @@ impl Machine {
         self.feed(&env, input)
     }
 
-    /// Drains every pending output: `{ outputs, nextTimeoutMs }`. `outputs` holds requests
-    /// (`type: "request"`) and events (`"acquired"`, `"renewed"`, `"lost"`, `"released"`,
-    /// `"acquire_failed"`) in order; `nextTimeoutMs` is when to call `timeout`, or `null`
-    /// when no timer is set.
-    #[napi(
-        ts_return_type = "{ outputs: Array<Record<string, unknown>>, nextTimeoutMs: number | null }"
-    )]
-    pub fn poll<'env>(&mut self, env: &'env Env) -> napi::Result<Object<'env>> {
-        let mut outputs = env.create_array(0)?;
+    /// Drains every pending output as one flat array of primitives (the layout is above
+    /// `push_output`): `[nextTimeoutMs | null, ...records]`. Requests and events come in
+    /// order; `nextTimeoutMs` is when to call `timeout`, or `null` when no timer is set.
+    /// js/machine.js decodes it (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+    #[napi(ts_return_type = "Array<unknown>")]
+    pub fn poll_flat<'env>(&mut self, env: &'env Env) -> napi::Result<Array<'env>> {
+        let mut out = env.create_array(1)?;
         let mut next: Option<f64> = None;
         loop {
             match self.inner.poll_output() {
@@ -798,17 +842,11 @@ impl Machine {
                     break;
                 }
                 Output::Idle => break,
-                output => {
-                    if let Some(o) = output_object(env, output)? {
-                        outputs.insert(o)?;
-                    }
-                }
+                output => push_output(&mut out, output)?,
             }
         }
-        let mut result = Object::new(env)?;
-        result.set("outputs", outputs)?;
-        result.set("nextTimeoutMs", next)?;
-        Ok(result)
+        out.set(0, next)?;
+        Ok(out)
     }
 
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or

@@ -614,92 +614,143 @@ fn command_object(cmd: &RedisCommand) -> Result<JsValue, JsValue> {
     Ok(o)
 }
 
-fn output_object(output: Output) -> Result<Option<JsValue>, JsValue> {
-    let o: JsValue = Object::new().into();
+// Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`), the
+// layout the napi addon writes (see bindings-node/src/lib.rs; js/machine.js decodes it):
+// setting every field of an object per output from here costs a boundary crossing each.
+//
+//   [nextTimeoutMs | null, ...records]
+//   request         0, id, lock, operation, deadlineMs, body...
+//     operation     0 acquire, 1 renew, 2 release, 3 wait
+//     body          0 (redis), script (index in RedisScript::ALL, the order of
+//                     redisScripts()), keys.length, ...keys, args.length, ...args
+//                   1 (redis_blpop), key, timeoutMs
+//                   2 (etcd), call, path, body, timeoutMs | null
+//                   3 (unsupported)
+//   acquired        1, lock, token (bigint), validUntilMs
+//   renewed         2, lock, validUntilMs
+//   lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
+//   released        4, lock
+//   acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
+
+fn script_index(script: RedisScript) -> f64 {
+    RedisScript::ALL
+        .iter()
+        .position(|s| *s == script)
+        .unwrap_or(usize::MAX) as f64
+}
+
+fn operation_code(operation: Operation) -> f64 {
+    #[allow(unreachable_patterns)]
+    match operation {
+        Operation::Acquire => 0.0,
+        Operation::Renew => 1.0,
+        Operation::Release => 2.0,
+        Operation::Wait => 3.0,
+    }
+}
+
+fn num(out: &Array, value: f64) {
+    out.push(&JsValue::from_f64(value));
+}
+
+fn text(out: &Array, value: &str) {
+    out.push(&JsValue::from_str(value));
+}
+
+fn push_strings(out: &Array, items: &[String]) {
+    num(out, items.len() as f64);
+    for item in items {
+        text(out, item);
+    }
+}
+
+/// Appends one output's record (see the layout above) to `out`.
+fn push_output(out: &Array, output: Output) {
     match output {
         Output::Request(req) => {
-            put(&o, "type", "request")?;
-            put(&o, "id", req.id.0 as f64)?;
-            put(&o, "lock", req.lock.0 as f64)?;
-            put(
-                &o,
-                "operation",
-                match req.operation {
-                    Operation::Acquire => "acquire",
-                    Operation::Renew => "renew",
-                    Operation::Release => "release",
-                    Operation::Wait => "wait",
-                },
-            )?;
-            put(&o, "deadlineMs", ns_to_ms(req.deadline.as_nanos()))?;
+            num(out, 0.0);
+            num(out, req.id.0 as f64);
+            num(out, req.lock.0 as f64);
+            num(out, operation_code(req.operation));
+            num(out, ns_to_ms(req.deadline.as_nanos()));
             // This module builds Redis and etcd machines; another backend's body (the
             // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
             // adapter reports it as a failed request.
             #[allow(unreachable_patterns)]
             match &req.body {
                 RequestBody::Redis(cmd) => {
-                    put(&o, "backend", "redis")?;
-                    put(&o, "script", script_name(cmd.script))?;
-                    put(&o, "sha1", cmd.script.sha1())?;
-                    put(&o, "keys", strings(&cmd.keys))?;
-                    put(&o, "args", strings(&cmd.args))?;
+                    num(out, 0.0);
+                    num(out, script_index(cmd.script));
+                    push_strings(out, &cmd.keys);
+                    push_strings(out, &cmd.args);
                 }
                 // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own.
                 RequestBody::RedisBlpop(b) => {
-                    put(&o, "backend", "redis_blpop")?;
-                    put(&o, "key", b.key.as_str())?;
+                    num(out, 1.0);
+                    text(out, &b.key);
                     // whole milliseconds, ≥ 1; exact as a number below 2^53
-                    put(&o, "timeoutMs", b.timeout_ms as f64)?;
+                    num(out, b.timeout_ms as f64);
                 }
                 // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
-                // or `timeoutMs`.
-                RequestBody::Etcd(req) => set_etcd_call(&o, req)?,
-                _ => put(&o, "backend", "unsupported")?,
+                // or `timeoutMs` (whole milliseconds, exact: a TTL is at most 2^31 ms).
+                RequestBody::Etcd(e) => {
+                    num(out, 2.0);
+                    text(out, etcd_call_name(e));
+                    text(out, e.gateway_path());
+                    text(out, &e.gateway_body());
+                    out.push(&or_null(e.watch_timeout_ms().map(|ms| ms as f64)));
+                }
+                _ => num(out, 3.0),
             }
         }
         Output::Event { lock, event } => {
-            put(&o, "lock", lock.0 as f64)?;
+            let lock = lock.0 as f64;
             match event {
                 Event::Acquired { token, valid_until } => {
-                    put(&o, "type", "acquired")?;
-                    put(&o, "token", JsValue::from(token.get()))?;
-                    put(&o, "validUntilMs", ns_to_ms(valid_until.as_nanos()))?;
+                    num(out, 1.0);
+                    num(out, lock);
+                    out.push(&JsValue::from(token.get()));
+                    num(out, ns_to_ms(valid_until.as_nanos()));
                 }
                 Event::Renewed { valid_until } => {
-                    put(&o, "type", "renewed")?;
-                    put(&o, "validUntilMs", ns_to_ms(valid_until.as_nanos()))?;
+                    num(out, 2.0);
+                    num(out, lock);
+                    num(out, ns_to_ms(valid_until.as_nanos()));
                 }
                 Event::Lost { reason } => {
-                    put(&o, "type", "lost")?;
-                    put(
-                        &o,
-                        "reason",
+                    num(out, 3.0);
+                    num(out, lock);
+                    num(
+                        out,
                         match reason {
-                            LostReason::Expired => "expired",
-                            LostReason::RenewRejected => "renew_rejected",
-                            LostReason::NotHeldAtRelease => "not_held_at_release",
+                            LostReason::Expired => 0.0,
+                            LostReason::RenewRejected => 1.0,
+                            LostReason::NotHeldAtRelease => 2.0,
                         },
-                    )?;
+                    );
                 }
-                Event::Released => put(&o, "type", "released")?,
+                Event::Released => {
+                    num(out, 4.0);
+                    num(out, lock);
+                }
                 Event::AcquireFailed { reason } => {
-                    put(&o, "type", "acquire_failed")?;
+                    num(out, 5.0);
+                    num(out, lock);
                     match reason {
                         AcquireFailedReason::Timeout { last_error } => {
-                            put(&o, "reason", "timeout")?;
-                            put(&o, "message", or_null(last_error))?;
+                            num(out, 0.0);
+                            out.push(&or_null(last_error));
                         }
                         AcquireFailedReason::Protocol { error } => {
-                            put(&o, "reason", "protocol")?;
-                            put(&o, "message", error.to_string())?;
+                            num(out, 1.0);
+                            text(out, &error.to_string());
                         }
                     }
                 }
             }
         }
-        Output::Timeout(_) | Output::Idle => return Ok(None),
+        Output::Timeout(_) | Output::Idle => {}
     }
-    Ok(Some(o))
 }
 
 // ---- Machine --------------------------------------------------------------------------------
@@ -707,7 +758,7 @@ fn output_object(output: Output) -> Result<Option<JsValue>, JsValue> {
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
-/// earlier one than given before throws `ERR_CLOCK`. After every input call `poll()`.
+/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
 #[wasm_bindgen(js_name = Machine)]
 pub struct Machine {
     inner: CoreMachine,
@@ -842,33 +893,25 @@ impl Machine {
         self.feed(input)
     }
 
-    /// Drains every pending output: `{ outputs, nextTimeoutMs }`. `outputs` holds requests
-    /// (`type: "request"`) and events (`"acquired"`, `"renewed"`, `"lost"`, `"released"`,
-    /// `"acquire_failed"`) in order; `nextTimeoutMs` is when to call `timeout`, or `null`
-    /// when no timer is set.
-    pub fn poll(&mut self) -> Result<JsValue, JsValue> {
-        let outputs = Array::new();
-        let mut next = JsValue::NULL;
+    /// Drains every pending output as one flat array of primitives (the layout is above
+    /// `push_output`): `[nextTimeoutMs | null, ...records]`. Requests and events come in
+    /// order; `nextTimeoutMs` is when to call `timeout`, or `null` when no timer is set.
+    /// js/machine.js decodes it (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+    #[wasm_bindgen(js_name = pollFlat)]
+    pub fn poll_flat(&mut self) -> Array {
+        let out = Array::new();
+        out.push(&JsValue::NULL);
         loop {
             match self.inner.poll_output() {
                 Output::Timeout(at) => {
-                    next = JsValue::from_f64(ns_to_ms(at.as_nanos()));
+                    out.set(0, JsValue::from_f64(ns_to_ms(at.as_nanos())));
                     break;
                 }
                 Output::Idle => break,
-                output => {
-                    // Outputs already drained from the core must reach the host even if
-                    // building one object fails, so the error comes after the loop.
-                    if let Some(o) = output_object(output)? {
-                        outputs.push(&o);
-                    }
-                }
+                output => push_output(&out, output),
             }
         }
-        let result: JsValue = Object::new().into();
-        put(&result, "outputs", outputs)?;
-        put(&result, "nextTimeoutMs", next)?;
-        Ok(result)
+        out
     }
 
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
