@@ -374,7 +374,7 @@ def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, 
         "the libraries that need fewer round trips (or fewer polls) gain.",
         "- Each library runs with its default retry behaviour (redis-py `Lock` sleeps 0.1 s between tries, pottery up to 0.2 s, "
         "redlock 200 ± 100 ms, redis-semaphore 10 ms, fencepost full-jitter backoff from 10 ms up to 500 ms; fencepost's fair rows queue "
-        "and park on BLPOP, python-redis-lock's waiters BLPOP a signal list); only the acquire timeouts are lifted so every worker waits until it is served "
+        "and park on BLPOP until the release grants them the lock (at most retry_max, 250–500 ms, as the fallback), python-redis-lock's waiters BLPOP a signal list); only the acquire timeouts are lifted so every worker waits until it is served "
         "(redlock: retryCount −1; redis-semaphore: acquireTimeout 600 s).",
         "- The hold is a blocking sleep (`time.sleep`, `Atomics.wait`), also under asyncio: it stands for work that "
         "keeps the process busy. The occupancy INCR happens inside the 1 ms hold, the DECR right after it "
