@@ -353,3 +353,28 @@ def test_bad_options_are_refused_before_any_redis_traffic(client: redis.Redis, p
             fencepost.Lock(backend, "cfg", **kwargs)  # type: ignore[arg-type]
     assert script_calls() == before
     assert client.exists(backend.lock_key("cfg"), backend.token_key("cfg")) == 0
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_tokens_above_2_pow_53_come_back_exact(client: redis.Redis, prefix: str, fair: bool) -> None:
+    # A token counter seeded from a clock (or long use) passes 2^53 and 10^14: the
+    # scripts return the counter's string, never a Lua number (a double, which would
+    # round, and print as 1e+17 in a fair grant).
+    seed = 123_456_789_012_345_678
+    client.set(f"{prefix}{{big}}:token", seed)
+    backend = RedisBackend(client, key_prefix=prefix, fair=fair)
+    lock = fencepost.Lock(backend, "big", ttl=5.0)
+    assert lock.acquire_sync().token == seed + 1
+    if fair:
+        waiter = fencepost.Lock(RedisBackend(client, key_prefix=prefix, fair=True), "big", ttl=5.0)
+        got = []
+        t = threading.Thread(target=lambda: got.append(waiter.acquire_sync().token))
+        t.start()
+        assert wait_until(lambda: client.zcard(f"{prefix}{{big}}:queue") == 1, timeout=2.0)
+        lock.release_sync()  # grants the lock to the waiter: its BLPOP brings the token
+        t.join(5.0)
+        assert got == [seed + 2]
+        waiter.release_sync()
+    else:
+        lock.release_sync()
+    backend.close()

@@ -88,16 +88,19 @@ pub enum RedisScript {
     ReleaseFair,
 }
 
-// The free case first, in two calls (the uncontended path: `SET NX` and the token's
-// `INCR`, whose integer reply is the token).
+// The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
+// are always returned as the counter's string (`GET`), never through a Lua number: Lua
+// numbers are doubles, which round above 2^53 and print as `1e+14` from 10^14 on (a
+// counter seeded from a clock gets there).
 const ACQUIRE_LUA: &str = r#"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+  redis.call('INCR', KEYS[2])
+  return {1, redis.call('GET', KEYS[2])}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local token = redis.call('GET', KEYS[2])
-  if not token then token = redis.call('INCR', KEYS[2]) end
+  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
   return {1, token}
 end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -152,7 +155,8 @@ while true do
   if alive and string.sub(alive, 1, 2) == 't:' then
     local ttl = string.sub(alive, 3)
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
-    local token = redis.call('INCR', KEYS[4])
+    redis.call('INCR', KEYS[4])
+    local token = redis.call('GET', KEYS[4])
     redis.call('DEL', ARGV[3] .. waiter)
     redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token)
     redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
