@@ -460,8 +460,9 @@ impl Lock {
                 }
             }
             // Queued on a backend that wakes waiters: block until woken, with the
-            // backoff as the timeout (the fallback if a wake-up is missed). At most half
-            // the validity: a grant the wake-up brings is measured from `base`.
+            // timeout above as the fallback if a wake-up is missed (fair Redis:
+            // `park_timeout`; etcd: until its keep-alive is due). At most half the
+            // validity: a grant the wake-up brings is measured from `base`.
             let base = self.contended_sent_at.unwrap_or(ctx.now);
             let retry_at = retry_at.min(base + self.options.validity() / 2);
             let wait = retry_at.saturating_duration_since(ctx.now);

@@ -260,6 +260,32 @@ def test_a_sync_fair_wait_that_could_outlast_the_acquire_timeout_parks_on_the_wa
     assert got == [2]
 
 
+def test_close_under_a_waiter_parked_on_its_own_thread_cleans_up_at_once() -> None:
+    # The parked caller cannot be woken inside its BLPOP; the cleanup release close()
+    # sends must not wait behind it: it runs on the pool at once, and the caller gets
+    # BackendError when its wait ends.
+    holder_backend = BoundedHangingBackend(set(), fair=True)
+    backend = BoundedHangingBackend(set(), fair=True, server=holder_backend.server)
+    fencepost.Lock(holder_backend, "sync-fair-close", ttl=5.0).acquire_sync()
+    errors: List[BaseException] = []
+
+    def wait() -> None:
+        try:
+            fencepost.Lock(backend, "sync-fair-close", ttl=5.0, retry_max=1.0).acquire_sync()
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait, name="waiter")
+    waiter.start()
+    assert wait_until(lambda: backend.threads.count("waiter") >= 2, timeout=2.0)  # parked
+    backend.close()
+    assert wait_until(lambda: any(n.startswith("fencepost-request") for n in backend.threads), timeout=0.3)
+    waiter.join(2.0)
+    assert not waiter.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], BackendError)
+    holder_backend.close()
+
+
 class Interrupt(BaseException):
     """Stands for KeyboardInterrupt arriving while a caller runs its request."""
 

@@ -784,6 +784,8 @@ class ThreadDriver:
         #: A blocking request ends within this many ns (None: no bound known).
         self._call_limit_ns: Optional[int] = None if limit is None else int(limit * 1e9)
         self._closed = False
+        #: Set by close() before it releases every lock.
+        self._closing = False
 
     # -- inputs from the Lock API --
 
@@ -852,6 +854,7 @@ class ThreadDriver:
         with self._lock:
             if self._closed:
                 return
+            self._closing = True
             now = time.monotonic_ns()
             # Snapshot first (see AsyncDriver.close): a cancelled waiting acquisition
             # ends in this drain, and its caller must still get BackendError.
@@ -881,7 +884,9 @@ class ThreadDriver:
                 if self._announce:
                     self.backend._request_scheduled(self, output)
                 acquisition = acquisitions.get(output.lock)
-                serving = acquisition is not None and acquisition.serving
+                # Closing: the cleanup releases go to the pool at once, never behind a
+                # caller parked in its own wait.
+                serving = acquisition is not None and acquisition.serving and not self._closing
                 if output.operation == "wait":
                     if serving and self._may_park_inline(acquisition, output):  # type: ignore[arg-type]
                         acquisition.inline.append(output)  # type: ignore[union-attr]
@@ -930,7 +935,12 @@ class ThreadDriver:
         timeout. Nothing else of this lock needs the caller meanwhile: its renewals and
         cleanup releases run on the request pool, and a request the machine sends it
         while it waits queues until the wait ends (a server that stops answering can
-        hold it up to that bound; without an acquire timeout nobody waits on it)."""
+        hold it up to that bound; without an acquire timeout nobody waits on it).
+        A blocking call cannot be woken from another thread: ``backend.close()`` ends
+        such a caller's ``acquire_sync`` (BackendError) when its current wait ends, at
+        most ``retry_max`` later on a live server (its queue entry is cleaned up at
+        once, on the pool), and ``_thread.interrupt_main()`` arrives then too (a real
+        SIGINT interrupts the wait at once)."""
         limit_s = self.backend._sync_wait_limit_s(request)
         if limit_s is None:
             return False

@@ -112,11 +112,12 @@ class RedisBackend(Backend):
         key_prefix: prefix of every key (``"fencepost:"``); lock ``name`` uses
             ``{prefix}{{name}}:lock`` and ``{prefix}{{name}}:token`` (one hash slot).
         fair: fair, instant hand-off (default False). Contended acquirers join a FIFO
-            queue on the server and block on ``BLPOP`` (timeout: their backoff, in
-            fractional seconds); a release does not free the lock but grants it to
-            the first live waiter, whose ``BLPOP`` reply is the grant (one round trip
-            per hand-off), so the releasing process cannot take it straight back. The jittered backoff stays the fallback when a wake-up
-            is missed. Locks with and without ``fair`` may share a name safely (only
+            queue on the server and block on ``BLPOP``; a release does not free the
+            lock but grants it to the first live waiter, whose ``BLPOP`` reply is the
+            grant (one round trip per hand-off), so the releasing process cannot take
+            it straight back. The ``BLPOP`` timeout (fractional seconds) is only the
+            fallback when a wake-up is missed: ``retry_max`` with equal jitter, at most
+            the holder's remaining TTL and the acquire deadline. Locks with and without ``fair`` may share a name safely (only
             fairness is lost). Extra keys per name: ``…:queue``, ``…:seq``,
             ``…:alive:<owner>``, ``…:wake:<owner>``.
 
