@@ -162,7 +162,7 @@ def uncontended_section(res: Dict[str, Any], lang: str) -> str:
             ]
         )
     head = ["library", "µs per cycle (median)", "round medians", "p99 µs", "÷ raw floor", "fencepost ÷ this (< 1: fencepost faster)"]
-    note = f"\nfencepost row used for the ratios (the faster mode): **{LABELS.get(fp, fp)}**." if fp else ""
+    note = f"\n\nfencepost row used for the ratios (the faster mode): **{LABELS.get(fp, fp)}**." if fp else ""
     return table(head, rows) + note
 
 
@@ -207,7 +207,7 @@ def contended_section(res: Dict[str, Any], lang: str, workers: str) -> str:
         "hand-offs ÷ raw floor",
         "fencepost hand-offs ÷ this (> 1: fencepost hands off more)",
     ]
-    note = f"\nfencepost row used for the ratios (the mode with more hand-offs): **{LABELS.get(fp, fp)}**." if fp else ""
+    note = f"\n\nfencepost row used for the ratios (the mode with more hand-offs): **{LABELS.get(fp, fp)}**." if fp else ""
     return table(head, rows) + note
 
 
@@ -225,7 +225,7 @@ def targets_section(res: Dict[str, Any]) -> str:
         raw = unc.get(RAW[lang], {}).get("median_us")
         if fp and raw:
             r = unc[fp]["median_us"] / raw
-            check(f"{lang}: uncontended ≤ 1.05× the raw floor", r, r <= 1.05, f"{r:.2f}×")
+            check(f"{lang}: uncontended ≤ 1.05× the raw floor (row: {LABELS.get(fp, fp)})", r, r <= 1.05, f"{r:.2f}×")
         fp = best_fencepost(c8, lang, "handoffs_per_s", False)
         if not fp:
             continue
@@ -236,7 +236,7 @@ def targets_section(res: Dict[str, Any]) -> str:
                 o = c8.get(other, {}).get("handoffs_per_s")
                 if o is not None:
                     r = s["handoffs_per_s"] / o if o else math.inf
-                    check(f"python: 8 workers, ≥ {k:g}× the hand-offs/s of {LABELS[other]}", r, r >= k, f"{r:.2f}×")
+                    check(f"python: 8 workers, ≥ {k:g}× the hand-offs/s of {LABELS[other]}", r, r >= k, f"{r:.2f}×" if r < 10 else f"{r:.0f}×")
         p50, p99 = s.get("handoff_p50_us"), s.get("handoff_p99_us")
         check(f"{lang}: 8 workers, hand-off p50 ≤ 300 µs", p50, p50 is not None and p50 <= 300, f"{fmt(p50)} µs")
         floor = c8.get(f"{lang}:baton", {}).get("handoff_p50_us")

@@ -216,9 +216,8 @@ class Baton(Lib):
     """Not a lock: the wake-up floor of any notified hand-off on this machine. The
     workers pass one baton round robin: "acquire" is a BLPOP on the worker's own list,
     "release" an RPUSH onto the next worker's. One round trip per hand-off, perfectly
-    fair, exclusive by construction (one baton). Contended runs only."""
-
-    contended_only = True
+    fair, exclusive by construction (one baton). Contended runs only (run.py's
+    CONTENDED_ONLY; `uncontended --lib baton` is refused)."""
 
     def __init__(self, url: str, key: str) -> None:
         super().__init__(url, key)
@@ -558,6 +557,8 @@ def main() -> None:
     if not args.redis.startswith("redis://127.0.0.1:"):
         parser.error("benchmarks talk to a Redis on 127.0.0.1 only")
     if args.mode == "uncontended":
+        if LIBS[args.lib] is Baton:
+            parser.error("baton is a contended-only row (one worker passing a baton to itself measures nothing)")
         lib = LIBS[args.lib](args.redis, args.key)
         times = uncontended(lib, args.cycles, args.warmup)
         lib.close()
