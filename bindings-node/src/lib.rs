@@ -31,10 +31,10 @@ use fencepost_core::backends::etcd::{
 };
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
+use fencepost_core::flat::{self, ns_to_ms, FlatValue};
 use fencepost_core::{
-    AcquireFailedReason, Backend, Event, FencingToken, Input, Instant, LockId, LockOptions,
-    LostReason, Machine as CoreMachine, Operation, Output, Purpose, RedisCommand, RedisScript,
-    RedisValue, Reply, RequestBody, RequestId, UsageError,
+    Backend, FencingToken, Input, Instant, LockId, LockOptions, Machine as CoreMachine, Output,
+    Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestId, UsageError,
 };
 use napi::bindgen_prelude::{Array, BigInt, BufferSlice, Env, Object, Unknown};
 use napi::{JsValue, Status, ValueType};
@@ -141,12 +141,6 @@ fn duration(env: &Env, ms: f64, name: &str) -> napi::Result<Duration> {
 
 fn instant(env: &Env, ms: f64) -> napi::Result<Instant> {
     ms_to_ns(env, ms, "nowMs").map(Instant::from_nanos)
-}
-
-/// Nanoseconds to milliseconds as a `number` (exact for whole milliseconds; otherwise
-/// the nearest double, from which `round(ms × 1e6)` gives the nanoseconds back).
-fn ns_to_ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 /// A lock or request id: an integer in 0 ..= 2^53 − 1.
@@ -476,24 +470,10 @@ fn etcd_reply_text(value: Unknown<'_>) -> String {
     }
 }
 
-/// The name of an etcd call, as requests carry it in `call`.
-fn etcd_call_name(req: &EtcdRequest) -> &'static str {
-    #[allow(unreachable_patterns)]
-    match req {
-        EtcdRequest::LeaseGrant { .. } => "lease_grant",
-        EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
-        EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
-        EtcdRequest::Txn(_) => "txn",
-        EtcdRequest::Range(_) => "range",
-        EtcdRequest::Watch(_) => "watch",
-        _ => "unsupported",
-    }
-}
-
 /// Sets `backend: "etcd"`, `call`, `path`, `body` and, for a watch, `timeoutMs` on `o`.
 fn set_etcd_call(o: &mut Object<'_>, req: &EtcdRequest) -> napi::Result<()> {
     o.set("backend", "etcd")?;
-    o.set("call", etcd_call_name(req))?;
+    o.set("call", req.call_name())?;
     o.set("path", req.gateway_path())?;
     o.set("body", req.gateway_body())?;
     if let Some(ms) = req.watch_timeout_ms() {
@@ -569,134 +549,18 @@ fn command_object<'env>(env: &'env Env, cmd: &RedisCommand) -> napi::Result<Obje
 
 // Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`):
 // building an object per output through napi (a named-property set per field) cost more
-// than the core's whole decision, and this flat form takes a fraction of it. The
-// JavaScript half (js/machine.js, `decodeOutputs`) turns it into the output objects;
-// the WASM addon writes the same layout.
-//
-//   [nextTimeoutMs | null, ...records]
-//   request         0, id, lock, operation, deadlineMs, body...
-//     operation     0 acquire, 1 renew, 2 release, 3 wait
-//     body          0 (redis), script (index in RedisScript::ALL, the order of
-//                     redisScripts()), keys.length, ...keys, args.length, ...args
-//                   1 (redis_blpop), key, timeoutMs
-//                   2 (etcd), call, path, body, timeoutMs | null
-//                   3 (unsupported)
-//   acquired        1, lock, token (bigint), validUntilMs
-//   renewed         2, lock, validUntilMs
-//   lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
-//   released        4, lock
-//   acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
+// than the core's whole decision, and this flat form takes a fraction of it. The layout
+// is the core's (`fencepost_core::flat`, shared with the WASM addon); the JavaScript half
+// (js/machine.js, `decodeOutputs`) turns it into the output objects.
 
-fn script_index(script: RedisScript) -> f64 {
-    RedisScript::ALL
-        .iter()
-        .position(|s| *s == script)
-        .unwrap_or(usize::MAX) as f64
-}
-
-fn operation_code(operation: Operation) -> f64 {
-    #[allow(unreachable_patterns)]
-    match operation {
-        Operation::Acquire => 0.0,
-        Operation::Renew => 1.0,
-        Operation::Release => 2.0,
-        Operation::Wait => 3.0,
-    }
-}
-
-fn push_strings(out: &mut Array<'_>, items: &[String]) -> napi::Result<()> {
-    out.insert(items.len() as f64)?;
-    for item in items {
-        out.insert(item.as_str())?;
-    }
-    Ok(())
-}
-
-/// Appends one output's record (see the layout above) to `out`.
-fn push_output(out: &mut Array<'_>, output: Output) -> napi::Result<()> {
-    match output {
-        Output::Request(req) => {
-            out.insert(0.0)?;
-            out.insert(req.id.0 as f64)?;
-            out.insert(req.lock.0 as f64)?;
-            out.insert(operation_code(req.operation))?;
-            out.insert(ns_to_ms(req.deadline.as_nanos()))?;
-            // This addon builds Redis and etcd machines; another backend's body (the
-            // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
-            // adapter reports it as a failed request.
-            #[allow(unreachable_patterns)]
-            match &req.body {
-                RequestBody::Redis(cmd) => {
-                    out.insert(0.0)?;
-                    out.insert(script_index(cmd.script))?;
-                    push_strings(out, &cmd.keys)?;
-                    push_strings(out, &cmd.args)?;
-                }
-                // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own.
-                RequestBody::RedisBlpop(b) => {
-                    out.insert(1.0)?;
-                    out.insert(b.key.as_str())?;
-                    // whole milliseconds, ≥ 1; exact as a number below 2^53
-                    out.insert(b.timeout_ms as f64)?;
-                }
-                // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
-                // or `timeoutMs` (whole milliseconds, exact: a TTL is at most 2^31 ms).
-                RequestBody::Etcd(e) => {
-                    out.insert(2.0)?;
-                    out.insert(etcd_call_name(e))?;
-                    out.insert(e.gateway_path())?;
-                    out.insert(e.gateway_body())?;
-                    out.insert(e.watch_timeout_ms().map(|ms| ms as f64))?;
-                }
-                _ => out.insert(3.0)?,
-            }
-        }
-        Output::Event { lock, event } => {
-            let lock = lock.0 as f64;
-            match event {
-                Event::Acquired { token, valid_until } => {
-                    out.insert(1.0)?;
-                    out.insert(lock)?;
-                    out.insert(BigInt::from(token.get()))?;
-                    out.insert(ns_to_ms(valid_until.as_nanos()))?;
-                }
-                Event::Renewed { valid_until } => {
-                    out.insert(2.0)?;
-                    out.insert(lock)?;
-                    out.insert(ns_to_ms(valid_until.as_nanos()))?;
-                }
-                Event::Lost { reason } => {
-                    out.insert(3.0)?;
-                    out.insert(lock)?;
-                    out.insert(match reason {
-                        LostReason::Expired => 0.0,
-                        LostReason::RenewRejected => 1.0,
-                        LostReason::NotHeldAtRelease => 2.0,
-                    })?;
-                }
-                Event::Released => {
-                    out.insert(4.0)?;
-                    out.insert(lock)?;
-                }
-                Event::AcquireFailed { reason } => {
-                    out.insert(5.0)?;
-                    out.insert(lock)?;
-                    match reason {
-                        AcquireFailedReason::Timeout { last_error } => {
-                            out.insert(0.0)?;
-                            out.insert(last_error)?;
-                        }
-                        AcquireFailedReason::Protocol { error } => {
-                            out.insert(1.0)?;
-                            out.insert(error.to_string())?;
-                        }
-                    }
-                }
-            }
-        }
-        Output::Timeout(_) | Output::Idle => {}
-    }
-    Ok(())
+/// Appends one output's flat record to `out`.
+fn push_output(out: &mut Array<'_>, output: &Output) -> napi::Result<()> {
+    flat::encode_output(output, &mut |value| match value {
+        FlatValue::Number(n) => out.insert(n),
+        FlatValue::Text(t) => out.insert(t.as_ref()),
+        FlatValue::Token(t) => out.insert(BigInt::from(t)),
+        FlatValue::Null => out.insert(Option::<f64>::None),
+    })
 }
 
 // ---- Machine --------------------------------------------------------------------------------
@@ -842,7 +706,7 @@ impl Machine {
                     break;
                 }
                 Output::Idle => break,
-                output => push_output(&mut out, output)?,
+                output => push_output(&mut out, &output)?,
             }
         }
         out.set(0, next)?;

@@ -749,15 +749,7 @@ impl EtcdCall {
     /// "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range" or "watch".
     #[getter]
     fn call(&self) -> &'static str {
-        match self.req {
-            EtcdRequest::LeaseGrant { .. } => "lease_grant",
-            EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
-            EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
-            EtcdRequest::Txn(_) => "txn",
-            EtcdRequest::Range(_) => "range",
-            EtcdRequest::Watch(_) => "watch",
-            _ => "unsupported",
-        }
+        self.req.call_name()
     }
     /// The JSON gateway path, e.g. "/v3/kv/txn".
     #[getter]

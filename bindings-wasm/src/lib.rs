@@ -42,10 +42,10 @@ use fencepost_core::backends::etcd::{
 };
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
+use fencepost_core::flat::{self, ns_to_ms, FlatValue};
 use fencepost_core::{
-    AcquireFailedReason, Backend, Event, FencingToken, Input, Instant, LockId, LockOptions,
-    LostReason, Machine as CoreMachine, Operation, Output, Purpose, RedisCommand, RedisScript,
-    RedisValue, Reply, RequestBody, RequestId, UsageError,
+    Backend, FencingToken, Input, Instant, LockId, LockOptions, Machine as CoreMachine, Output,
+    Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestId, UsageError,
 };
 use js_sys::{Array, Object, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -238,12 +238,6 @@ fn duration(value: &JsValue, name: &str) -> Result<Duration, JsValue> {
 
 fn instant(value: &JsValue) -> Result<Instant, JsValue> {
     ms_to_ns(value, "nowMs").map(Instant::from_nanos)
-}
-
-/// Nanoseconds to milliseconds as a `number` (exact for whole milliseconds; otherwise
-/// the nearest double, from which `round(ms × 1e6)` gives the nanoseconds back).
-fn ns_to_ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 /// A lock or request id: an integer in 0 ..= 2^53 − 1.
@@ -533,24 +527,10 @@ fn etcd_reply_text(value: &JsValue) -> String {
     format!("<not an etcd JSON reply: {what}>")
 }
 
-/// The name of an etcd call, as requests carry it in `call`.
-fn etcd_call_name(req: &EtcdRequest) -> &'static str {
-    #[allow(unreachable_patterns)]
-    match req {
-        EtcdRequest::LeaseGrant { .. } => "lease_grant",
-        EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
-        EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
-        EtcdRequest::Txn(_) => "txn",
-        EtcdRequest::Range(_) => "range",
-        EtcdRequest::Watch(_) => "watch",
-        _ => "unsupported",
-    }
-}
-
 /// Sets `backend: "etcd"`, `call`, `path`, `body` and, for a watch, `timeoutMs` on `o`.
 fn set_etcd_call(o: &JsValue, req: &EtcdRequest) -> Result<(), JsValue> {
     put(o, "backend", "etcd")?;
-    put(o, "call", etcd_call_name(req))?;
+    put(o, "call", req.call_name())?;
     put(o, "path", req.gateway_path())?;
     put(o, "body", req.gateway_body())?;
     if let Some(ms) = req.watch_timeout_ms() {
@@ -614,143 +594,21 @@ fn command_object(cmd: &RedisCommand) -> Result<JsValue, JsValue> {
     Ok(o)
 }
 
-// Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`), the
-// layout the napi addon writes (see bindings-node/src/lib.rs; js/machine.js decodes it):
-// setting every field of an object per output from here costs a boundary crossing each.
-//
-//   [nextTimeoutMs | null, ...records]
-//   request         0, id, lock, operation, deadlineMs, body...
-//     operation     0 acquire, 1 renew, 2 release, 3 wait
-//     body          0 (redis), script (index in RedisScript::ALL, the order of
-//                     redisScripts()), keys.length, ...keys, args.length, ...args
-//                   1 (redis_blpop), key, timeoutMs
-//                   2 (etcd), call, path, body, timeoutMs | null
-//                   3 (unsupported)
-//   acquired        1, lock, token (bigint), validUntilMs
-//   renewed         2, lock, validUntilMs
-//   lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
-//   released        4, lock
-//   acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
+// Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`), in
+// the core's layout (`fencepost_core::flat`, shared with the napi addon); the JavaScript
+// half (js/machine.js, `decodeOutputs`) turns it into the output objects.
 
-fn script_index(script: RedisScript) -> f64 {
-    RedisScript::ALL
-        .iter()
-        .position(|s| *s == script)
-        .unwrap_or(usize::MAX) as f64
-}
-
-fn operation_code(operation: Operation) -> f64 {
-    #[allow(unreachable_patterns)]
-    match operation {
-        Operation::Acquire => 0.0,
-        Operation::Renew => 1.0,
-        Operation::Release => 2.0,
-        Operation::Wait => 3.0,
-    }
-}
-
-fn num(out: &Array, value: f64) {
-    out.push(&JsValue::from_f64(value));
-}
-
-fn text(out: &Array, value: &str) {
-    out.push(&JsValue::from_str(value));
-}
-
-fn push_strings(out: &Array, items: &[String]) {
-    num(out, items.len() as f64);
-    for item in items {
-        text(out, item);
-    }
-}
-
-/// Appends one output's record (see the layout above) to `out`.
-fn push_output(out: &Array, output: Output) {
-    match output {
-        Output::Request(req) => {
-            num(out, 0.0);
-            num(out, req.id.0 as f64);
-            num(out, req.lock.0 as f64);
-            num(out, operation_code(req.operation));
-            num(out, ns_to_ms(req.deadline.as_nanos()));
-            // This module builds Redis and etcd machines; another backend's body (the
-            // core's enum is growing: PostgreSQL) is labelled, never a panic, and the
-            // adapter reports it as a failed request.
-            #[allow(unreachable_patterns)]
-            match &req.body {
-                RequestBody::Redis(cmd) => {
-                    num(out, 0.0);
-                    num(out, script_index(cmd.script));
-                    push_strings(out, &cmd.keys);
-                    push_strings(out, &cmd.args);
-                }
-                // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own.
-                RequestBody::RedisBlpop(b) => {
-                    num(out, 1.0);
-                    text(out, &b.key);
-                    // whole milliseconds, ≥ 1; exact as a number below 2^53
-                    num(out, b.timeout_ms as f64);
-                }
-                // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an event
-                // or `timeoutMs` (whole milliseconds, exact: a TTL is at most 2^31 ms).
-                RequestBody::Etcd(e) => {
-                    num(out, 2.0);
-                    text(out, etcd_call_name(e));
-                    text(out, e.gateway_path());
-                    text(out, &e.gateway_body());
-                    out.push(&or_null(e.watch_timeout_ms().map(|ms| ms as f64)));
-                }
-                _ => num(out, 3.0),
-            }
-        }
-        Output::Event { lock, event } => {
-            let lock = lock.0 as f64;
-            match event {
-                Event::Acquired { token, valid_until } => {
-                    num(out, 1.0);
-                    num(out, lock);
-                    out.push(&JsValue::from(token.get()));
-                    num(out, ns_to_ms(valid_until.as_nanos()));
-                }
-                Event::Renewed { valid_until } => {
-                    num(out, 2.0);
-                    num(out, lock);
-                    num(out, ns_to_ms(valid_until.as_nanos()));
-                }
-                Event::Lost { reason } => {
-                    num(out, 3.0);
-                    num(out, lock);
-                    num(
-                        out,
-                        match reason {
-                            LostReason::Expired => 0.0,
-                            LostReason::RenewRejected => 1.0,
-                            LostReason::NotHeldAtRelease => 2.0,
-                        },
-                    );
-                }
-                Event::Released => {
-                    num(out, 4.0);
-                    num(out, lock);
-                }
-                Event::AcquireFailed { reason } => {
-                    num(out, 5.0);
-                    num(out, lock);
-                    match reason {
-                        AcquireFailedReason::Timeout { last_error } => {
-                            num(out, 0.0);
-                            out.push(&or_null(last_error));
-                        }
-                        AcquireFailedReason::Protocol { error } => {
-                            num(out, 1.0);
-                            text(out, &error.to_string());
-                        }
-                    }
-                }
-            }
-        }
-        Output::Timeout(_) | Output::Idle => {}
-    }
+/// Appends one output's flat record to `out`.
+fn push_output(out: &Array, output: &Output) {
+    let _ = flat::encode_output(output, &mut |value| {
+        out.push(&match value {
+            FlatValue::Number(n) => JsValue::from_f64(n),
+            FlatValue::Text(t) => JsValue::from_str(&t),
+            FlatValue::Token(t) => JsValue::from(t),
+            FlatValue::Null => JsValue::NULL,
+        });
+        Ok::<(), core::convert::Infallible>(())
+    });
 }
 
 // ---- Machine --------------------------------------------------------------------------------
@@ -908,7 +766,7 @@ impl Machine {
                     break;
                 }
                 Output::Idle => break,
-                output => push_output(&out, output),
+                output => push_output(&out, &output),
             }
         }
         out

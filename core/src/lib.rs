@@ -57,6 +57,7 @@ pub mod driver;
 mod error;
 mod event;
 pub mod fence;
+pub mod flat;
 mod lock;
 mod machine;
 mod options;

@@ -227,6 +227,19 @@ impl EtcdOp {
 }
 
 impl EtcdRequest {
+    /// The call's name as hosts label it: `"lease_grant"`, `"lease_keep_alive"`,
+    /// `"lease_revoke"`, `"txn"`, `"range"` or `"watch"`.
+    pub fn call_name(&self) -> &'static str {
+        match self {
+            EtcdRequest::LeaseGrant { .. } => "lease_grant",
+            EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
+            EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
+            EtcdRequest::Txn(_) => "txn",
+            EtcdRequest::Range(_) => "range",
+            EtcdRequest::Watch(_) => "watch",
+        }
+    }
+
     /// The JSON gateway path to POST to, e.g. `/v3/kv/txn`.
     pub fn gateway_path(&self) -> &'static str {
         match self {

@@ -1,0 +1,215 @@
+//! Machine outputs as one flat sequence of primitives, for hosts where building an
+//! object per output costs more than the machine's whole decision: JavaScript, through
+//! napi-rs (`bindings-node`) and wasm-bindgen (`bindings-wasm`), whose `pollFlat()` both
+//! write this layout and whose shared JavaScript half (`js/machine.js`,
+//! `decodeOutputs`) turns it back into output objects.
+//!
+//! ```text
+//! [nextTimeoutMs | null, ...records]            (the host writes the first slot)
+//! request         0, id, lock, operation, deadlineMs, body...
+//!   operation     0 acquire, 1 renew, 2 release, 3 wait
+//!   body          0 (redis), script (index in RedisScript::ALL, the order of
+//!                   redisScripts()), keys.length, ...keys, args.length, ...args
+//!                 1 (redis_blpop), key, timeoutMs
+//!                 2 (etcd), call, path, body, timeoutMs | null
+//!                 3 (a backend the JavaScript bindings do not carry: SQL)
+//! acquired        1, lock, token (a u64: bigint), validUntilMs
+//! renewed         2, lock, validUntilMs
+//! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
+//! released        4, lock
+//! acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
+//! ```
+//!
+//! Times are milliseconds on the host's monotonic clock ([`ns_to_ms`]); ids are below
+//! 2^53, exact as JavaScript numbers.
+
+use std::borrow::Cow;
+
+use crate::backends::{Operation, RedisScript, RequestBody};
+use crate::{AcquireFailedReason, Event, LostReason, Output};
+
+/// One slot of the flat layout.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlatValue<'a> {
+    /// A JavaScript number.
+    Number(f64),
+    /// A string.
+    Text(Cow<'a, str>),
+    /// A fencing token: a JavaScript bigint.
+    Token(u64),
+    /// `null`.
+    Null,
+}
+
+/// Nanoseconds on the host's monotonic clock as the milliseconds JavaScript hosts use,
+/// as a `number` (exact for whole milliseconds; otherwise the nearest double, from which
+/// `round(ms × 1e6)` gives the nanoseconds back).
+pub fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Appends `output`'s record (see the module docs) through `push`; `Timeout` and
+/// `Idle` append nothing (the host writes the next timeout into the first slot).
+/// Stops at the first error `push` returns.
+pub fn encode_output<'a, E>(
+    output: &'a Output,
+    push: &mut impl FnMut(FlatValue<'a>) -> Result<(), E>,
+) -> Result<(), E> {
+    use FlatValue::{Null, Number, Text, Token};
+    let text = |s: &'a str| Text(Cow::Borrowed(s));
+    match output {
+        Output::Request(req) => {
+            push(Number(0.0))?;
+            push(Number(req.id.0 as f64))?;
+            push(Number(req.lock.0 as f64))?;
+            push(Number(operation_code(req.operation)))?;
+            push(Number(ns_to_ms(req.deadline.as_nanos())))?;
+            match &req.body {
+                RequestBody::Redis(cmd) => {
+                    push(Number(0.0))?;
+                    push(Number(script_index(cmd.script)))?;
+                    for list in [&cmd.keys, &cmd.args] {
+                        push(Number(list.len() as f64))?;
+                        for item in list {
+                            push(text(item))?;
+                        }
+                    }
+                }
+                // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own;
+                // whole milliseconds, ≥ 1, exact as a number below 2^53.
+                RequestBody::RedisBlpop(b) => {
+                    push(Number(1.0))?;
+                    push(text(&b.key))?;
+                    push(Number(b.timeout_ms as f64))?;
+                }
+                // etcd: POST `body` to `{endpoint}{path}`; a watch streams until an
+                // event or `timeoutMs` (whole milliseconds: a TTL is at most 2^31 ms).
+                RequestBody::Etcd(e) => {
+                    push(Number(2.0))?;
+                    push(text(e.call_name()))?;
+                    push(text(e.gateway_path()))?;
+                    push(Text(Cow::Owned(e.gateway_body())))?;
+                    push(e.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
+                }
+                RequestBody::Sql(_) => push(Number(3.0))?,
+            }
+        }
+        Output::Event { lock, event } => {
+            let lock = Number(lock.0 as f64);
+            match event {
+                Event::Acquired { token, valid_until } => {
+                    push(Number(1.0))?;
+                    push(lock)?;
+                    push(Token(token.get()))?;
+                    push(Number(ns_to_ms(valid_until.as_nanos())))?;
+                }
+                Event::Renewed { valid_until } => {
+                    push(Number(2.0))?;
+                    push(lock)?;
+                    push(Number(ns_to_ms(valid_until.as_nanos())))?;
+                }
+                Event::Lost { reason } => {
+                    push(Number(3.0))?;
+                    push(lock)?;
+                    push(Number(match reason {
+                        LostReason::Expired => 0.0,
+                        LostReason::RenewRejected => 1.0,
+                        LostReason::NotHeldAtRelease => 2.0,
+                    }))?;
+                }
+                Event::Released => {
+                    push(Number(4.0))?;
+                    push(lock)?;
+                }
+                Event::AcquireFailed { reason } => {
+                    push(Number(5.0))?;
+                    push(lock)?;
+                    match reason {
+                        AcquireFailedReason::Timeout { last_error } => {
+                            push(Number(0.0))?;
+                            push(last_error.as_deref().map_or(Null, text))?;
+                        }
+                        AcquireFailedReason::Protocol { error } => {
+                            push(Number(1.0))?;
+                            push(Text(Cow::Owned(error.to_string())))?;
+                        }
+                    }
+                }
+            }
+        }
+        Output::Timeout(_) | Output::Idle => {}
+    }
+    Ok(())
+}
+
+fn script_index(script: RedisScript) -> f64 {
+    RedisScript::ALL
+        .iter()
+        .position(|s| *s == script)
+        .unwrap_or(usize::MAX) as f64
+}
+
+fn operation_code(operation: Operation) -> f64 {
+    match operation {
+        Operation::Acquire => 0.0,
+        Operation::Renew => 1.0,
+        Operation::Release => 2.0,
+        Operation::Wait => 3.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::RedisBlpop;
+    use crate::{FencingToken, Instant, LockId, Request, RequestId};
+
+    fn flat(output: &Output) -> Vec<FlatValue<'_>> {
+        let mut out = Vec::new();
+        let _ = encode_output(output, &mut |v| {
+            out.push(v);
+            Ok::<(), ()>(())
+        });
+        out
+    }
+
+    #[test]
+    fn a_wait_request_and_a_grant_as_flat_records() {
+        let wait = Output::Request(Request {
+            id: RequestId(7),
+            lock: LockId(2),
+            operation: Operation::Wait,
+            deadline: Instant::from_nanos(3_500_000),
+            body: RequestBody::RedisBlpop(RedisBlpop {
+                key: "k".into(),
+                timeout_ms: 250,
+            }),
+        });
+        use FlatValue::*;
+        assert_eq!(
+            flat(&wait),
+            vec![
+                Number(0.0),
+                Number(7.0),
+                Number(2.0),
+                Number(3.0),
+                Number(3.5),
+                Number(1.0),
+                Text("k".into()),
+                Number(250.0)
+            ]
+        );
+        let granted = Output::Event {
+            lock: LockId(2),
+            event: Event::Acquired {
+                token: FencingToken(9),
+                valid_until: Instant::from_nanos(1_000_000),
+            },
+        };
+        assert_eq!(
+            flat(&granted),
+            vec![Number(1.0), Number(2.0), Token(9), Number(1.0)]
+        );
+        assert!(flat(&Output::Idle).is_empty());
+    }
+}
