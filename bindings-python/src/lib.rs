@@ -28,8 +28,8 @@ use fencepost_core::backends::redis::{RedisBackend as RedisSettings, RedisBlpop}
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
-    LostReason, Machine as CoreMachine, Operation, Output, ProtocolError as CoreProtocolError,
-    Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
+    Machine as CoreMachine, Operation, Output, ProtocolError as CoreProtocolError, Purpose,
+    RedisCommand, RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
 };
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -1151,11 +1151,7 @@ fn event(lock: LockId, event: CoreEvent) -> Event {
         }
         CoreEvent::Lost { reason } => {
             out.kind = "lost";
-            out.reason = Some(match reason {
-                LostReason::Expired => "expired",
-                LostReason::RenewRejected => "renew_rejected",
-                LostReason::NotHeldAtRelease => "not_held_at_release",
-            });
+            out.reason = Some(reason.as_str());
         }
         CoreEvent::Released => out.kind = "released",
         CoreEvent::AcquireFailed { reason } => {

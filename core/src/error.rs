@@ -38,6 +38,18 @@ pub enum UsageError {
 }
 
 impl UsageError {
+    /// The error's name, as serde spells its `kind`: `"time_went_backwards"`,
+    /// `"invalid_option"`, `"unsafe_purpose"`, `"invalid_name"` or `"unknown_lock"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UsageError::TimeWentBackwards { .. } => "time_went_backwards",
+            UsageError::InvalidOption { .. } => "invalid_option",
+            UsageError::UnsafePurpose { .. } => "unsafe_purpose",
+            UsageError::InvalidName { .. } => "invalid_name",
+            UsageError::UnknownLock { .. } => "unknown_lock",
+        }
+    }
+
     pub(crate) fn option(option: &str, message: impl Into<String>) -> Self {
         UsageError::InvalidOption {
             option: option.to_owned(),

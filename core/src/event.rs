@@ -45,6 +45,24 @@ pub enum LostReason {
     /// the server while this host still believed it held it (external delete, server
     /// restart without persistence, failover).
     NotHeldAtRelease,
+    /// The host closed the backend (or dropped its driver) while the lease was held:
+    /// the machine's release was sent best effort, and the protected work must stop
+    /// as for any other loss. Hosts report it; the machine never decides it.
+    Closed,
+}
+
+impl Event {
+    /// The event's name, as serde spells its `type`: `"acquired"`, `"renewed"`,
+    /// `"lost"`, `"released"` or `"acquire_failed"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Acquired { .. } => "acquired",
+            Event::Renewed { .. } => "renewed",
+            Event::Lost { .. } => "lost",
+            Event::Released => "released",
+            Event::AcquireFailed { .. } => "acquire_failed",
+        }
+    }
 }
 
 /// Why acquiring gave up.
@@ -59,4 +77,14 @@ pub enum AcquireFailedReason {
     },
     /// The server answered in a way retrying cannot fix.
     Protocol { error: ProtocolError },
+}
+
+impl AcquireFailedReason {
+    /// The reason's name, as serde spells its `kind`: `"timeout"` or `"protocol"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AcquireFailedReason::Timeout { .. } => "timeout",
+            AcquireFailedReason::Protocol { .. } => "protocol",
+        }
+    }
 }

@@ -15,7 +15,8 @@
 //!                 3 (a backend the JavaScript bindings do not carry: SQL)
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
-//! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release)
+//! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
+//!                 3 closed)
 //! released        4, lock
 //! acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
 //! ```
@@ -115,6 +116,7 @@ pub fn encode_output<'a, E>(
                         LostReason::Expired => 0.0,
                         LostReason::RenewRejected => 1.0,
                         LostReason::NotHeldAtRelease => 2.0,
+                        LostReason::Closed => 3.0,
                     }))?;
                 }
                 Event::Released => {

@@ -60,6 +60,7 @@ pub mod fence;
 pub mod flat;
 mod lock;
 mod machine;
+pub mod names;
 mod options;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;

@@ -201,10 +201,7 @@ impl Machine {
     /// Errors: [`UsageError::InvalidName`] (empty or over 1024 bytes),
     /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`].
     pub fn check_acquire(&self, name: &str, options: &LockOptions) -> Result<(), UsageError> {
-        if name.is_empty() || name.len() > 1024 {
-            return Err(UsageError::InvalidName { len: name.len() });
-        }
-        options.validate(self.backend.name(), self.backend.tokens_may_regress())
+        self.backend.check_acquire(name, options)
     }
 
     /// Starts acquiring `name`; returns the new lock's id. Same as [`Input::Acquire`].

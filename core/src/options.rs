@@ -22,7 +22,7 @@ pub enum Purpose {
 ///
 /// Durations are `core::time::Duration`; in scenario vectors they are nanoseconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LockOptions {
     /// Lease length the server enforces; 1 ms ..= 2^31 ms. Sent rounded up to whole ms.
     #[serde(with = "serde_nanos")]

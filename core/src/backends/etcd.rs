@@ -49,7 +49,7 @@ use crate::{FencingToken, Instant, OwnerId};
 
 /// Settings of the etcd backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct EtcdBackend {
     /// Prefix of every key fencepost writes; default `fencepost/`. The keys of lock
     /// `name` are `{key_prefix}{name}/{lease id hex}`.

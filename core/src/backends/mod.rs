@@ -67,6 +67,19 @@ pub enum RequestBody {
     Etcd(EtcdRequest),
 }
 
+impl RequestBody {
+    /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
+    /// `"redis_blpop"` or `"etcd"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RequestBody::Redis(_) => "redis",
+            RequestBody::Sql(_) => "sql",
+            RequestBody::RedisBlpop(_) => "redis_blpop",
+            RequestBody::Etcd(_) => "etcd",
+        }
+    }
+}
+
 /// A backend reply as data, converted by the host's adapter from its client library.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "backend", content = "value", rename_all = "snake_case")]
@@ -138,6 +151,22 @@ impl Backend {
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
         }
+    }
+
+    /// Checks a lock name and options as [`crate::Input::Acquire`] would, without a
+    /// machine: hosts call it to report bad options when a lock object is built.
+    ///
+    /// Errors: [`crate::UsageError::InvalidName`] (empty or over 1024 bytes),
+    /// [`crate::UsageError::InvalidOption`], [`crate::UsageError::UnsafePurpose`].
+    pub fn check_acquire(
+        &self,
+        name: &str,
+        options: &crate::LockOptions,
+    ) -> Result<(), crate::UsageError> {
+        if name.is_empty() || name.len() > 1024 {
+            return Err(crate::UsageError::InvalidName { len: name.len() });
+        }
+        options.validate(self.name(), self.tokens_may_regress())
     }
 
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).

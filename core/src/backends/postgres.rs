@@ -46,7 +46,7 @@ pub enum PgMode {
 
 /// Settings of the PostgreSQL backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PostgresBackend {
     /// The locking mode.
     pub mode: PgMode,

@@ -34,7 +34,7 @@ use crate::{FencingToken, OwnerId};
 
 /// Settings of the Redis backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RedisBackend {
     /// Prefix of every key fencepost writes; default `fencepost:`.
     pub key_prefix: String,
