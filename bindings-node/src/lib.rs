@@ -31,7 +31,7 @@ use fencepost_core::backends::etcd::{
 };
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
-use fencepost_core::flat::{self, ns_to_ms, FlatValue};
+use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
 use fencepost_core::{
     Backend, FencingToken, Input, Instant, LockId, LockOptions, Machine as CoreMachine, Output,
     Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestId, UsageError,
@@ -550,12 +550,12 @@ fn command_object<'env>(env: &'env Env, cmd: &RedisCommand) -> napi::Result<Obje
 // Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`):
 // building an object per output through napi (a named-property set per field) cost more
 // than the core's whole decision, and this flat form takes a fraction of it. The layout
-// is the core's (`fencepost_core::flat`, shared with the WASM addon); the JavaScript half
+// is the core's (`fencepost_core::js_outputs`, shared with the WASM addon); the JavaScript half
 // (js/machine.js, `decodeOutputs`) turns it into the output objects.
 
 /// Appends one output's flat record to `out`.
 fn push_output(out: &mut Array<'_>, output: &Output) -> napi::Result<()> {
-    flat::encode_output(output, &mut |value| match value {
+    js_outputs::encode_output(output, &mut |value| match value {
         FlatValue::Number(n) => out.insert(n),
         FlatValue::Text(t) => out.insert(t.as_ref()),
         FlatValue::Token(t) => out.insert(BigInt::from(t)),
@@ -754,11 +754,11 @@ impl Machine {
 
 // ---- MemoryRedis ----------------------------------------------------------------------------
 
-/// The core's in-memory Redis (`fencepost_core::sim::MemoryRedis`): runs fencepost's
+/// The core's in-memory Redis (`fencepost_core::memory::MemoryRedis`): runs fencepost's
 /// scripts with TTLs on the host's monotonic time.
 #[napi(js_name = "MemoryRedis")]
 pub struct MemoryRedis {
-    inner: fencepost_core::sim::MemoryRedis,
+    inner: fencepost_core::memory::MemoryRedis,
 }
 
 #[napi]
@@ -767,7 +767,7 @@ impl MemoryRedis {
     #[napi(constructor)]
     pub fn new() -> Self {
         MemoryRedis {
-            inner: fencepost_core::sim::MemoryRedis::new(),
+            inner: fencepost_core::memory::MemoryRedis::new(),
         }
     }
 

@@ -1467,12 +1467,12 @@ fn check_lock_options(
 
 // ---- MemoryRedis --------------------------------------------------------------------
 
-/// The core's in-memory Redis (`fencepost_core::sim::MemoryRedis`): executes
+/// The core's in-memory Redis (`fencepost_core::memory::MemoryRedis`): executes
 /// fencepost's scripts with TTLs on injected monotonic time (`now_ns`). Not
 /// thread-safe by itself: the Python `MemoryServer` wraps it in a lock.
 #[pyclass(module = "fencepost._core")]
 struct MemoryRedis {
-    inner: fencepost_core::sim::MemoryRedis,
+    inner: fencepost_core::memory::MemoryRedis,
 }
 
 #[derive(FromPyObject)]
@@ -1488,7 +1488,7 @@ impl MemoryRedis {
     #[new]
     fn new() -> Self {
         MemoryRedis {
-            inner: fencepost_core::sim::MemoryRedis::new(),
+            inner: fencepost_core::memory::MemoryRedis::new(),
         }
     }
 

@@ -42,7 +42,7 @@ use fencepost_core::backends::etcd::{
 };
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
-use fencepost_core::flat::{self, ns_to_ms, FlatValue};
+use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
 use fencepost_core::{
     Backend, FencingToken, Input, Instant, LockId, LockOptions, Machine as CoreMachine, Output,
     Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestId, UsageError,
@@ -595,12 +595,12 @@ fn command_object(cmd: &RedisCommand) -> Result<JsValue, JsValue> {
 }
 
 // Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`), in
-// the core's layout (`fencepost_core::flat`, shared with the napi addon); the JavaScript
+// the core's layout (`fencepost_core::js_outputs`, shared with the napi addon); the JavaScript
 // half (js/machine.js, `decodeOutputs`) turns it into the output objects.
 
 /// Appends one output's flat record to `out`.
 fn push_output(out: &Array, output: &Output) {
-    let _ = flat::encode_output(output, &mut |value| {
+    let _ = js_outputs::encode_output(output, &mut |value| {
         out.push(&match value {
             FlatValue::Number(n) => JsValue::from_f64(n),
             FlatValue::Text(t) => JsValue::from_str(&t),
@@ -811,11 +811,11 @@ impl Machine {
 
 // ---- MemoryRedis ----------------------------------------------------------------------------
 
-/// The core's in-memory Redis (`fencepost_core::sim::MemoryRedis`): runs fencepost's
+/// The core's in-memory Redis (`fencepost_core::memory::MemoryRedis`): runs fencepost's
 /// scripts with TTLs on the host's monotonic time.
 #[wasm_bindgen(js_name = MemoryRedis)]
 pub struct MemoryRedis {
-    inner: fencepost_core::sim::MemoryRedis,
+    inner: fencepost_core::memory::MemoryRedis,
 }
 
 #[wasm_bindgen(js_class = MemoryRedis)]
@@ -824,7 +824,7 @@ impl MemoryRedis {
     #[wasm_bindgen(constructor)]
     pub fn new() -> MemoryRedis {
         MemoryRedis {
-            inner: fencepost_core::sim::MemoryRedis::new(),
+            inner: fencepost_core::memory::MemoryRedis::new(),
         }
     }
 

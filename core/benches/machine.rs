@@ -2,7 +2,7 @@
 //! by `scripts/bench`; never by `cargo test`).
 //!
 //! * `cycle/memory_redis` — one acquire → held → renew → release cycle through
-//!   `handle_input` / `poll_output` against the in-memory Redis (`sim::MemoryRedis`).
+//!   `handle_input` / `poll_output` against the in-memory Redis (`memory::MemoryRedis`).
 //! * `cycle/memory_redis_fair` — the same with fair hand-off on (`RedisBackend::fair`):
 //!   the queue-aware acquire and release scripts, nobody waiting.
 //! * `cycle/canned` — the same cycle with replies recorded once and replayed: the

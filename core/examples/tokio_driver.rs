@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencepost_core::driver::{driver, Clock, Transport};
-use fencepost_core::sim::MemoryRedis;
+use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{Backend, Fence, Instant, LockOptions, Reply, Request};
 
 /// Monotonic time from tokio's clock, in ns since the clock was made.

@@ -8,7 +8,7 @@
 //! ```
 //! use core::time::Duration;
 //! use fencepost_core::{Backend, Event, Input, Instant, LockOptions, Machine, Output};
-//! use fencepost_core::sim::MemoryRedis;
+//! use fencepost_core::memory::MemoryRedis;
 //!
 //! let mut machine = Machine::with_seed(Backend::default(), 7);
 //! let mut server = MemoryRedis::default();
@@ -57,9 +57,10 @@ pub mod driver;
 mod error;
 mod event;
 pub mod fence;
-pub mod flat;
+pub mod js_outputs;
 mod lock;
 mod machine;
+pub mod memory;
 pub mod names;
 mod options;
 #[cfg(feature = "sabotage")]

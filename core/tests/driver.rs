@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use fencepost_core::driver::{driver_with_machine, Clock, LockError, Transport};
-use fencepost_core::sim::MemoryRedis;
+use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{
     AcquireFailedReason, Backend, Instant, LockOptions, LostReason, Machine, Reply, Request,
 };

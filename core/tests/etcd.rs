@@ -6,7 +6,7 @@
 mod support;
 
 use fencepost_core::backends::etcd::{EtcdCompare, EtcdOp, EtcdRequest};
-use fencepost_core::sim::etcd_error;
+use fencepost_core::memory::etcd_error;
 use fencepost_core::{Event, FencingToken, LostReason, Operation};
 use support::etcd::*;
 use support::*;

@@ -14,7 +14,7 @@
 use core::time::Duration;
 use std::collections::HashMap;
 
-use fencepost_core::sim::MemoryRedis;
+use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{
     Backend, Event, Input, Instant, LockOptions, Machine, Operation, Output, RedisBackend, Reply,
     Request,

@@ -23,10 +23,10 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use super::etcd::{etcd_error, WATCH_TIMEOUT_REPLY};
-use super::{MemoryEtcd, MemoryRedis};
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
+use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
+use crate::memory::{MemoryEtcd, MemoryRedis};
 use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, Request, RequestId,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use fencepost_core::backends::etcd::{EtcdOp, EtcdRequest, EtcdTxn};
 use fencepost_core::backends::{EtcdBackend, Operation};
-use fencepost_core::sim::{MemoryEtcd, WATCH_TIMEOUT_REPLY};
+use fencepost_core::memory::{MemoryEtcd, WATCH_TIMEOUT_REPLY};
 use fencepost_core::{
     Backend, Input, Instant, LockId, LockOptions, Machine, Reply, Request, RequestBody,
 };

@@ -7,7 +7,7 @@ pub mod etcd;
 
 use core::time::Duration;
 
-use fencepost_core::sim::MemoryRedis;
+use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{
     Backend, Event, Input, Instant, LockId, LockOptions, Machine, Operation, Output, RedisBackend,
     RedisValue, Reply, Request,

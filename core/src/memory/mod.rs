@@ -1,0 +1,14 @@
+//! In-memory lock servers with injected time: the embedded backend of the demo, the
+//! tests and the bindings' `MemoryBackend`, and the reference servers of the fault
+//! simulator ([`crate::sim`]).
+//!
+//! * [`MemoryRedis`] — executes fencepost's Redis scripts (plain and fair) on a map of
+//!   keys with millisecond expiry.
+//! * [`MemoryEtcd`] — an etcd v3 answering the etcd backend's requests with the JSON
+//!   gateway's exact reply texts, leases expiring at injected time.
+
+mod etcd;
+mod redis;
+
+pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
+pub use redis::MemoryRedis;
