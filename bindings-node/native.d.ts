@@ -83,7 +83,7 @@ export declare class Machine {
 }
 
 /**
- * The core's in-memory Redis (`fencepost_core::sim::MemoryRedis`): runs fencepost's
+ * The core's in-memory Redis (`fencepost_core::memory::MemoryRedis`): runs fencepost's
  * scripts with TTLs on the host's monotonic time.
  */
 export declare class MemoryRedis {

@@ -63,6 +63,7 @@ mod machine;
 pub mod memory;
 pub mod names;
 mod options;
+mod retry;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 pub mod sim;

@@ -1,7 +1,9 @@
-//! One lock's state and its transitions, one function per input. This file never
-//! knows which server it talks to: requests are phrased and replies read by
-//! [`crate::backends::Backend`].
+//! One lock's state and its transitions, one function per input. This file decides
+//! *when*: validity, the renew schedule, backoff, deadlines, loss and cleanup. How each
+//! step is phrased and how its replies read is the recipe's business
+//! ([`crate::backends`]); this file never knows which server it talks to.
 
+use core::mem;
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 
@@ -9,40 +11,43 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 
 use crate::backends::{
-    AcquireOutcome, Backend, Operation, OwnerCheck, Progress, Reply, ReplyError,
+    Backend, Ending, Phrased, Progress, Read, ReadError, Reply, RequestBody, Step, StepCx,
+    Waiting as WaitStyle,
 };
 use crate::event::{AcquireFailedReason, Event, LostReason};
 use crate::options::LockOptions;
+use crate::retry::{self, Jitter, RELEASE_ATTEMPTS};
 use crate::{FencingToken, Instant, LockId, Output, OwnerId, Request, RequestId};
 
-/// How many times a release is sent before it is given up as unconfirmed.
-const RELEASE_ATTEMPTS: u32 = 3;
+/// The id a state holds for a step the recipe phrased as no request at all: no reply
+/// can match it, so the state waits for its own deadline (request ids start at 1).
+const NO_REQUEST: RequestId = RequestId(0);
 
-/// The requests a lock phrases from its name and options alone (a wait is phrased by
-/// the backend with its timeout).
-#[derive(Clone, Copy, Debug)]
-enum Phrase {
-    Acquire,
-    Renew,
-    /// The user's release (`true`: of a held lease) or cancellation (`false`).
-    Release(bool),
-    /// Free whatever the server may hold for an owner id given up on.
-    Cleanup,
+/// Whom a request's reply concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A step of the lock's own acquisition, renewal, release or wait.
+    Lock,
+    /// A release sent to free what the server may hold for an owner id the lock gave
+    /// up on; retried on failure and reported to nobody. `attempt` counts from 0.
+    Cleanup { attempt: u32 },
 }
 
 /// A request the machine is waiting on.
 #[derive(Clone, Debug)]
 pub(crate) struct InFlight {
     pub lock: LockId,
-    pub operation: Operation,
+    pub step: Step,
+    /// The step this request belongs to: the id of its first request (a step fanned
+    /// out to several servers sends several requests).
+    pub group: RequestId,
+    /// Which of the step's requests this is, from 0.
+    pub part: u16,
     /// The owner id the request was phrased for (it can differ from the lock's current
     /// owner id after a too-late grant).
     pub owner: OwnerId,
-    /// A release sent to clean up after a lease the machine gave up on; it is retried
-    /// on failure `attempt < RELEASE_ATTEMPTS` times and reported to nobody.
-    pub cleanup: bool,
-    pub attempt: u32,
-    pub deadline: Instant,
+    pub role: Role,
+    pub sent_at: Instant,
 }
 
 /// What one input needs besides the lock: the backend, randomness, and the queues.
@@ -68,15 +73,6 @@ impl Ctx<'_> {
         sent_at
     }
 
-    /// A uniform draw from `0 ..= max` (full jitter).
-    fn jitter(&mut self, max: Duration) -> Duration {
-        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-        if nanos == 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_nanos(self.rng.next_u64() % nanos.saturating_add(1))
-    }
-
     pub(crate) fn new_owner(&mut self) -> OwnerId {
         Self::new_owner_from(self.rng)
     }
@@ -87,85 +83,313 @@ impl Ctx<'_> {
         rng.fill_bytes(&mut bytes);
         OwnerId(bytes)
     }
+
+    fn emit(&mut self, lock: LockId, event: Event) {
+        self.outputs.push_back(Output::Event { lock, event });
+    }
+}
+
+impl Jitter for Ctx<'_> {
+    /// A uniform draw from `0 ..= max`.
+    fn draw(&mut self, max: Duration) -> Duration {
+        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.rng.next_u64() % nanos.saturating_add(1))
+    }
+}
+
+// ---- states --------------------------------------------------------------------------
+
+/// What every state of an acquisition in progress carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Trying {
+    /// Attempts made so far (the backoff's exponent).
+    pub attempt: u32,
+    /// When acquiring gives up (`None`: never).
+    pub deadline: Option<Instant>,
+    /// The last error seen while trying, reported if acquiring times out.
+    pub last_error: Option<String>,
+}
+
+/// An acquire step in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Acquiring {
+    pub trying: Trying,
+    pub request: RequestId,
+    pub sent_at: Instant,
+}
+
+/// Backing off before the next attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    pub trying: Trying,
+    pub retry_at: Instant,
+}
+
+/// Queued on the server and blocked until a release wakes this waiter, or until the
+/// backoff the wait stands in for has passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Parked {
+    pub trying: Trying,
+    pub request: RequestId,
+    /// The validity base of a grant the wait brings back: the send of the acquire that
+    /// found the lock held by another (the grant was made after that acquire ran, so
+    /// the lease the releasing holder set runs from later than this).
+    pub sent_at: Instant,
+    /// When to stop waiting for the wait's reply and try anyway.
+    pub give_up_at: Instant,
+}
+
+/// The lease is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub token: FencingToken,
+    pub valid_until: Instant,
+    /// `Instant::MAX` when auto-renew is off.
+    pub renew_at: Instant,
+}
+
+/// A renewal in flight; the lease is held until `valid_until` whatever its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Renewing {
+    pub token: FencingToken,
+    pub valid_until: Instant,
+    pub request: RequestId,
+    pub sent_at: Instant,
+}
+
+/// A release (or a cancellation) in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Releasing {
+    pub ending: Ending,
+    pub request: RequestId,
+    pub attempt: u32,
+    /// After this the key has expired on its own; the release is moot.
+    pub deadline: Instant,
+}
+
+/// A release that failed in transport, waiting to be sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReleaseBackoff {
+    pub ending: Ending,
+    pub retry_at: Instant,
+    pub attempt: u32,
+    pub deadline: Instant,
 }
 
 /// A lock's state. The request id in a state is the only reply that state accepts;
 /// any other reply is late and handled by [`Lock::on_late_reply`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum State {
-    Acquiring {
-        request: RequestId,
-        sent_at: Instant,
-        attempt: u32,
-    },
-    Waiting {
-        retry_at: Instant,
-        attempt: u32,
-        /// An earlier attempt's outcome is unknown: the server may hold the lock for
-        /// this owner id, so giving up must release it (DESIGN.md rule 5).
-        ambiguous: bool,
-    },
-    /// Queued on the server and blocked until a release wakes this waiter, or until
-    /// the backoff the wait stands in for has passed (fair hand-off).
-    Parked {
-        request: RequestId,
-        /// The validity base of a grant the wait brings back: the send of the acquire
-        /// that found the lock held by another (the grant was made after that acquire
-        /// ran, so the lease the releasing holder set runs from later than this).
-        sent_at: Instant,
-        attempt: u32,
-        /// When to stop waiting for the wait's reply and try anyway.
-        give_up_at: Instant,
-    },
-    Held {
-        token: FencingToken,
-        valid_until: Instant,
-        /// `Instant::MAX` when auto-renew is off.
-        renew_at: Instant,
-    },
-    Renewing {
-        token: FencingToken,
-        valid_until: Instant,
-        request: RequestId,
-        sent_at: Instant,
-    },
-    Releasing {
-        /// `None` while waiting to retry.
-        request: Option<RequestId>,
-        retry_at: Instant,
-        attempt: u32,
-        /// After this the key has expired on its own; the release is moot.
-        deadline: Instant,
-        /// Whether the lease had been granted (else this cancels an acquisition).
-        was_held: bool,
-    },
+    Acquiring(Acquiring),
+    /// Backing off; the server holds nothing for the current owner id.
+    Waiting(Backoff),
+    /// Backing off after an attempt whose outcome is unknown, or while queued on the
+    /// server: the server may hold the lock (or a queue place) for the current owner
+    /// id, so giving up must release it (DESIGN.md rule 5).
+    Unsure(Backoff),
+    Parked(Parked),
+    Held(Held),
+    Renewing(Renewing),
+    Releasing(Releasing),
+    ReleaseBackoff(ReleaseBackoff),
     /// Released, lost or failed. Replies still in flight are awaited until
     /// `forget_at` (late grants must be released); then the lock is forgotten.
-    Finished { forget_at: Instant },
+    Finished {
+        forget_at: Instant,
+    },
 }
 
-pub(crate) struct Lock {
+impl State {
+    /// The step id the state waits on, if any.
+    fn request(&self) -> Option<RequestId> {
+        match self {
+            State::Acquiring(Acquiring { request, .. })
+            | State::Parked(Parked { request, .. })
+            | State::Renewing(Renewing { request, .. })
+            | State::Releasing(Releasing { request, .. }) => Some(*request),
+            _ => None,
+        }
+    }
+
+    /// Takes the acquisition's progress out of an acquiring state (a fresh one
+    /// otherwise), leaving it empty.
+    fn take_trying(&mut self) -> Trying {
+        match self {
+            State::Acquiring(Acquiring { trying, .. })
+            | State::Waiting(Backoff { trying, .. })
+            | State::Unsure(Backoff { trying, .. })
+            | State::Parked(Parked { trying, .. }) => mem::take(trying),
+            _ => Trying::default(),
+        }
+    }
+}
+
+// ---- the lock ------------------------------------------------------------------------
+
+/// One acquisition's facts, beside its state: what the lock is, and what it has sent.
+pub(crate) struct Acquisition {
     pub id: LockId,
     pub name: String,
     pub options: LockOptions,
     pub owner: OwnerId,
-    pub acquire_deadline: Option<Instant>,
-    pub state: State,
     /// Requests sent for this lock whose reply has not come back.
     pub in_flight: u32,
     /// The wakeup currently in the machine's timer heap, with its generation.
     pub timer: Option<(Instant, u64)>,
     /// Owner ids with a cleanup release in flight (usually none or one).
     cleanups: Vec<OwnerId>,
-    /// Progress through a multi-step acquire (etcd), for the current owner id.
+    /// The recipe's progress through a multi-step protocol, for the current owner id.
     progress: Progress,
-    /// The send of the last acquire that found the lock held by another: the validity
-    /// base of a grant a fair wake-up brings (see `State::Parked`).
-    contended_sent_at: Option<Instant>,
-    /// What a two-step release's first step found (etcd: the delete transaction,
-    /// before the lease is revoked).
-    release_verdict: Option<OwnerCheck>,
-    last_error: Option<String>,
+}
+
+pub(crate) struct Lock {
+    pub acq: Acquisition,
+    pub state: State,
+}
+
+/// What the recipe may read about a step of lock `name`.
+fn step_cx<'a>(
+    name: &'a str,
+    options: &LockOptions,
+    owner: &'a OwnerId,
+    sent_at: Instant,
+    part: u16,
+) -> StepCx<'a> {
+    StepCx {
+        name,
+        owner,
+        ttl_ms: options.ttl_ms(),
+        retry_max_ms: u64::try_from(options.retry_max.as_millis()).unwrap_or(u64::MAX),
+        renew_session: false,
+        sent_at,
+        part,
+    }
+}
+
+impl Acquisition {
+    /// Phrases `step` for `owner` and sends it; returns the step's id, or
+    /// [`NO_REQUEST`] when the recipe phrased nothing.
+    fn send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        step: Step,
+        owner: OwnerId,
+        deadline: Instant,
+        role: Role,
+    ) -> RequestId {
+        let renew_session = step == Step::Acquire && self.session_renewal_due(ctx, &owner);
+        let mut cx = step_cx(&self.name, &self.options, &owner, ctx.now, 0);
+        cx.renew_session = renew_session;
+        let phrased = ctx.backend.phrase(step, &cx, &mut self.progress);
+        self.send_phrased(ctx, step, owner, deadline, role, phrased)
+    }
+
+    fn send_phrased(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        step: Step,
+        owner: OwnerId,
+        deadline: Instant,
+        role: Role,
+        phrased: Phrased,
+    ) -> RequestId {
+        let group = RequestId(*ctx.next_request + 1);
+        let mut push = |this: &mut Self, part: u16, body: RequestBody| {
+            *ctx.next_request += 1;
+            let id = RequestId(*ctx.next_request);
+            ctx.requests.insert(
+                id,
+                InFlight {
+                    lock: this.id,
+                    step,
+                    group,
+                    part,
+                    owner,
+                    role,
+                    sent_at: ctx.now,
+                },
+            );
+            this.in_flight += 1;
+            ctx.outputs.push_back(Output::Request(Request {
+                id,
+                lock: this.id,
+                operation: step.operation(),
+                deadline,
+                body,
+            }));
+        };
+        match phrased {
+            Phrased::One(body) => push(self, 0, body),
+            Phrased::FanOut(bodies) => {
+                if bodies.is_empty() {
+                    return NO_REQUEST;
+                }
+                for (part, body) in bodies.into_iter().enumerate() {
+                    push(self, u16::try_from(part).unwrap_or(u16::MAX), body);
+                }
+            }
+            Phrased::Nothing => return NO_REQUEST,
+        }
+        group
+    }
+
+    /// When the session carrying a contender's queue place (a lease its key rides on) must be
+    /// renewed: a renew interval after its last confirmed grant or renewal.
+    fn session_renewal_at(&mut self, ctx: &Ctx<'_>, owner: &OwnerId) -> Option<Instant> {
+        ctx.backend
+            .session_since(owner, &mut self.progress)
+            .map(|since| since + self.options.renew_interval())
+    }
+
+    /// Whether an acquire step sent now must renew the session. Within 1 ms of due
+    /// counts as due: a wait times out in whole milliseconds (rounded down), so it
+    /// returns up to 1 ms before the renewal it stands in for; without the slack the
+    /// waiter would check its place, find itself still queued, and renew a fraction of
+    /// a millisecond later.
+    fn session_renewal_due(&mut self, ctx: &Ctx<'_>, owner: &OwnerId) -> bool {
+        self.session_renewal_at(ctx, owner)
+            .is_some_and(|due| ctx.now + Duration::from_millis(1) > due)
+    }
+
+    /// Releases `owner` on the server for a lease this machine gave up on, so it is
+    /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
+    fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
+        let deadline = ctx.now + self.options.ttl;
+        self.cleanups.push(owner);
+        self.send(
+            ctx,
+            Step::Cleanup,
+            owner,
+            deadline,
+            Role::Cleanup { attempt },
+        );
+    }
+
+    /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
+    /// would grant, or at the acquire deadline if that comes first and came after the
+    /// send (the last try, made at the deadline or with timeout 0, gets its full time).
+    fn attempt_deadline(&self, trying: &Trying, sent_at: Instant) -> Instant {
+        let validity_end = sent_at + self.options.validity();
+        match trying.deadline {
+            Some(deadline) if deadline > sent_at => deadline.min(validity_end),
+            _ => validity_end,
+        }
+    }
+
+    fn finish(&self, ctx: &mut Ctx<'_>, event: Event) -> State {
+        ctx.emit(self.id, event);
+        State::Finished {
+            forget_at: ctx.now + self.options.ttl,
+        }
+    }
+}
+
+/// `at`, but no later than the acquire deadline.
+fn by_deadline(at: Instant, trying: &Trying) -> Instant {
+    trying.deadline.map_or(at, |d| at.min(d))
 }
 
 impl Lock {
@@ -176,263 +400,103 @@ impl Lock {
         owner: OwnerId,
         now: Instant,
     ) -> Self {
-        let acquire_deadline = options.acquire_timeout.map(|t| now + t);
+        let deadline = options.acquire_timeout.map(|t| now + t);
         Lock {
-            id,
-            name,
-            options,
-            owner,
-            acquire_deadline,
-            state: State::Waiting {
-                retry_at: now,
-                attempt: 0,
-                ambiguous: false,
+            acq: Acquisition {
+                id,
+                name,
+                options,
+                owner,
+                in_flight: 0,
+                timer: None,
+                cleanups: Vec::new(),
+                progress: Progress::default(),
             },
-            in_flight: 0,
-            timer: None,
-            cleanups: Vec::new(),
-            progress: Progress::default(),
-            contended_sent_at: None,
-            release_verdict: None,
-            last_error: None,
+            state: State::Waiting(Backoff {
+                trying: Trying {
+                    attempt: 0,
+                    deadline,
+                    last_error: None,
+                },
+                retry_at: now,
+            }),
         }
     }
 
     /// Finished and nothing left to wait for: the machine may forget the lock.
     pub(crate) fn can_forget(&self, now: Instant) -> bool {
         match self.state {
-            State::Finished { forget_at } => self.in_flight == 0 || now >= forget_at,
+            State::Finished { forget_at } => self.acq.in_flight == 0 || now >= forget_at,
             _ => false,
         }
     }
 
-    fn finish(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        self.state = State::Finished {
-            forget_at: ctx.now + self.options.ttl,
-        };
-        self.emit(ctx, event);
-    }
-
     /// The next instant at which [`Lock::on_timer`] has something to do.
     pub(crate) fn wakeup(&self) -> Option<Instant> {
-        match self.state {
-            State::Acquiring { sent_at, .. } => Some(self.attempt_deadline(sent_at)),
-            State::Waiting { retry_at, .. } => Some(retry_at),
-            State::Parked { give_up_at, .. } => Some(give_up_at),
-            State::Held {
-                valid_until,
-                renew_at,
-                ..
-            } => Some(valid_until.min(renew_at)),
-            State::Renewing { valid_until, .. } => Some(valid_until),
-            State::Releasing {
-                request,
-                retry_at,
-                deadline,
-                ..
-            } => Some(if request.is_none() {
-                retry_at.min(deadline)
-            } else {
-                deadline
-            }),
-            State::Finished { forget_at } => (self.in_flight > 0).then_some(forget_at),
+        match &self.state {
+            State::Acquiring(a) => Some(self.acq.attempt_deadline(&a.trying, a.sent_at)),
+            State::Waiting(w) | State::Unsure(w) => Some(w.retry_at),
+            State::Parked(p) => Some(p.give_up_at),
+            State::Held(h) => Some(h.valid_until.min(h.renew_at)),
+            State::Renewing(r) => Some(r.valid_until),
+            State::Releasing(r) => Some(r.deadline),
+            State::ReleaseBackoff(r) => Some(r.retry_at.min(r.deadline)),
+            State::Finished { forget_at } => (self.acq.in_flight > 0).then_some(*forget_at),
         }
     }
 
     pub(crate) fn valid_until(&self) -> Option<Instant> {
         match self.state {
-            State::Held { valid_until, .. } | State::Renewing { valid_until, .. } => {
-                Some(valid_until)
-            }
+            State::Held(Held { valid_until, .. })
+            | State::Renewing(Renewing { valid_until, .. }) => Some(valid_until),
             _ => None,
         }
     }
 
-    fn emit(&self, ctx: &mut Ctx<'_>, event: Event) {
-        ctx.outputs.push_back(Output::Event {
-            lock: self.id,
-            event,
+    pub(crate) fn id(&self) -> LockId {
+        self.acq.id
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        self.state = self.acq.finish(ctx, event);
+    }
+
+    fn send_acquire(&mut self, ctx: &mut Ctx<'_>, trying: Trying) {
+        let deadline = self.acq.attempt_deadline(&trying, ctx.now);
+        let owner = self.acq.owner;
+        let request = self
+            .acq
+            .send(ctx, Step::Acquire, owner, deadline, Role::Lock);
+        self.state = State::Acquiring(Acquiring {
+            trying,
+            request,
+            sent_at: ctx.now,
         });
     }
 
-    /// Phrases and sends an acquire, renew or release of `owner`.
-    fn send(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        phrase: Phrase,
-        owner: OwnerId,
-        deadline: Instant,
-        cleanup: bool,
-        attempt: u32,
-    ) -> RequestId {
-        let ttl_ms = self.options.ttl_ms();
-        let retry_max_ms = u64::try_from(self.options.retry_max.as_millis()).unwrap_or(u64::MAX);
-        let (operation, body) = match phrase {
-            Phrase::Acquire => (
-                Operation::Acquire,
-                ctx.backend.acquire(
-                    &self.name,
-                    &owner,
-                    ttl_ms,
-                    retry_max_ms,
-                    &mut self.progress,
-                    self.options.renew_interval(),
-                    ctx.now,
-                ),
-            ),
-            Phrase::Renew => (
-                Operation::Renew,
-                ctx.backend.renew(&self.name, &owner, ttl_ms),
-            ),
-            // a fair release reserves the lock for an older waiter for one backoff step
-            Phrase::Release(was_held) => (
-                Operation::Release,
-                ctx.backend.release(
-                    &self.name,
-                    &owner,
-                    retry_max_ms,
-                    &mut self.progress,
-                    was_held,
-                ),
-            ),
-            Phrase::Cleanup => (
-                Operation::Release,
-                ctx.backend.cleanup(&self.name, &owner, retry_max_ms),
-            ),
-        };
-        self.send_body(ctx, operation, owner, deadline, cleanup, attempt, body)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn send_body(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        operation: Operation,
-        owner: OwnerId,
-        deadline: Instant,
-        cleanup: bool,
-        attempt: u32,
-        body: crate::backends::RequestBody,
-    ) -> RequestId {
-        *ctx.next_request += 1;
-        let id = RequestId(*ctx.next_request);
-        ctx.requests.insert(
-            id,
-            InFlight {
-                lock: self.id,
-                operation,
-                owner,
-                cleanup,
-                attempt,
-                deadline,
-            },
-        );
-        self.in_flight += 1;
-        ctx.outputs.push_back(Output::Request(Request {
-            id,
-            lock: self.id,
-            operation,
-            deadline,
-            body,
-        }));
-        id
-    }
-
-    /// Releases `owner` on the server for a lease this machine gave up on, so it is
-    /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
-    pub(crate) fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
-        let deadline = ctx.now + self.options.ttl;
-        self.cleanups.push(owner);
-        self.send(ctx, Phrase::Cleanup, owner, deadline, true, attempt);
-    }
-
-    /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
-    /// would grant, or at the acquire deadline if that comes first and came after the
-    /// send (the last try, made at the deadline or with timeout 0, gets its full time).
-    fn attempt_deadline(&self, sent_at: Instant) -> Instant {
-        let validity_end = sent_at + self.options.validity();
-        match self.acquire_deadline {
-            Some(deadline) if deadline > sent_at => deadline.min(validity_end),
-            _ => validity_end,
-        }
-    }
-
-    fn send_acquire(&mut self, ctx: &mut Ctx<'_>, attempt: u32) {
-        let deadline = self.attempt_deadline(ctx.now);
-        let request = self.send(ctx, Phrase::Acquire, self.owner, deadline, false, attempt);
-        self.state = State::Acquiring {
+    fn send_release(&mut self, ctx: &mut Ctx<'_>, ending: Ending, attempt: u32, deadline: Instant) {
+        let owner = self.acq.owner;
+        let request = self
+            .acq
+            .send(ctx, Step::Release(ending), owner, deadline, Role::Lock);
+        self.state = State::Releasing(Releasing {
+            ending,
             request,
-            sent_at: ctx.now,
             attempt,
-        };
-    }
-
-    /// The backoff before retry number `attempt + 1`: full jitter over
-    /// `min(retry_max, retry_base · 2^attempt)`, clamped to the acquire deadline and,
-    /// when the holder's remaining TTL is known, to when it expires.
-    fn backoff(
-        &self,
-        ctx: &mut Ctx<'_>,
-        attempt: u32,
-        holder_remaining: Option<Duration>,
-    ) -> Instant {
-        let step = self
-            .options
-            .retry_base
-            .saturating_mul(1u32 << attempt.min(20))
-            .min(self.options.retry_max);
-        // Waiting longer than the holder's remaining TTL is pointless; jitter below it
-        // so contenders told the same TTL still spread out.
-        let cap = holder_remaining.map_or(step, |r| step.min(r));
-        let wait = ctx.jitter(cap);
-        let retry_at = ctx.now + wait;
-        match self.acquire_deadline {
-            Some(deadline) => retry_at.min(deadline),
-            None => retry_at,
-        }
-    }
-
-    /// When a queued fair Redis waiter stops waiting on its wake list. The release
-    /// wakes it (and grants it the lock), so this timeout is only the fallback for a
-    /// missed wake-up and need not start short like a polling backoff (short parks
-    /// would send a queued waiter back to the server again and again while it waits
-    /// its turn): `retry_max`, or the holder's remaining TTL when that is shorter (a
-    /// holder that dies wakes nobody), with equal jitter (half fixed, half random) so
-    /// waiters told the same TTL spread out. At most the acquire deadline.
-    fn park_timeout(&self, ctx: &mut Ctx<'_>, holder_remaining: Option<Duration>) -> Instant {
-        let retry_max = self.options.retry_max;
-        let cap = holder_remaining.map_or(retry_max, |r| retry_max.min(r));
-        let half = cap / 2;
-        let retry_at = ctx.now + half + ctx.jitter(cap - half);
-        match self.acquire_deadline {
-            Some(deadline) => retry_at.min(deadline),
-            None => retry_at,
-        }
-    }
-
-    fn acquire_deadline_passed(&self, now: Instant) -> bool {
-        self.acquire_deadline.is_some_and(|d| now >= d)
+            deadline,
+        });
     }
 
     /// An attempt did not get the lock. Retry after a backoff, or give up at the
     /// acquire deadline (releasing first if the server might hold it for us).
-    /// `contended`: another owner holds the lock (rather than an error); on a fair
-    /// backend that also means this owner is queued there.
-    fn attempt_failed(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        attempt: u32,
-        ambiguous: bool,
-        holder_remaining: Option<Duration>,
-        contended: bool,
-    ) {
-        // Queued on the server: giving up or cancelling must leave the queue.
-        let ambiguous = ambiguous || (contended && ctx.backend.notifies_waiters());
-        if self.acquire_deadline_passed(ctx.now) {
-            if ambiguous {
-                self.send_cleanup(ctx, self.owner, 0);
+    fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, trying: Trying, miss: Miss) {
+        let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
+        if trying.deadline.is_some_and(|d| ctx.now >= d) {
+            if unsure {
+                let owner = self.acq.owner;
+                self.acq.send_cleanup(ctx, owner, 0);
             }
-            let last_error = self.last_error.take();
+            let last_error = trying.last_error;
             self.finish(
                 ctx,
                 Event::AcquireFailed {
@@ -441,68 +505,91 @@ impl Lock {
             );
             return;
         }
-        let mut retry_at = if contended && ctx.backend.grants_in_wait() {
-            self.park_timeout(ctx, holder_remaining)
-        } else {
-            self.backoff(ctx, attempt, holder_remaining)
+        let options = &self.acq.options;
+        let (holder_remaining, contended_at) = match miss {
+            Miss::Contended {
+                remaining, sent_at, ..
+            } => (remaining, Some(sent_at)),
+            Miss::Ambiguous | Miss::TooLate => (None, None),
         };
-        if contended {
-            // etcd: the watch stands in for the backoff, until the waiter's own lease
-            // needs its keep-alive (or the acquire deadline).
-            if let Some(until) = ctx.backend.park_until(
-                &self.owner,
-                &mut self.progress,
-                self.options.renew_interval(),
-            ) {
-                retry_at = until.max(ctx.now);
-                if let Some(deadline) = self.acquire_deadline {
-                    retry_at = retry_at.min(deadline);
+        let style = ctx.backend.waiting();
+        let wait = if contended_at.is_some() && style == WaitStyle::Handoff {
+            retry::park_timeout(options, holder_remaining, ctx)
+        } else {
+            retry::acquire_backoff(options, trying.attempt, holder_remaining, ctx)
+        };
+        let mut retry_at = by_deadline(ctx.now + wait, &trying);
+        if let Some(base) = contended_at.filter(|_| style != WaitStyle::Poll) {
+            if style == WaitStyle::Notify {
+                // The notification stands in for the backoff, until the waiter's own
+                // session needs renewing (or the acquire deadline).
+                let owner = self.acq.owner;
+                if let Some(until) = self.acq.session_renewal_at(ctx, &owner) {
+                    retry_at = by_deadline(until.max(ctx.now), &trying);
                 }
             }
-            // Queued on a backend that wakes waiters: block until woken, with the
-            // timeout above as the fallback if a wake-up is missed (fair Redis:
-            // `park_timeout`; etcd: until its keep-alive is due). At most half the
-            // validity: a grant the wake-up brings is measured from `base`.
-            let base = self.contended_sent_at.unwrap_or(ctx.now);
-            let retry_at = retry_at.min(base + self.options.validity() / 2);
-            let wait = retry_at.saturating_duration_since(ctx.now);
-            let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-            if wait_ms > 0 {
-                if let Some(body) =
-                    ctx.backend
-                        .wait(&self.name, &self.owner, wait_ms, &mut self.progress)
-                {
-                    let give_up_at = retry_at + self.options.retry_max;
-                    let request = self.send_body(
-                        ctx,
-                        Operation::Wait,
-                        self.owner,
-                        give_up_at,
-                        false,
-                        0,
-                        body,
-                    );
-                    self.state = State::Parked {
-                        request,
-                        sent_at: base,
-                        attempt: attempt + 1,
-                        give_up_at,
-                    };
-                    return;
-                }
+            if let Some(parked) = self.park(ctx, trying.clone(), base, retry_at) {
+                self.state = State::Parked(parked);
+                return;
             }
         }
-        self.state = State::Waiting {
+        let backoff = Backoff {
+            trying: Trying {
+                attempt: trying.attempt + 1,
+                ..trying
+            },
             retry_at,
-            attempt: attempt + 1,
-            ambiguous,
         };
+        self.state = if unsure {
+            State::Unsure(backoff)
+        } else {
+            State::Waiting(backoff)
+        };
+    }
+
+    /// Blocks a queued waiter on the server's wake-up until `retry_at`, at most half the
+    /// validity after `base` (a grant the wake-up brings is measured from `base`).
+    /// `None` when there is nothing to wait on or no time to wait.
+    fn park(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        trying: Trying,
+        base: Instant,
+        retry_at: Instant,
+    ) -> Option<Parked> {
+        let retry_at = retry_at.min(base + self.acq.options.validity() / 2);
+        let wait = retry_at.saturating_duration_since(ctx.now);
+        let timeout_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        if timeout_ms == 0 {
+            return None;
+        }
+        let owner = self.acq.owner;
+        let step = Step::Wait { timeout_ms };
+        let cx = step_cx(&self.acq.name, &self.acq.options, &owner, ctx.now, 0);
+        let phrased = ctx.backend.phrase(step, &cx, &mut self.acq.progress);
+        if phrased.is_nothing() {
+            return None;
+        }
+        let give_up_at = retry_at + self.acq.options.retry_max;
+        let request = self
+            .acq
+            .send_phrased(ctx, step, owner, give_up_at, Role::Lock, phrased);
+        Some(Parked {
+            trying: Trying {
+                attempt: trying.attempt + 1,
+                ..trying
+            },
+            request,
+            sent_at: base,
+            give_up_at,
+        })
     }
 
     fn lose(&mut self, ctx: &mut Ctx<'_>, reason: LostReason) {
         if reason == LostReason::Expired {
             // A renewal may have landed without its reply reaching us: free the key.
-            self.send_cleanup(ctx, self.owner, 0);
+            let owner = self.acq.owner;
+            self.acq.send_cleanup(ctx, owner, 0);
         }
         self.finish(ctx, Event::Lost { reason });
     }
@@ -521,73 +608,69 @@ impl Lock {
 
     // ---- inputs ------------------------------------------------------------------
 
+    pub(crate) fn start(&mut self, ctx: &mut Ctx<'_>) {
+        let trying = self.state.take_trying();
+        self.send_acquire(ctx, trying);
+    }
+
     pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>) {
         if self.expire_if_due(ctx) {
             return;
         }
         let now = ctx.now;
-        match self.state.clone() {
-            State::Acquiring { sent_at, .. } if now >= self.attempt_deadline(sent_at) => {
+        match &mut self.state {
+            State::Acquiring(a) if now >= self.acq.attempt_deadline(&a.trying, a.sent_at) => {
                 // No reply in time: the outcome is unknown. A reply that still comes
                 // is late, and `on_late_reply` releases what it granted.
+                let trying = mem::take(&mut a.trying);
                 self.on_acquire_ambiguous(
                     ctx,
+                    trying,
                     "the acquire request got no reply in time".to_owned(),
                 );
             }
-            State::Waiting {
-                retry_at, attempt, ..
-            } if now >= retry_at => self.send_acquire(ctx, attempt),
+            State::Waiting(w) | State::Unsure(w) if now >= w.retry_at => {
+                let trying = mem::take(&mut w.trying);
+                self.send_acquire(ctx, trying);
+            }
             // The wait got no reply in time (a host that does not cancel it): try anyway.
-            State::Parked {
-                attempt,
-                give_up_at,
-                ..
-            } if now >= give_up_at => self.send_acquire(ctx, attempt),
-            State::Held {
-                token,
-                valid_until,
-                renew_at,
-            } if now >= renew_at => {
-                let request = self.send(ctx, Phrase::Renew, self.owner, valid_until, false, 0);
-                self.state = State::Renewing {
+            State::Parked(p) if now >= p.give_up_at => {
+                let trying = mem::take(&mut p.trying);
+                self.send_acquire(ctx, trying);
+            }
+            State::Held(h) if now >= h.renew_at => {
+                let Held {
+                    token, valid_until, ..
+                } = *h;
+                let owner = self.acq.owner;
+                let request = self
+                    .acq
+                    .send(ctx, Step::Renew, owner, valid_until, Role::Lock);
+                self.state = State::Renewing(Renewing {
                     token,
                     valid_until,
                     request,
                     sent_at: now,
-                };
+                });
             }
-            State::Releasing {
-                request: None,
-                retry_at,
-                attempt,
-                deadline,
-                was_held,
-            } if now >= retry_at && now < deadline => {
-                self.send_release(ctx, attempt, deadline, was_held)
-            }
-            State::Releasing { deadline, .. } if now >= deadline => {
+            State::ReleaseBackoff(r) if now >= r.deadline => {
                 // The key has expired on its own by now; the release is moot.
+                self.finish(ctx, Event::Released);
+            }
+            State::ReleaseBackoff(r) if now >= r.retry_at => {
+                let ReleaseBackoff {
+                    ending,
+                    attempt,
+                    deadline,
+                    ..
+                } = *r;
+                self.send_release(ctx, ending, attempt, deadline);
+            }
+            State::Releasing(r) if now >= r.deadline => {
                 self.finish(ctx, Event::Released);
             }
             _ => {}
         }
-    }
-
-    pub(crate) fn start(&mut self, ctx: &mut Ctx<'_>) {
-        self.send_acquire(ctx, 0);
-    }
-
-    fn send_release(&mut self, ctx: &mut Ctx<'_>, attempt: u32, deadline: Instant, was_held: bool) {
-        let phrase = Phrase::Release(was_held);
-        let request = self.send(ctx, phrase, self.owner, deadline, false, attempt);
-        self.state = State::Releasing {
-            request: Some(request),
-            retry_at: deadline,
-            attempt,
-            deadline,
-            was_held,
-        };
     }
 
     /// The user releases the lock, or cancels the acquisition.
@@ -595,161 +678,138 @@ impl Lock {
         if self.expire_if_due(ctx) {
             return;
         }
-        let deadline = ctx.now + self.options.ttl;
+        let deadline = ctx.now + self.acq.options.ttl;
         match self.state {
-            State::Held { .. } | State::Renewing { .. } => {
-                // A renew in flight becomes late; if it lands after the release, its
-                // reply triggers a cleanup release.
-                self.send_release(ctx, 0, deadline, true);
+            // A renew in flight becomes late; if it lands after the release, its
+            // reply triggers a cleanup release.
+            State::Held(_) | State::Renewing(_) => {
+                self.send_release(ctx, Ending::Held, 0, deadline)
             }
-            State::Acquiring { .. }
-            | State::Parked { .. }
-            | State::Waiting {
-                ambiguous: true, ..
-            } => {
-                // Cancelling: the server may hold the lock for us already.
-                self.send_release(ctx, 0, deadline, false);
+            // Cancelling: the server may hold the lock (or a queue place) for us already.
+            State::Acquiring(_) | State::Parked(_) | State::Unsure(_) => {
+                self.send_release(ctx, Ending::Cancel, 0, deadline)
             }
-            State::Waiting {
-                ambiguous: false, ..
-            } => {
-                self.finish(ctx, Event::Released);
-            }
-            State::Releasing { .. } | State::Finished { .. } => {}
+            State::Waiting(_) => self.finish(ctx, Event::Released),
+            State::Releasing(_) | State::ReleaseBackoff(_) | State::Finished { .. } => {}
         }
     }
 
-    /// A reply, or a transport error (`reply = None`, with its message), for a request
-    /// of this lock.
+    /// A reply, or a transport error (`Err` with its message), for a request of this
+    /// lock.
     pub(crate) fn on_reply(
         &mut self,
         ctx: &mut Ctx<'_>,
-        request: RequestId,
         flight: InFlight,
         reply: Result<&Reply, String>,
     ) {
-        if flight.cleanup {
-            self.on_cleanup_reply(ctx, flight, reply);
+        let reply = reply.as_ref().map_err(String::as_str).copied();
+        if let Role::Cleanup { attempt } = flight.role {
+            self.on_cleanup_reply(ctx, &flight, attempt, reply);
             return;
         }
         let expired = self.expire_if_due(ctx);
-        let current = match self.state {
-            State::Acquiring { request: r, .. }
-            | State::Parked { request: r, .. }
-            | State::Renewing { request: r, .. }
-            | State::Releasing {
-                request: Some(r), ..
-            } => r == request,
-            _ => false,
-        };
-        if expired || !current {
-            self.on_late_reply(ctx, flight, reply);
+        if expired || self.state.request() != Some(flight.group) {
+            self.on_late_reply(ctx, &flight, reply);
             return;
         }
-        match (self.state.clone(), flight.operation) {
-            (
-                State::Acquiring {
-                    sent_at, attempt, ..
-                },
-                Operation::Acquire,
-            ) => self.on_acquire_reply(ctx, sent_at, attempt, reply),
-            (
-                State::Parked {
-                    attempt, sent_at, ..
-                },
-                Operation::Wait,
-            ) => {
-                match reply.map(|r| ctx.backend.read_wait(r)) {
-                    // the releasing holder granted us the lock (fair Redis): validity
-                    // from the wait's send (DESIGN.md rule 1)
-                    Ok(Ok(Some(token))) => self.on_granted(ctx, token, sent_at, attempt),
+        let owner = self.acq.owner;
+        let acq = &mut self.acq;
+        let cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
+        let read = ctx.backend.read(flight.step, &cx, &mut acq.progress, reply);
+        if read == Ok(Read::Pending) {
+            return;
+        }
+        match &mut self.state {
+            State::Acquiring(a) if flight.step == Step::Acquire => {
+                let trying = mem::take(&mut a.trying);
+                let sent_at = a.sent_at;
+                self.on_acquire_read(ctx, trying, sent_at, read);
+            }
+            State::Parked(p) if matches!(flight.step, Step::Wait { .. }) => {
+                let trying = mem::take(&mut p.trying);
+                let sent_at = p.sent_at;
+                match read {
+                    // the releasing holder granted us the lock: validity from the
+                    // send of the acquire that queued us (DESIGN.md rule 1)
+                    Ok(Read::Granted { token, .. }) => self.on_granted(ctx, trying, token, sent_at),
                     // woken, or the wait timed out: try now
-                    Ok(Ok(None)) => self.send_acquire(ctx, attempt),
+                    Ok(_) => self.send_acquire(ctx, trying),
                     // the blocking call failed: fall back on the plain backoff
-                    Ok(Err(_)) | Err(_) => {
-                        let retry_at = self.backoff(ctx, attempt, None);
-                        self.state = State::Waiting {
-                            retry_at,
-                            attempt,
-                            ambiguous: true,
-                        };
+                    Err(_) => {
+                        let retry_at = by_deadline(
+                            ctx.now
+                                + retry::acquire_backoff(
+                                    &self.acq.options,
+                                    trying.attempt,
+                                    None,
+                                    ctx,
+                                ),
+                            &trying,
+                        );
+                        self.state = State::Unsure(Backoff { trying, retry_at });
                     }
                 }
             }
-            (
-                State::Renewing {
-                    token,
-                    valid_until,
-                    sent_at,
-                    ..
-                },
-                Operation::Renew,
-            ) => self.on_renew_reply(ctx, token, valid_until, sent_at, reply),
-            (
-                State::Releasing {
-                    attempt,
-                    deadline,
-                    was_held,
-                    ..
-                },
-                Operation::Release,
-            ) => self.on_release_reply(ctx, attempt, deadline, was_held, reply),
+            State::Renewing(r) if flight.step == Step::Renew => {
+                let renewing = *r;
+                self.on_renew_read(ctx, renewing, read);
+            }
+            State::Releasing(r) if matches!(flight.step, Step::Release(_)) => {
+                let releasing = *r;
+                self.on_release_read(ctx, releasing, read);
+            }
             _ => {}
         }
     }
 
-    fn on_acquire_ambiguous(&mut self, ctx: &mut Ctx<'_>, error: String) {
-        let attempt = match self.state {
-            State::Acquiring { attempt, .. } => attempt,
-            _ => 0,
-        };
+    fn on_acquire_ambiguous(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, error: String) {
         // Keep the first real error: "no reply in time" after a connection error says
         // less than the connection error did.
-        self.last_error = Some(match self.last_error.take() {
+        trying.last_error = Some(match trying.last_error.take() {
             Some(earlier) if earlier != error => format!("{error} (earlier: {earlier})"),
             _ => error,
         });
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
-        self.attempt_failed(ctx, attempt, true, None, false);
+        self.attempt_failed(ctx, trying, Miss::Ambiguous);
     }
 
-    fn on_acquire_reply(
+    fn on_acquire_read(
         &mut self,
         ctx: &mut Ctx<'_>,
+        mut trying: Trying,
         sent_at: Instant,
-        attempt: u32,
-        reply: Result<&Reply, String>,
+        read: Result<Read, ReadError>,
     ) {
-        let outcome = match reply {
-            Err(transport) => return self.on_acquire_ambiguous(ctx, transport),
-            Ok(reply) => ctx.backend.read_acquire(
-                &self.name,
-                &self.owner,
-                reply,
-                &mut self.progress,
-                sent_at,
-            ),
-        };
-        match outcome {
-            Ok((AcquireOutcome::Continue, _)) => {
-                // The next step of the same attempt, at once.
-                self.send_acquire(ctx, attempt);
-            }
-            Ok((AcquireOutcome::Granted(token), base)) => {
-                // The validity base is the request's send, or for etcd the send of the
-                // lease's last confirmed grant or keep-alive (never later than this
-                // request's send).
+        match read {
+            // The next step of the same attempt, at once.
+            Ok(Read::Continue) => self.send_acquire(ctx, trying),
+            Ok(Read::Granted { token, base }) => {
+                // The validity base is the request's send, or the recipe's earlier one
+                // (never later than this request's send).
                 let base = base.map_or(sent_at, |b| b.min(sent_at));
-                self.on_granted(ctx, token, base, attempt);
+                self.on_granted(ctx, trying, token, base);
             }
-            Ok((AcquireOutcome::Contended { remaining }, _)) => {
-                self.contended_sent_at = Some(sent_at);
-                self.last_error = None;
-                self.attempt_failed(ctx, attempt, false, remaining, true)
+            Ok(Read::Contended { remaining, queued }) => {
+                trying.last_error = None;
+                self.attempt_failed(
+                    ctx,
+                    trying,
+                    Miss::Contended {
+                        remaining,
+                        queued,
+                        sent_at,
+                    },
+                );
             }
-            Err(ReplyError::Transient(e)) => self.on_acquire_ambiguous(ctx, e),
-            Err(ReplyError::Protocol(error)) => {
-                self.send_cleanup(ctx, self.owner, 0);
+            Ok(other) => self.on_acquire_ambiguous(
+                ctx,
+                trying,
+                format!("the acquire got an outcome that is not one: {other:?}"),
+            ),
+            Err(ReadError::Ambiguous(e)) => self.on_acquire_ambiguous(ctx, trying, e),
+            Err(ReadError::Protocol(error)) => {
+                let owner = self.acq.owner;
+                self.acq.send_cleanup(ctx, owner, 0);
                 self.finish(
                     ctx,
                     Event::AcquireFailed {
@@ -761,185 +821,141 @@ impl Lock {
     }
 
     /// The server granted the lock with `token`; validity is measured from `base` (the
-    /// send of the request whose reply brought the grant, or etcd's lease base).
-    fn on_granted(&mut self, ctx: &mut Ctx<'_>, token: FencingToken, base: Instant, attempt: u32) {
-        let valid_until = ctx.validity_base(base) + self.options.validity();
+    /// send of the request whose reply brought the grant, or the recipe's earlier one).
+    fn on_granted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mut trying: Trying,
+        token: FencingToken,
+        base: Instant,
+    ) {
+        let options = &self.acq.options;
+        let valid_until = ctx.validity_base(base) + options.validity();
         if ctx.now >= valid_until {
-            // The reply came too late to use (a pause, a slow network): release
-            // it, and try again under a fresh owner id so the release cannot
-            // race a retry of ours.
-            self.send_cleanup(ctx, self.owner, 0);
-            self.owner = ctx.new_owner();
-            self.last_error =
+            // The reply came too late to use (a pause, a slow network): release it,
+            // and try again under a fresh owner id so the release cannot race a
+            // retry of ours.
+            let owner = self.acq.owner;
+            self.acq.send_cleanup(ctx, owner, 0);
+            self.acq.owner = ctx.new_owner();
+            trying.last_error =
                 Some("the lock was granted only after its validity had passed".to_owned());
-            return self.attempt_failed(ctx, attempt, false, None, false);
+            return self.attempt_failed(ctx, trying, Miss::TooLate);
         }
-        let renew_at = if self.options.auto_renew {
-            (base + self.options.renew_interval()).max(ctx.now)
+        let renew_at = if options.auto_renew {
+            (base + options.renew_interval()).max(ctx.now)
         } else {
             Instant::MAX
         };
-        self.state = State::Held {
+        self.state = State::Held(Held {
             token,
             valid_until,
             renew_at,
-        };
-        self.emit(ctx, Event::Acquired { token, valid_until });
+        });
+        ctx.emit(self.acq.id, Event::Acquired { token, valid_until });
     }
 
-    fn on_renew_reply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        token: FencingToken,
-        valid_until: Instant,
-        sent_at: Instant,
-        reply: Result<&Reply, String>,
-    ) {
-        let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
-        match outcome {
-            Ok(Ok(OwnerCheck::Done)) => {
-                let valid_until =
-                    valid_until.max(ctx.validity_base(sent_at) + self.options.validity());
-                let renew_at = (sent_at + self.options.renew_interval()).max(ctx.now);
-                self.state = State::Held {
-                    token,
+    fn on_renew_read(&mut self, ctx: &mut Ctx<'_>, r: Renewing, read: Result<Read, ReadError>) {
+        let options = &self.acq.options;
+        match read {
+            Ok(Read::Done) => {
+                let valid_until = r
+                    .valid_until
+                    .max(ctx.validity_base(r.sent_at) + options.validity());
+                let renew_at = (r.sent_at + options.renew_interval()).max(ctx.now);
+                self.state = State::Held(Held {
+                    token: r.token,
                     valid_until,
                     renew_at,
-                };
-                self.emit(ctx, Event::Renewed { valid_until });
+                });
+                ctx.emit(self.acq.id, Event::Renewed { valid_until });
             }
             // A renewal never re-creates a missing key (DESIGN.md rule 3).
-            Ok(Ok(OwnerCheck::NotHeld)) => self.lose(ctx, LostReason::RenewRejected),
-            // A connection-bound lock (PostgreSQL session mode) lives and dies with
-            // its connection: a failed heartbeat means the session, and the lock with
-            // it, is gone.
-            Err(_) | Ok(Err(_)) if ctx.backend.connection_bound() => {
-                self.lose(ctx, LostReason::RenewRejected)
-            }
+            Ok(Read::NotHeld) => self.lose(ctx, LostReason::RenewRejected),
             // Transient: retry until the validity deadline; the timer decides loss.
-            Err(_) | Ok(Err(_)) => {
-                let retry = (self.options.renew_interval() / 4).max(Duration::from_millis(1));
-                self.state = State::Held {
-                    token,
-                    valid_until,
-                    renew_at: ctx.now + retry,
-                };
+            Ok(_) | Err(_) => {
+                self.state = State::Held(Held {
+                    token: r.token,
+                    valid_until: r.valid_until,
+                    renew_at: ctx.now + retry::renew_retry(options),
+                });
             }
         }
     }
 
-    fn on_release_reply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        attempt: u32,
-        deadline: Instant,
-        was_held: bool,
-        reply: Result<&Reply, String>,
-    ) {
-        let outcome = reply.map(|r| ctx.backend.read_owner_check(r));
-        if was_held && ctx.backend.cleanup_after_release() {
-            if let Ok(Ok(check)) = outcome {
-                // etcd: the key is deleted (or was no longer ours); revoke the lease
-                // before reporting, so nothing is left running after the release.
-                self.release_verdict = Some(check);
-                self.send_release(ctx, 0, deadline, false);
-                return;
-            }
-        }
-        match outcome {
-            Ok(Ok(check)) => {
-                // A cancelled acquisition (or etcd's revoke) reports what the release
-                // transaction found, if there was one.
-                let check = if was_held {
-                    check
-                } else {
-                    self.release_verdict.unwrap_or(OwnerCheck::Done)
-                };
-                self.finish_release(ctx, check);
-            }
-            Err(_) | Ok(Err(_)) => {
-                let attempt = attempt + 1;
-                if attempt >= RELEASE_ATTEMPTS || ctx.now >= deadline {
-                    if was_held && ctx.backend.cleanup_after_release() {
-                        // the key's fate is unknown: revoking the lease frees it
-                        self.send_cleanup(ctx, self.owner, 0);
+    fn on_release_read(&mut self, ctx: &mut Ctx<'_>, r: Releasing, read: Result<Read, ReadError>) {
+        match read {
+            // The recipe's next release step (a lease revoked after its key is
+            // deleted), before anything is reported.
+            Ok(Read::Continue) => self.send_release(ctx, r.ending, 0, r.deadline),
+            Ok(found) => self.finish_release(ctx, r.ending, &found),
+            Err(_) => {
+                let attempt = r.attempt + 1;
+                if attempt >= RELEASE_ATTEMPTS || ctx.now >= r.deadline {
+                    let owner = self.acq.owner;
+                    let unconfirmed =
+                        ctx.backend
+                            .unconfirmed_release(r.ending, &owner, &mut self.acq.progress);
+                    if unconfirmed.cleanup {
+                        self.acq.send_cleanup(ctx, owner, 0);
                     }
-                    let check = self.release_verdict.unwrap_or(OwnerCheck::Done);
-                    self.finish_release(ctx, check);
+                    let found = unconfirmed.found.unwrap_or(Read::Done);
+                    self.finish_release(ctx, r.ending, &found);
                 } else {
-                    let retry_at =
-                        ctx.now + ctx.jitter(self.options.retry_base.saturating_mul(1 << attempt));
-                    self.state = State::Releasing {
-                        request: None,
+                    let retry_at = ctx.now + retry::release_retry(&self.acq.options, attempt, ctx);
+                    self.state = State::ReleaseBackoff(ReleaseBackoff {
+                        ending: r.ending,
                         retry_at,
                         attempt,
-                        deadline,
-                        was_held,
-                    };
+                        deadline: r.deadline,
+                    });
                 }
             }
         }
     }
 
-    /// Reports the end of a release: `NotHeld` means the server no longer held the
-    /// lease for this owner (only possible for a lease that was held).
-    fn finish_release(&mut self, ctx: &mut Ctx<'_>, check: OwnerCheck) {
-        let lost = check == OwnerCheck::NotHeld
-            && matches!(self.state, State::Releasing { was_held: true, .. })
-            || self.release_verdict == Some(OwnerCheck::NotHeld);
-        if lost {
-            self.finish(
-                ctx,
-                Event::Lost {
-                    reason: LostReason::NotHeldAtRelease,
-                },
-            );
+    /// Reports the end of a release: a held lease the server no longer held for this
+    /// owner was lost before the release; anything else is released.
+    fn finish_release(&mut self, ctx: &mut Ctx<'_>, ending: Ending, found: &Read) {
+        let event = if ending == Ending::Held && *found == Read::NotHeld {
+            Event::Lost {
+                reason: LostReason::NotHeldAtRelease,
+            }
         } else {
-            // Done, or a cancelled acquisition that never took the lock.
-            self.finish(ctx, Event::Released);
-        }
+            Event::Released
+        };
+        self.finish(ctx, event);
     }
 
     /// A reply for a request this lock no longer waits for (DESIGN.md rule 4): it never
     /// changes the state, but if it shows (or might show) that the server holds the
     /// lock for an owner id this machine gave up on, that owner is released.
-    fn on_late_reply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        flight: InFlight,
-        reply: Result<&Reply, String>,
-    ) {
-        let may_hold = match (flight.operation, reply) {
-            (Operation::Release, _) => false,
-            // a wake-up may carry a grant (fair Redis); a lost one might have
-            (Operation::Wait, Ok(r)) => matches!(ctx.backend.read_wait(r), Ok(Some(_))),
-            (Operation::Wait, Err(_)) => ctx.backend.grants_in_wait(),
-            (_, Err(_)) => true,
-            (Operation::Acquire, Ok(r)) => ctx.backend.late_acquire_may_hold(r),
-            (Operation::Renew, Ok(r)) => {
-                !matches!(ctx.backend.read_owner_check(r), Ok(OwnerCheck::NotHeld))
-            }
-        };
-        if !may_hold {
+    fn on_late_reply(&mut self, ctx: &mut Ctx<'_>, flight: &InFlight, reply: Result<&Reply, &str>) {
+        if !ctx.backend.late_may_hold(flight.step, reply) {
             return;
         }
-        let still_ours = flight.owner == self.owner
+        let still_ours = flight.owner == self.acq.owner
             && matches!(
                 self.state,
-                State::Acquiring { .. }
-                    | State::Waiting { .. }
-                    | State::Parked { .. }
-                    | State::Held { .. }
-                    | State::Renewing { .. }
+                State::Acquiring(_)
+                    | State::Waiting(_)
+                    | State::Unsure(_)
+                    | State::Parked(_)
+                    | State::Held(_)
+                    | State::Renewing(_)
             );
         if still_ours {
-            if let State::Waiting { ambiguous, .. } = &mut self.state {
+            if let State::Waiting(w) | State::Unsure(w) = &mut self.state {
                 // An earlier attempt was granted too late to use, or its outcome stays
                 // unknown, and no retry is in flight: release it and retry under a
                 // fresh owner id, which the release cannot race.
-                *ambiguous = false;
-                self.send_cleanup(ctx, flight.owner, 0);
-                self.owner = ctx.new_owner();
+                let backoff = Backoff {
+                    trying: mem::take(&mut w.trying),
+                    retry_at: w.retry_at,
+                };
+                self.state = State::Waiting(backoff);
+                self.acq.send_cleanup(ctx, flight.owner, 0);
+                self.acq.owner = ctx.new_owner();
             }
             // Otherwise a retry with this owner id is in flight (acquiring), or the
             // next attempt after the wake-up uses it (parked), and re-acquires it
@@ -947,27 +963,57 @@ impl Lock {
             // renewing: a duplicate of the reply already used.
             return;
         }
-        if flight.operation == Operation::Renew && self.cleanups.contains(&flight.owner) {
+        if flight.step == Step::Renew && self.acq.cleanups.contains(&flight.owner) {
             // A renewal never creates the key, so it took effect before the cleanup
             // release already in flight for this owner, which will remove it. (A late
             // *grant* may have landed after that release: it gets its own.)
             return;
         }
-        self.send_cleanup(ctx, flight.owner, 0);
+        self.acq.send_cleanup(ctx, flight.owner, 0);
     }
 
     fn on_cleanup_reply(
         &mut self,
         ctx: &mut Ctx<'_>,
-        flight: InFlight,
-        reply: Result<&Reply, String>,
+        flight: &InFlight,
+        attempt: u32,
+        reply: Result<&Reply, &str>,
     ) {
-        if let Some(i) = self.cleanups.iter().position(|o| *o == flight.owner) {
-            self.cleanups.swap_remove(i);
+        let acq = &mut self.acq;
+        if let Some(i) = acq.cleanups.iter().position(|o| *o == flight.owner) {
+            acq.cleanups.swap_remove(i);
         }
-        let failed = !matches!(reply.map(|r| ctx.backend.read_owner_check(r)), Ok(Ok(_)));
-        if failed && flight.attempt + 1 < RELEASE_ATTEMPTS && ctx.now < flight.deadline {
-            self.send_cleanup(ctx, flight.owner, flight.attempt + 1);
+        let cx = step_cx(
+            &acq.name,
+            &acq.options,
+            &flight.owner,
+            flight.sent_at,
+            flight.part,
+        );
+        let read = ctx
+            .backend
+            .read(Step::Cleanup, &cx, &mut acq.progress, reply);
+        // each send of a cleanup matters for one TTL: after that the server has
+        // dropped the key anyway
+        let deadline = flight.sent_at + acq.options.ttl;
+        if read.is_err() && attempt + 1 < RELEASE_ATTEMPTS && ctx.now < deadline {
+            // resent at once (`retry::cleanup_retry`): a cleanup has no state to wait in
+            acq.send_cleanup(ctx, flight.owner, attempt + 1);
         }
     }
+}
+
+/// Why an attempt did not get the lock.
+#[derive(Clone, Copy, Debug)]
+enum Miss {
+    /// Another owner holds it (the acquire sent at `sent_at` found it so).
+    Contended {
+        remaining: Option<Duration>,
+        queued: bool,
+        sent_at: Instant,
+    },
+    /// The outcome is unknown: the server may hold the lock for this owner id.
+    Ambiguous,
+    /// A grant came too late to use; it is being released under the old owner id.
+    TooLate,
 }

@@ -242,7 +242,7 @@ impl Machine {
 
     /// The owner id of `lock`'s current acquisition, if the lock is known.
     pub fn owner(&self, lock: LockId) -> Option<OwnerId> {
-        self.locks.get(&lock).map(|l| l.owner)
+        self.locks.get(&lock).map(|l| l.acq.owner)
     }
 
     /// The validity deadline of `lock` while it is held.
@@ -262,7 +262,7 @@ impl Machine {
     }
 
     fn timer_is_live(&self, at: Instant, lock: LockId, gen: u64) -> bool {
-        self.locks.get(&lock).and_then(|l| l.timer) == Some((at, gen))
+        self.locks.get(&lock).and_then(|l| l.acq.timer) == Some((at, gen))
     }
 
     fn fire_timers(&mut self, now: Instant) {
@@ -273,7 +273,7 @@ impl Machine {
             self.timers.pop();
             if self.timer_is_live(at, lock, gen) {
                 if let Some(l) = self.locks.get_mut(&lock) {
-                    l.timer = None;
+                    l.acq.timer = None;
                 }
                 self.with_lock(lock, now, |lock, ctx| lock.on_timer(ctx));
             }
@@ -286,10 +286,10 @@ impl Machine {
         };
         let lock = flight.lock;
         if let Some(l) = self.locks.get_mut(&lock) {
-            l.in_flight = l.in_flight.saturating_sub(1);
+            l.acq.in_flight = l.acq.in_flight.saturating_sub(1);
         }
         self.with_lock(lock, now, move |lock, ctx| {
-            lock.on_reply(ctx, request, flight, reply)
+            lock.on_reply(ctx, flight, reply)
         });
     }
 
@@ -310,15 +310,15 @@ impl Machine {
         };
         f(lock, &mut ctx);
         let wakeup = lock.wakeup();
-        if wakeup != lock.timer.map(|(at, _)| at) {
-            lock.timer = wakeup.map(|at| {
+        if wakeup != lock.acq.timer.map(|(at, _)| at) {
+            lock.acq.timer = wakeup.map(|at| {
                 self.next_timer_gen += 1;
                 self.timers.push(Reverse((at, id, self.next_timer_gen)));
                 (at, self.next_timer_gen)
             });
         }
         if lock.can_forget(now) {
-            if lock.in_flight > 0 {
+            if lock.acq.in_flight > 0 {
                 // Replies that never came: forget them too.
                 self.requests.retain(|_, f| f.lock != id);
             }
@@ -329,7 +329,7 @@ impl Machine {
             self.timers = self
                 .locks
                 .values()
-                .filter_map(|l| l.timer.map(|(at, gen)| Reverse((at, l.id, gen))))
+                .filter_map(|l| l.acq.timer.map(|(at, gen)| Reverse((at, l.id(), gen))))
                 .collect();
         }
     }

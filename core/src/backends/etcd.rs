@@ -36,14 +36,12 @@
 //! the proto3 JSON mapping, which is the same shape): keys base64, every int64 a string,
 //! zero and false fields omitted, errors as `{"error", "message", "code"}`.
 
-use core::time::Duration;
-
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{AcquireOutcome, OwnerCheck, ReplyError};
+use super::{Read, ReadError};
 use crate::error::ProtocolError;
 use crate::{FencingToken, Instant, OwnerId};
 
@@ -384,8 +382,8 @@ pub enum EtcdFenced {
 /// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
 pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
     let v = parse(reply).map_err(|e| match e {
-        ReplyError::Protocol(p) => p,
-        ReplyError::Transient(m) => protocol(m),
+        ReadError::Protocol(p) => p,
+        ReadError::Ambiguous(m) => protocol(m),
     })?;
     let shape = || {
         protocol(format!(
@@ -431,6 +429,10 @@ enum Step {
     KeepAlive,
     Txn,
     Predecessor,
+    /// The release's delete transaction.
+    Delete,
+    /// The release's (or a cancellation's) lease revoke.
+    Revoke,
 }
 
 /// One lock's progress through the recipe, for its current owner id.
@@ -442,6 +444,8 @@ pub(crate) struct EtcdProgress {
     key_rev: Option<i64>,
     /// The predecessor's key and the revision to watch it from.
     predecessor: Option<(String, i64)>,
+    /// What the release's delete transaction found (`Done` or `NotHeld`), once read.
+    release_found: Option<Read>,
     pending: Step,
 }
 
@@ -452,6 +456,7 @@ impl EtcdProgress {
             lease: LeaseState::None,
             key_rev: None,
             predecessor: None,
+            release_found: None,
             pending: Step::Grant,
         }
     }
@@ -460,17 +465,9 @@ impl EtcdProgress {
         self.owner
     }
 
-    /// The create revision of this owner's key (the token once held).
-    pub(crate) fn key_rev(&self) -> Option<i64> {
-        self.key_rev
-    }
-
-    /// When the next keep-alive is due while waiting.
-    pub(crate) fn keepalive_due(&self, renew_interval: Duration) -> Option<Instant> {
-        match self.lease {
-            LeaseState::Live { base } => Some(base + renew_interval),
-            _ => None,
-        }
+    /// What the release's delete transaction found, once read.
+    pub(crate) fn release_found(&self) -> Option<Read> {
+        self.release_found.clone()
     }
 
     /// The validity base: the send of the last confirmed grant or keep-alive.
@@ -489,23 +486,16 @@ impl EtcdProgress {
 }
 
 impl EtcdBackend {
-    /// The next acquire step for `progress` at `now`.
+    /// The next acquire step for `progress`. `keepalive_due`: the lock decided the
+    /// waiter's lease needs its keep-alive in this step.
     pub(crate) fn acquire(
         &self,
         name: &str,
         progress: &mut EtcdProgress,
         ttl_ms: u64,
-        renew_interval: Duration,
-        now: Instant,
+        keepalive_due: bool,
     ) -> EtcdRequest {
         let id = lease_id(&progress.owner);
-        // Within 1 ms of due counts as due: a waiter's watch times out in whole
-        // milliseconds (rounded down), so it returns up to 1 ms before the keep-alive
-        // it stands in for; without the slack the waiter would send a transaction, find
-        // itself still queued, and send the keep-alive a fraction of a ms later.
-        let keepalive_due = progress
-            .keepalive_due(renew_interval)
-            .is_some_and(|due| now + Duration::from_millis(1) > due);
         match progress.lease {
             LeaseState::None => {
                 progress.pending = Step::Grant;
@@ -585,21 +575,21 @@ impl EtcdBackend {
         progress: &mut EtcdProgress,
         sent_at: Instant,
         reply: &str,
-    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
+    ) -> Result<Read, ReadError> {
         let v = match parse(reply) {
             Ok(v) => v,
             // A put whose lease has expired: our key is gone; start over.
-            Err(ReplyError::Protocol(_)) if grpc_code(reply) == Some(NOT_FOUND) => {
+            Err(ReadError::Protocol(_)) if grpc_code(reply) == Some(NOT_FOUND) => {
                 progress.lose_lease();
-                return Ok((AcquireOutcome::Continue, None));
+                return Ok(Read::Continue);
             }
-            Err(ReplyError::Protocol(_))
+            Err(ReadError::Protocol(_))
                 if grpc_code(reply) == Some(FAILED_PRECONDITION)
                     && progress.pending == Step::Grant =>
             {
                 // "lease already exists": an earlier grant of ours landed.
                 progress.lease = LeaseState::Exists;
-                return Ok((AcquireOutcome::Continue, None));
+                return Ok(Read::Continue);
             }
             Err(e) => return Err(e),
         };
@@ -607,9 +597,9 @@ impl EtcdBackend {
             Step::Grant => {
                 if int_field(&v, "TTL").is_some_and(|t| t > 0) {
                     progress.lease = LeaseState::Live { base: sent_at };
-                    Ok((AcquireOutcome::Continue, None))
+                    Ok(Read::Continue)
                 } else {
-                    Err(ReplyError::Protocol(protocol(format!(
+                    Err(ReadError::Protocol(protocol(format!(
                         "lease grant: expected a positive TTL, got {reply}"
                     ))))
                 }
@@ -621,20 +611,27 @@ impl EtcdBackend {
                     // The lease expired while we waited: so did our key.
                     progress.lose_lease();
                 }
-                Ok((AcquireOutcome::Continue, None))
+                Ok(Read::Continue)
             }
             Step::Predecessor => {
                 let kvs = v.get("kvs").and_then(Value::as_array);
                 match kvs.and_then(|k| k.first()) {
                     Some(kv) => {
                         progress.predecessor = Some(watch_target(kv, &v)?);
-                        Ok((AcquireOutcome::Contended { remaining: None }, None))
+                        Ok(Read::Contended {
+                            remaining: None,
+                            queued: true,
+                        })
                     }
                     // No predecessor left: check again.
-                    None => Ok((AcquireOutcome::Continue, None)),
+                    None => Ok(Read::Continue),
                 }
             }
             Step::Txn => self.read_acquire_txn(name, progress, &v),
+            // an acquire reply is never read for a release step
+            Step::Delete | Step::Revoke => Err(ReadError::Protocol(protocol(format!(
+                "acquire: a reply read while a release step was pending: {reply:.200}"
+            )))),
         }
     }
 
@@ -643,10 +640,10 @@ impl EtcdBackend {
         name: &str,
         progress: &mut EtcdProgress,
         v: &Value,
-    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
+    ) -> Result<Read, ReadError> {
         let key = self.holder_key(name, &progress.owner);
         let shape = || {
-            ReplyError::Protocol(protocol(format!(
+            ReadError::Protocol(protocol(format!(
                 "acquire transaction: unexpected reply {v}"
             )))
         };
@@ -667,7 +664,7 @@ impl EtcdBackend {
             let mine = response_kvs(v, 0, "response_range").ok_or_else(shape)?;
             let mine = mine.first().ok_or_else(shape)?;
             if int_field(mine, "lease") != Some(lease_id(&progress.owner)) {
-                return Err(ReplyError::Protocol(protocol(format!(
+                return Err(ReadError::Protocol(protocol(format!(
                     "acquire transaction: key {key} is attached to another lease: {mine}"
                 ))));
             }
@@ -688,12 +685,15 @@ impl EtcdBackend {
             let base = progress.lease_base().ok_or_else(shape)?;
             let token = u64::try_from(my_rev).map_err(|_| shape())?;
             progress.predecessor = None;
-            return Ok((AcquireOutcome::Granted(FencingToken(token)), Some(base)));
+            return Ok(Read::Granted {
+                token: FencingToken(token),
+                base: Some(base),
+            });
         }
         if holder_rev.is_none_or(|h| h > my_rev) {
             // Our key is not in the prefix range: it cannot be (the reply is
             // inconsistent); read again.
-            return Err(ReplyError::Transient(format!(
+            return Err(ReadError::Ambiguous(format!(
                 "acquire transaction: own key {key} (revision {my_rev}) not seen first or after the holder"
             )));
         }
@@ -705,10 +705,13 @@ impl EtcdBackend {
                 // First sight of our revision (a retried put), or an inconsistent read:
                 // the next step looks the predecessor up by revision.
                 progress.predecessor = None;
-                return Ok((AcquireOutcome::Continue, None));
+                return Ok(Read::Continue);
             }
         }
-        Ok((AcquireOutcome::Contended { remaining: None }, None))
+        Ok(Read::Contended {
+            remaining: None,
+            queued: true,
+        })
     }
 
     /// The watch a contended acquirer parks on: its predecessor's deletion, for at
@@ -729,12 +732,20 @@ impl EtcdBackend {
         }
     }
 
-    /// Release of a held lock: delete the key if its create revision is still
-    /// `token`. Without a token (cancelling an acquisition), revoke the lease.
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId, token: Option<i64>) -> EtcdRequest {
-        match token {
-            Some(rev) => {
-                let key = self.holder_key(name, owner);
+    /// The next release step: for a held lock whose key is known, delete the key if
+    /// its create revision is still the token (a retried release whose first reply was
+    /// lost cannot delete a newer key); then, or when cancelling, revoke the lease.
+    pub(crate) fn release(
+        &self,
+        name: &str,
+        progress: &mut EtcdProgress,
+        ending: super::Ending,
+    ) -> EtcdRequest {
+        let owner = progress.owner;
+        match progress.key_rev {
+            Some(rev) if ending == super::Ending::Held && progress.release_found.is_none() => {
+                progress.pending = Step::Delete;
+                let key = self.holder_key(name, &owner);
                 EtcdRequest::Txn(EtcdTxn {
                     compare: vec![EtcdCompare {
                         key: key.clone(),
@@ -753,7 +764,10 @@ impl EtcdBackend {
                     })],
                 })
             }
-            None => self.revoke(owner),
+            _ => {
+                progress.pending = Step::Revoke;
+                self.revoke(&owner)
+            }
         }
     }
 
@@ -772,41 +786,53 @@ pub(crate) fn may_hold(reply: &str) -> bool {
 }
 
 /// Reads a keep-alive, release-transaction or revoke reply.
-pub(crate) fn read_owner_check(reply: &str) -> Result<OwnerCheck, ReplyError> {
+pub(crate) fn read_owner_check(reply: &str) -> Result<Read, ReadError> {
     if grpc_code(reply) == Some(NOT_FOUND) {
-        return Ok(OwnerCheck::NotHeld);
+        return Ok(Read::NotHeld);
     }
     let v = parse(reply)?;
     // a keep-alive: the gateway's stream wraps it in `result`; a gRPC client's response
     // in the proto3 JSON mapping is bare, with its `ID` (and no `TTL` once the lease is gone)
     if v.get("result").is_some() || v.get("ID").is_some() {
         return Ok(if keepalive_ttl(&v).is_some_and(|t| t > 0) {
-            OwnerCheck::Done
+            Read::Done
         } else {
-            OwnerCheck::NotHeld
+            Read::NotHeld
         });
     }
     if v.get("responses").is_some() || v.get("succeeded").is_some() {
         return Ok(
             if v.get("succeeded").and_then(Value::as_bool) == Some(true) {
-                OwnerCheck::Done
+                Read::Done
             } else {
-                OwnerCheck::NotHeld
+                Read::NotHeld
             },
         );
     }
     if v.get("header").is_some() {
         // a revoke: `{"header": …}` (release transactions always carry `responses`)
-        return Ok(OwnerCheck::Done);
+        return Ok(Read::Done);
     }
-    Err(ReplyError::Protocol(protocol(format!(
+    Err(ReadError::Protocol(protocol(format!(
         "expected a keep-alive, transaction or revoke reply, got {reply}"
     ))))
 }
 
 /// Reads a watch reply: any non-error reply means "check again".
-pub(crate) fn read_wait(reply: &str) -> Result<(), ReplyError> {
-    parse(reply).map(|_| ())
+pub(crate) fn read_wait(reply: &str) -> Result<Read, ReadError> {
+    parse(reply).map(|_| Read::Done)
+}
+
+/// Reads a release step's reply: the delete transaction's finding is kept and the
+/// revoke follows ([`Read::Continue`]); the revoke's reply reports that finding (a
+/// cancellation, which deleted nothing, reports `Done`).
+pub(crate) fn read_release(progress: &mut EtcdProgress, reply: &str) -> Result<Read, ReadError> {
+    let read = read_owner_check(reply)?;
+    if progress.pending == Step::Delete {
+        progress.release_found = Some(read);
+        return Ok(Read::Continue);
+    }
+    Ok(progress.release_found.clone().unwrap_or(Read::Done))
 }
 
 // ---- JSON helpers ----------------------------------------------------------------
@@ -857,17 +883,17 @@ fn error_code(v: &Value) -> Option<(i64, String)> {
 
 /// Parses a reply; error replies become `Transient` (codes retrying may fix) or
 /// `Protocol`.
-fn parse(reply: &str) -> Result<Value, ReplyError> {
+fn parse(reply: &str) -> Result<Value, ReadError> {
     let v: Value = serde_json::from_str(reply).map_err(|e| {
-        ReplyError::Protocol(protocol(format!("reply is not JSON ({e}): {reply:.200}")))
+        ReadError::Protocol(protocol(format!("reply is not JSON ({e}): {reply:.200}")))
     })?;
     if let Some((code, message)) = error_code(&v) {
         // CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, INTERNAL,
         // UNAVAILABLE: leader changes, timeouts, overload.
         return Err(if matches!(code, 1 | 2 | 4 | 8 | 10 | 13 | 14) {
-            ReplyError::Transient(format!("etcd error {code}: {message}"))
+            ReadError::Ambiguous(format!("etcd error {code}: {message}"))
         } else {
-            ReplyError::Protocol(protocol(format!("etcd error {code}: {message}")))
+            ReadError::Protocol(protocol(format!("etcd error {code}: {message}")))
         });
     }
     Ok(v)
@@ -916,9 +942,9 @@ fn kv_key(kv: &Value) -> Option<String> {
 
 /// The predecessor to watch and the revision to watch it from (just after the reply's
 /// revision, so a delete in between is seen).
-fn watch_target(kv: &Value, reply: &Value) -> Result<(String, i64), ReplyError> {
+fn watch_target(kv: &Value, reply: &Value) -> Result<(String, i64), ReadError> {
     let key = kv_key(kv).ok_or_else(|| {
-        ReplyError::Protocol(protocol(format!("a key that is not base64 UTF-8: {kv}")))
+        ReadError::Protocol(protocol(format!("a key that is not base64 UTF-8: {kv}")))
     })?;
     let rev = header_revision(reply).unwrap_or(0);
     Ok((key, rev + 1))
@@ -961,43 +987,43 @@ mod tests {
             parse(
                 r#"{"error":"etcdserver: leader changed","message":"etcdserver: leader changed","code":14}"#
             ),
-            Err(ReplyError::Transient(_))
+            Err(ReadError::Ambiguous(_))
         ));
         assert!(matches!(
             parse(r#"{"error":{"grpc_code":5,"http_code":404,"message":"x"}}"#),
-            Err(ReplyError::Protocol(_))
+            Err(ReadError::Protocol(_))
         ));
         assert_eq!(
             read_owner_check(r#"{"result":{"header":{},"ID":"9"}}"#),
-            Ok(OwnerCheck::NotHeld)
+            Ok(Read::NotHeld)
         );
         assert_eq!(
             read_owner_check(r#"{"result":{"header":{},"ID":"9","TTL":"3"}}"#),
-            Ok(OwnerCheck::Done)
+            Ok(Read::Done)
         );
         assert_eq!(
             read_owner_check(
                 r#"{"error":"etcdserver: requested lease not found","message":"m","code":5}"#
             ),
-            Ok(OwnerCheck::NotHeld)
+            Ok(Read::NotHeld)
         );
         assert_eq!(
             read_owner_check(r#"{"header":{"revision":"4"},"succeeded":true}"#),
-            Ok(OwnerCheck::Done)
+            Ok(Read::Done)
         );
         // bare keep-alive responses (gRPC clients): a lost lease has an ID but no TTL
         assert_eq!(
             read_owner_check(r#"{"header":{},"ID":"9","TTL":"3"}"#),
-            Ok(OwnerCheck::Done)
+            Ok(Read::Done)
         );
         assert_eq!(
             read_owner_check(r#"{"header":{},"ID":"9"}"#),
-            Ok(OwnerCheck::NotHeld)
+            Ok(Read::NotHeld)
         );
         // a revoke's reply is a bare header
         assert_eq!(
             read_owner_check(r#"{"header":{"revision":"5"}}"#),
-            Ok(OwnerCheck::Done)
+            Ok(Read::Done)
         );
         assert!(read_owner_check("nope").is_err());
     }

@@ -94,19 +94,158 @@ pub enum Reply {
     Etcd(String),
 }
 
-/// The outcome of an acquire request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum AcquireOutcome {
-    /// This owner holds the lock, with this fencing token.
-    Granted(FencingToken),
-    /// Another owner holds it; it expires in about `remaining` if not renewed.
-    Contended { remaining: Option<Duration> },
-    /// A step of a multi-step acquire succeeded: send the next step now.
-    Continue,
+// ---- the recipe seam ----------------------------------------------------------------
+//
+// The lock (`lock.rs`) decides *when*: validity, renew schedule, backoff, deadlines,
+// loss, cleanup. A backend's recipe decides *how*: it phrases each [`Step`] as request
+// bodies and reads each reply into a [`Read`]. `Backend` dispatches to the recipe of
+// each server kind; nothing outside this module matches on it.
+
+/// What the lock asks a recipe to phrase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The next step of an acquire attempt (one request for most servers; etcd's
+    /// recipe walks lease, key and predecessor steps, asking for [`Read::Continue`]).
+    Acquire,
+    /// Extend the held lease, only if this owner still holds it.
+    Renew,
+    /// End the acquisition: of a held lease, or cancelling one not (known to be)
+    /// granted. May take several steps (etcd: delete the key, then revoke the lease).
+    Release(Ending),
+    /// Free whatever the server may hold for an owner id the lock gave up on.
+    Cleanup,
+    /// Block until the server wakes this queued waiter, or `timeout_ms` passes.
+    Wait { timeout_ms: u64 },
 }
 
-/// A lock's progress through a multi-step backend protocol (etcd), for its current
-/// owner id. Single-request backends keep none.
+/// What a release ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// A lease that was granted: finding it gone on the server is a loss.
+    Held,
+    /// An acquisition not granted yet (or whose grant is unknown): whatever the server
+    /// holds for the owner id is freed, and nothing is lost.
+    Cancel,
+}
+
+impl Step {
+    /// The operation the host sees on the request.
+    pub(crate) fn operation(self) -> Operation {
+        match self {
+            Step::Acquire => Operation::Acquire,
+            Step::Renew => Operation::Renew,
+            Step::Release(_) | Step::Cleanup => Operation::Release,
+            Step::Wait { .. } => Operation::Wait,
+        }
+    }
+}
+
+/// What a recipe may read when phrasing or reading a step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StepCx<'a> {
+    pub name: &'a str,
+    /// The owner id the step is for (a cleanup's can differ from the lock's current).
+    pub owner: &'a OwnerId,
+    /// The lease length the server enforces, whole milliseconds rounded up.
+    pub ttl_ms: u64,
+    /// How long a queued waiter may go without asking again (fair Redis sizes its
+    /// queue presence and a release's hand-off window from it).
+    pub retry_max_ms: u64,
+    /// The lock's decision that the session carrying this contender's queue place
+    /// (etcd: its lease) needs renewing in this acquire step (see
+    /// [`Backend::session_since`]).
+    pub renew_session: bool,
+    /// When the request being read was sent.
+    pub sent_at: Instant,
+    /// Which request of a fanned-out step a reply answers, from 0.
+    #[allow(dead_code)] // read by the first quorum recipe (Redlock)
+    pub part: u16,
+}
+
+/// A step as requests: one, several at once (a quorum recipe sends one per server
+/// and reads their replies into one outcome, answering [`Read::Pending`] until it can
+/// decide), or none (a wait with nothing to wait on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Phrased {
+    One(RequestBody),
+    #[allow(dead_code)] // built by the first quorum recipe (Redlock)
+    FanOut(Vec<RequestBody>),
+    Nothing,
+}
+
+impl Phrased {
+    pub(crate) fn is_nothing(&self) -> bool {
+        match self {
+            Phrased::Nothing => true,
+            Phrased::FanOut(bodies) => bodies.is_empty(),
+            Phrased::One(_) => false,
+        }
+    }
+}
+
+/// A reply read into what the lock acts on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// This owner holds the lock with `token`. Validity runs from `base` when the
+    /// recipe knows an earlier one (etcd: its lease's last confirmed grant or
+    /// keep-alive), else from the send of the request that brought the grant.
+    Granted {
+        token: FencingToken,
+        base: Option<Instant>,
+    },
+    /// The step succeeded and the operation has another: phrase and send it now.
+    Continue,
+    /// Another owner holds the lock; it expires in about `remaining` if not renewed.
+    /// `queued`: this owner now holds a place in a server-side queue, which giving up
+    /// must free.
+    Contended {
+        remaining: Option<Duration>,
+        queued: bool,
+    },
+    /// A renew or release took effect; a wait ended without a grant (try now).
+    Done,
+    /// The server does not hold the lease for this owner (a renewal rejected, a
+    /// release that found it gone); nothing was changed.
+    NotHeld,
+    /// A step fanned out to several servers still awaits replies to decide.
+    Pending,
+}
+
+/// A reply that is not an outcome: the request may or may not have taken effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReadError {
+    /// A transport failure, or a server error that retrying may fix (loading,
+    /// failover in progress, busy).
+    Ambiguous(String),
+    /// A reply retrying will not fix.
+    Protocol(ProtocolError),
+}
+
+/// How a contender that found the lock held waits for its next attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Nothing on the server wakes it: the next attempt follows the acquire backoff.
+    Poll,
+    /// The releasing holder hands the lock to the first queued waiter and wakes it;
+    /// the wait's reply carries the grant and its timeout is only the fallback.
+    Handoff,
+    /// The server notifies the waiter when its turn may have come (a watch on its
+    /// predecessor); the wait lasts the backoff, or until its session needs renewing.
+    Notify,
+}
+
+/// What is known after a release could not be confirmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unconfirmed {
+    /// Send a cleanup: the server may keep state only the cleanup frees (etcd: the
+    /// lease, when the key's delete was never confirmed).
+    pub cleanup: bool,
+    /// What an earlier step of the release found, if it got that far.
+    pub found: Option<Read>,
+}
+
+/// One lock's progress through a multi-step recipe, for its current owner id.
+/// Single-request recipes keep none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
@@ -122,25 +261,6 @@ impl Progress {
         self.etcd
             .get_or_insert_with(|| Box::new(etcd::EtcdProgress::new(*owner)))
     }
-}
-
-/// The outcome of a renew or release request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OwnerCheck {
-    /// This owner held the lock and the request took effect.
-    Done,
-    /// The key is gone or has another owner; nothing was changed.
-    NotHeld,
-}
-
-/// A reply that is not an outcome.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ReplyError {
-    /// A server error that retrying may fix (loading, failover in progress, busy).
-    /// The request may or may not have taken effect.
-    Transient(String),
-    /// A reply retrying will not fix. The request may or may not have taken effect.
-    Protocol(ProtocolError),
 }
 
 impl Backend {
@@ -179,196 +299,212 @@ impl Backend {
         }
     }
 
-    /// The next acquire request of `owner`. `retry_max_ms` sizes how long a fair Redis
-    /// waiter stays queued without asking again; etcd phrases the next step of its
-    /// recipe from `progress` (and needs the renew interval and `now` to know when its
-    /// lease's keep-alive is due).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        ttl_ms: u64,
-        retry_max_ms: u64,
-        progress: &mut Progress,
-        renew_interval: Duration,
-        now: Instant,
-    ) -> RequestBody {
+    /// How a contender waits after finding the lock held.
+    pub(crate) fn waiting(&self) -> Waiting {
         match self {
-            Backend::Redis(b) => RequestBody::Redis(b.acquire(name, owner, ttl_ms, retry_max_ms)),
-            Backend::Postgres(b) => RequestBody::Sql(b.acquire(name, owner, ttl_ms)),
-            Backend::Etcd(b) => RequestBody::Etcd(b.acquire(
+            Backend::Redis(b) if b.fair => Waiting::Handoff,
+            Backend::Etcd(_) => Waiting::Notify,
+            Backend::Redis(_) | Backend::Postgres(_) => Waiting::Poll,
+        }
+    }
+
+    /// For recipes whose contenders hold a session while queued (etcd: the lease their
+    /// key is attached to): the send of its last confirmed grant or renewal. The lock
+    /// schedules the session's renewal from it (a renew interval later) and asks for it
+    /// with [`StepCx::renew_session`].
+    pub(crate) fn session_since(
+        &self,
+        owner: &OwnerId,
+        progress: &mut Progress,
+    ) -> Option<Instant> {
+        match self {
+            Backend::Etcd(_) => progress.etcd(owner).lease_base(),
+            Backend::Redis(_) | Backend::Postgres(_) => None,
+        }
+    }
+
+    /// Phrases `step`. Only a wait may be [`Phrased::Nothing`] (a backend that wakes
+    /// nobody, or nothing known to wait on).
+    pub(crate) fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+        let (name, owner) = (cx.name, cx.owner);
+        let body = match (self, step) {
+            (Backend::Redis(b), Step::Acquire) => {
+                RequestBody::Redis(b.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms))
+            }
+            (Backend::Redis(b), Step::Renew) => RequestBody::Redis(b.renew(name, owner, cx.ttl_ms)),
+            // a fair release hands the lock to the first live waiter for one park
+            (Backend::Redis(b), Step::Release(_) | Step::Cleanup) => {
+                RequestBody::Redis(b.release(name, owner, cx.retry_max_ms))
+            }
+            (Backend::Redis(b), Step::Wait { timeout_ms }) => match b.wait(name, owner, timeout_ms)
+            {
+                Some(blpop) => RequestBody::RedisBlpop(blpop),
+                None => return Phrased::Nothing,
+            },
+            (Backend::Postgres(b), Step::Acquire) => {
+                RequestBody::Sql(b.acquire(name, owner, cx.ttl_ms))
+            }
+            (Backend::Postgres(b), Step::Renew) => {
+                RequestBody::Sql(b.renew(name, owner, cx.ttl_ms))
+            }
+            (Backend::Postgres(b), Step::Release(_) | Step::Cleanup) => {
+                RequestBody::Sql(b.release(name, owner))
+            }
+            (Backend::Postgres(_), Step::Wait { .. }) => return Phrased::Nothing,
+            (Backend::Etcd(b), Step::Acquire) => RequestBody::Etcd(b.acquire(
                 name,
                 progress.etcd(owner),
-                ttl_ms,
-                renew_interval,
-                now,
+                cx.ttl_ms,
+                cx.renew_session,
             )),
-        }
+            (Backend::Etcd(b), Step::Renew) => RequestBody::Etcd(b.renew(owner)),
+            (Backend::Etcd(b), Step::Release(ending)) => {
+                RequestBody::Etcd(b.release(name, progress.etcd(owner), ending))
+            }
+            (Backend::Etcd(b), Step::Cleanup) => RequestBody::Etcd(b.revoke(owner)),
+            (Backend::Etcd(b), Step::Wait { timeout_ms }) => {
+                match b.wait(progress.etcd(owner), timeout_ms) {
+                    Some(watch) => RequestBody::Etcd(watch),
+                    None => return Phrased::Nothing,
+                }
+            }
+        };
+        Phrased::One(body)
     }
 
-    pub(crate) fn renew(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> RequestBody {
-        match self {
-            Backend::Redis(b) => RequestBody::Redis(b.renew(name, owner, ttl_ms)),
-            Backend::Postgres(b) => RequestBody::Sql(b.renew(name, owner, ttl_ms)),
-            Backend::Etcd(b) => RequestBody::Etcd(b.renew(owner)),
-        }
-    }
-
-    /// The user's release (`was_held`) or cancellation of `owner`. `claim_ms` is how
-    /// long a fair Redis release reserves the lock for the woken waiter; etcd deletes
-    /// the held key by its create revision, or revokes the lease when cancelling.
-    pub(crate) fn release(
+    /// Reads the reply to `step` (`Err` with the message for a transport failure),
+    /// advancing `progress`.
+    pub(crate) fn read(
         &self,
-        name: &str,
-        owner: &OwnerId,
-        claim_ms: u64,
+        step: Step,
+        cx: &StepCx<'_>,
         progress: &mut Progress,
-        was_held: bool,
-    ) -> RequestBody {
-        match self {
-            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner, claim_ms)),
-            Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
-            Backend::Etcd(b) => {
-                let token = if was_held {
-                    progress.etcd(owner).key_rev()
-                } else {
-                    None
+        reply: Result<&Reply, &str>,
+    ) -> Result<Read, ReadError> {
+        let reply = match reply {
+            Ok(reply) => reply,
+            // A connection-bound lock (PostgreSQL session mode) lives and dies with its
+            // connection: a failed heartbeat means the session, and the lock, is gone.
+            Err(_) if step == Step::Renew && self.connection_bound() => return Ok(Read::NotHeld),
+            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
+        };
+        match (self, reply) {
+            (Backend::Redis(b), Reply::Redis(v)) => match step {
+                // a fair contender is queued by its acquire
+                Step::Acquire => redis::read_acquire(v).map(|read| match read {
+                    Read::Contended { remaining, .. } => Read::Contended {
+                        remaining,
+                        queued: b.fair,
+                    },
+                    other => other,
+                }),
+                Step::Wait { .. } => redis::read_wait(v),
+                Step::Renew | Step::Release(_) | Step::Cleanup => redis::read_owner_check(v),
+            },
+            (Backend::Postgres(_), Reply::Sql(v)) => match step {
+                Step::Acquire => postgres::read_acquire(v),
+                Step::Wait { .. } => Ok(Read::Done),
+                Step::Renew => match postgres::read_owner_check(v) {
+                    Err(_) if self.connection_bound() => Ok(Read::NotHeld),
+                    other => other,
+                },
+                Step::Release(_) | Step::Cleanup => postgres::read_owner_check(v),
+            },
+            (Backend::Etcd(b), Reply::Etcd(v)) => match step {
+                Step::Acquire => b.read_acquire(cx.name, progress.etcd(cx.owner), cx.sent_at, v),
+                Step::Wait { .. } => etcd::read_wait(v),
+                Step::Release(_) => etcd::read_release(progress.etcd(cx.owner), v),
+                Step::Renew | Step::Cleanup => etcd::read_owner_check(v),
+            },
+            (b, r) => Err(wrong_reply(b, r)),
+        }
+    }
+
+    /// For a reply the lock no longer waits for (`Err`: its transport failed): might
+    /// the server hold the lock, or a queue place, for its owner id? Only what the
+    /// reply itself shows counts; the lock decides what to do about it.
+    pub(crate) fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
+        match (step.operation(), reply) {
+            (Operation::Release, _) => false,
+            // a wake-up may carry a grant (fair Redis); a lost one might have
+            (Operation::Wait, Ok(r)) => matches!(
+                self.read(
+                    Step::Wait { timeout_ms: 0 },
+                    &LATE_CX,
+                    &mut Progress::default(),
+                    Ok(r)
+                ),
+                Ok(Read::Granted { .. })
+            ),
+            (Operation::Wait, Err(_)) => self.waiting() == Waiting::Handoff,
+            (_, Err(_)) => true,
+            (Operation::Acquire, Ok(r)) => match (self, r) {
+                (Backend::Redis(_), Reply::Redis(v)) => {
+                    !matches!(redis::read_acquire(v), Ok(Read::Contended { .. }))
+                }
+                (Backend::Postgres(_), Reply::Sql(v)) => {
+                    !matches!(postgres::read_acquire(v), Ok(Read::Contended { .. }))
+                }
+                // a lease or a queued key, which blocks those behind it until its TTL
+                (Backend::Etcd(_), Reply::Etcd(v)) => etcd::may_hold(v),
+                _ => true,
+            },
+            (Operation::Renew, Ok(r)) => {
+                let check = match (self, r) {
+                    (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
+                    (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_owner_check(v),
+                    (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_owner_check(v),
+                    (b, r) => Err(wrong_reply(b, r)),
                 };
-                RequestBody::Etcd(b.release(name, owner, token))
+                !matches!(check, Ok(Read::NotHeld))
             }
         }
     }
 
-    /// Frees whatever the server may hold for `owner`, an owner id this machine gave
-    /// up on (or, on etcd, after a release: the lease itself).
-    pub(crate) fn cleanup(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RequestBody {
+    /// What is known when a release of `owner` is given up unconfirmed.
+    pub(crate) fn unconfirmed_release(
+        &self,
+        ending: Ending,
+        owner: &OwnerId,
+        progress: &mut Progress,
+    ) -> Unconfirmed {
         match self {
-            Backend::Redis(b) => RequestBody::Redis(b.release(name, owner, claim_ms)),
-            Backend::Postgres(b) => RequestBody::Sql(b.release(name, owner)),
-            Backend::Etcd(b) => RequestBody::Etcd(b.revoke(owner)),
+            Backend::Etcd(_) => {
+                let found = progress.etcd(owner).release_found();
+                Unconfirmed {
+                    // the key's fate is unknown: revoking the lease frees it
+                    cleanup: ending == Ending::Held && found.is_none(),
+                    found,
+                }
+            }
+            Backend::Redis(_) | Backend::Postgres(_) => Unconfirmed {
+                cleanup: false,
+                found: None,
+            },
         }
-    }
-
-    /// Whether a release is followed by a cleanup of its owner (etcd revokes the lease
-    /// after deleting the key).
-    pub(crate) fn cleanup_after_release(&self) -> bool {
-        matches!(self, Backend::Etcd(_))
     }
 
     /// Whether the lock lives and dies with one connection (PostgreSQL session-level
     /// advisory locks): a failed renewal (heartbeat) is then a loss, not a retry.
-    pub(crate) fn connection_bound(&self) -> bool {
+    fn connection_bound(&self) -> bool {
         matches!(self, Backend::Postgres(b) if b.mode == PgMode::Session)
-    }
-
-    /// Whether contended acquirers are queued on the server and woken by releases.
-    pub(crate) fn notifies_waiters(&self) -> bool {
-        match self {
-            Backend::Redis(b) => b.fair,
-            Backend::Etcd(_) => true,
-            Backend::Postgres(_) => false,
-        }
-    }
-
-    /// When a parked waiter must stop waiting regardless of its backoff: etcd keeps
-    /// the waiter's lease alive, so the watch ends when the next keep-alive is due.
-    pub(crate) fn park_until(
-        &self,
-        owner: &OwnerId,
-        progress: &mut Progress,
-        renew_interval: Duration,
-    ) -> Option<Instant> {
-        match self {
-            Backend::Etcd(_) => progress.etcd(owner).keepalive_due(renew_interval),
-            _ => None,
-        }
-    }
-
-    /// The blocking wait of a contended acquirer, when the backend notifies waiters.
-    pub(crate) fn wait(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        timeout_ms: u64,
-        progress: &mut Progress,
-    ) -> Option<RequestBody> {
-        match self {
-            Backend::Redis(b) => b.wait(name, owner, timeout_ms).map(RequestBody::RedisBlpop),
-            Backend::Etcd(b) => b
-                .wait(progress.etcd(owner), timeout_ms)
-                .map(RequestBody::Etcd),
-            Backend::Postgres(_) => None,
-        }
-    }
-
-    /// Whether a wait's reply can carry a grant (fair Redis: the release grants the
-    /// lock to the first waiter and pushes its token to that waiter's wake list).
-    pub(crate) fn grants_in_wait(&self) -> bool {
-        matches!(self, Backend::Redis(b) if b.fair)
-    }
-
-    /// Reads a wait's reply: `Some(token)` when it is a grant (a fair Redis release
-    /// hands the lock to the first waiter), `None` for "try now".
-    pub(crate) fn read_wait(&self, reply: &Reply) -> Result<Option<FencingToken>, ReplyError> {
-        match (self, reply) {
-            (Backend::Redis(_), Reply::Redis(v)) => redis::read_wait(v),
-            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_wait(v).map(|()| None),
-            (b, r) => Err(wrong_reply(b, r)),
-        }
-    }
-
-    /// Reads an acquire reply, advancing `progress` (etcd). A grant comes with its
-    /// validity base when that is not the request's send (etcd: the lease's last
-    /// confirmed grant or keep-alive).
-    pub(crate) fn read_acquire(
-        &self,
-        name: &str,
-        owner: &OwnerId,
-        reply: &Reply,
-        progress: &mut Progress,
-        sent_at: Instant,
-    ) -> Result<(AcquireOutcome, Option<Instant>), ReplyError> {
-        match (self, reply) {
-            (Backend::Redis(_), Reply::Redis(v)) => redis::read_acquire(v).map(|o| (o, None)),
-            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_acquire(v).map(|o| (o, None)),
-            (Backend::Etcd(b), Reply::Etcd(v)) => {
-                b.read_acquire(name, progress.etcd(owner), sent_at, v)
-            }
-            (b, r) => Err(wrong_reply(b, r)),
-        }
-    }
-
-    /// For a late acquire reply: might the server hold the lock (or a queue place)
-    /// for its owner id?
-    pub(crate) fn late_acquire_may_hold(&self, reply: &Reply) -> bool {
-        match (self, reply) {
-            (Backend::Redis(_), Reply::Redis(v)) => {
-                !matches!(redis::read_acquire(v), Ok(AcquireOutcome::Contended { .. }))
-            }
-            (Backend::Postgres(_), Reply::Sql(v)) => !matches!(
-                postgres::read_acquire(v),
-                Ok(AcquireOutcome::Contended { .. })
-            ),
-            // a lease or a queued key, which blocks those behind it until its TTL
-            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::may_hold(v),
-            _ => true,
-        }
-    }
-
-    pub(crate) fn read_owner_check(&self, reply: &Reply) -> Result<OwnerCheck, ReplyError> {
-        match (self, reply) {
-            (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
-            (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_owner_check(v),
-            (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_owner_check(v),
-            (b, r) => Err(wrong_reply(b, r)),
-        }
     }
 }
 
+/// The context of reads that need none (late replies of single-request steps).
+const LATE_CX: StepCx<'static> = StepCx {
+    name: "",
+    owner: &OwnerId([0; 16]),
+    ttl_ms: 0,
+    retry_max_ms: 0,
+    renew_session: false,
+    sent_at: Instant::ZERO,
+    part: 0,
+};
+
 /// A reply of another backend's kind: the host's adapter is miswired.
-fn wrong_reply(backend: &Backend, reply: &Reply) -> ReplyError {
-    ReplyError::Protocol(ProtocolError {
+fn wrong_reply(backend: &Backend, reply: &Reply) -> ReadError {
+    ReadError::Protocol(ProtocolError {
         backend: backend.name().to_owned(),
         message: format!("got a reply for another backend: {reply:?}"),
     })

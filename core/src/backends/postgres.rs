@@ -29,7 +29,7 @@ use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AcquireOutcome, OwnerCheck, ReplyError};
+use super::{Read, ReadError};
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
@@ -232,7 +232,7 @@ impl PostgresBackend {
             },
             // The heartbeat: does this session still hold the advisory lock?
             PgMode::Session => SqlStatement {
-                sql: format!("{HELD}"),
+                sql: HELD.to_string(),
                 params: vec![SqlValue::Int(advisory_key(&self.namespace, name))],
                 connection: PgConnection::Dedicated,
             },
@@ -284,18 +284,18 @@ pub fn xact_lock_statement(backend: &PostgresBackend, name: &str) -> SqlStatemen
 /// another shape (with the SQLSTATE, so the caller can tell a missing table).
 pub fn read_xact_lock(reply: &SqlReply) -> Result<Option<FencingToken>, ProtocolError> {
     match read_acquire(reply) {
-        Ok(AcquireOutcome::Granted(token)) => Ok(Some(token)),
-        Ok(AcquireOutcome::Contended { .. }) => Ok(None),
+        Ok(Read::Granted { token, .. }) => Ok(Some(token)),
+        Ok(Read::Contended { .. }) => Ok(None),
         // never produced by the single-statement PostgreSQL acquire
-        Ok(AcquireOutcome::Continue) => Err(ProtocolError {
+        Ok(other) => Err(ProtocolError {
             backend: "postgres".to_owned(),
-            message: "xact lock: unexpected multi-step outcome".to_owned(),
+            message: format!("xact lock: unexpected outcome {other:?}"),
         }),
-        Err(ReplyError::Transient(message)) => Err(ProtocolError {
+        Err(ReadError::Ambiguous(message)) => Err(ProtocolError {
             backend: "postgres".to_owned(),
             message,
         }),
-        Err(ReplyError::Protocol(e)) => Err(e),
+        Err(ReadError::Protocol(e)) => Err(e),
     }
 }
 
@@ -335,16 +335,16 @@ fn is_transient(sqlstate: &str) -> bool {
     ) || matches!(sqlstate, "40001" | "40P01" | "55P03")
 }
 
-fn protocol(message: String) -> ReplyError {
-    ReplyError::Protocol(ProtocolError {
+fn protocol(message: String) -> ReadError {
+    ReadError::Protocol(ProtocolError {
         backend: "postgres".to_owned(),
         message,
     })
 }
 
-fn server_error(sqlstate: &str, message: &str) -> ReplyError {
+fn server_error(sqlstate: &str, message: &str) -> ReadError {
     if is_transient(sqlstate) {
-        ReplyError::Transient(format!("postgres {sqlstate}: {message}"))
+        ReadError::Ambiguous(format!("postgres {sqlstate}: {message}"))
     } else if sqlstate == "42P01" {
         protocol(format!(
             "{sqlstate}: {message} — run the fencepost migration first (PostgresBackend::migration)"
@@ -354,23 +354,26 @@ fn server_error(sqlstate: &str, message: &str) -> ReplyError {
     }
 }
 
-pub(crate) fn read_acquire(reply: &SqlReply) -> Result<AcquireOutcome, ReplyError> {
+pub(crate) fn read_acquire(reply: &SqlReply) -> Result<Read, ReadError> {
     match reply {
         SqlReply::Error { sqlstate, message } => Err(server_error(sqlstate, message)),
         SqlReply::Rows { rows } => match rows.as_slice() {
             [row] => match row.as_slice() {
-                [SqlValue::Int(token), _] if *token > 0 => {
-                    Ok(AcquireOutcome::Granted(FencingToken(*token as u64)))
-                }
-                [SqlValue::Null, SqlValue::Int(ms)] => Ok(AcquireOutcome::Contended {
+                [SqlValue::Int(token), _] if *token > 0 => Ok(Read::Granted {
+                    token: FencingToken(*token as u64),
+                    base: None,
+                }),
+                [SqlValue::Null, SqlValue::Int(ms)] => Ok(Read::Contended {
+                    queued: false,
                     remaining: u64::try_from(*ms)
                         .ok()
                         .filter(|&m| m > 0)
                         .map(Duration::from_millis),
                 }),
-                [SqlValue::Null, SqlValue::Null] => {
-                    Ok(AcquireOutcome::Contended { remaining: None })
-                }
+                [SqlValue::Null, SqlValue::Null] => Ok(Read::Contended {
+                    remaining: None,
+                    queued: false,
+                }),
                 _ => Err(protocol(format!(
                     "acquire: expected one row (token or NULL, remaining ms or NULL), got {row:?}"
                 ))),
@@ -383,12 +386,12 @@ pub(crate) fn read_acquire(reply: &SqlReply) -> Result<AcquireOutcome, ReplyErro
     }
 }
 
-pub(crate) fn read_owner_check(reply: &SqlReply) -> Result<OwnerCheck, ReplyError> {
+pub(crate) fn read_owner_check(reply: &SqlReply) -> Result<Read, ReadError> {
     match reply {
         SqlReply::Error { sqlstate, message } => Err(server_error(sqlstate, message)),
         SqlReply::Rows { rows } => match rows.len() {
-            1 => Ok(OwnerCheck::Done),
-            0 => Ok(OwnerCheck::NotHeld),
+            1 => Ok(Read::Done),
+            0 => Ok(Read::NotHeld),
             n => Err(protocol(format!(
                 "owner-checked statement: expected 0 or 1 row, got {n}"
             ))),
@@ -474,11 +477,15 @@ mod tests {
         use SqlValue::*;
         assert_eq!(
             read_acquire(&rows(vec![vec![Int(7), Int(900)]])),
-            Ok(AcquireOutcome::Granted(FencingToken(7)))
+            Ok(Read::Granted {
+                token: FencingToken(7),
+                base: None
+            })
         );
         assert_eq!(
             read_acquire(&rows(vec![vec![Null, Int(250)]])),
-            Ok(AcquireOutcome::Contended {
+            Ok(Read::Contended {
+                queued: false,
                 remaining: Some(Duration::from_millis(250))
             })
         );
@@ -490,21 +497,18 @@ mod tests {
         };
         assert!(matches!(
             read_acquire(&err("40001")),
-            Err(ReplyError::Transient(_))
+            Err(ReadError::Ambiguous(_))
         ));
         assert!(matches!(
             read_acquire(&err("57P01")),
-            Err(ReplyError::Transient(_))
+            Err(ReadError::Ambiguous(_))
         ));
         match read_acquire(&err("42P01")) {
-            Err(ReplyError::Protocol(e)) => assert!(e.message.contains("migration"), "{e}"),
+            Err(ReadError::Protocol(e)) => assert!(e.message.contains("migration"), "{e}"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(
-            read_owner_check(&rows(vec![vec![Int(1)]])),
-            Ok(OwnerCheck::Done)
-        );
-        assert_eq!(read_owner_check(&rows(vec![])), Ok(OwnerCheck::NotHeld));
+        assert_eq!(read_owner_check(&rows(vec![vec![Int(1)]])), Ok(Read::Done));
+        assert_eq!(read_owner_check(&rows(vec![])), Ok(Read::NotHeld));
         assert!(read_owner_check(&rows(vec![vec![], vec![]])).is_err());
     }
 }

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AcquireOutcome, OwnerCheck, ReplyError};
+use super::{Read, ReadError};
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
@@ -369,17 +369,17 @@ const TRANSIENT_PREFIXES: [&str; 11] = [
     "NOSCRIPT",
 ];
 
-fn protocol(message: String) -> ReplyError {
-    ReplyError::Protocol(ProtocolError {
+fn protocol(message: String) -> ReadError {
+    ReadError::Protocol(ProtocolError {
         backend: "redis".to_owned(),
         message,
     })
 }
 
-fn server_error(message: &str) -> ReplyError {
+fn server_error(message: &str) -> ReadError {
     let word = message.split_whitespace().next().unwrap_or("");
     if TRANSIENT_PREFIXES.contains(&word) {
-        ReplyError::Transient(format!("redis: {message}"))
+        ReadError::Ambiguous(format!("redis: {message}"))
     } else {
         protocol(format!("server error reply: {message}"))
     }
@@ -393,7 +393,7 @@ fn as_int(v: &RedisValue) -> Option<i64> {
     }
 }
 
-pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError> {
+pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
     if let RedisValue::Error(e) = v {
         return Err(server_error(e));
     }
@@ -402,10 +402,12 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError>
         _ => (None, None),
     };
     match pair {
-        (Some(1), Some(token)) if token > 0 => {
-            Ok(AcquireOutcome::Granted(FencingToken(token as u64)))
-        }
-        (Some(0), Some(pttl)) => Ok(AcquireOutcome::Contended {
+        (Some(1), Some(token)) if token > 0 => Ok(Read::Granted {
+            token: FencingToken(token as u64),
+            base: None,
+        }),
+        (Some(0), Some(pttl)) => Ok(Read::Contended {
+            queued: false,
             remaining: u64::try_from(pttl)
                 .ok()
                 .filter(|&ms| ms > 0)
@@ -420,7 +422,14 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<AcquireOutcome, ReplyError>
 /// Any reply to a blocking wait ends the park; only an error reply is worth reporting.
 /// A `BLPOP` reply: `[key, "g:<token>"]` is a grant made by the releasing holder's
 /// script; anything else (`nil` at the timeout, an older `1`) just means "try now".
-pub(crate) fn read_wait(v: &RedisValue) -> Result<Option<FencingToken>, ReplyError> {
+pub(crate) fn read_wait(v: &RedisValue) -> Result<Read, ReadError> {
+    read_wake_up(v).map(|grant| match grant {
+        Some(token) => Read::Granted { token, base: None },
+        None => Read::Done,
+    })
+}
+
+fn read_wake_up(v: &RedisValue) -> Result<Option<FencingToken>, ReadError> {
     match v {
         RedisValue::Error(e) => Err(server_error(e)),
         RedisValue::Array(items) => match items.as_slice() {
@@ -439,12 +448,12 @@ pub(crate) fn read_wait(v: &RedisValue) -> Result<Option<FencingToken>, ReplyErr
     }
 }
 
-pub(crate) fn read_owner_check(v: &RedisValue) -> Result<OwnerCheck, ReplyError> {
+pub(crate) fn read_owner_check(v: &RedisValue) -> Result<Read, ReadError> {
     match v {
         RedisValue::Error(e) => Err(server_error(e)),
         _ => match as_int(v) {
-            Some(1) => Ok(OwnerCheck::Done),
-            Some(0) => Ok(OwnerCheck::NotHeld),
+            Some(1) => Ok(Read::Done),
+            Some(0) => Ok(Read::NotHeld),
             _ => Err(protocol(format!(
                 "owner-checked script: expected 1 or 0, got {v:?}"
             ))),
@@ -496,40 +505,38 @@ mod tests {
         use RedisValue::*;
         assert_eq!(
             read_acquire(&Array(vec![Int(1), Int(42)])),
-            Ok(AcquireOutcome::Granted(FencingToken(42)))
+            Ok(Read::Granted {
+                token: FencingToken(42),
+                base: None
+            })
         );
         assert_eq!(
             read_acquire(&Array(vec![Int(0), Int(250)])),
-            Ok(AcquireOutcome::Contended {
+            Ok(Read::Contended {
+                queued: false,
                 remaining: Some(core::time::Duration::from_millis(250))
             })
         );
         assert!(matches!(
             read_acquire(&Array(vec![Int(1), Int(0)])),
-            Err(ReplyError::Protocol(_))
+            Err(ReadError::Protocol(_))
         ));
-        assert!(matches!(
-            read_acquire(&Int(1)),
-            Err(ReplyError::Protocol(_))
-        ));
-        assert!(matches!(read_acquire(&Nil), Err(ReplyError::Protocol(_))));
+        assert!(matches!(read_acquire(&Int(1)), Err(ReadError::Protocol(_))));
+        assert!(matches!(read_acquire(&Nil), Err(ReadError::Protocol(_))));
         assert!(matches!(
             read_acquire(&Error("LOADING Redis is loading".into())),
-            Err(ReplyError::Transient(_))
+            Err(ReadError::Ambiguous(_))
         ));
         assert!(matches!(
             read_acquire(&Error("WRONGTYPE Operation against a key".into())),
-            Err(ReplyError::Protocol(_))
+            Err(ReadError::Protocol(_))
         ));
     }
 
     #[test]
     fn owner_checks_accept_only_one_or_zero() {
-        assert_eq!(read_owner_check(&RedisValue::Int(1)), Ok(OwnerCheck::Done));
-        assert_eq!(
-            read_owner_check(&RedisValue::Int(0)),
-            Ok(OwnerCheck::NotHeld)
-        );
+        assert_eq!(read_owner_check(&RedisValue::Int(1)), Ok(Read::Done));
+        assert_eq!(read_owner_check(&RedisValue::Int(0)), Ok(Read::NotHeld));
         assert!(read_owner_check(&RedisValue::Int(2)).is_err());
         assert!(read_owner_check(&RedisValue::Array(vec![])).is_err());
     }
