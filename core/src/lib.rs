@@ -30,12 +30,89 @@
 //! machine.release(now, lock).unwrap();
 //! ```
 //!
+//! ## Driving the machine
+//!
+//! The machine is a value you call; the host owns the sockets, the clock and the
+//! timer. A binding's driver (Python's `_driver.py`, the JavaScript `driver.js`, or
+//! `fencepost_core::driver` with feature `driver`) is this loop, and nothing more:
+//!
+//! 1. **Make one machine per backend.** [`Machine::new`] with a [`Backend`] (its
+//!    settings as data); it may hold any number of locks. [`Machine::with_seed`] is
+//!    for tests and simulation only.
+//! 2. **Feed inputs, each stamped with `now`.** An [`Input`] is something that
+//!    happened: the user wants a lock ([`Input::Acquire`], or [`Machine::acquire`]) or
+//!    is done with it ([`Input::Release`]), the server answered ([`Input::Reply`]), a
+//!    request failed in transport ([`Input::TransportError`]), or time passed
+//!    ([`Input::Timeout`]). Every input carries the host's monotonic `now`
+//!    ([`Instant`], nanoseconds since an origin the host picks once); read the clock
+//!    when the thing happened, never reuse an older reading after a newer one.
+//! 3. **Drain [`Machine::poll_output`] after every input** until it returns
+//!    [`Output::Timeout`] or [`Output::Idle`], and act on the outputs in the order
+//!    they come. A request left in the queue is a request nobody is executing.
+//! 4. **Execute each [`Request`].** Its `body` ([`RequestBody`]) says what to send: a
+//!    Redis script call ([`RedisCommand`], `EVALSHA`, falling back to `EVAL` on
+//!    `NOSCRIPT`), a blocking pop ([`RedisBlpop`], on a connection of its own), a SQL
+//!    statement ([`SqlStatement`], on the connection it names) or an etcd call
+//!    ([`backends::etcd::EtcdRequest`]). Run requests concurrently; one slow request
+//!    must not hold up the others. Convert the server's answer to data and feed it as
+//!    [`Input::Reply`] with the request's `id`: error replies too ([`RedisValue::Error`],
+//!    [`SqlReply::Error`], etcd's error documents), since the machine decides which are
+//!    transient. Report a failure to get an answer (connection refused or reset, client
+//!    timeout) as [`Input::TransportError`].
+//! 5. **Cancel every request at its `deadline`.** After [`Request::deadline`] the
+//!    outcome no longer matters: cancel the call and feed [`Input::TransportError`]
+//!    (for example "no reply before the request deadline"). The machine treats it as
+//!    ambiguous — the request may have reached the server — and resolves it safely.
+//! 6. **Call back with [`Input::Timeout`]** at the instant of the last
+//!    [`Output::Timeout`], or earlier if another input comes first; keep one timer and
+//!    move it when a later drain names another instant. Early and spurious timeouts are
+//!    harmless. On [`Output::Idle`] no timer is needed until the next input. Nothing
+//!    else wakes the machine: a lease is lost at its validity deadline only if the host
+//!    calls back then.
+//! 7. **Act on each [`Event`]** (every one names its lock in [`Output::Event`]):
+//!    * [`Event::Acquired`] — hand the lease to the caller with its `token`; the
+//!      caller carries the token on every write to the protected resource.
+//!    * [`Event::Renewed`] — the validity deadline moved; nothing to do.
+//!    * [`Event::Lost`] — cancel the protected work now (cancel the task, abort the
+//!      signal), not just a log line: another holder may already have the lock. The
+//!      lock is finished; a later [`Input::Release`] of it is a no-op.
+//!    * [`Event::Released`] — the release (or cancellation) is done.
+//!    * [`Event::AcquireFailed`] — the acquisition gave up: a timeout (with the last
+//!      error seen) or a [`ProtocolError`]; the lock was never held.
+//! 8. **Late and unknown replies are harmless.** A reply or transport error for a
+//!    request the machine no longer waits for (given up at its deadline, duplicated,
+//!    never issued) is ignored, or answered with an owner-checked release if it shows
+//!    the server still holds a lease the machine gave up on. Feed what arrives; there
+//!    is no need to filter.
+//! 9. **Treat `Err` from [`Machine::handle_input`] as the caller's bug.** A
+//!    [`UsageError`] (bad options, an unknown lock, time going backwards) rejects that
+//!    input and changes nothing. What the servers and the network do never returns an
+//!    error: it arrives as an event.
+//!
+//! In outline:
+//!
+//! ```text
+//! loop {
+//!     input = the next of: a reply, a request's deadline passing, a user call, the timer
+//!     machine.handle_input(input stamped with now)       // Err: the caller's bug
+//!     loop match machine.poll_output() {
+//!         Request(r)  => start r.body on the client; cancel it at r.deadline
+//!         Event(e)    => act on e (Lost: cancel the protected work)
+//!         Timeout(at) => set the timer to at; break
+//!         Idle        => clear the timer; break
+//!     }
+//! }
+//! ```
+//!
 //! ## Time
 //! [`Instant`] is nanoseconds on the host's monotonic clock. A `now` earlier than one
-//! given before is rejected ([`UsageError::TimeWentBackwards`], DESIGN.md rule 6).
-//! Timers due at an input's `now` fire before the input is handled.
+//! given before is rejected ([`UsageError::TimeWentBackwards`], rule 6). Timers due at
+//! an input's `now` fire before the input is handled, so a reply that comes after a
+//! deadline is already late when it is read.
 //!
-//! ## Safety rules kept here (numbers as in DESIGN.md)
+//! ## Safety rules kept here
+//! The numbers are those of `docs/DESIGN.md` in the repository, which also says where
+//! each rule is kept and which tests check it.
 //! 1. Validity is measured from when a request was sent:
 //!    `valid_until = sent_at + ttl × (1 − drift) − margin`.
 //! 2. `Lost` comes from the machine's timer at `valid_until`, reply or not.
@@ -48,7 +125,8 @@
 //! 6. Backwards time is a usage error.
 //! 7. Fencing tokens come from the server and are on every [`Event::Acquired`].
 //! 8. A `correctness` lock on a backend whose tokens can regress needs an opt-in.
-//! 9. Waiting uses bounded exponential backoff with full jitter; timeout 0 tries once.
+//! 9. Waiting uses bounded exponential backoff with jitter, or the server's wake-up
+//!    where the backend has one; timeout 0 tries once.
 //! 10. Every request carries a deadline; loss never waits for a hung request.
 
 pub mod backends;
