@@ -11,7 +11,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 
 use crate::backends::{
-    Backend, Ending, Phrased, Progress, Read, ReadError, Reply, RequestBody, Step, StepCx,
+    Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
     Waiting as WaitStyle,
 };
 use crate::event::{AcquireFailedReason, Event, LostReason};
@@ -53,7 +53,8 @@ pub(crate) struct InFlight {
 /// What one input needs besides the lock: the backend, randomness, and the queues.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
-    pub backend: &'a Backend,
+    /// How the lock's server is spoken to.
+    pub recipe: &'a dyn Recipe,
     pub rng: &'a mut ChaCha20Rng,
     pub next_request: &'a mut u64,
     pub requests: &'a mut HashMap<RequestId, InFlight>,
@@ -283,7 +284,7 @@ impl Acquisition {
         let renew_session = step == Step::Acquire && self.session_renewal_due(ctx, &owner);
         let mut cx = step_cx(&self.name, &self.options, &owner, ctx.now, 0);
         cx.renew_session = renew_session;
-        let phrased = ctx.backend.phrase(step, &cx, &mut self.progress);
+        let phrased = ctx.recipe.phrase(step, &cx, &mut self.progress);
         self.send_phrased(ctx, step, owner, deadline, role, phrased)
     }
 
@@ -339,7 +340,7 @@ impl Acquisition {
     /// When the session carrying a contender's queue place (a lease its key rides on) must be
     /// renewed: a renew interval after its last confirmed grant or renewal.
     fn session_renewal_at(&mut self, ctx: &Ctx<'_>, owner: &OwnerId) -> Option<Instant> {
-        ctx.backend
+        ctx.recipe
             .session_since(owner, &mut self.progress)
             .map(|since| since + self.options.renew_interval())
     }
@@ -512,7 +513,7 @@ impl Lock {
             } => (remaining, Some(sent_at)),
             Miss::Ambiguous | Miss::TooLate => (None, None),
         };
-        let style = ctx.backend.waiting();
+        let style = ctx.recipe.waiting();
         let wait = if contended_at.is_some() && style == WaitStyle::Handoff {
             retry::park_timeout(options, holder_remaining, ctx)
         } else {
@@ -566,7 +567,7 @@ impl Lock {
         let owner = self.acq.owner;
         let step = Step::Wait { timeout_ms };
         let cx = step_cx(&self.acq.name, &self.acq.options, &owner, ctx.now, 0);
-        let phrased = ctx.backend.phrase(step, &cx, &mut self.acq.progress);
+        let phrased = ctx.recipe.phrase(step, &cx, &mut self.acq.progress);
         if phrased.is_nothing() {
             return None;
         }
@@ -715,7 +716,10 @@ impl Lock {
         let owner = self.acq.owner;
         let acq = &mut self.acq;
         let cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
-        let read = ctx.backend.read(flight.step, &cx, &mut acq.progress, reply);
+        let read = match reply {
+            Ok(reply) => ctx.recipe.read(flight.step, &cx, &mut acq.progress, reply),
+            Err(message) => ctx.recipe.read_transport_error(flight.step, message),
+        };
         if read == Ok(Read::Pending) {
             return;
         }
@@ -894,7 +898,7 @@ impl Lock {
                 if attempt >= RELEASE_ATTEMPTS || ctx.now >= r.deadline {
                     let owner = self.acq.owner;
                     let unconfirmed =
-                        ctx.backend
+                        ctx.recipe
                             .unconfirmed_release(r.ending, &owner, &mut self.acq.progress);
                     if unconfirmed.cleanup {
                         self.acq.send_cleanup(ctx, owner, 0);
@@ -931,7 +935,7 @@ impl Lock {
     /// changes the state, but if it shows (or might show) that the server holds the
     /// lock for an owner id this machine gave up on, that owner is released.
     fn on_late_reply(&mut self, ctx: &mut Ctx<'_>, flight: &InFlight, reply: Result<&Reply, &str>) {
-        if !ctx.backend.late_may_hold(flight.step, reply) {
+        if !ctx.recipe.late_may_hold(flight.step, reply) {
             return;
         }
         let still_ours = flight.owner == self.acq.owner
@@ -990,9 +994,12 @@ impl Lock {
             flight.sent_at,
             flight.part,
         );
-        let read = ctx
-            .backend
-            .read(Step::Cleanup, &cx, &mut acq.progress, reply);
+        let read = match reply {
+            Ok(reply) => ctx
+                .recipe
+                .read(Step::Cleanup, &cx, &mut acq.progress, reply),
+            Err(message) => ctx.recipe.read_transport_error(Step::Cleanup, message),
+        };
         // each send of a cleanup matters for one TTL: after that the server has
         // dropped the key anyway
         let deadline = flight.sent_at + acq.options.ttl;

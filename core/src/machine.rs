@@ -300,7 +300,7 @@ impl Machine {
         };
         let mut ctx = Ctx {
             now,
-            backend: &self.backend,
+            recipe: self.backend.recipe(),
             rng: &mut self.rng,
             next_request: &mut self.next_request,
             requests: &mut self.requests,

@@ -41,7 +41,10 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{Read, ReadError};
+use super::{
+    wrong_reply, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody,
+    Step as LockStep, StepCx, Unconfirmed, Waiting,
+};
 use crate::error::ProtocolError;
 use crate::{FencingToken, Instant, OwnerId};
 
@@ -739,11 +742,11 @@ impl EtcdBackend {
         &self,
         name: &str,
         progress: &mut EtcdProgress,
-        ending: super::Ending,
+        ending: Ending,
     ) -> EtcdRequest {
         let owner = progress.owner;
         match progress.key_rev {
-            Some(rev) if ending == super::Ending::Held && progress.release_found.is_none() => {
+            Some(rev) if ending == Ending::Held && progress.release_found.is_none() => {
                 progress.pending = Step::Delete;
                 let key = self.holder_key(name, &owner);
                 EtcdRequest::Txn(EtcdTxn {
@@ -779,8 +782,98 @@ impl EtcdBackend {
     }
 }
 
+/// The progress of `owner`, fresh when the owner id changed (or none was kept).
+fn progress_of<'a>(progress: &'a mut Progress, owner: &OwnerId) -> &'a mut EtcdProgress {
+    if progress.etcd.as_ref().is_some_and(|p| p.owner() != *owner) {
+        progress.etcd = None;
+    }
+    progress
+        .etcd
+        .get_or_insert_with(|| Box::new(EtcdProgress::new(*owner)))
+}
+
+/// etcd's mutex recipe (see the module docs): acquire walks lease, key and
+/// predecessor steps; contenders watch their predecessor; the release deletes the key,
+/// then revokes the lease.
+impl Recipe for EtcdBackend {
+    fn waiting(&self) -> Waiting {
+        Waiting::Notify
+    }
+
+    fn session_since(&self, owner: &OwnerId, progress: &mut Progress) -> Option<Instant> {
+        progress_of(progress, owner).lease_base()
+    }
+
+    fn phrase(&self, step: LockStep, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+        let (name, owner) = (cx.name, cx.owner);
+        Phrased::One(RequestBody::Etcd(match step {
+            LockStep::Acquire => self.acquire(
+                name,
+                progress_of(progress, owner),
+                cx.ttl_ms,
+                cx.renew_session,
+            ),
+            LockStep::Renew => self.renew(owner),
+            LockStep::Release(ending) => self.release(name, progress_of(progress, owner), ending),
+            LockStep::Cleanup => self.revoke(owner),
+            LockStep::Wait { timeout_ms } => {
+                match self.wait(progress_of(progress, owner), timeout_ms) {
+                    Some(watch) => watch,
+                    None => return Phrased::Nothing,
+                }
+            }
+        }))
+    }
+
+    fn read(
+        &self,
+        step: LockStep,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        reply: &Reply,
+    ) -> Result<Read, ReadError> {
+        let Reply::Etcd(v) = reply else {
+            return Err(wrong_reply("etcd", reply));
+        };
+        match step {
+            LockStep::Acquire => {
+                self.read_acquire(cx.name, progress_of(progress, cx.owner), cx.sent_at, v)
+            }
+            LockStep::Wait { .. } => read_wait(v),
+            LockStep::Release(_) => read_release(progress_of(progress, cx.owner), v),
+            LockStep::Renew | LockStep::Cleanup => read_owner_check(v),
+        }
+    }
+
+    fn late_may_hold(&self, step: LockStep, reply: Result<&Reply, &str>) -> bool {
+        match (step, reply) {
+            // a lease or a queued key, which blocks those behind it until its TTL
+            (LockStep::Acquire, Ok(Reply::Etcd(v))) => may_hold(v),
+            (LockStep::Renew, Ok(Reply::Etcd(v))) => {
+                !matches!(read_owner_check(v), Ok(Read::NotHeld))
+            }
+            (LockStep::Release(_) | LockStep::Cleanup | LockStep::Wait { .. }, _) => false,
+            _ => true,
+        }
+    }
+
+    fn unconfirmed_release(
+        &self,
+        ending: Ending,
+        owner: &OwnerId,
+        progress: &mut Progress,
+    ) -> Unconfirmed {
+        let found = progress_of(progress, owner).release_found();
+        Unconfirmed {
+            // the key's fate is unknown: revoking the lease frees it
+            cleanup: ending == Ending::Held && found.is_none(),
+            found,
+        }
+    }
+}
+
 /// A late acquire-step reply: might the server hold a key (or lease) for its owner?
-pub(crate) fn may_hold(reply: &str) -> bool {
+fn may_hold(reply: &str) -> bool {
     // Any reply but "lease not found" may mean a lease or a queued key exists.
     grpc_code(reply) != Some(NOT_FOUND)
 }

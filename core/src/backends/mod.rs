@@ -244,24 +244,93 @@ pub(crate) struct Unconfirmed {
     pub found: Option<Read>,
 }
 
-/// One lock's progress through a multi-step recipe, for its current owner id.
-/// Single-request recipes keep none.
+/// One lock's progress through a multi-step recipe, for its current owner id: a slot
+/// per recipe that keeps any, which only that recipe reads. Single-request recipes
+/// keep none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
-    etcd: Option<Box<etcd::EtcdProgress>>,
+    pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
 }
 
-impl Progress {
-    /// The etcd progress for `owner`, fresh when the owner id changed.
-    fn etcd(&mut self, owner: &OwnerId) -> &mut etcd::EtcdProgress {
-        if self.etcd.as_ref().is_some_and(|p| p.owner() != *owner) {
-            self.etcd = None;
+/// A backend's recipe: how each step is phrased and how its replies read. It never
+/// decides *when* to send, or whether a lease is valid: that is `lock.rs`'s.
+pub(crate) trait Recipe {
+    /// How a contender waits after finding the lock held.
+    fn waiting(&self) -> Waiting {
+        Waiting::Poll
+    }
+
+    /// For recipes whose contenders hold a session while queued (a lease their key is
+    /// attached to): the send of its last confirmed grant or renewal. The lock
+    /// schedules the session's renewal from it (a renew interval later) and asks for it
+    /// with [`StepCx::renew_session`].
+    fn session_since(&self, _owner: &OwnerId, _progress: &mut Progress) -> Option<Instant> {
+        None
+    }
+
+    /// Phrases `step`. Only a wait may be [`Phrased::Nothing`] (a backend that wakes
+    /// nobody, or nothing known to wait on).
+    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased;
+
+    /// Reads the reply to `step`, advancing `progress`.
+    fn read(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        reply: &Reply,
+    ) -> Result<Read, ReadError>;
+
+    /// Reads a transport failure of `step`: ambiguous, unless the recipe knows better
+    /// (a lock bound to its connection is gone when the connection fails).
+    fn read_transport_error(&self, _step: Step, message: &str) -> Result<Read, ReadError> {
+        Err(ReadError::Ambiguous(message.to_owned()))
+    }
+
+    /// For a reply the lock no longer waits for (`Err`: its transport failed): might
+    /// the server hold the lock, or a queue place, for its owner id? Only what the
+    /// reply itself shows counts; the lock decides what to do about it.
+    fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
+        let mut scratch = Progress::default();
+        let mut read = |step, r| self.read(step, &LATE_CX, &mut scratch, r);
+        match (step.operation(), reply) {
+            (Operation::Release, _) => false,
+            // a wake-up may carry a grant; a lost one might have
+            (Operation::Wait, Ok(r)) => matches!(read(step, r), Ok(Read::Granted { .. })),
+            (Operation::Wait, Err(_)) => self.waiting() == Waiting::Handoff,
+            (_, Err(_)) => true,
+            (Operation::Acquire, Ok(r)) => {
+                !matches!(read(Step::Acquire, r), Ok(Read::Contended { .. }))
+            }
+            (Operation::Renew, Ok(r)) => !matches!(read(Step::Renew, r), Ok(Read::NotHeld)),
         }
-        self.etcd
-            .get_or_insert_with(|| Box::new(etcd::EtcdProgress::new(*owner)))
+    }
+
+    /// What is known when a release of `owner` is given up unconfirmed.
+    fn unconfirmed_release(
+        &self,
+        _ending: Ending,
+        _owner: &OwnerId,
+        _progress: &mut Progress,
+    ) -> Unconfirmed {
+        Unconfirmed {
+            cleanup: false,
+            found: None,
+        }
     }
 }
+
+/// The context of late reads, which need none (single-request replies read alone).
+pub(crate) const LATE_CX: StepCx<'static> = StepCx {
+    name: "",
+    owner: &OwnerId([0; 16]),
+    ttl_ms: 0,
+    retry_max_ms: 0,
+    renew_session: false,
+    sent_at: Instant::ZERO,
+    part: 0,
+};
 
 impl Backend {
     /// The name used in errors and docs.
@@ -299,213 +368,20 @@ impl Backend {
         }
     }
 
-    /// How a contender waits after finding the lock held.
-    pub(crate) fn waiting(&self) -> Waiting {
+    /// The recipe of this backend.
+    pub(crate) fn recipe(&self) -> &dyn Recipe {
         match self {
-            Backend::Redis(b) if b.fair => Waiting::Handoff,
-            Backend::Etcd(_) => Waiting::Notify,
-            Backend::Redis(_) | Backend::Postgres(_) => Waiting::Poll,
+            Backend::Redis(b) => b,
+            Backend::Postgres(b) => b,
+            Backend::Etcd(b) => b,
         }
-    }
-
-    /// For recipes whose contenders hold a session while queued (etcd: the lease their
-    /// key is attached to): the send of its last confirmed grant or renewal. The lock
-    /// schedules the session's renewal from it (a renew interval later) and asks for it
-    /// with [`StepCx::renew_session`].
-    pub(crate) fn session_since(
-        &self,
-        owner: &OwnerId,
-        progress: &mut Progress,
-    ) -> Option<Instant> {
-        match self {
-            Backend::Etcd(_) => progress.etcd(owner).lease_base(),
-            Backend::Redis(_) | Backend::Postgres(_) => None,
-        }
-    }
-
-    /// Phrases `step`. Only a wait may be [`Phrased::Nothing`] (a backend that wakes
-    /// nobody, or nothing known to wait on).
-    pub(crate) fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
-        let (name, owner) = (cx.name, cx.owner);
-        let body = match (self, step) {
-            (Backend::Redis(b), Step::Acquire) => {
-                RequestBody::Redis(b.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms))
-            }
-            (Backend::Redis(b), Step::Renew) => RequestBody::Redis(b.renew(name, owner, cx.ttl_ms)),
-            // a fair release hands the lock to the first live waiter for one park
-            (Backend::Redis(b), Step::Release(_) | Step::Cleanup) => {
-                RequestBody::Redis(b.release(name, owner, cx.retry_max_ms))
-            }
-            (Backend::Redis(b), Step::Wait { timeout_ms }) => match b.wait(name, owner, timeout_ms)
-            {
-                Some(blpop) => RequestBody::RedisBlpop(blpop),
-                None => return Phrased::Nothing,
-            },
-            (Backend::Postgres(b), Step::Acquire) => {
-                RequestBody::Sql(b.acquire(name, owner, cx.ttl_ms))
-            }
-            (Backend::Postgres(b), Step::Renew) => {
-                RequestBody::Sql(b.renew(name, owner, cx.ttl_ms))
-            }
-            (Backend::Postgres(b), Step::Release(_) | Step::Cleanup) => {
-                RequestBody::Sql(b.release(name, owner))
-            }
-            (Backend::Postgres(_), Step::Wait { .. }) => return Phrased::Nothing,
-            (Backend::Etcd(b), Step::Acquire) => RequestBody::Etcd(b.acquire(
-                name,
-                progress.etcd(owner),
-                cx.ttl_ms,
-                cx.renew_session,
-            )),
-            (Backend::Etcd(b), Step::Renew) => RequestBody::Etcd(b.renew(owner)),
-            (Backend::Etcd(b), Step::Release(ending)) => {
-                RequestBody::Etcd(b.release(name, progress.etcd(owner), ending))
-            }
-            (Backend::Etcd(b), Step::Cleanup) => RequestBody::Etcd(b.revoke(owner)),
-            (Backend::Etcd(b), Step::Wait { timeout_ms }) => {
-                match b.wait(progress.etcd(owner), timeout_ms) {
-                    Some(watch) => RequestBody::Etcd(watch),
-                    None => return Phrased::Nothing,
-                }
-            }
-        };
-        Phrased::One(body)
-    }
-
-    /// Reads the reply to `step` (`Err` with the message for a transport failure),
-    /// advancing `progress`.
-    pub(crate) fn read(
-        &self,
-        step: Step,
-        cx: &StepCx<'_>,
-        progress: &mut Progress,
-        reply: Result<&Reply, &str>,
-    ) -> Result<Read, ReadError> {
-        let reply = match reply {
-            Ok(reply) => reply,
-            // A connection-bound lock (PostgreSQL session mode) lives and dies with its
-            // connection: a failed heartbeat means the session, and the lock, is gone.
-            Err(_) if step == Step::Renew && self.connection_bound() => return Ok(Read::NotHeld),
-            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
-        };
-        match (self, reply) {
-            (Backend::Redis(b), Reply::Redis(v)) => match step {
-                // a fair contender is queued by its acquire
-                Step::Acquire => redis::read_acquire(v).map(|read| match read {
-                    Read::Contended { remaining, .. } => Read::Contended {
-                        remaining,
-                        queued: b.fair,
-                    },
-                    other => other,
-                }),
-                Step::Wait { .. } => redis::read_wait(v),
-                Step::Renew | Step::Release(_) | Step::Cleanup => redis::read_owner_check(v),
-            },
-            (Backend::Postgres(_), Reply::Sql(v)) => match step {
-                Step::Acquire => postgres::read_acquire(v),
-                Step::Wait { .. } => Ok(Read::Done),
-                Step::Renew => match postgres::read_owner_check(v) {
-                    Err(_) if self.connection_bound() => Ok(Read::NotHeld),
-                    other => other,
-                },
-                Step::Release(_) | Step::Cleanup => postgres::read_owner_check(v),
-            },
-            (Backend::Etcd(b), Reply::Etcd(v)) => match step {
-                Step::Acquire => b.read_acquire(cx.name, progress.etcd(cx.owner), cx.sent_at, v),
-                Step::Wait { .. } => etcd::read_wait(v),
-                Step::Release(_) => etcd::read_release(progress.etcd(cx.owner), v),
-                Step::Renew | Step::Cleanup => etcd::read_owner_check(v),
-            },
-            (b, r) => Err(wrong_reply(b, r)),
-        }
-    }
-
-    /// For a reply the lock no longer waits for (`Err`: its transport failed): might
-    /// the server hold the lock, or a queue place, for its owner id? Only what the
-    /// reply itself shows counts; the lock decides what to do about it.
-    pub(crate) fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
-        match (step.operation(), reply) {
-            (Operation::Release, _) => false,
-            // a wake-up may carry a grant (fair Redis); a lost one might have
-            (Operation::Wait, Ok(r)) => matches!(
-                self.read(
-                    Step::Wait { timeout_ms: 0 },
-                    &LATE_CX,
-                    &mut Progress::default(),
-                    Ok(r)
-                ),
-                Ok(Read::Granted { .. })
-            ),
-            (Operation::Wait, Err(_)) => self.waiting() == Waiting::Handoff,
-            (_, Err(_)) => true,
-            (Operation::Acquire, Ok(r)) => match (self, r) {
-                (Backend::Redis(_), Reply::Redis(v)) => {
-                    !matches!(redis::read_acquire(v), Ok(Read::Contended { .. }))
-                }
-                (Backend::Postgres(_), Reply::Sql(v)) => {
-                    !matches!(postgres::read_acquire(v), Ok(Read::Contended { .. }))
-                }
-                // a lease or a queued key, which blocks those behind it until its TTL
-                (Backend::Etcd(_), Reply::Etcd(v)) => etcd::may_hold(v),
-                _ => true,
-            },
-            (Operation::Renew, Ok(r)) => {
-                let check = match (self, r) {
-                    (Backend::Redis(_), Reply::Redis(v)) => redis::read_owner_check(v),
-                    (Backend::Postgres(_), Reply::Sql(v)) => postgres::read_owner_check(v),
-                    (Backend::Etcd(_), Reply::Etcd(v)) => etcd::read_owner_check(v),
-                    (b, r) => Err(wrong_reply(b, r)),
-                };
-                !matches!(check, Ok(Read::NotHeld))
-            }
-        }
-    }
-
-    /// What is known when a release of `owner` is given up unconfirmed.
-    pub(crate) fn unconfirmed_release(
-        &self,
-        ending: Ending,
-        owner: &OwnerId,
-        progress: &mut Progress,
-    ) -> Unconfirmed {
-        match self {
-            Backend::Etcd(_) => {
-                let found = progress.etcd(owner).release_found();
-                Unconfirmed {
-                    // the key's fate is unknown: revoking the lease frees it
-                    cleanup: ending == Ending::Held && found.is_none(),
-                    found,
-                }
-            }
-            Backend::Redis(_) | Backend::Postgres(_) => Unconfirmed {
-                cleanup: false,
-                found: None,
-            },
-        }
-    }
-
-    /// Whether the lock lives and dies with one connection (PostgreSQL session-level
-    /// advisory locks): a failed renewal (heartbeat) is then a loss, not a retry.
-    fn connection_bound(&self) -> bool {
-        matches!(self, Backend::Postgres(b) if b.mode == PgMode::Session)
     }
 }
 
-/// The context of reads that need none (late replies of single-request steps).
-const LATE_CX: StepCx<'static> = StepCx {
-    name: "",
-    owner: &OwnerId([0; 16]),
-    ttl_ms: 0,
-    retry_max_ms: 0,
-    renew_session: false,
-    sent_at: Instant::ZERO,
-    part: 0,
-};
-
 /// A reply of another backend's kind: the host's adapter is miswired.
-fn wrong_reply(backend: &Backend, reply: &Reply) -> ReadError {
+pub(crate) fn wrong_reply(backend: &str, reply: &Reply) -> ReadError {
     ReadError::Protocol(ProtocolError {
-        backend: backend.name().to_owned(),
+        backend: backend.to_owned(),
         message: format!("got a reply for another backend: {reply:?}"),
     })
 }

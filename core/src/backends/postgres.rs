@@ -29,7 +29,9 @@ use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Read, ReadError};
+use super::{
+    wrong_reply, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+};
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
@@ -259,6 +261,61 @@ impl PostgresBackend {
                 params: vec![SqlValue::Int(advisory_key(&self.namespace, name))],
                 connection: PgConnection::Dedicated,
             },
+        }
+    }
+}
+
+/// Every step is one statement; contenders poll. In session mode the lock lives and
+/// dies with its dedicated connection: a failed heartbeat means the session, and the
+/// lock with it, is gone.
+impl Recipe for PostgresBackend {
+    fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
+        let (name, owner) = (cx.name, cx.owner);
+        Phrased::One(RequestBody::Sql(match step {
+            Step::Acquire => self.acquire(name, owner, cx.ttl_ms),
+            Step::Renew => self.renew(name, owner, cx.ttl_ms),
+            Step::Release(_) | Step::Cleanup => self.release(name, owner),
+            Step::Wait { .. } => return Phrased::Nothing,
+        }))
+    }
+
+    fn read(
+        &self,
+        step: Step,
+        _cx: &StepCx<'_>,
+        _progress: &mut Progress,
+        reply: &Reply,
+    ) -> Result<Read, ReadError> {
+        let Reply::Sql(v) = reply else {
+            return Err(wrong_reply("postgres", reply));
+        };
+        match step {
+            Step::Acquire => read_acquire(v),
+            Step::Wait { .. } => Ok(Read::Done),
+            Step::Renew => match read_owner_check(v) {
+                Err(_) if self.mode == PgMode::Session => Ok(Read::NotHeld),
+                other => other,
+            },
+            Step::Release(_) | Step::Cleanup => read_owner_check(v),
+        }
+    }
+
+    fn read_transport_error(&self, step: Step, message: &str) -> Result<Read, ReadError> {
+        match (step, self.mode) {
+            (Step::Renew, PgMode::Session) => Ok(Read::NotHeld),
+            _ => Err(ReadError::Ambiguous(message.to_owned())),
+        }
+    }
+
+    fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
+        match (step, reply) {
+            // what the reply shows, not the session-mode reading of a failed heartbeat
+            (Step::Renew, Ok(Reply::Sql(v))) => !matches!(read_owner_check(v), Ok(Read::NotHeld)),
+            (Step::Acquire, Ok(Reply::Sql(v))) => {
+                !matches!(read_acquire(v), Ok(Read::Contended { .. }))
+            }
+            (Step::Release(_) | Step::Cleanup | Step::Wait { .. }, _) => false,
+            _ => true,
         }
     }
 }

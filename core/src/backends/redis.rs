@@ -28,7 +28,10 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Read, ReadError};
+use super::{
+    wrong_reply, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Waiting,
+};
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
 
@@ -349,6 +352,55 @@ impl RedisBackend {
             script: RedisScript::Release,
             keys: vec![self.lock_key(name)],
             args: vec![owner.to_string()],
+        }
+    }
+}
+
+/// Every step is one script call; a fair contender is queued by its acquire and parks
+/// on its own wake list, which the releasing holder's script pushes its grant to.
+impl Recipe for RedisBackend {
+    fn waiting(&self) -> Waiting {
+        if self.fair {
+            Waiting::Handoff
+        } else {
+            Waiting::Poll
+        }
+    }
+
+    fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
+        let (name, owner) = (cx.name, cx.owner);
+        Phrased::One(RequestBody::Redis(match step {
+            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms),
+            Step::Renew => self.renew(name, owner, cx.ttl_ms),
+            // a fair release hands the lock to the first live waiter for one park
+            Step::Release(_) | Step::Cleanup => self.release(name, owner, cx.retry_max_ms),
+            Step::Wait { timeout_ms } => match self.wait(name, owner, timeout_ms) {
+                Some(blpop) => return Phrased::One(RequestBody::RedisBlpop(blpop)),
+                None => return Phrased::Nothing,
+            },
+        }))
+    }
+
+    fn read(
+        &self,
+        step: Step,
+        _cx: &StepCx<'_>,
+        _progress: &mut Progress,
+        reply: &Reply,
+    ) -> Result<Read, ReadError> {
+        let Reply::Redis(v) = reply else {
+            return Err(wrong_reply("redis", reply));
+        };
+        match step {
+            Step::Acquire => read_acquire(v).map(|read| match read {
+                Read::Contended { remaining, .. } => Read::Contended {
+                    remaining,
+                    queued: self.fair,
+                },
+                other => other,
+            }),
+            Step::Wait { .. } => read_wait(v),
+            Step::Renew | Step::Release(_) | Step::Cleanup => read_owner_check(v),
         }
     }
 }
