@@ -5,12 +5,13 @@
 
 mod support;
 
+use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{Event, Operation, RedisBackend, RedisValue, Reply, RequestBody};
 use support::*;
 
 use Operation::{Acquire, Release, Wait};
 
-fn fair() -> Timeline {
+fn fair() -> Timeline<MemoryRedis> {
     Timeline::with_backend(
         3,
         RedisBackend {
@@ -21,7 +22,7 @@ fn fair() -> Timeline {
 }
 
 /// Delivers a pending wait if its wake-up is there (the server pops it), else leaves it.
-fn wake_if_ready(t: &mut Timeline, c: usize) -> bool {
+fn wake_if_ready(t: &mut Timeline<MemoryRedis>, c: usize) -> bool {
     let Some(i) = t.clients[c]
         .pending
         .iter()

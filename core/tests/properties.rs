@@ -98,7 +98,7 @@ struct Grammar {
 }
 
 fn run(steps: Vec<Step>, check_validity: bool) {
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     let mut now = 0u64;
     let mut locks: [Vec<LockId>; 2] = [Vec::new(), Vec::new()];
     let mut grammar: HashMap<(usize, LockId), Grammar> = HashMap::new();
@@ -236,7 +236,7 @@ proptest! {
 #[test]
 fn cancelling_a_waiter_leaves_the_holder_alone() {
     // Sanity for the property: a renew or release for a stranger's owner changes nothing.
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     t.at(0);
     t.acquire(0, "r", opts(1_000));
     t.serve(0, Operation::Acquire);
