@@ -45,17 +45,16 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
     t.reply(0, &txn, reply);
     // the first write of a fresh etcd is revision 2; valid from the grant's send at 0
     // (the lease's clock), not the transaction's at 5: 0 + 1000·0.99 − 2 = 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(2),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
     assert_eq!(t.holder("report"), Some((t.key_of(0, "report", lock), 2)));
     // keep-alive at 0 + 333.333, from the lease's base too
-    t.at(333);
-    assert!(t.clients[0].pending.is_empty());
+    t.at(333).expect_no_request(0);
     t.at(334);
     let ka = t.take_only(0);
     assert_eq!(
@@ -71,11 +70,11 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
     let reply = t.apply(&ka);
     t.reply(0, &ka, reply);
     // sent at 334: 334 + 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(1_322)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(1_322),
+        },
     );
     assert_eq!(
         t.server.lease_expires_at(t.lease_of(0, lock)),
@@ -107,7 +106,7 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
     t.reply(0, &rel, reply);
     // the key is gone; the lease is revoked before the release is reported, so
     // nothing of this lock is left on the server when `Released` comes
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     let revoke = t.take_only(0);
     assert_eq!(
         (revoke.operation, call(&revoke)),
@@ -115,14 +114,14 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
     );
     let reply = t.apply(&revoke);
     t.reply(0, &revoke, reply);
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     assert_eq!(t.holder("report"), None);
     assert_eq!(
         t.server.lease_expires_at(lease),
         None,
         "the lease is revoked, not left to expire"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     assert_eq!(t.clients[0].machine.lock_count(), 0);
 }
 
@@ -170,7 +169,7 @@ fn fifo_each_waiter_watches_its_predecessor_and_is_woken_by_its_release() {
     assert_eq!(t.clients[2].sent.len(), 3, "C: grant, txn, watch");
     t.release(0, a);
     t.serve_all(); // A's key deleted at 5: B's watch fires, B's txn finds itself first
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     // B's lease was granted by the request sent at 1: 1 + 988
     assert_eq!(acquired(&t.events(1)), Some((3, at(989))));
     assert_eq!(t.events(2), vec![], "C still waits, on B");
@@ -349,18 +348,18 @@ fn a_keepalive_without_ttl_loses_the_held_lock_at_once() {
     t.at(334);
     let reply = text(t.serve(0, Renew));
     assert!(!reply.contains("TTL"), "{reply}");
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::RenewRejected
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::RenewRejected,
+        },
     );
     assert_eq!(
         t.holder("r"),
         None,
         "the keep-alive did not re-create anything"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
@@ -373,14 +372,13 @@ fn keepalives_without_reply_lose_the_lock_exactly_at_the_deadline() {
     t.at(334);
     let _ka = t.take(0, Renew); // black-holed
     assert_eq!(t.clients[0].next_timeout, Some(at(988)));
-    t.at(987);
-    assert_eq!(t.events(0), vec![]);
+    t.at(987).expect_no_event(0);
     t.at(988); // 0 + 1000·0.99 − 2, from the grant's send
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
     // a revoke frees the key at once, in case a keep-alive landed
     let revoke = t.take_only(0);
@@ -402,17 +400,17 @@ fn transient_keepalive_errors_are_retried_until_the_deadline() {
     t.at(334);
     let ka = t.take(0, Renew);
     t.reply_text(0, &ka, &etcd_error(14, "etcdserver: leader changed"));
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     // retried after renew_interval / 4 = 83.333 ms: at 417.333
     t.at(417);
     assert!(!t.has_pending(0, Renew));
     t.at(418);
     t.serve(0, Renew);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(418 + 988)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(418 + 988),
+        },
     );
 }
 
@@ -443,11 +441,11 @@ fn a_retried_release_after_a_lost_reply_does_not_delete_the_next_holders_key() {
     t.serve_all(); // then the revoke of A's lease, after which the verdict is told
                    // (the first release did land, but its reply was lost: the machine can only say
                    // the key was not there, as on Redis)
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::NotHeldAtRelease
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::NotHeldAtRelease,
+        },
     );
     assert_eq!(
         t.holder("r"),
@@ -537,7 +535,7 @@ fn transient_errors_on_acquire_steps_are_retried() {
     t.acquire(0, "r", opts(1_000));
     let grant = t.take_only(0);
     t.reply_text(0, &grant, &etcd_error(14, "etcdserver: no leader"));
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     t.at(10);
     let grant = t.take_only(0);
     assert!(matches!(call(&grant), EtcdRequest::LeaseGrant { .. }));
@@ -651,7 +649,7 @@ fn cancelling_a_parked_waiter_revokes_its_lease_and_wakes_the_one_behind() {
     assert_eq!(call(&rel), &EtcdRequest::LeaseRevoke { id: lease_b });
     let reply = t.apply(&rel);
     t.reply(1, &rel, reply);
-    assert_eq!(t.events(1), vec![Event::Released]);
+    t.expect_event(1, Event::Released);
     assert_eq!(t.server.lease_expires_at(lease_b), None);
     // C's watch on B's key fires (deleted at 5): C re-checks and now watches A
     t.serve_all();

@@ -20,12 +20,12 @@ fn acquire_renew_release_happy_path() {
     let lock = t.acquire(0, "report", opts(1_000));
     t.at(2).serve(0, Acquire);
     // valid from the send: 0 + 1000·0.99 − 2 = 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(1),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
     t.at(332);
     assert!(!t.has_pending(0, Renew));
@@ -35,15 +35,15 @@ fn acquire_renew_release_happy_path() {
     let reply = t.apply(&renew);
     t.reply(0, &renew, reply);
     // sent at 334 (the first timeout after 333.3): 334 + 988 = 1322
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(1_322)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(1_322),
+        },
     );
     t.release(0, lock);
     t.serve(0, Release);
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     assert_eq!(t.holder("report"), None);
     assert_eq!(
         t.clients[0].machine.lock_count(),
@@ -61,12 +61,12 @@ fn rule1_validity_is_measured_from_the_send_not_the_reply() {
     let reply = t.apply(&req);
     t.at(500).reply(0, &req, reply);
     // 0 + 988, not 500 + 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(1),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
 }
 
@@ -80,14 +80,13 @@ fn rule2_lost_fires_from_the_timer_when_no_reply_ever_comes() {
     t.at(334);
     let _renew = t.take(0, Renew); // black-holed
     assert_eq!(t.clients[0].next_timeout, Some(at(988)));
-    t.at(987);
-    assert_eq!(t.events(0), vec![]);
+    t.at(987).expect_no_event(0);
     t.at(988); // 0 + 1000·0.99 − 2
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
 }
 
@@ -100,18 +99,18 @@ fn rule3_rejected_renewal_is_lost_at_once_and_never_recreates_the_key() {
     t.events(0);
     t.server.delete(&t.lock_key("report")); // an operator deletes the key
     t.at(334).serve(0, Renew);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::RenewRejected
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::RenewRejected,
+        },
     );
     assert_eq!(
         t.holder("report"),
         None,
         "the renewal did not re-create the key"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
@@ -164,19 +163,18 @@ fn rule4_renew_reply_after_deadline_does_not_resurrect_the_lease() {
     t.at(334);
     let renew = t.take(0, Renew);
     let applied = t.apply(&renew); // the server renewed: key held until 1334
-    t.at(988);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.at(988).expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
     let cleanup = t.take(0, Release); // sent at the loss, before any reply
     t.at(1_300).reply(0, &renew, applied); // too late
     assert_eq!(t.events(0), vec![], "never Renewed after Lost");
     // the renewal landed before the cleanup release already in flight (a renewal
     // cannot create the key), so that release is enough: no second one
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     let reply = t.apply(&cleanup);
     t.reply(0, &cleanup, reply);
     assert_eq!(
@@ -223,7 +221,7 @@ fn refresh_after_expiry_finds_no_key_and_creates_none() {
         "no key of A's"
     );
     t.reply(0, &renew, reply);
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     assert_eq!(t.holder("report"), None, "no key was created for A");
 }
 
@@ -258,7 +256,7 @@ fn rule4_release_after_expiry_leaves_the_new_holder_alone() {
     // a release of a lost lock is a no-op or, once forgotten, an unknown lock
     let r = t.clients[0].machine.release(t.now, a);
     assert!(matches!(r, Ok(()) | Err(UsageError::UnknownLock { .. })));
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
@@ -269,7 +267,7 @@ fn rule5_ambiguous_acquire_is_retried_with_the_same_owner_and_gets_the_same_toke
     let first = t.take(0, Acquire);
     t.apply(&first); // applied on the server, reply lost
     t.at(5).fail(0, &first);
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     t.run_until(600);
     let events = t.events(0);
     assert_eq!(
@@ -380,11 +378,11 @@ fn rule9_timeout_zero_tries_exactly_once() {
     o.acquire_timeout = Some(ms(0));
     t.acquire(1, "report", o);
     t.serve(1, Acquire);
-    assert_eq!(
-        t.events(1),
-        vec![Event::AcquireFailed {
-            reason: AcquireFailedReason::Timeout { last_error: None }
-        }]
+    t.expect_event(
+        1,
+        Event::AcquireFailed {
+            reason: AcquireFailedReason::Timeout { last_error: None },
+        },
     );
     t.run_until(5_000);
     let acquires = t.clients[1]
@@ -493,7 +491,7 @@ fn cancelling_an_acquire_in_flight_frees_the_lock_even_if_it_lands_late() {
     let acquire = t.take(0, Acquire);
     t.at(1).release(0, l);
     t.serve(0, Release); // reaches the server first: nothing to delete
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     t.at(2);
     let granted = t.apply(&acquire); // the acquire lands afterwards
     t.reply(0, &acquire, granted);
@@ -541,7 +539,7 @@ fn duplicate_and_unknown_replies_are_harmless() {
         },
     );
     assert_eq!(t.events(0).len(), 1);
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
@@ -628,8 +626,7 @@ fn rule10_a_hung_acquire_gives_up_at_the_acquire_timeout_and_releases() {
         "cancel the request at the acquire timeout"
     );
     t.apply(&hung); // it did reach the server
-    t.at(499);
-    assert_eq!(t.events(0), vec![]);
+    t.at(499).expect_no_event(0);
     t.at(500);
     assert!(matches!(
         t.events(0).as_slice(),
@@ -675,7 +672,7 @@ fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
     t.serve(0, Release);
     assert_eq!(t.clients[0].machine.lock_count(), 0, "forgotten");
     t.release(0, l); // no error, nothing sent
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     assert!(matches!(
         t.clients[0]
             .machine

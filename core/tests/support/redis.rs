@@ -2,7 +2,9 @@
 //! included, is answered at once when served.
 
 use fencepost_core::memory::MemoryRedis;
-use fencepost_core::{Backend, Instant, RedisBackend, RedisValue, Reply, Request, RequestBody};
+use fencepost_core::{
+    Backend, Instant, Operation, RedisBackend, RedisValue, Reply, Request, RequestBody,
+};
 
 use super::{Server, Timeline};
 
@@ -40,5 +42,31 @@ impl Timeline<MemoryRedis> {
     /// Delivers `value` as the server's reply to `req`.
     pub fn reply_value(&mut self, c: usize, req: &Request, value: RedisValue) {
         self.reply(c, req, Reply::Redis(value));
+    }
+
+    /// Delivers client `c`'s pending blocking pop if its wake-up is there (the server
+    /// pops it), else leaves it parked; returns whether it was delivered.
+    pub fn wake_if_ready(&mut self, c: usize) -> bool {
+        let Some(i) = self.clients[c]
+            .pending
+            .iter()
+            .position(|r| r.operation == Operation::Wait)
+        else {
+            return false;
+        };
+        let RequestBody::RedisBlpop(b) = &self.clients[c].pending[i].body else {
+            unreachable!()
+        };
+        if !self.server.has_list_item(self.now, &b.key) {
+            return false;
+        }
+        let req = self.clients[c].pending.remove(i);
+        let reply = self.apply(&req);
+        assert!(
+            matches!(reply, Reply::Redis(RedisValue::Array(_))),
+            "woken: {reply:?}"
+        );
+        self.reply(c, &req, reply);
+        true
     }
 }
