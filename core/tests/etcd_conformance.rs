@@ -8,7 +8,6 @@
 mod support;
 
 use fencepost_core::backends::etcd::{EtcdCompare, EtcdOp, EtcdRequest};
-use fencepost_core::backends::EtcdBackend;
 use fencepost_core::memory::MemoryEtcd;
 use fencepost_core::{Event, FencingToken, Operation, Reply};
 use support::etcd::*;
@@ -142,9 +141,7 @@ impl Diff {
         t.serve_all_by(|t, _, req| {
             let e = call(req).clone();
             if let EtcdRequest::Watch(w) = &e {
-                if t.server.watch(t.now, w).is_none() {
-                    return None;
-                }
+                t.server.watch(t.now, w)?; // stays parked until it fires
             }
             Some(Reply::Etcd(self.check(t, &e)))
         });
@@ -182,13 +179,8 @@ fn memory_etcd_replies_exactly_like_a_real_etcd() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    let mut t = Timeline::<MemoryEtcd>::with_backend(
-        0,
-        EtcdBackend {
-            key_prefix: format!("fencepost-diff-{nanos}/"),
-            ..EtcdBackend::default()
-        },
-    );
+    let mut t = Timeline::etcd(0);
+    t.backend.key_prefix = format!("fencepost-diff-{nanos}/");
     for seed in 0..3 {
         t.add_client(nanos.wrapping_add(seed));
     }
