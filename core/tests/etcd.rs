@@ -13,13 +13,6 @@ use support::*;
 
 use Operation::{Acquire, Release, Renew, Wait};
 
-fn acquired(events: &[Event]) -> Option<(u64, fencepost_core::Instant)> {
-    events.iter().find_map(|e| match e {
-        Event::Acquired { token, valid_until } => Some((token.get(), *valid_until)),
-        _ => None,
-    })
-}
-
 /// `n` renew intervals of a 1000 ms TTL (333.333333 ms each), as an instant.
 fn third(n: u64) -> fencepost_core::Instant {
     fencepost_core::Instant::from_nanos(n * 333_333_333)
@@ -27,7 +20,7 @@ fn third(n: u64) -> fencepost_core::Instant {
 
 #[test]
 fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "report", opts(1_000));
     let grant = t.take_only(0);
@@ -52,17 +45,16 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
     t.reply(0, &txn, reply);
     // the first write of a fresh etcd is revision 2; valid from the grant's send at 0
     // (the lease's clock), not the transaction's at 5: 0 + 1000·0.99 − 2 = 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(2),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
     assert_eq!(t.holder("report"), Some((t.key_of(0, "report", lock), 2)));
     // keep-alive at 0 + 333.333, from the lease's base too
-    t.at(333);
-    assert!(t.clients[0].pending.is_empty());
+    t.at(333).expect_no_request(0);
     t.at(334);
     let ka = t.take_only(0);
     assert_eq!(
@@ -78,11 +70,11 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
     let reply = t.apply(&ka);
     t.reply(0, &ka, reply);
     // sent at 334: 334 + 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(1_322)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(1_322),
+        },
     );
     assert_eq!(
         t.server.lease_expires_at(t.lease_of(0, lock)),
@@ -92,7 +84,7 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
 
 #[test]
 fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "report", opts(1_000));
     t.serve_all();
@@ -114,7 +106,7 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
     t.reply(0, &rel, reply);
     // the key is gone; the lease is revoked before the release is reported, so
     // nothing of this lock is left on the server when `Released` comes
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     let revoke = t.take_only(0);
     assert_eq!(
         (revoke.operation, call(&revoke)),
@@ -122,20 +114,20 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
     );
     let reply = t.apply(&revoke);
     t.reply(0, &revoke, reply);
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     assert_eq!(t.holder("report"), None);
     assert_eq!(
         t.server.lease_expires_at(lease),
         None,
         "the lease is revoked, not left to expire"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     assert_eq!(t.clients[0].machine.lock_count(), 0);
 }
 
 #[test]
 fn fifo_each_waiter_watches_its_predecessor_and_is_woken_by_its_release() {
-    let mut t = EtcdTimeline::new(3);
+    let mut t = Timeline::etcd(3);
     let o = opts(1_000);
     t.at(0);
     let a = t.acquire(0, "r", o.clone());
@@ -177,7 +169,7 @@ fn fifo_each_waiter_watches_its_predecessor_and_is_woken_by_its_release() {
     assert_eq!(t.clients[2].sent.len(), 3, "C: grant, txn, watch");
     t.release(0, a);
     t.serve_all(); // A's key deleted at 5: B's watch fires, B's txn finds itself first
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     // B's lease was granted by the request sent at 1: 1 + 988
     assert_eq!(acquired(&t.events(1)), Some((3, at(989))));
     assert_eq!(t.events(2), vec![], "C still waits, on B");
@@ -192,7 +184,7 @@ fn fifo_each_waiter_watches_its_predecessor_and_is_woken_by_its_release() {
 
 #[test]
 fn a_parked_waiter_keeps_its_lease_alive_and_never_polls() {
-    let mut t = EtcdTimeline::new(2);
+    let mut t = Timeline::etcd(2);
     let o = opts(1_000);
     t.at(0);
     t.acquire(0, "r", o.clone());
@@ -246,7 +238,7 @@ fn a_parked_waiter_keeps_its_lease_alive_and_never_polls() {
 
 #[test]
 fn a_waiter_whose_lease_expired_is_never_granted_and_requeues_at_the_back() {
-    let mut t = EtcdTimeline::new(3);
+    let mut t = Timeline::etcd(3);
     let mut o = opts(1_000);
     o.retry_max = ms(1_000);
     t.at(0);
@@ -317,7 +309,7 @@ fn a_put_on_an_expired_lease_starts_again_with_a_fresh_lease() {
     // The grant's reply arrives, but the lease is gone before the transaction reaches
     // etcd (revoked by an operator, or expired behind a long delay): "requested lease
     // not found", so the machine grants again and retries.
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "r", opts(1_000));
     let grant = t.take_only(0);
@@ -347,32 +339,32 @@ fn a_put_on_an_expired_lease_starts_again_with_a_fresh_lease() {
 
 #[test]
 fn a_keepalive_without_ttl_loses_the_held_lock_at_once() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "r", opts(1_000));
     t.serve_all();
     t.events(0);
     assert!(t.server.revoke(t.lease_of(0, lock))); // an operator revokes the lease
     t.at(334);
-    let reply = t.serve(0, Renew);
+    let reply = text(t.serve(0, Renew));
     assert!(!reply.contains("TTL"), "{reply}");
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::RenewRejected
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::RenewRejected,
+        },
     );
     assert_eq!(
         t.holder("r"),
         None,
         "the keep-alive did not re-create anything"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
 fn keepalives_without_reply_lose_the_lock_exactly_at_the_deadline() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "r", opts(1_000));
     t.serve_all();
@@ -380,14 +372,13 @@ fn keepalives_without_reply_lose_the_lock_exactly_at_the_deadline() {
     t.at(334);
     let _ka = t.take(0, Renew); // black-holed
     assert_eq!(t.clients[0].next_timeout, Some(at(988)));
-    t.at(987);
-    assert_eq!(t.events(0), vec![]);
+    t.at(987).expect_no_event(0);
     t.at(988); // 0 + 1000·0.99 − 2, from the grant's send
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
     // a revoke frees the key at once, in case a keep-alive landed
     let revoke = t.take_only(0);
@@ -401,7 +392,7 @@ fn keepalives_without_reply_lose_the_lock_exactly_at_the_deadline() {
 
 #[test]
 fn transient_keepalive_errors_are_retried_until_the_deadline() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     t.acquire(0, "r", opts(1_000));
     t.serve_all();
@@ -409,23 +400,23 @@ fn transient_keepalive_errors_are_retried_until_the_deadline() {
     t.at(334);
     let ka = t.take(0, Renew);
     t.reply_text(0, &ka, &etcd_error(14, "etcdserver: leader changed"));
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     // retried after renew_interval / 4 = 83.333 ms: at 417.333
     t.at(417);
     assert!(!t.has_pending(0, Renew));
     t.at(418);
     t.serve(0, Renew);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(418 + 988)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(418 + 988),
+        },
     );
 }
 
 #[test]
 fn a_retried_release_after_a_lost_reply_does_not_delete_the_next_holders_key() {
-    let mut t = EtcdTimeline::new(2);
+    let mut t = Timeline::etcd(2);
     let o = opts(10_000);
     t.at(0);
     let a = t.acquire(0, "r", o.clone());
@@ -450,11 +441,11 @@ fn a_retried_release_after_a_lost_reply_does_not_delete_the_next_holders_key() {
     t.serve_all(); // then the revoke of A's lease, after which the verdict is told
                    // (the first release did land, but its reply was lost: the machine can only say
                    // the key was not there, as on Redis)
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::NotHeldAtRelease
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::NotHeldAtRelease,
+        },
     );
     assert_eq!(
         t.holder("r"),
@@ -469,7 +460,7 @@ fn a_retried_release_spares_a_key_recreated_under_the_same_name() {
     // A's release lands but its reply is lost; then a late duplicate of A's acquire
     // transaction re-creates A's key (revision 4). The retried release compares with 2
     // and leaves the new key alone; the revoke that follows removes it with the lease.
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let a = t.acquire(0, "r", opts(10_000));
     let grant = t.take_only(0);
@@ -504,7 +495,7 @@ fn a_retried_release_spares_a_key_recreated_under_the_same_name() {
 
 #[test]
 fn a_retried_grant_after_a_lost_reply_keeps_the_lease_alive_first() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "r", opts(1_000));
     let grant = t.take_only(0);
@@ -539,12 +530,12 @@ fn a_retried_grant_after_a_lost_reply_keeps_the_lease_alive_first() {
 
 #[test]
 fn transient_errors_on_acquire_steps_are_retried() {
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     t.acquire(0, "r", opts(1_000));
     let grant = t.take_only(0);
     t.reply_text(0, &grant, &etcd_error(14, "etcdserver: no leader"));
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     t.at(10);
     let grant = t.take_only(0);
     assert!(matches!(call(&grant), EtcdRequest::LeaseGrant { .. }));
@@ -561,7 +552,7 @@ fn transient_errors_on_acquire_steps_are_retried() {
 #[test]
 fn lease_ttl_is_rounded_up_to_whole_seconds_and_validity_uses_the_lock_ttl() {
     for (ttl_ms, ttl_s) in [(1_000, 1), (1_001, 2), (1_500, 2), (2_000, 2), (60_000, 60)] {
-        let mut t = EtcdTimeline::new(1);
+        let mut t = Timeline::etcd(1);
         t.at(0);
         t.acquire(0, "r", opts(ttl_ms));
         let grant = t.take_only(0);
@@ -606,7 +597,7 @@ fn garbage_replies_at_every_step_never_panic() {
     ];
     for step in 0..10u64 {
         for g in garbage {
-            let mut t = EtcdTimeline::new(2);
+            let mut t = Timeline::etcd(2);
             let o = opts(1_000);
             t.at(0);
             let a = t.acquire(0, "r", o.clone());
@@ -616,7 +607,7 @@ fn garbage_replies_at_every_step_never_panic() {
             // an honest server, but client 1's request number `step + 1` (ids count
             // from 1 per machine) is answered with garbage
             let mut garble = |c: usize, r: &fencepost_core::Request| {
-                (c == 1 && r.id.0 == step + 1).then(|| g.to_owned())
+                (c == 1 && r.id.0 == step + 1).then(|| fencepost_core::Reply::Etcd(g.to_owned()))
             };
             for now in (1..3_000).step_by(7) {
                 t.at(now);
@@ -640,7 +631,7 @@ fn garbage_replies_at_every_step_never_panic() {
 
 #[test]
 fn cancelling_a_parked_waiter_revokes_its_lease_and_wakes_the_one_behind() {
-    let mut t = EtcdTimeline::new(3);
+    let mut t = Timeline::etcd(3);
     let o = opts(1_000);
     t.at(0);
     let a = t.acquire(0, "r", o.clone());
@@ -658,7 +649,7 @@ fn cancelling_a_parked_waiter_revokes_its_lease_and_wakes_the_one_behind() {
     assert_eq!(call(&rel), &EtcdRequest::LeaseRevoke { id: lease_b });
     let reply = t.apply(&rel);
     t.reply(1, &rel, reply);
-    assert_eq!(t.events(1), vec![Event::Released]);
+    t.expect_event(1, Event::Released);
     assert_eq!(t.server.lease_expires_at(lease_b), None);
     // C's watch on B's key fires (deleted at 5): C re-checks and now watches A
     t.serve_all();
@@ -681,7 +672,7 @@ fn a_leader_failover_is_ridden_out_by_retried_keepalives() {
     // lease its full TTL again from then. Keep-alives meanwhile fail with "leader
     // changed" (gRPC 14) and are retried every 83.333 ms; the first one after the
     // election succeeds, and the lock is never lost.
-    let mut t = EtcdTimeline::new(1);
+    let mut t = Timeline::etcd(1);
     t.at(0);
     let lock = t.acquire(0, "r", opts(1_000));
     t.serve_all();
@@ -717,7 +708,7 @@ fn a_leader_failover_is_ridden_out_by_retried_keepalives() {
 
 #[test]
 fn timeout_zero_tries_once_and_leaves_the_queue() {
-    let mut t = EtcdTimeline::new(2);
+    let mut t = Timeline::etcd(2);
     t.at(0);
     t.acquire(0, "r", opts(1_000));
     t.serve_all();
@@ -755,7 +746,7 @@ fn timeout_zero_tries_once_and_leaves_the_queue() {
 
 #[test]
 fn an_acquire_timeout_while_parked_revokes_the_waiters_lease() {
-    let mut t = EtcdTimeline::new(2);
+    let mut t = Timeline::etcd(2);
     t.at(0);
     t.acquire(0, "r", opts(10_000));
     t.serve_all();
@@ -778,281 +769,4 @@ fn an_acquire_timeout_while_parked_revokes_the_waiters_lease() {
     ));
     assert_eq!(t.server.lease_expires_at(b_lease), None, "revoked");
     assert_eq!(t.holder("r").map(|h| h.1), Some(2));
-}
-
-// ---- against a real etcd ---------------------------------------------------------------
-
-/// POSTs `body` to a real etcd's JSON gateway with `curl` and returns the reply text (a
-/// watch: the first response carrying events, or `{}` if none came within 1 s).
-fn real_etcd(url: &str, req: &EtcdRequest) -> String {
-    let watch = matches!(req, EtcdRequest::Watch(_));
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args(["-s", "-N", "--max-time", if watch { "1" } else { "5" }]);
-    cmd.arg(format!("{url}{}", req.gateway_path()));
-    cmd.args(["-d", &req.gateway_body()]);
-    let out = cmd.output().expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if watch {
-        return text
-            .lines()
-            .find(|l| l.contains("\"events\""))
-            .unwrap_or("{}")
-            .to_owned();
-    }
-    text.trim().to_owned()
-}
-
-/// A real reply in the in-memory server's terms: its revisions shifted by `offset`
-/// (the real server's revision before the run, minus 1) and its header's cluster,
-/// member and term replaced by `mem`'s.
-fn normalize(real: &str, offset: i64, mem: &str) -> String {
-    let field = |text: &str, name: &str| -> Option<String> {
-        let pat = format!("\"{name}\":\"");
-        let start = text.find(&pat)? + pat.len();
-        let end = start + text[start..].find('"')?;
-        Some(text[start..end].to_owned())
-    };
-    let mut out = real.to_owned();
-    for name in ["cluster_id", "member_id", "raft_term"] {
-        if let (Some(r), Some(m)) = (field(real, name), field(mem, name)) {
-            out = out.replace(
-                &format!("\"{name}\":\"{r}\""),
-                &format!("\"{name}\":\"{m}\""),
-            );
-        }
-    }
-    // every `…revision":"N"` (revision, create_revision, mod_revision)
-    let pat = "revision\":\"";
-    let mut result = String::new();
-    let mut rest = out.as_str();
-    while let Some(i) = rest.find(pat) {
-        let (head, tail) = rest.split_at(i + pat.len());
-        result.push_str(head);
-        let digits: String = tail.chars().take_while(char::is_ascii_digit).collect();
-        match digits.parse::<i64>() {
-            Ok(n) => result.push_str(&(n - offset).to_string()),
-            Err(_) => result.push_str(&digits),
-        }
-        rest = &tail[digits.len()..];
-    }
-    result.push_str(rest);
-    result
-}
-
-/// `req` with its revisions (compares, range filters, watch start) moved by `offset`,
-/// from the in-memory server's numbering to the real one's.
-fn shift(req: &EtcdRequest, offset: i64) -> EtcdRequest {
-    use fencepost_core::backends::etcd::EtcdRange;
-    let range = |r: &EtcdRange| EtcdRange {
-        max_create_revision: match r.max_create_revision {
-            0 => 0,
-            n => n + offset,
-        },
-        ..r.clone()
-    };
-    let op = |o: &EtcdOp| match o {
-        EtcdOp::Range(r) => EtcdOp::Range(range(r)),
-        other => other.clone(),
-    };
-    match req {
-        EtcdRequest::Txn(t) => EtcdRequest::Txn(fencepost_core::backends::etcd::EtcdTxn {
-            compare: t
-                .compare
-                .iter()
-                .map(|c| EtcdCompare {
-                    key: c.key.clone(),
-                    create_revision: match c.create_revision {
-                        0 => 0,
-                        n => n + offset,
-                    },
-                })
-                .collect(),
-            success: t.success.iter().map(op).collect(),
-            failure: t.failure.iter().map(op).collect(),
-        }),
-        EtcdRequest::Range(r) => EtcdRequest::Range(range(r)),
-        EtcdRequest::Watch(w) => {
-            let mut w = w.clone();
-            w.start_revision += offset;
-            EtcdRequest::Watch(w)
-        }
-        other => other.clone(),
-    }
-}
-
-struct Diff {
-    url: String,
-    offset: i64,
-    compared: usize,
-}
-
-impl Diff {
-    /// Runs `req` on both servers; the texts must match. Returns the in-memory reply.
-    fn check(&mut self, t: &mut EtcdTimeline, req: &EtcdRequest) -> String {
-        let mem = t.server.call(t.now, req);
-        let real = normalize(
-            &real_etcd(&self.url, &shift(req, self.offset)),
-            self.offset,
-            &mem,
-        );
-        assert_eq!(
-            real, mem,
-            "real etcd (left) and MemoryEtcd (right) differ on {req:?}"
-        );
-        self.compared += 1;
-        mem
-    }
-
-    /// Serves every pending request on both servers; watches only when they fire.
-    fn serve(&mut self, t: &mut EtcdTimeline) {
-        loop {
-            let mut any = false;
-            for c in 0..t.clients.len() {
-                let mut i = 0;
-                while i < t.clients[c].pending.len() {
-                    let req = t.clients[c].pending[i].clone();
-                    let e = call(&req).clone();
-                    if let EtcdRequest::Watch(w) = &e {
-                        if t.server.watch(t.now, w).is_none() {
-                            i += 1;
-                            continue;
-                        }
-                    }
-                    let text = self.check(t, &e);
-                    t.clients[c].pending.remove(i);
-                    t.reply_text(c, &req, &text);
-                    any = true;
-                    i = 0;
-                }
-            }
-            if !any {
-                break;
-            }
-        }
-    }
-}
-
-/// With `FENCEPOST_ETCD_URL` (e.g. `http://127.0.0.1:2379`, an etcd 3.4 with nothing
-/// else writing to it), three contenders run through grant, queueing, watches,
-/// keep-alives, release transactions and revokes, plus the error paths (a duplicate
-/// grant, a revoke of a missing lease, a put on a revoked lease, a retried release),
-/// against `MemoryEtcd` and the real server side by side: every reply text must be
-/// the same, revisions shifted to the in-memory server's start.
-#[test]
-#[ignore = "needs a real etcd: FENCEPOST_ETCD_URL=http://127.0.0.1:2379"]
-fn memory_etcd_replies_exactly_like_a_real_etcd() {
-    let url = std::env::var("FENCEPOST_ETCD_URL").expect("FENCEPOST_ETCD_URL");
-    let probe = EtcdRequest::Range(fencepost_core::backends::etcd::EtcdRange {
-        key: "fencepost-probe".into(),
-        range_end: None,
-        limit: 0,
-        sort: None,
-        keys_only: false,
-        max_create_revision: 0,
-    });
-    let first = real_etcd(&url, &probe);
-    let base: i64 = first
-        .split("\"revision\":\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .and_then(|s| s.parse().ok())
-        .expect("a revision in the probe's header");
-    let offset = base - 1;
-    // fresh lease ids each run: seeds from the wall clock, a fresh key prefix
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let mut t = EtcdTimeline::new(0);
-    t.backend.key_prefix = format!("fencepost-diff-{nanos}/");
-    for seed in 0..3 {
-        t.clients.push(Client {
-            machine: fencepost_core::Machine::with_seed(
-                fencepost_core::Backend::Etcd(t.backend.clone()),
-                nanos.wrapping_add(seed),
-            ),
-            pending: Vec::new(),
-            events: Vec::new(),
-            next_timeout: None,
-            sent: Vec::new(),
-        });
-    }
-    let mut d = Diff {
-        url,
-        offset,
-        compared: 0,
-    };
-    let o = opts(10_000);
-    t.at(0);
-    let a = t.acquire(0, "r", o.clone());
-    d.serve(&mut t);
-    t.at(1);
-    let b = t.acquire(1, "r", o.clone());
-    d.serve(&mut t);
-    t.at(2);
-    let c = t.acquire(2, "r", o.clone());
-    d.serve(&mut t);
-    assert!(t.has_pending(1, Wait) && t.has_pending(2, Wait));
-    // a keep-alive of the holder (renew interval 3.333 s)
-    t.at(3_334);
-    d.serve(&mut t);
-    assert!(matches!(t.events(0).last(), Some(Event::Renewed { .. })));
-    t.release(0, a);
-    d.serve(&mut t);
-    // the machines get the in-memory replies: its revisions
-    assert_eq!(acquired(&t.events(1)).map(|x| x.0), Some(3));
-    t.release(1, b);
-    d.serve(&mut t);
-    assert!(acquired(&t.events(2)).is_some());
-    // error paths and shapes the machine does not reach here
-    let lease_c = t.lease_of(2, c);
-    let key_c = t.key_of(2, "r", c);
-    let rev_c = t.server.get(t.now, &key_c).unwrap().create_revision;
-    let stale_release = t
-        .backend
-        .fenced_txn("r", &key_c, FencingToken(rev_c as u64 - 1), vec![]);
-    for req in [
-        EtcdRequest::LeaseGrant {
-            id: lease_c,
-            ttl_s: 10,
-        },
-        stale_release,
-        EtcdRequest::LeaseRevoke { id: 1 },
-        EtcdRequest::LeaseKeepAlive { id: 1 },
-    ] {
-        d.check(&mut t, &req);
-    }
-    t.release(2, c);
-    d.serve(&mut t);
-    // a put on the revoked lease, then the same transaction without lease
-    let lone = t.backend.holder_key("r", &fencepost_core::OwnerId([7; 16]));
-    let put = |lease| {
-        EtcdRequest::Txn(fencepost_core::backends::etcd::EtcdTxn {
-            compare: vec![EtcdCompare {
-                key: lone.clone(),
-                create_revision: 0,
-            }],
-            success: vec![EtcdOp::Put {
-                key: lone.clone(),
-                value: "v".into(),
-                lease,
-            }],
-            failure: vec![],
-        })
-    };
-    d.check(&mut t, &put(lease_c));
-    d.check(&mut t, &put(0));
-    d.check(
-        &mut t,
-        &EtcdRequest::Txn(fencepost_core::backends::etcd::EtcdTxn {
-            compare: vec![],
-            success: vec![EtcdOp::Delete { key: lone.clone() }],
-            failure: vec![],
-        }),
-    );
-    eprintln!(
-        "{} replies compared with the real etcd at {}",
-        d.compared, d.url
-    );
-    assert!(d.compared >= 25, "{}", d.compared);
 }

@@ -5,12 +5,13 @@
 
 mod support;
 
-use fencepost_core::{Event, Operation, RedisBackend, RedisValue, Reply, RequestBody};
+use fencepost_core::memory::MemoryRedis;
+use fencepost_core::{Event, Operation, RedisBackend, RequestBody};
 use support::*;
 
 use Operation::{Acquire, Release, Wait};
 
-fn fair() -> Timeline {
+fn fair() -> Timeline<MemoryRedis> {
     Timeline::with_backend(
         3,
         RedisBackend {
@@ -18,31 +19,6 @@ fn fair() -> Timeline {
             ..RedisBackend::default()
         },
     )
-}
-
-/// Delivers a pending wait if its wake-up is there (the server pops it), else leaves it.
-fn wake_if_ready(t: &mut Timeline, c: usize) -> bool {
-    let Some(i) = t.clients[c]
-        .pending
-        .iter()
-        .position(|r| r.operation == Wait)
-    else {
-        return false;
-    };
-    let RequestBody::RedisBlpop(b) = &t.clients[c].pending[i].body else {
-        unreachable!()
-    };
-    if !t.server.has_list_item(t.now, &b.key) {
-        return false;
-    }
-    let req = t.clients[c].pending.remove(i);
-    let reply = t.apply(&req);
-    assert!(
-        matches!(reply, Reply::Redis(RedisValue::Array(_))),
-        "woken: {reply:?}"
-    );
-    t.reply(c, &req, reply);
-    true
 }
 
 #[test]
@@ -85,8 +61,8 @@ fn waiters_are_served_in_order_and_the_releaser_cannot_barge() {
             .all(|e| !matches!(e, Event::Acquired { .. })),
         "no barging"
     );
-    assert!(!wake_if_ready(&mut t, 2), "C is not woken: B is first");
-    assert!(wake_if_ready(&mut t, 1), "B is woken at once");
+    assert!(!t.wake_if_ready(2), "C is not woken: B is first");
+    assert!(t.wake_if_ready(1), "B is woken at once");
     assert!(
         !t.has_pending(1, Acquire),
         "the wake-up is the grant: no second round trip"
@@ -96,12 +72,12 @@ fn waiters_are_served_in_order_and_the_releaser_cannot_barge() {
     // B releases: C (queued before A's second attempt) is next, then A
     t.at(4).release(1, fencepost_core::LockId(1));
     t.serve(1, Release);
-    assert!(!wake_if_ready(&mut t, 0));
-    assert!(wake_if_ready(&mut t, 2));
+    assert!(!t.wake_if_ready(0));
+    assert!(t.wake_if_ready(2));
     assert_eq!(acquired_token(&t.events(2)), Some(3));
     t.at(5).release(2, fencepost_core::LockId(1));
     t.serve(2, Release);
-    assert!(wake_if_ready(&mut t, 0));
+    assert!(t.wake_if_ready(0));
     assert_eq!(acquired_token(&t.events(0)), Some(4));
     t.release(0, a2);
     t.serve(0, Release);
@@ -122,10 +98,10 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_is_skipped() {
     t.serve(2, Acquire); // C queued
     t.at(10).release(1, fencepost_core::LockId(1)); // B gives up (cancels)
     t.serve(1, Release); // leaves the queue
-    assert_eq!(t.events(1), vec![Event::Released]);
+    t.expect_event(1, Event::Released);
     t.at(20).release(0, a);
     t.serve(0, Release);
-    assert!(wake_if_ready(&mut t, 2), "C, not the departed B, is woken");
+    assert!(t.wake_if_ready(2), "C, not the departed B, is woken");
     assert_eq!(acquired_token(&t.events(2)), Some(2));
 }
 

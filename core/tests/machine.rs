@@ -15,17 +15,17 @@ use Operation::{Acquire, Release, Renew};
 
 #[test]
 fn acquire_renew_release_happy_path() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let lock = t.acquire(0, "report", opts(1_000));
     t.at(2).serve(0, Acquire);
     // valid from the send: 0 + 1000·0.99 − 2 = 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(1),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
     t.at(332);
     assert!(!t.has_pending(0, Renew));
@@ -35,15 +35,15 @@ fn acquire_renew_release_happy_path() {
     let reply = t.apply(&renew);
     t.reply(0, &renew, reply);
     // sent at 334 (the first timeout after 333.3): 334 + 988 = 1322
-    assert_eq!(
-        t.events(0),
-        vec![Event::Renewed {
-            valid_until: at(1_322)
-        }]
+    t.expect_event(
+        0,
+        Event::Renewed {
+            valid_until: at(1_322),
+        },
     );
     t.release(0, lock);
     t.serve(0, Release);
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     assert_eq!(t.holder("report"), None);
     assert_eq!(
         t.clients[0].machine.lock_count(),
@@ -54,25 +54,25 @@ fn acquire_renew_release_happy_path() {
 
 #[test]
 fn rule1_validity_is_measured_from_the_send_not_the_reply() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     let req = t.take(0, Acquire);
     let reply = t.apply(&req);
     t.at(500).reply(0, &req, reply);
     // 0 + 988, not 500 + 988
-    assert_eq!(
-        t.events(0),
-        vec![Event::Acquired {
+    t.expect_event(
+        0,
+        Event::Acquired {
             token: FencingToken(1),
-            valid_until: at(988)
-        }]
+            valid_until: at(988),
+        },
     );
 }
 
 #[test]
 fn rule2_lost_fires_from_the_timer_when_no_reply_ever_comes() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     t.at(2).serve(0, Acquire);
@@ -80,44 +80,43 @@ fn rule2_lost_fires_from_the_timer_when_no_reply_ever_comes() {
     t.at(334);
     let _renew = t.take(0, Renew); // black-holed
     assert_eq!(t.clients[0].next_timeout, Some(at(988)));
-    t.at(987);
-    assert_eq!(t.events(0), vec![]);
+    t.at(987).expect_no_event(0);
     t.at(988); // 0 + 1000·0.99 − 2
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
 }
 
 #[test]
 fn rule3_rejected_renewal_is_lost_at_once_and_never_recreates_the_key() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     t.at(1).serve(0, Acquire);
     t.events(0);
-    t.server.delete(&Timeline::lock_key("report")); // an operator deletes the key
+    t.server.delete(&t.lock_key("report")); // an operator deletes the key
     t.at(334).serve(0, Renew);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::RenewRejected
-        }]
+    t.expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::RenewRejected,
+        },
     );
     assert_eq!(
         t.holder("report"),
         None,
         "the renewal did not re-create the key"
     );
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
 fn rule3_transient_renew_failures_retry_then_lost_exactly_at_the_deadline() {
     // A failover: every renew times out or answers READONLY until the deadline.
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     t.at(1).serve(0, Acquire);
@@ -156,7 +155,7 @@ fn rule3_transient_renew_failures_retry_then_lost_exactly_at_the_deadline() {
 
 #[test]
 fn rule4_renew_reply_after_deadline_does_not_resurrect_the_lease() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     t.at(2).serve(0, Acquire);
@@ -164,19 +163,18 @@ fn rule4_renew_reply_after_deadline_does_not_resurrect_the_lease() {
     t.at(334);
     let renew = t.take(0, Renew);
     let applied = t.apply(&renew); // the server renewed: key held until 1334
-    t.at(988);
-    assert_eq!(
-        t.events(0),
-        vec![Event::Lost {
-            reason: LostReason::Expired
-        }]
+    t.at(988).expect_event(
+        0,
+        Event::Lost {
+            reason: LostReason::Expired,
+        },
     );
     let cleanup = t.take(0, Release); // sent at the loss, before any reply
     t.at(1_300).reply(0, &renew, applied); // too late
     assert_eq!(t.events(0), vec![], "never Renewed after Lost");
     // the renewal landed before the cleanup release already in flight (a renewal
     // cannot create the key), so that release is enough: no second one
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     let reply = t.apply(&cleanup);
     t.reply(0, &cleanup, reply);
     assert_eq!(
@@ -190,7 +188,7 @@ fn rule4_renew_reply_after_deadline_does_not_resurrect_the_lease() {
 fn refresh_after_expiry_finds_no_key_and_creates_none() {
     // t=0 A acquires (ttl 1000, renew every 800); A's renew is delayed; t=1000 the key
     // expires; t=1100 B acquires; t=1300 B releases; t=1400 A's renew arrives.
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     let mut o = opts(1_000);
     o.renew_every = Some(ms(800));
     t.at(0);
@@ -223,13 +221,13 @@ fn refresh_after_expiry_finds_no_key_and_creates_none() {
         "no key of A's"
     );
     t.reply(0, &renew, reply);
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     assert_eq!(t.holder("report"), None, "no key was created for A");
 }
 
 #[test]
 fn rule4_release_after_expiry_leaves_the_new_holder_alone() {
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     let mut o = opts(1_000);
     o.auto_renew = false;
     t.at(0);
@@ -258,18 +256,18 @@ fn rule4_release_after_expiry_leaves_the_new_holder_alone() {
     // a release of a lost lock is a no-op or, once forgotten, an unknown lock
     let r = t.clients[0].machine.release(t.now, a);
     assert!(matches!(r, Ok(()) | Err(UsageError::UnknownLock { .. })));
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
 fn rule5_ambiguous_acquire_is_retried_with_the_same_owner_and_gets_the_same_token() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let lock = t.acquire(0, "report", opts(1_000));
     let first = t.take(0, Acquire);
     t.apply(&first); // applied on the server, reply lost
     t.at(5).fail(0, &first);
-    assert_eq!(t.events(0), vec![]);
+    t.expect_no_event(0);
     t.run_until(600);
     let events = t.events(0);
     assert_eq!(
@@ -283,7 +281,7 @@ fn rule5_ambiguous_acquire_is_retried_with_the_same_owner_and_gets_the_same_toke
 
 #[test]
 fn rule5_ambiguous_acquire_that_gives_up_releases_instead_of_orphaning() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     let mut o = opts(10_000);
     o.acquire_timeout = Some(ms(0));
     t.at(0);
@@ -306,7 +304,7 @@ fn rule5_ambiguous_acquire_that_gives_up_releases_instead_of_orphaning() {
 #[test]
 fn grant_arriving_after_its_validity_is_released_not_used() {
     // A GC pause between the send and reading the reply.
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     let mut o = opts(1_000);
     o.retry_base = ms(100); // the retry is not yet sent when the reply comes
     t.at(0);
@@ -342,7 +340,7 @@ fn rule6_time_going_backwards_is_a_usage_error_and_changes_nothing() {
 
 #[test]
 fn rule7_tokens_strictly_increase_across_holders() {
-    let mut t = Timeline::new(3);
+    let mut t = Timeline::redis(3);
     let mut tokens = Vec::new();
     for round in 0..6u64 {
         let c = (round % 3) as usize;
@@ -372,7 +370,7 @@ fn rule8_correctness_on_redis_is_refused_without_the_opt_in() {
 
 #[test]
 fn rule9_timeout_zero_tries_exactly_once() {
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     t.serve(0, Acquire);
@@ -380,11 +378,11 @@ fn rule9_timeout_zero_tries_exactly_once() {
     o.acquire_timeout = Some(ms(0));
     t.acquire(1, "report", o);
     t.serve(1, Acquire);
-    assert_eq!(
-        t.events(1),
-        vec![Event::AcquireFailed {
-            reason: AcquireFailedReason::Timeout { last_error: None }
-        }]
+    t.expect_event(
+        1,
+        Event::AcquireFailed {
+            reason: AcquireFailedReason::Timeout { last_error: None },
+        },
     );
     t.run_until(5_000);
     let acquires = t.clients[1]
@@ -397,7 +395,7 @@ fn rule9_timeout_zero_tries_exactly_once() {
 
 #[test]
 fn rule9_hundred_contenders_retry_at_jittered_instants_within_the_bound() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(60_000));
     t.serve(0, Acquire);
@@ -440,7 +438,7 @@ fn rule9_hundred_contenders_retry_at_jittered_instants_within_the_bound() {
 
 #[test]
 fn rule9_waiters_acquire_when_the_holder_releases() {
-    let mut t = Timeline::new(2);
+    let mut t = Timeline::redis(2);
     t.at(0);
     let a = t.acquire(0, "report", opts(1_000));
     t.serve(0, Acquire);
@@ -454,7 +452,7 @@ fn rule9_waiters_acquire_when_the_holder_releases() {
 
 #[test]
 fn rule10_every_request_carries_a_deadline() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let l = t.acquire(0, "report", opts(1_000));
     let acquire = t.take(0, Acquire);
@@ -475,7 +473,7 @@ fn rule10_every_request_carries_a_deadline() {
 
 #[test]
 fn acquire_without_reply_within_validity_is_treated_as_ambiguous() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     let hung = t.take(0, Acquire);
@@ -487,13 +485,13 @@ fn acquire_without_reply_within_validity_is_treated_as_ambiguous() {
 
 #[test]
 fn cancelling_an_acquire_in_flight_frees_the_lock_even_if_it_lands_late() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let l = t.acquire(0, "report", opts(1_000));
     let acquire = t.take(0, Acquire);
     t.at(1).release(0, l);
     t.serve(0, Release); // reaches the server first: nothing to delete
-    assert_eq!(t.events(0), vec![Event::Released]);
+    t.expect_event(0, Event::Released);
     t.at(2);
     let granted = t.apply(&acquire); // the acquire lands afterwards
     t.reply(0, &acquire, granted);
@@ -505,7 +503,7 @@ fn cancelling_an_acquire_in_flight_frees_the_lock_even_if_it_lands_late() {
 
 #[test]
 fn release_that_finds_the_key_gone_reports_the_loss() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     let mut o = opts(10_000);
     o.auto_renew = false;
     t.at(0);
@@ -525,7 +523,7 @@ fn release_that_finds_the_key_gone_reports_the_loss() {
 
 #[test]
 fn duplicate_and_unknown_replies_are_harmless() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
     let req = t.take(0, Acquire);
@@ -541,7 +539,7 @@ fn duplicate_and_unknown_replies_are_harmless() {
         },
     );
     assert_eq!(t.events(0).len(), 1);
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
 }
 
 #[test]
@@ -566,7 +564,7 @@ fn owner_ids_are_128_bit_and_never_repeat() {
 
 #[test]
 fn many_locks_share_one_timer_heap() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let n = 10_000;
     let locks: Vec<_> = (0..n)
@@ -616,7 +614,7 @@ fn invalid_input_is_rejected_before_anything_changes() {
 
 #[test]
 fn rule10_a_hung_acquire_gives_up_at_the_acquire_timeout_and_releases() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     let mut o = opts(30_000);
     o.acquire_timeout = Some(ms(500));
     t.at(0);
@@ -628,8 +626,7 @@ fn rule10_a_hung_acquire_gives_up_at_the_acquire_timeout_and_releases() {
         "cancel the request at the acquire timeout"
     );
     t.apply(&hung); // it did reach the server
-    t.at(499);
-    assert_eq!(t.events(0), vec![]);
+    t.at(499).expect_no_event(0);
     t.at(500);
     assert!(matches!(
         t.events(0).as_slice(),
@@ -667,7 +664,7 @@ fn outputs_and_inputs_are_plain_data_in_json() {
 
 #[test]
 fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
-    let mut t = Timeline::new(1);
+    let mut t = Timeline::redis(1);
     t.at(0);
     let l = t.acquire(0, "report", opts(1_000));
     t.serve(0, Acquire);
@@ -675,7 +672,7 @@ fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
     t.serve(0, Release);
     assert_eq!(t.clients[0].machine.lock_count(), 0, "forgotten");
     t.release(0, l); // no error, nothing sent
-    assert!(t.clients[0].pending.is_empty());
+    t.expect_no_request(0);
     assert!(matches!(
         t.clients[0]
             .machine
@@ -686,57 +683,28 @@ fn releasing_a_finished_lock_is_a_no_op_whether_or_not_it_is_remembered() {
 
 #[test]
 fn a_failed_heartbeat_loses_a_connection_bound_lock_at_once() {
-    use fencepost_core::{PgMode, PostgresBackend, Reply, SqlReply, SqlValue};
+    use fencepost_core::{PgMode, PostgresBackend, SqlReply, SqlValue};
     for (mode, expect_lost) in [(PgMode::Session, true), (PgMode::Lease, false)] {
-        let backend = Backend::Postgres(PostgresBackend {
-            mode,
-            ..PostgresBackend::default()
-        });
-        let mut m = Machine::with_seed(backend, 1);
-        m.acquire(at(0), "job", opts(3_000)).unwrap();
-        let Output::Request(acquire) = m.poll_output() else {
-            panic!()
-        };
-        let rows = SqlReply::Rows {
+        let mut t = Timeline::postgres(
+            1,
+            PostgresBackend {
+                mode,
+                ..PostgresBackend::default()
+            },
+        );
+        t.at(0);
+        t.acquire(0, "job", opts(3_000));
+        t.server.script(SqlReply::Rows {
             rows: vec![vec![SqlValue::Int(7), SqlValue::Null]],
-        };
-        m.handle_input(Input::Reply {
-            now: at(1),
-            request: acquire.id,
-            reply: Reply::Sql(rows),
-        })
-        .unwrap();
-        assert!(matches!(
-            m.poll_output(),
-            Output::Event {
-                event: Event::Acquired { .. },
-                ..
-            }
-        ));
-        m.handle_input(Input::Timeout { now: at(1_001) }).unwrap(); // heartbeat at ttl/3
-        let Output::Request(heartbeat) = m.poll_output() else {
-            panic!()
-        };
-        m.handle_input(Input::TransportError {
-            now: at(1_002),
-            request: heartbeat.id,
-            message: "server closed the connection unexpectedly".into(),
-        })
-        .unwrap();
-        let lost = std::iter::from_fn(|| match m.poll_output() {
-            Output::Timeout(_) | Output::Idle => None,
-            o => Some(o),
-        })
-        .any(|o| {
-            matches!(
-                o,
-                Output::Event {
-                    event: Event::Lost {
-                        reason: LostReason::RenewRejected
-                    },
-                    ..
-                }
-            )
+        });
+        t.at(1).serve(0, Acquire);
+        assert!(matches!(t.events(0).as_slice(), [Event::Acquired { .. }]));
+        t.at(1_001); // heartbeat at ttl/3
+        let heartbeat = t.take(0, Renew);
+        t.at(1_002)
+            .fail_with(0, &heartbeat, "server closed the connection unexpectedly");
+        let lost = t.events(0).contains(&Event::Lost {
+            reason: LostReason::RenewRejected,
         });
         assert_eq!(lost, expect_lost, "{mode:?}");
     }

@@ -7,9 +7,10 @@
 //! The reply shapes were compared with a real etcd 3.4.23 (`curl` against
 //! `/v3/lease/grant`, `/v3/lease/keepalive`, `/v3/lease/revoke`, `/v3/kv/txn`,
 //! `/v3/kv/range`, `/v3/watch`); the tests at the end of this file pin them, and
-//! `core/tests/etcd.rs`'s ignored `memory_etcd_replies_exactly_like_a_real_etcd`
-//! replays three contenders' whole lock cycles and the error paths against a real
-//! etcd (`FENCEPOST_ETCD_URL=http://127.0.0.1:PORT`), comparing every reply text.
+//! the ignored `memory_etcd_replies_exactly_like_a_real_etcd` in
+//! `core/tests/etcd_conformance.rs` replays three contenders' whole lock cycles and the
+//! error paths against a real etcd (`FENCEPOST_ETCD_URL=http://127.0.0.1:PORT`),
+//! comparing every reply text.
 //!
 //! What it models:
 //! * one global revision counter, starting at 1; a write bumps it once per request

@@ -1,16 +1,24 @@
-//! A timeline harness: one or more client machines against one in-memory Redis, with
-//! requests held until the test decides to deliver, fail or drop them.
+//! The timeline harness: client machines against one in-memory server, every request
+//! held until the test decides to deliver, fail or drop it. One [`Timeline`] serves
+//! every backend; what a server must provide is the [`Server`] trait, implemented for
+//! Redis ([`fencepost_core::memory::MemoryRedis`], in `redis.rs`), etcd
+//! ([`fencepost_core::memory::MemoryEtcd`], in `etcd.rs`) and PostgreSQL (a server whose
+//! replies the test scripts, in `postgres.rs`), each with its own constructors and
+//! inspectors.
 
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod postgres;
+pub mod redis;
+
+use std::collections::HashMap;
 
 use core::time::Duration;
 
-use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{
-    Backend, Event, Input, Instant, LockId, LockOptions, Machine, Operation, Output, RedisBackend,
-    RedisValue, Reply, Request,
+    Backend, Event, Input, Instant, LockId, LockOptions, Machine, Operation, Output, Reply,
+    Request, RequestBody, RequestId,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -25,6 +33,46 @@ pub fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions::ttl(ms(ttl_ms))
 }
 
+pub fn acquired_token(events: &[Event]) -> Option<u64> {
+    events.iter().find_map(|e| match e {
+        Event::Acquired { token, .. } => Some(token.get()),
+        _ => None,
+    })
+}
+
+/// What the timeline needs from an in-memory server.
+pub trait Server: Default {
+    /// The backend settings the clients' machines are built with.
+    type Backend: Clone + Default;
+
+    /// The machine's view of `backend`.
+    fn backend(backend: Self::Backend) -> Backend;
+
+    /// Executes a request body at `now` and returns the server's reply (a request that
+    /// would block on a real server is answered as if it returned at once).
+    fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply;
+
+    /// The reply `req`, sent at `sent_at`, gets at `now` on an ideal network, or `None`
+    /// while it stays blocked on the server. Unless a server parks requests, that is
+    /// [`Server::execute`] now.
+    fn answer(&mut self, now: Instant, sent_at: Option<Instant>, req: &Request) -> Option<Reply> {
+        let _ = sent_at;
+        Some(self.execute(now, &req.body))
+    }
+
+    /// When `req`, blocked since `sent_at`, returns by itself (its timeout), if it
+    /// blocks at all.
+    fn unblocks_at(&self, sent_at: Instant, req: &Request) -> Option<Instant> {
+        let _ = (sent_at, req);
+        None
+    }
+
+    /// The next instant the server changes by itself (a lease expiry), if any.
+    fn next_change(&self) -> Option<Instant> {
+        None
+    }
+}
+
 pub struct Client {
     pub machine: Machine,
     /// Requests emitted and not yet delivered, failed or dropped.
@@ -33,40 +81,52 @@ pub struct Client {
     pub next_timeout: Option<Instant>,
     /// Every request ever emitted, with the time it was emitted.
     pub sent: Vec<(Instant, Request)>,
+    /// When each request not yet answered or failed was emitted.
+    pub pending_since: HashMap<RequestId, Instant>,
 }
 
-pub struct Timeline {
-    pub now: Instant,
-    pub server: MemoryRedis,
-    pub clients: Vec<Client>,
-}
-
-impl Timeline {
-    /// `n` clients (machines seeded 1..=n) against one server.
-    pub fn new(n: usize) -> Self {
-        Self::with_backend(n, RedisBackend::default())
-    }
-
-    /// `n` clients of a Redis backend configured as `backend`.
-    pub fn with_backend(n: usize, backend: RedisBackend) -> Self {
-        let clients = (1..=n as u64)
-            .map(|seed| Client {
-                machine: Machine::with_seed(Backend::Redis(backend.clone()), seed),
-                pending: Vec::new(),
-                events: Vec::new(),
-                next_timeout: None,
-                sent: Vec::new(),
-            })
-            .collect();
-        Timeline {
-            now: Instant::ZERO,
-            server: MemoryRedis::new(),
-            clients,
+impl Client {
+    pub fn new(machine: Machine) -> Self {
+        Client {
+            machine,
+            pending: Vec::new(),
+            events: Vec::new(),
+            next_timeout: None,
+            sent: Vec::new(),
+            pending_since: HashMap::new(),
         }
     }
+}
 
-    pub fn lock_key(name: &str) -> String {
-        RedisBackend::default().lock_key(name)
+pub struct Timeline<S: Server> {
+    pub now: Instant,
+    pub server: S,
+    pub clients: Vec<Client>,
+    /// The backend settings of the clients added from now on.
+    pub backend: S::Backend,
+}
+
+impl<S: Server> Timeline<S> {
+    /// `n` clients (machines seeded 1..=n) of a backend configured as `backend`, against
+    /// one fresh server.
+    pub fn with_backend(n: usize, backend: S::Backend) -> Self {
+        let mut t = Timeline {
+            now: Instant::ZERO,
+            server: S::default(),
+            clients: Vec::new(),
+            backend,
+        };
+        for seed in 1..=n as u64 {
+            t.add_client(seed);
+        }
+        t
+    }
+
+    /// Adds a client whose machine is seeded with `seed`; returns its index.
+    pub fn add_client(&mut self, seed: u64) -> usize {
+        let machine = Machine::with_seed(S::backend(self.backend.clone()), seed);
+        self.clients.push(Client::new(machine));
+        self.clients.len() - 1
     }
 
     fn drain(&mut self, c: usize) {
@@ -75,6 +135,7 @@ impl Timeline {
         loop {
             match client.machine.poll_output() {
                 Output::Request(r) => {
+                    client.pending_since.insert(r.id, now);
                     client.sent.push((now, r.clone()));
                     client.pending.push(r);
                 }
@@ -101,7 +162,12 @@ impl Timeline {
 
     /// Moves time to `t` ms, firing due timers of every client.
     pub fn at(&mut self, t: u64) -> &mut Self {
-        self.now = at(t);
+        self.at_instant(at(t))
+    }
+
+    /// Moves time to `t`, firing due timers of every client.
+    pub fn at_instant(&mut self, t: Instant) -> &mut Self {
+        self.now = t;
         for c in 0..self.clients.len() {
             let now = self.now;
             self.input(c, Input::Timeout { now });
@@ -133,6 +199,17 @@ impl Timeline {
         pending.remove(i)
     }
 
+    /// Takes the only pending request of client `c` (panics unless exactly one).
+    pub fn take_only(&mut self, c: usize) -> Request {
+        let pending = &mut self.clients[c].pending;
+        assert_eq!(
+            pending.len(),
+            1,
+            "expected one pending request: {pending:?}"
+        );
+        pending.remove(0)
+    }
+
     pub fn has_pending(&self, c: usize, op: Operation) -> bool {
         self.clients[c].pending.iter().any(|r| r.operation == op)
     }
@@ -144,6 +221,7 @@ impl Timeline {
 
     pub fn reply(&mut self, c: usize, req: &Request, reply: Reply) {
         let now = self.now;
+        self.clients[c].pending_since.remove(&req.id);
         self.input(
             c,
             Input::Reply {
@@ -154,40 +232,72 @@ impl Timeline {
         );
     }
 
-    pub fn reply_value(&mut self, c: usize, req: &Request, value: RedisValue) {
-        self.reply(c, req, Reply::Redis(value));
-    }
-
-    /// Executes on the server and delivers the reply, both now.
-    pub fn serve(&mut self, c: usize, op: Operation) {
+    /// Executes on the server and delivers the reply, both now; returns the reply.
+    pub fn serve(&mut self, c: usize, op: Operation) -> Reply {
         let req = self.take(c, op);
         let reply = self.apply(&req);
-        self.reply(c, &req, reply);
+        self.reply(c, &req, reply.clone());
+        reply
     }
 
+    /// Fails the request as a reset connection would.
     pub fn fail(&mut self, c: usize, req: &Request) {
+        self.fail_with(c, req, "connection reset");
+    }
+
+    /// Fails the request with a transport error saying `message`.
+    pub fn fail_with(&mut self, c: usize, req: &Request, message: &str) {
         let now = self.now;
+        self.clients[c].pending_since.remove(&req.id);
         self.input(
             c,
             Input::TransportError {
                 now,
                 request: req.id,
-                message: "connection reset".to_owned(),
+                message: message.to_owned(),
             },
         );
     }
 
-    /// Executes every pending request of every client at once, repeatedly, until none
-    /// remain (an ideal network).
+    /// The reply an ideal network delivers to client `c`'s pending `req` now, or `None`
+    /// while it stays blocked on the server.
+    pub fn answer(&mut self, c: usize, req: &Request) -> Option<Reply> {
+        let sent_at = self.clients[c].pending_since.get(&req.id).copied();
+        self.server.answer(self.now, sent_at, req)
+    }
+
+    /// Answers every pending request of every client at once, repeatedly, until none
+    /// remain but blocked ones (an ideal network).
     pub fn serve_all(&mut self) {
+        self.serve_all_with(|_, _| None);
+    }
+
+    /// [`Timeline::serve_all`], but `intercept(client, request)` may answer a request
+    /// with a reply of its own instead (the server never sees it).
+    pub fn serve_all_with(&mut self, mut intercept: impl FnMut(usize, &Request) -> Option<Reply>) {
+        self.serve_all_by(|t, c, req| intercept(c, req).or_else(|| t.answer(c, req)));
+    }
+
+    /// Delivers pending requests, client by client and oldest first, repeatedly, until
+    /// `answer(timeline, client, request)` leaves every remaining one pending (`None`).
+    pub fn serve_all_by(
+        &mut self,
+        mut answer: impl FnMut(&mut Self, usize, &Request) -> Option<Reply>,
+    ) {
         loop {
             let mut any = false;
             for c in 0..self.clients.len() {
-                while !self.clients[c].pending.is_empty() {
-                    let req = self.clients[c].pending.remove(0);
-                    let reply = self.apply(&req);
+                let mut i = 0;
+                while i < self.clients[c].pending.len() {
+                    let req = self.clients[c].pending[i].clone();
+                    let Some(reply) = answer(self, c, &req) else {
+                        i += 1;
+                        continue;
+                    };
+                    self.clients[c].pending.remove(i);
                     self.reply(c, &req, reply);
                     any = true;
+                    i = 0;
                 }
             }
             if !any {
@@ -196,18 +306,35 @@ impl Timeline {
         }
     }
 
-    /// Runs an ideal network, stepping from timer to timer, until `end` ms.
+    /// When the earliest blocked request returns by itself.
+    fn next_unblock(&self) -> Option<Instant> {
+        self.clients
+            .iter()
+            .flat_map(|client| {
+                client.pending.iter().filter_map(|r| {
+                    let sent = client.pending_since.get(&r.id)?;
+                    self.server.unblocks_at(*sent, r)
+                })
+            })
+            .min()
+    }
+
+    /// Runs an ideal network, stepping from timer to timer (machine timers, blocked
+    /// requests' timeouts, the server's own changes), until `end` ms.
     pub fn run_until(&mut self, end: u64) {
         self.serve_all();
         loop {
-            let next = self.clients.iter().filter_map(|c| c.next_timeout).min();
+            let next = self
+                .clients
+                .iter()
+                .filter_map(|c| c.next_timeout)
+                .chain(self.next_unblock())
+                .chain(self.server.next_change())
+                .filter(|t| *t > self.now)
+                .min();
             match next {
                 Some(t) if t <= at(end) => {
-                    self.now = t.max(self.now);
-                    for c in 0..self.clients.len() {
-                        let now = self.now;
-                        self.input(c, Input::Timeout { now });
-                    }
+                    self.at_instant(t);
                     self.serve_all();
                 }
                 _ => break,
@@ -217,20 +344,36 @@ impl Timeline {
         self.serve_all();
     }
 
+    /// Drains the events client `c` has emitted since the last call.
     pub fn events(&mut self, c: usize) -> Vec<Event> {
         self.clients[c].events.drain(..).map(|(_, e)| e).collect()
     }
 
-    pub fn holder(&self, name: &str) -> Option<String> {
-        self.server
-            .get(self.now, &Self::lock_key(name))
-            .map(str::to_owned)
+    /// Client `c` emitted exactly `expected` since the last drain of its events.
+    pub fn expect_events(&mut self, c: usize, expected: &[Event]) -> &mut Self {
+        assert_eq!(self.events(c), expected, "events of client {c}");
+        self
     }
-}
 
-pub fn acquired_token(events: &[Event]) -> Option<u64> {
-    events.iter().find_map(|e| match e {
-        Event::Acquired { token, .. } => Some(token.get()),
-        _ => None,
-    })
+    /// Client `c` emitted exactly `expected` since the last drain of its events.
+    pub fn expect_event(&mut self, c: usize, expected: Event) -> &mut Self {
+        self.expect_events(c, &[expected])
+    }
+
+    /// Client `c` emitted nothing since the last drain of its events.
+    pub fn expect_no_event(&mut self, c: usize) -> &mut Self {
+        self.expect_events(c, &[])
+    }
+
+    /// Takes client `c`'s oldest pending request for `op` (panics if it has none).
+    pub fn expect_request(&mut self, c: usize, op: Operation) -> Request {
+        self.take(c, op)
+    }
+
+    /// Client `c` has no request pending.
+    pub fn expect_no_request(&mut self, c: usize) -> &mut Self {
+        let pending = &self.clients[c].pending;
+        assert!(pending.is_empty(), "client {c} has pending: {pending:?}");
+        self
+    }
 }
