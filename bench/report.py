@@ -212,7 +212,7 @@ def contended_section(res: Dict[str, Any], lang: str, workers: str) -> str:
 
 
 def targets_section(res: Dict[str, Any]) -> str:
-    """The targets of issue 8, checked against this run (information, not a test)."""
+    """The benchmark targets, checked against this run (information, not a test)."""
     rows = []
     unc = res.get("uncontended", {})
     c8 = res.get("contended", {}).get("8", {})
@@ -244,7 +244,7 @@ def targets_section(res: Dict[str, Any]) -> str:
             check(f"(context, not a target) {lang}: the wake-up floor's hand-off p50, same run", floor, None, f"{fmt(floor)} µs")
         check(f"{lang}: 8 workers, hand-off p99 ≤ 2 ms", p99, p99 is not None and p99 <= 2000, f"{fmt(p99)} µs")
         check(f"{lang}: 8 workers, every worker ≥ 0.8× the mean grants", s["fairness"], s["fairness"] >= 0.8, f"min = {s['fairness']:.2f}× mean")
-    return table(["target (issue 8)", "this run", ""], rows)
+    return table(["target", "this run", ""], rows)
 
 
 def plot(res: Dict[str, Any], png: Path) -> None:
@@ -283,7 +283,7 @@ def plot(res: Dict[str, Any], png: Path) -> None:
         ax.set_xlabel("hand-off latency, µs (previous holder calls release → next different holder's acquire returns)", fontsize=9)
         ax.set_ylabel("fraction of hand-offs ≤ x")
         ax.set_title(f"{w} workers × {res['plan']['hold_ms']:g} ms hold: hand-off latency (CDF)")
-        for x, text in [(300, "300 µs"), (2000, "2 ms")]:  # the p50 / p99 targets of issue 8
+        for x, text in [(300, "300 µs"), (2000, "2 ms")]:  # the p50 / p99 targets
             ax.axvline(x, color="grey", lw=0.8, ls=":")
             ax.text(x, 0.99, f" {text}", fontsize=7, color="grey", ha="left", va="top", transform=ax.get_xaxis_transform())
         ax.grid(True, which="both", alpha=0.25)
@@ -331,7 +331,7 @@ def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, 
                     f"## {title}: contended, {w} worker processes, each holding {plan['hold_ms']:g} ms then asking again "
                     f"({plan['contended_rounds']} × {plan['contended_seconds']:g} s)\n\n" + part
                 )
-    tables.append("## Targets of issue 8, this run\n\n" + targets_section(res))
+    tables.append("## Targets, this run\n\n" + targets_section(res))
     printed = "\n\n".join(tables)
     ver = ", ".join(f"{k} {val}" for k, val in v.items())
     notes = BENCH / "NOTES.md"

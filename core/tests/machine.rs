@@ -1,5 +1,6 @@
-//! Timeline tests of the machine: one per safety rule of DESIGN.md and per case the
-//! foundation issue names. Numbers are the story's; arithmetic in comments.
+//! Timeline tests of the machine: one per safety rule of docs/DESIGN.md and per named
+//! failure case (GC pause, lost acquire reply, 100 contenders, ...). Numbers are the
+//! story's; arithmetic in comments.
 
 mod support;
 

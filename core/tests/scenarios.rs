@@ -21,7 +21,7 @@ use fencepost_core::{
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-/// The suite must not shrink silently (issue 3, item 4).
+/// The suite must not shrink silently.
 const MIN_VECTORS: usize = 25;
 
 #[derive(Deserialize)]

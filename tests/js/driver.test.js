@@ -1,8 +1,8 @@
 'use strict'
-// The driver's fast paths (issue 8) and what must not change with them: the timer is
-// only moved earlier (a later deadline keeps the armed timer), yet every request deadline
-// and every loss still fires on time; a release no longer pokes the machine first, yet a
-// loss that is due is still reported by it. Mirrors tests/python/test_drivers.py.
+// The driver's fast paths and what must not change with them: the timer is only moved
+// earlier (a later deadline keeps the armed timer), yet every request deadline and every
+// loss still fires on time; a release does not poke the machine first, yet a loss that
+// is due is still reported by it. Mirrors tests/python/test_drivers.py.
 
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
