@@ -18,19 +18,19 @@ NS = 1_000_000  # ns per ms
 
 def acquire(machine: _core.Machine, now_ms: int, name: str = "report", **kw: Any) -> int:
     opts: dict[str, Any] = dict(
-        ttl_ns=1_000 * NS,
+        ttl=1_000 * NS,
         purpose="efficiency",
         accept_failover_risk=False,
-        acquire_timeout_ns=None,
-        retry_base_ns=10 * NS,
-        retry_max_ns=500 * NS,
-        renew_every_ns=None,
+        acquire_timeout=None,
+        retry_base=10 * NS,
+        retry_max=500 * NS,
+        renew_every=None,
         auto_renew=True,
         drift_factor=0.01,
-        clock_margin_ns=2 * NS,
+        clock_margin=2 * NS,
     )
     opts.update(kw)
-    return machine.acquire(now_ms * NS, name, *opts.values())
+    return machine.acquire(now_ms * NS, name, opts)  # type: ignore[arg-type]
 
 
 def requests(outputs: List[Any]) -> List[_core.Request]:
@@ -70,13 +70,24 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
 
 
 def test_correctness_locks_are_allowed_on_postgres_and_etcd_without_the_opt_in() -> None:
-    args = ("job", 1_000 * NS, "correctness", False, None, 10 * NS, 500 * NS, None, True, 0.01, 2 * NS)
-    _core.check_lock_options(*args, backend={"kind": "postgres"})
-    _core.check_lock_options(*args, backend={"kind": "etcd"})
+    options: _core.LockOptionsSpec = {
+        "ttl": 1_000 * NS,
+        "purpose": "correctness",
+        "accept_failover_risk": False,
+        "acquire_timeout": None,
+        "retry_base": 10 * NS,
+        "retry_max": 500 * NS,
+        "renew_every": None,
+        "auto_renew": True,
+        "drift_factor": 0.01,
+        "clock_margin": 2 * NS,
+    }
+    _core.check_lock_options("job", options, backend={"kind": "postgres"})
+    _core.check_lock_options("job", options, backend={"kind": "etcd"})
     with pytest.raises(ConfigError, match="unsafe"):
-        _core.check_lock_options(*args)
+        _core.check_lock_options("job", options)
     with pytest.raises(ConfigError, match="unsafe"):
-        _core.check_lock_options(*args, backend={"kind": "redis", "fair": True})
+        _core.check_lock_options("job", options, backend={"kind": "redis", "fair": True})
 
 
 # ---- Redis bodies -----------------------------------------------------------------------
@@ -169,7 +180,7 @@ def test_postgres_lease_mode_round_trip_with_sql_rows() -> None:
 
 def test_sql_error_replies_transient_and_not() -> None:
     m = _core.Machine({"kind": "postgres"}, seed=7)
-    acquire(m, 0, acquire_timeout_ns=50 * NS)
+    acquire(m, 0, acquire_timeout=50 * NS)
     (req,) = requests(m.poll()[0])
     m.reply(1 * NS, req.id, _core.SqlErrorReply("40001", "could not serialize access"))
     assert requests(m.poll()[0]) == []  # transient: retried after a backoff
