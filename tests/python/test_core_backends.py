@@ -261,3 +261,39 @@ def test_migration_and_xact_statement() -> None:
         _core.read_xact_lock(_core.SqlErrorReply("42P01", 'relation "tokens" does not exist'))
     with pytest.raises(ProtocolError):
         _core.read_xact_lock([])
+
+
+def test_options_are_one_dict_of_the_core_fields_and_unknown_keys_are_named() -> None:
+    m = _core.Machine(seed=1)
+    assert m.acquire(0, "report", {}) == 1  # every option at the core's default
+    bad: List[Any] = [
+        ({"tll": 5}, "unknown lock option 'tll': use ttl, purpose"),
+        ({"ttl_ns": 5}, "unknown lock option 'ttl_ns'"),
+        ({"ttl": "1"}, "ttl must be an int"),
+        ({"acquire_timeout": 1.5}, "acquire_timeout must be an int"),
+        ({1: 5}, "keys must be str"),
+        ([("ttl", 5)], "options must be a dict"),
+    ]
+    for options, message in bad:
+        with pytest.raises(ConfigError, match=message) as info:
+            m.acquire(0, "report", options)
+        assert info.value.kind == "invalid_argument"
+    with pytest.raises(ConfigError, match="unknown lock option 'tll'"):
+        _core.check_lock_options("report", {"tll": 5})  # type: ignore[typeddict-unknown-key]
+
+
+def test_each_event_kind_is_its_own_class_with_its_own_fields() -> None:
+    m = _core.Machine(seed=3)
+    lock = acquire(m, 0)
+    (req,) = requests(m.poll()[0])
+    m.reply(1 * NS, req.id, [1, 9])
+    (acquired,) = events(m.poll()[0])
+    assert isinstance(acquired, _core.Acquired) and isinstance(acquired, _core.Event)
+    assert (acquired.lock, acquired.kind, acquired.token) == (lock, "acquired", 9)
+    m.timeout(2_000 * NS)  # no renewal confirmed: the lease expires
+    lost = [e for e in events(m.poll()[0]) if isinstance(e, _core.Lost)]
+    assert [(e.kind, e.reason) for e in lost] == [("lost", "expired")]
+    assert not hasattr(lost[0], "token")
+    assert repr(acquired).startswith(f"Acquired(lock={lock}, token=9, ")
+    assert set(_core.LOST_REASONS) == {"expired", "renew_rejected", "not_held_at_release", "closed"}
+    assert _core.LOST_CLOSED == "closed"
