@@ -14,28 +14,31 @@
 //! `{"kind": "postgres", …}` or `{"kind": "etcd", …}`); its requests carry a Redis
 //! script call, a Redis blocking pop, a SQL statement or an etcd call, and `reply`
 //! reads a Redis, SQL or etcd (JSON text) reply according to the machine's backend.
+//!
+//! Lock options and backend settings are the core's serde types (`LockOptions`,
+//! `Backend`), read from Python dicts with pythonize; every name this module hands out
+//! (scripts, operations, event kinds, loss reasons…) is the core's own spelling.
 
-use core::time::Duration;
+use std::collections::BTreeMap;
 
 use fencepost_core::backends::etcd::{
     self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
 };
 use fencepost_core::backends::postgres::{
-    self as pg, PgConnection, PgMode, PostgresBackend as PgSettings, SqlReply, SqlStatement,
-    SqlValue,
+    self as pg, PostgresBackend as PgSettings, SqlReply, SqlStatement, SqlValue,
 };
 use fencepost_core::backends::redis::{RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
-    Machine as CoreMachine, Operation, Output, ProtocolError as CoreProtocolError, Purpose,
-    RedisCommand, RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
+    LostReason, Machine as CoreMachine, Output, ProtocolError as CoreProtocolError, RedisCommand,
+    RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
 };
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
-};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use serde::de::DeserializeOwned;
+use serde_value::{DeserializerError, Value, ValueDeserializer};
 
 pyo3::create_exception!(
     fencepost._core,
@@ -73,18 +76,14 @@ fn config_error(py: Python<'_>, message: impl Into<String>) -> PyErr {
 /// A `UsageError` as `ConfigError` (`ClockError` for time going backwards) with the
 /// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
-    let (class, kind, option) = match &err {
-        UsageError::TimeWentBackwards { .. } => ("ClockError", "time_went_backwards", None),
-        UsageError::InvalidOption { option, .. } => {
-            ("ConfigError", "invalid_option", Some(option.as_str()))
-        }
-        UsageError::UnsafePurpose { .. } => ("ConfigError", "unsafe_purpose", None),
-        UsageError::InvalidName { .. } => ("ConfigError", "invalid_name", None),
-        UsageError::UnknownLock { .. } => ("ConfigError", "unknown_lock", None),
+    let (class, option) = match &err {
+        UsageError::TimeWentBackwards { .. } => ("ClockError", None),
+        UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
+        _ => ("ConfigError", None),
     };
     let kwargs = PyDict::new(py);
     match kwargs
-        .set_item("kind", kind)
+        .set_item("kind", err.kind())
         .and_then(|()| kwargs.set_item("option", option))
     {
         Ok(()) => fp_error(py, class, err.to_string(), Some(&kwargs)),
@@ -139,44 +138,6 @@ fn arg_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
                 "{name} must be an integer in 0 ..= 2**64 - 1, got {}",
                 describe(value)
             ),
-        )
-    })
-}
-
-fn arg_opt_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
-    if value.is_none() {
-        Ok(None)
-    } else {
-        arg_u64(value, name).map(Some)
-    }
-}
-
-fn arg_bool(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
-    if value.is_instance_of::<PyBool>() {
-        Ok(value.is_truthy()?)
-    } else {
-        Err(config_error(
-            value.py(),
-            format!("{name} must be True or False, got {}", describe(value)),
-        ))
-    }
-}
-
-/// A real number (`int` or `float`, not `bool`). NaN passes: the core's validation
-/// rejects it with the option's allowed range.
-fn arg_f64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
-    if value.is_instance_of::<PyBool>()
-        || !(value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyInt>())
-    {
-        return Err(config_error(
-            value.py(),
-            format!("{name} must be a number, got {}", describe(value)),
-        ));
-    }
-    value.extract::<f64>().map_err(|_| {
-        config_error(
-            value.py(),
-            format!("{name} must be a finite number, got {}", describe(value)),
         )
     })
 }
@@ -249,57 +210,160 @@ fn request_id(value: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     arg_u64(value, "request_id").map(RequestId)
 }
 
-/// Lock options from the Python arguments (nanoseconds). Type errors only: every range
-/// is checked by the core (`LockOptions::validate`).
-#[allow(clippy::too_many_arguments)]
-fn lock_options(
-    ttl_ns: &Bound<'_, PyAny>,
-    purpose: &Bound<'_, PyAny>,
-    accept_failover_risk: &Bound<'_, PyAny>,
-    acquire_timeout_ns: &Bound<'_, PyAny>,
-    retry_base_ns: &Bound<'_, PyAny>,
-    retry_max_ns: &Bound<'_, PyAny>,
-    renew_every_ns: &Bound<'_, PyAny>,
-    auto_renew: &Bound<'_, PyAny>,
-    drift_factor: &Bound<'_, PyAny>,
-    clock_margin_ns: &Bound<'_, PyAny>,
-) -> PyResult<LockOptions> {
-    let py = ttl_ns.py();
-    let purpose = match arg_str(purpose, "purpose")?.as_str() {
-        "efficiency" => Purpose::Efficiency,
-        "correctness" => Purpose::Correctness,
-        other => {
-            return Err(config_error(
-                py,
-                format!("purpose must be 'efficiency' or 'correctness', got {other:?}"),
-            ))
-        }
-    };
-    Ok(LockOptions {
-        ttl: Duration::from_nanos(arg_u64(ttl_ns, "ttl_ns")?),
-        purpose,
-        accept_failover_risk: arg_bool(accept_failover_risk, "accept_failover_risk")?,
-        acquire_timeout: arg_opt_u64(acquire_timeout_ns, "acquire_timeout_ns")?
-            .map(Duration::from_nanos),
-        retry_base: Duration::from_nanos(arg_u64(retry_base_ns, "retry_base_ns")?),
-        retry_max: Duration::from_nanos(arg_u64(retry_max_ns, "retry_max_ns")?),
-        renew_every: arg_opt_u64(renew_every_ns, "renew_every_ns")?.map(Duration::from_nanos),
-        auto_renew: arg_bool(auto_renew, "auto_renew")?,
-        drift_factor: arg_f64(drift_factor, "drift_factor")?,
-        clock_margin: Duration::from_nanos(arg_u64(clock_margin_ns, "clock_margin_ns")?),
-    })
+// ---- options and backend settings: dicts -> the core's serde types ----------------------
+
+/// How a dict's keys are named in error messages.
+struct Keys<'a> {
+    /// The dict's own name as an argument, e.g. `backend` (keys show as
+    /// `backend['fair']`); None for options named by their key alone (`ttl`).
+    argument: Option<&'a str>,
+    /// What one key is, for an unknown one: `"lock option"`, `"redis backend setting"`.
+    noun: &'a str,
 }
 
-// ---- backend settings: a dict -> Backend ------------------------------------------------
+impl Keys<'_> {
+    fn show(&self, key: &str) -> String {
+        match self.argument {
+            Some(argument) => format!("{argument}['{key}']"),
+            None => key.to_owned(),
+        }
+    }
+}
 
-/// The backend described by a settings dict:
-///
-/// * `{"kind": "redis", "key_prefix": str, "fair": bool}`
-/// * `{"kind": "postgres", "mode": "lease" | "session", "lease_table": str,
-///   "token_table": str, "namespace": str}`
-///
-/// Every key but `kind` is optional (the core's defaults); unknown keys, wrong types
-/// and table names that are not plain SQL identifiers are `ConfigError`s naming them.
+/// A dict of scalars as a serde value tree: values keep their Python types (a bool
+/// stays a bool), so the core's types refuse what does not fit. Keys must be str (serde
+/// would read an int key as a field's index).
+fn value_tree(dict: &Bound<'_, PyDict>, what: &str) -> PyResult<Value> {
+    let py = dict.py();
+    let mut tree = BTreeMap::new();
+    // Item by item: pythonize probes every mapping for dataclass fields, an
+    // AttributeError raised and dropped per dict (several µs, on every acquire).
+    for (key, value) in dict.iter() {
+        let key = match key.cast::<PyString>() {
+            Ok(key) => utf8(key, "a key")?,
+            Err(_) => {
+                return Err(config_error(
+                    py,
+                    format!("{what} keys must be str, got {}", describe(&key)),
+                ))
+            }
+        };
+        // pythonize reads an int as 128 bits first, slow through the abi3 API: the
+        // durations (u64 nanoseconds) take the direct way.
+        let int = match value.is_exact_instance_of::<PyInt>() {
+            true => value.extract::<u64>().ok(),
+            false => None,
+        };
+        let value = match int {
+            Some(n) => Value::U64(n),
+            None => pythonize::depythonize::<Value>(&value)
+                .map_err(|e| config_error(py, format!("{what}['{key}'] cannot be read: {e}")))?,
+        };
+        tree.insert(Value::String(key), value);
+    }
+    Ok(Value::Map(tree))
+}
+
+/// Reads the tree `tree()` makes (from `dict`) as the core's `T`. Left-out keys take
+/// the core's defaults; an unknown key, a value of the wrong type or an unknown name is
+/// a `ConfigError` naming the key, what it must be and what it was.
+fn from_tree<T: DeserializeOwned>(
+    dict: &Bound<'_, PyDict>,
+    tree: impl Fn() -> PyResult<Value>,
+    keys: &Keys<'_>,
+) -> PyResult<T> {
+    if let Ok(value) = T::deserialize(ValueDeserializer::<DeserializerError>::new(tree()?)) {
+        return Ok(value);
+    }
+    // Something is wrong: read it again, tracking the key at fault (the tracking costs
+    // an allocation per key, too much for every acquire).
+    serde_path_to_error::deserialize(ValueDeserializer::<DeserializerError>::new(tree()?))
+        .map_err(|e| serde_error(dict, keys, e))
+}
+
+/// A serde error as a `ConfigError` in Python's terms ("must be True or False", "a str").
+fn serde_error(
+    dict: &Bound<'_, PyDict>,
+    keys: &Keys<'_>,
+    err: serde_path_to_error::Error<DeserializerError>,
+) -> PyErr {
+    let py = dict.py();
+    let key = err.path().to_string();
+    let got = || match dict.get_item(&key) {
+        Ok(Some(value)) => describe(&value),
+        _ => "?".to_owned(),
+    };
+    let one_of = |names: &[&str]| {
+        let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+        match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => "nothing".to_owned(),
+        }
+    };
+    let message = match err.into_inner() {
+        DeserializerError::UnknownField(field, expected) => format!(
+            "unknown {} '{field}': use {}",
+            keys.noun,
+            if expected.is_empty() {
+                "none".to_owned()
+            } else {
+                expected.join(", ")
+            }
+        ),
+        DeserializerError::UnknownVariant(_, expected) => {
+            format!(
+                "{} must be {}, got {}",
+                keys.show(&key),
+                one_of(expected),
+                got()
+            )
+        }
+        DeserializerError::InvalidType(_, expected)
+        | DeserializerError::InvalidValue(_, expected) => {
+            let wanted = match expected.as_str() {
+                "a boolean" => "True or False".to_owned(),
+                "a string" => "a str".to_owned(),
+                "f64" => "a number".to_owned(),
+                "u64" => "an int in 0 ..= 2**64 - 1".to_owned(),
+                other => other.to_owned(),
+            };
+            format!("{} must be {wanted}, got {}", keys.show(&key), got())
+        }
+        DeserializerError::MissingField(field) => match keys.argument {
+            Some(argument) => format!("{argument} must have a '{field}'"),
+            None => format!("'{field}' is required"),
+        },
+        other => format!("{}: {other}", keys.show(&key)),
+    };
+    config_error(py, message)
+}
+
+/// Lock options from a dict of the core's `LockOptions` fields (durations in integer
+/// nanoseconds: `{"ttl": 30_000_000_000, "purpose": "efficiency", …}`). Types only:
+/// every range is checked by the core (`Backend::check_acquire`).
+fn lock_options(options: &Bound<'_, PyAny>) -> PyResult<LockOptions> {
+    let py = options.py();
+    let dict = options.cast::<PyDict>().map_err(|_| {
+        config_error(
+            py,
+            format!(
+                "options must be a dict of lock options, got {}",
+                describe(options)
+            ),
+        )
+    })?;
+    let keys = Keys {
+        argument: None,
+        noun: "lock option",
+    };
+    from_tree(dict, || value_tree(dict, "options"), &keys)
+}
+
+/// The backend described by a settings dict, the core's `Backend` in serde form:
+/// `{"kind": "redis" | "postgres" | "etcd", …settings}`. Every setting is optional (the
+/// core's defaults); unknown keys, wrong types and table names that are not plain SQL
+/// identifiers are `ConfigError`s naming them.
 fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
     let py = spec.py();
     let dict = spec.cast::<PyDict>().map_err(|_| {
@@ -312,85 +376,45 @@ fn backend_spec(spec: &Bound<'_, PyAny>) -> PyResult<Backend> {
             ),
         )
     })?;
-    let kind = match dict.get_item("kind")? {
-        Some(kind) => arg_str(&kind, "backend['kind']")?,
-        None => {
-            return Err(config_error(
-                py,
-                "backend must have a 'kind': 'redis', 'postgres' or 'etcd'",
-            ))
-        }
-    };
-    let allowed: &[&str] = match kind.as_str() {
-        "redis" => &["kind", "key_prefix", "fair"],
-        "postgres" => &["kind", "mode", "lease_table", "token_table", "namespace"],
-        "etcd" => &["kind", "key_prefix"],
-        other => {
-            return Err(config_error(
-                py,
-                format!("backend['kind'] must be 'redis', 'postgres' or 'etcd', got {other:?}"),
-            ))
-        }
-    };
-    for (key, _) in dict.iter() {
-        let key_text = key.str().map(|k| k.to_string()).unwrap_or_default();
-        if !key.is_instance_of::<PyString>() || !allowed.contains(&key_text.as_str()) {
-            return Err(config_error(
-                py,
-                format!(
-                    "unknown {kind} backend setting {}: use {}",
-                    describe(&key),
-                    allowed[1..].join(", ")
-                ),
-            ));
-        }
+    if let Ok(Some(kind)) = dict.get_item("kind") {
+        arg_str(&kind, "backend['kind']")?;
     }
-    let text = |key: &str| -> PyResult<Option<String>> {
-        dict.get_item(key)?
-            .map(|v| arg_str(&v, &format!("backend[{key:?}]")))
-            .transpose()
-    };
-    if kind == "redis" {
-        let mut settings = RedisSettings::default();
-        if let Some(prefix) = text("key_prefix")? {
-            settings.key_prefix = prefix;
-        }
-        if let Some(fair) = dict.get_item("fair")? {
-            settings.fair = arg_bool(&fair, "backend['fair']")?;
-        }
-        return Ok(Backend::Redis(settings));
-    }
-    if kind == "etcd" {
-        let mut settings = EtcdSettings::default();
-        if let Some(prefix) = text("key_prefix")? {
-            settings.key_prefix = prefix;
-        }
-        return Ok(Backend::Etcd(settings));
-    }
-    let mut settings = PgSettings::default();
-    if let Some(mode) = text("mode")? {
-        settings.mode = match mode.as_str() {
-            "lease" => PgMode::Lease,
-            "session" => PgMode::Session,
-            other => {
-                return Err(config_error(
-                    py,
-                    format!("backend['mode'] must be 'lease' or 'session', got {other:?}"),
-                ))
-            }
+    // The kind first, alone: serde names the kinds it knows; then the settings of that
+    // kind, so that an error names the setting at fault.
+    let tag = || Value::String("kind".to_owned());
+    let split = |kind: bool| -> PyResult<Value> {
+        let Value::Map(mut tree) = value_tree(dict, "backend")? else {
+            return Ok(Value::Unit); // never: value_tree makes maps
         };
-    }
-    if let Some(t) = text("lease_table")? {
-        settings.lease_table = t;
-    }
-    if let Some(t) = text("token_table")? {
-        settings.token_table = t;
-    }
-    if let Some(n) = text("namespace")? {
-        settings.namespace = n;
-    }
-    settings.check().map_err(|e| config_error(py, e))?;
-    Ok(Backend::Postgres(settings))
+        let kind_of = tree.remove(&tag());
+        Ok(Value::Map(match kind {
+            true => kind_of
+                .map(|k| BTreeMap::from([(tag(), k)]))
+                .unwrap_or_default(),
+            false => tree,
+        }))
+    };
+    let kind_keys = Keys {
+        argument: Some("backend"),
+        noun: "backend setting",
+    };
+    let backend: Backend = from_tree(dict, || split(true), &kind_keys)?;
+    let noun = format!("{} backend setting", backend.name());
+    let keys = Keys {
+        argument: Some("backend"),
+        noun: &noun,
+    };
+    let settings = || split(false);
+    Ok(match backend {
+        Backend::Redis(_) => Backend::Redis(from_tree(dict, settings, &keys)?),
+        Backend::Etcd(_) => Backend::Etcd(from_tree(dict, settings, &keys)?),
+        Backend::Postgres(_) => {
+            let settings: PgSettings = from_tree(dict, settings, &keys)?;
+            settings.check().map_err(|e| config_error(py, e))?;
+            Backend::Postgres(settings)
+        }
+        _ => from_tree(dict, || value_tree(dict, "backend"), &keys)?,
+    })
 }
 
 /// The backend of `backend` (a settings dict) or, for the older keyword, a Redis backend
@@ -643,17 +667,6 @@ fn from_redis_value(py: Python<'_>, value: &RedisValue) -> PyResult<Py<PyAny>> {
 
 // ---- outputs ----------------------------------------------------------------------------
 
-fn script_name(script: RedisScript) -> &'static str {
-    match script {
-        RedisScript::Acquire => "acquire",
-        RedisScript::Renew => "renew",
-        RedisScript::Release => "release",
-        RedisScript::FencedSet => "fenced_set",
-        RedisScript::AcquireFair => "acquire_fair",
-        RedisScript::ReleaseFair => "release_fair",
-    }
-}
-
 /// One Redis script call: `EVALSHA script_sha len(keys) *keys *args`, or `EVAL
 /// script_source …` when the server answers `NOSCRIPT`.
 #[pyclass(frozen, module = "fencepost._core")]
@@ -667,7 +680,7 @@ impl Command {
     /// "release_fair".
     #[getter]
     fn script(&self) -> &'static str {
-        script_name(self.cmd.script)
+        self.cmd.script.as_str()
     }
     /// SHA-1 of the script source, 40 lowercase hex digits (for `EVALSHA`).
     #[getter]
@@ -933,13 +946,6 @@ fn read_etcd_fenced_txn(
     }
 }
 
-fn connection_name(c: PgConnection) -> &'static str {
-    match c {
-        PgConnection::Any => "any",
-        PgConnection::Dedicated => "dedicated",
-    }
-}
-
 /// One SQL statement for PostgreSQL: `sql` with `$1…$n` placeholders (a placeholder may
 /// appear more than once) and `params` in order, to run on the connection `connection`
 /// names: "any" (any connection, autocommit; a pool is fine) or "dedicated" (the
@@ -969,7 +975,7 @@ impl Sql {
     /// "any" or "dedicated".
     #[getter]
     fn connection(&self) -> &'static str {
-        connection_name(self.stmt.connection)
+        self.stmt.connection.as_str()
     }
     fn __repr__(&self) -> String {
         format!(
@@ -978,17 +984,6 @@ impl Sql {
             self.stmt.params,
             self.stmt.sql
         )
-    }
-}
-
-/// What kind of body a request has.
-fn body_kind(body: &RequestBody) -> &'static str {
-    match body {
-        RequestBody::Redis(_) => "redis",
-        RequestBody::RedisBlpop(_) => "redis_blpop",
-        RequestBody::Sql(_) => "sql",
-        RequestBody::Etcd(_) => "etcd",
-        _ => "unsupported",
     }
 }
 
@@ -1019,7 +1014,7 @@ impl Request {
             other => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
                 "request {} is a {:?} request, not a Redis script call: read request.body",
                 self.id,
-                body_kind(other)
+                other.kind()
             ))),
         }
     }
@@ -1028,11 +1023,10 @@ impl Request {
 #[pymethods]
 impl Request {
     /// "redis" (a script call: `body` is a `Command`), "redis_blpop" (a blocking pop:
-    /// `BlockingPop`), "sql" (a statement: `SqlStatement`) or "etcd" (an `EtcdCall`);
-    /// "unsupported" for a body this build does not know.
+    /// `BlockingPop`), "sql" (a statement: `SqlStatement`) or "etcd" (an `EtcdCall`).
     #[getter]
     fn kind(&self) -> &'static str {
-        body_kind(&self.body)
+        self.body.kind()
     }
     /// What to send: a `Command`, a `BlockingPop`, a `SqlStatement` or an `EtcdCall`.
     #[getter]
@@ -1053,7 +1047,7 @@ impl Request {
     /// Which script (Redis script calls only; AttributeError otherwise).
     #[getter]
     fn script(&self) -> PyResult<&'static str> {
-        Ok(script_name(self.redis()?.script))
+        Ok(self.redis()?.script.as_str())
     }
     /// SHA-1 of the script source, 40 lowercase hex digits (for `EVALSHA`).
     #[getter]
@@ -1078,14 +1072,14 @@ impl Request {
     fn __repr__(&self) -> String {
         let what = match &self.body {
             RequestBody::Redis(cmd) => {
-                format!("script={:?}, keys={:?}", script_name(cmd.script), cmd.keys)
+                format!("script={:?}, keys={:?}", cmd.script.as_str(), cmd.keys)
             }
             RequestBody::RedisBlpop(pop) => {
                 format!("blpop={:?}, timeout_ms={}", pop.key, pop.timeout_ms)
             }
             RequestBody::Sql(stmt) => format!(
                 "sql on {:?} connection, params={:?}",
-                connection_name(stmt.connection),
+                stmt.connection.as_str(),
                 stmt.params
             ),
             RequestBody::Etcd(req) => format!("etcd={}", req.gateway_path()),
@@ -1098,77 +1092,134 @@ impl Request {
     }
 }
 
-/// Something the host must act on, for lock `lock`.
-///
-/// `kind` is one of "acquired" (with `token`, `valid_until_ns`), "renewed" (with
-/// `valid_until_ns`), "lost" (with `reason`: "expired", "renew_rejected" or
-/// "not_held_at_release"), "released", "acquire_failed" (with `reason`: "timeout" or
-/// "protocol", and `message`: the last error seen or the protocol error).
-#[pyclass(frozen, module = "fencepost._core")]
+/// Something the host must act on, for lock `lock`: the base class of one class per
+/// kind (`Acquired`, `Renewed`, `Lost`, `Released`, `AcquireFailed`), each with the
+/// fields of its kind only. `kind` is the core's name of the event.
+#[pyclass(subclass, frozen, module = "fencepost._core")]
 struct Event {
+    /// The lock id the event is for.
     #[pyo3(get)]
     lock: u64,
+    /// "acquired", "renewed", "lost", "released" or "acquire_failed".
     #[pyo3(get)]
     kind: &'static str,
+}
+
+/// The lock is held: `token` is its fencing token, `valid_until_ns` the monotonic
+/// instant until which the holder may believe it holds the lease.
+#[pyclass(extends = Event, frozen, module = "fencepost._core")]
+struct Acquired {
     #[pyo3(get)]
-    token: Option<u64>,
+    token: u64,
     #[pyo3(get)]
-    valid_until_ns: Option<u64>,
+    valid_until_ns: u64,
+}
+
+/// A renewal was confirmed: the lease is valid until `valid_until_ns`.
+#[pyclass(extends = Event, frozen, module = "fencepost._core")]
+struct Renewed {
     #[pyo3(get)]
-    reason: Option<&'static str>,
+    valid_until_ns: u64,
+}
+
+/// The lease was lost; `reason` is one of `LOST_REASONS` (never "closed": hosts report
+/// that one themselves).
+#[pyclass(extends = Event, frozen, module = "fencepost._core")]
+struct Lost {
+    #[pyo3(get)]
+    reason: &'static str,
+}
+
+/// The lock was released (or its acquisition cancelled).
+#[pyclass(extends = Event, frozen, module = "fencepost._core")]
+struct Released {}
+
+/// Acquiring gave up: `reason` "timeout" (`message`: the last error seen, or None when
+/// the lock was simply held by another owner) or "protocol" (`message`: the protocol
+/// error).
+#[pyclass(extends = Event, frozen, module = "fencepost._core")]
+struct AcquireFailed {
+    #[pyo3(get)]
+    reason: &'static str,
     #[pyo3(get)]
     message: Option<String>,
 }
 
 #[pymethods]
 impl Event {
-    fn __repr__(&self) -> String {
-        format!(
-            "Event(lock={}, kind={:?}, token={:?}, valid_until_ns={:?}, reason={:?}, message={:?})",
-            self.lock, self.kind, self.token, self.valid_until_ns, self.reason, self.message
-        )
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let base = slf.get();
+        let class = slf.get_type().name()?.to_string();
+        let fields = if let Ok(e) = slf.cast::<Acquired>() {
+            let e = e.get();
+            format!(", token={}, valid_until_ns={}", e.token, e.valid_until_ns)
+        } else if let Ok(e) = slf.cast::<Renewed>() {
+            format!(", valid_until_ns={}", e.get().valid_until_ns)
+        } else if let Ok(e) = slf.cast::<Lost>() {
+            format!(", reason={:?}", e.get().reason)
+        } else if let Ok(e) = slf.cast::<AcquireFailed>() {
+            let e = e.get();
+            format!(", reason={:?}, message={:?}", e.reason, e.message)
+        } else {
+            String::new()
+        };
+        Ok(format!("{class}(lock={}{fields})", base.lock))
     }
 }
 
-fn event(lock: LockId, event: CoreEvent) -> Event {
-    let mut out = Event {
+/// The Python object of one core event: an instance of its kind's class.
+fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> {
+    fn new<T: pyo3::PyClass<BaseType = Event>>(
+        py: Python<'_>,
+        base: PyClassInitializer<Event>,
+        fields: T,
+    ) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, base.add_subclass(fields))?.into_any())
+    }
+    let base = PyClassInitializer::from(Event {
         lock: lock.0,
-        kind: "",
-        token: None,
-        valid_until_ns: None,
-        reason: None,
-        message: None,
-    };
+        kind: event.kind(),
+    });
     match event {
         CoreEvent::Acquired { token, valid_until } => {
-            out.kind = "acquired";
-            out.token = Some(token.get());
-            out.valid_until_ns = Some(valid_until.as_nanos());
+            let (token, valid_until_ns) = (token.get(), valid_until.as_nanos());
+            new(
+                py,
+                base,
+                Acquired {
+                    token,
+                    valid_until_ns,
+                },
+            )
         }
         CoreEvent::Renewed { valid_until } => {
-            out.kind = "renewed";
-            out.valid_until_ns = Some(valid_until.as_nanos());
+            let valid_until_ns = valid_until.as_nanos();
+            new(py, base, Renewed { valid_until_ns })
         }
-        CoreEvent::Lost { reason } => {
-            out.kind = "lost";
-            out.reason = Some(reason.as_str());
-        }
-        CoreEvent::Released => out.kind = "released",
+        CoreEvent::Lost { reason } => new(
+            py,
+            base,
+            Lost {
+                reason: reason.as_str(),
+            },
+        ),
+        CoreEvent::Released => new(py, base, Released {}),
         CoreEvent::AcquireFailed { reason } => {
-            out.kind = "acquire_failed";
-            match reason {
-                AcquireFailedReason::Timeout { last_error } => {
-                    out.reason = Some("timeout");
-                    out.message = last_error;
-                }
-                AcquireFailedReason::Protocol { error } => {
-                    out.reason = Some("protocol");
-                    out.message = Some(error.to_string());
-                }
-            }
+            let kind = reason.kind();
+            let message = match reason {
+                AcquireFailedReason::Timeout { last_error } => last_error,
+                AcquireFailedReason::Protocol { error } => Some(error.to_string()),
+            };
+            new(
+                py,
+                base,
+                AcquireFailed {
+                    reason: kind,
+                    message,
+                },
+            )
         }
     }
-    out
 }
 
 // ---- Machine ----------------------------------------------------------------------------
@@ -1223,53 +1274,31 @@ impl Machine {
         Ok(Machine { inner })
     }
 
-    /// The backend this machine phrases requests for: "redis" or "postgres".
+    /// The backend this machine phrases requests for: "redis", "postgres" or "etcd".
     #[getter]
     fn backend_kind(&self) -> &'static str {
         self.inner.backend().name()
     }
 
-    /// Starts acquiring `name`; returns the new lock id (int). All durations are integer
-    /// nanoseconds; `acquire_timeout_ns=None` waits forever, `0` tries once;
-    /// `renew_every_ns=None` renews every ttl/3. `purpose` is "efficiency" or
-    /// "correctness".
+    /// Starts acquiring `name`; returns the new lock id (int). `options` is a dict of
+    /// the core's lock options, durations in integer nanoseconds; keys left out take
+    /// the core's defaults: `ttl` (30 s), `purpose` ("efficiency" or "correctness"),
+    /// `accept_failover_risk`, `acquire_timeout` (None waits forever, 0 tries once),
+    /// `retry_base`, `retry_max`, `renew_every` (None: every ttl/3), `auto_renew`,
+    /// `drift_factor`, `clock_margin`.
     ///
-    /// Errors: `ConfigError` naming the bad argument (wrong type, or out of the range the
-    /// core accepts), or an unsafe purpose; `ClockError`.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (now_ns, name, ttl_ns, purpose, accept_failover_risk, acquire_timeout_ns,
-                        retry_base_ns, retry_max_ns, renew_every_ns, auto_renew, drift_factor,
-                        clock_margin_ns))]
+    /// Errors: `ConfigError` naming the bad option (an unknown key, a wrong type, or out
+    /// of the range the core accepts), or an unsafe purpose; `ClockError`.
     fn acquire(
         &mut self,
         py: Python<'_>,
         now_ns: &Bound<'_, PyAny>,
         name: &Bound<'_, PyAny>,
-        ttl_ns: &Bound<'_, PyAny>,
-        purpose: &Bound<'_, PyAny>,
-        accept_failover_risk: &Bound<'_, PyAny>,
-        acquire_timeout_ns: &Bound<'_, PyAny>,
-        retry_base_ns: &Bound<'_, PyAny>,
-        retry_max_ns: &Bound<'_, PyAny>,
-        renew_every_ns: &Bound<'_, PyAny>,
-        auto_renew: &Bound<'_, PyAny>,
-        drift_factor: &Bound<'_, PyAny>,
-        clock_margin_ns: &Bound<'_, PyAny>,
+        options: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
         let now = instant(now_ns, "now_ns")?;
         let name = arg_str(name, "name")?;
-        let options = lock_options(
-            ttl_ns,
-            purpose,
-            accept_failover_risk,
-            acquire_timeout_ns,
-            retry_base_ns,
-            retry_max_ns,
-            renew_every_ns,
-            auto_renew,
-            drift_factor,
-            clock_margin_ns,
-        )?;
+        let options = lock_options(options)?;
         self.inner
             .acquire(now, &name, options)
             .map(|id| id.0)
@@ -1373,20 +1402,13 @@ impl Machine {
                     let request = Request {
                         id: req.id.0,
                         lock: req.lock.0,
-                        operation: match req.operation {
-                            Operation::Acquire => "acquire",
-                            Operation::Renew => "renew",
-                            Operation::Release => "release",
-                            Operation::Wait => "wait",
-                        },
+                        operation: req.operation.as_str(),
                         deadline_ns: req.deadline.as_nanos(),
                         body: req.body,
                     };
                     outputs.push(Py::new(py, request)?.into_any());
                 }
-                Output::Event { lock, event: e } => {
-                    outputs.push(Py::new(py, event(lock, e))?.into_any());
-                }
+                Output::Event { lock, event: e } => outputs.push(event(py, lock, e)?),
                 Output::Timeout(at) => return Ok((outputs, Some(at.as_nanos()))),
                 Output::Idle => return Ok((outputs, None)),
             }
@@ -1420,47 +1442,23 @@ impl Machine {
 }
 
 /// Checks a lock's name and options exactly as `Machine.acquire` would, without a
-/// machine or any I/O. Arguments as for `Machine.acquire` (nanoseconds); `backend` is
-/// the settings dict of `Machine(backend)` (default Redis), which decides whether a
-/// correctness lock is safe.
+/// machine or any I/O. `options` as for `Machine.acquire` (a dict, nanoseconds);
+/// `backend` is the settings dict of `Machine(backend)` (default Redis), which decides
+/// whether a correctness lock is safe.
 ///
-/// Errors: `ConfigError` naming the bad argument; the message comes from the core.
-#[allow(clippy::too_many_arguments)]
+/// Errors: `ConfigError` naming the bad option; the message comes from the core.
 #[pyfunction]
-#[pyo3(signature = (name, ttl_ns, purpose, accept_failover_risk, acquire_timeout_ns,
-                    retry_base_ns, retry_max_ns, renew_every_ns, auto_renew, drift_factor,
-                    clock_margin_ns, *, backend = None))]
+#[pyo3(signature = (name, options, *, backend = None))]
 fn check_lock_options(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
-    ttl_ns: &Bound<'_, PyAny>,
-    purpose: &Bound<'_, PyAny>,
-    accept_failover_risk: &Bound<'_, PyAny>,
-    acquire_timeout_ns: &Bound<'_, PyAny>,
-    retry_base_ns: &Bound<'_, PyAny>,
-    retry_max_ns: &Bound<'_, PyAny>,
-    renew_every_ns: &Bound<'_, PyAny>,
-    auto_renew: &Bound<'_, PyAny>,
-    drift_factor: &Bound<'_, PyAny>,
-    clock_margin_ns: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
     backend: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let backend = backend_from_args(py, backend, None)?;
     let name = arg_str(name, "name")?;
-    let options = lock_options(
-        ttl_ns,
-        purpose,
-        accept_failover_risk,
-        acquire_timeout_ns,
-        retry_base_ns,
-        retry_max_ns,
-        renew_every_ns,
-        auto_renew,
-        drift_factor,
-        clock_margin_ns,
-    )?;
-    // The core's own check, the same one `Machine::acquire` runs.
-    CoreMachine::with_seed(backend, 0)
+    let options = lock_options(options)?;
+    backend
         .check_acquire(&name, &options)
         .map_err(|e| usage_error(py, e))
 }
@@ -1694,7 +1692,7 @@ fn read_redis_fenced_set(
 fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let scripts = PyDict::new(py);
     for s in RedisScript::ALL {
-        scripts.set_item(script_name(s), (s.sha1(), s.source()))?;
+        scripts.set_item(s.as_str(), (s.sha1(), s.source()))?;
     }
     Ok(scripts)
 }
@@ -1809,6 +1807,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EtcdCall>()?;
     m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;
+    m.add_class::<Acquired>()?;
+    m.add_class::<Renewed>()?;
+    m.add_class::<Lost>()?;
+    m.add_class::<Released>()?;
+    m.add_class::<AcquireFailed>()?;
     m.add_class::<MemoryRedis>()?;
     m.add_class::<Fence>()?;
     m.add("RedisErrorReply", m.py().get_type::<RedisErrorReply>())?;
@@ -1828,5 +1831,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(etcd_fenced_txn, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_fenced_txn, m)?)?;
     m.add("CORE_VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add("LOST_REASONS", PyTuple::new(m.py(), LostReason::NAMES)?)?;
+    m.add("LOST_CLOSED", LostReason::Closed.as_str())?;
     Ok(())
 }

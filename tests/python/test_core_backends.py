@@ -18,19 +18,19 @@ NS = 1_000_000  # ns per ms
 
 def acquire(machine: _core.Machine, now_ms: int, name: str = "report", **kw: Any) -> int:
     opts: dict[str, Any] = dict(
-        ttl_ns=1_000 * NS,
+        ttl=1_000 * NS,
         purpose="efficiency",
         accept_failover_risk=False,
-        acquire_timeout_ns=None,
-        retry_base_ns=10 * NS,
-        retry_max_ns=500 * NS,
-        renew_every_ns=None,
+        acquire_timeout=None,
+        retry_base=10 * NS,
+        retry_max=500 * NS,
+        renew_every=None,
         auto_renew=True,
         drift_factor=0.01,
-        clock_margin_ns=2 * NS,
+        clock_margin=2 * NS,
     )
     opts.update(kw)
-    return machine.acquire(now_ms * NS, name, *opts.values())
+    return machine.acquire(now_ms * NS, name, opts)  # type: ignore[arg-type]
 
 
 def requests(outputs: List[Any]) -> List[_core.Request]:
@@ -70,13 +70,24 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
 
 
 def test_correctness_locks_are_allowed_on_postgres_and_etcd_without_the_opt_in() -> None:
-    args = ("job", 1_000 * NS, "correctness", False, None, 10 * NS, 500 * NS, None, True, 0.01, 2 * NS)
-    _core.check_lock_options(*args, backend={"kind": "postgres"})
-    _core.check_lock_options(*args, backend={"kind": "etcd"})
+    options: _core.LockOptionsSpec = {
+        "ttl": 1_000 * NS,
+        "purpose": "correctness",
+        "accept_failover_risk": False,
+        "acquire_timeout": None,
+        "retry_base": 10 * NS,
+        "retry_max": 500 * NS,
+        "renew_every": None,
+        "auto_renew": True,
+        "drift_factor": 0.01,
+        "clock_margin": 2 * NS,
+    }
+    _core.check_lock_options("job", options, backend={"kind": "postgres"})
+    _core.check_lock_options("job", options, backend={"kind": "etcd"})
     with pytest.raises(ConfigError, match="unsafe"):
-        _core.check_lock_options(*args)
+        _core.check_lock_options("job", options)
     with pytest.raises(ConfigError, match="unsafe"):
-        _core.check_lock_options(*args, backend={"kind": "redis", "fair": True})
+        _core.check_lock_options("job", options, backend={"kind": "redis", "fair": True})
 
 
 # ---- Redis bodies -----------------------------------------------------------------------
@@ -169,7 +180,7 @@ def test_postgres_lease_mode_round_trip_with_sql_rows() -> None:
 
 def test_sql_error_replies_transient_and_not() -> None:
     m = _core.Machine({"kind": "postgres"}, seed=7)
-    acquire(m, 0, acquire_timeout_ns=50 * NS)
+    acquire(m, 0, acquire_timeout=50 * NS)
     (req,) = requests(m.poll()[0])
     m.reply(1 * NS, req.id, _core.SqlErrorReply("40001", "could not serialize access"))
     assert requests(m.poll()[0]) == []  # transient: retried after a backoff
@@ -250,3 +261,39 @@ def test_migration_and_xact_statement() -> None:
         _core.read_xact_lock(_core.SqlErrorReply("42P01", 'relation "tokens" does not exist'))
     with pytest.raises(ProtocolError):
         _core.read_xact_lock([])
+
+
+def test_options_are_one_dict_of_the_core_fields_and_unknown_keys_are_named() -> None:
+    m = _core.Machine(seed=1)
+    assert m.acquire(0, "report", {}) == 1  # every option at the core's default
+    bad: List[Any] = [
+        ({"tll": 5}, "unknown lock option 'tll': use ttl, purpose"),
+        ({"ttl_ns": 5}, "unknown lock option 'ttl_ns'"),
+        ({"ttl": "1"}, "ttl must be an int"),
+        ({"acquire_timeout": 1.5}, "acquire_timeout must be an int"),
+        ({1: 5}, "keys must be str"),
+        ([("ttl", 5)], "options must be a dict"),
+    ]
+    for options, message in bad:
+        with pytest.raises(ConfigError, match=message) as info:
+            m.acquire(0, "report", options)
+        assert info.value.kind == "invalid_argument"
+    with pytest.raises(ConfigError, match="unknown lock option 'tll'"):
+        _core.check_lock_options("report", {"tll": 5})  # type: ignore[typeddict-unknown-key]
+
+
+def test_each_event_kind_is_its_own_class_with_its_own_fields() -> None:
+    m = _core.Machine(seed=3)
+    lock = acquire(m, 0)
+    (req,) = requests(m.poll()[0])
+    m.reply(1 * NS, req.id, [1, 9])
+    (acquired,) = events(m.poll()[0])
+    assert isinstance(acquired, _core.Acquired) and isinstance(acquired, _core.Event)
+    assert (acquired.lock, acquired.kind, acquired.token) == (lock, "acquired", 9)
+    m.timeout(2_000 * NS)  # no renewal confirmed: the lease expires
+    lost = [e for e in events(m.poll()[0]) if isinstance(e, _core.Lost)]
+    assert [(e.kind, e.reason) for e in lost] == [("lost", "expired")]
+    assert not hasattr(lost[0], "token")
+    assert repr(acquired).startswith(f"Acquired(lock={lock}, token=9, ")
+    assert set(_core.LOST_REASONS) == {"expired", "renew_rejected", "not_held_at_release", "closed"}
+    assert _core.LOST_CLOSED == "closed"

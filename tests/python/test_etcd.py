@@ -121,7 +121,20 @@ def test_requests_render_as_json_gateway_calls() -> None:
     machine = _core.Machine({"kind": "etcd", "key_prefix": "app/"}, seed=7)
     # ttl 2.5 s, efficiency, no timeout, retry 10-500 ms, renew ttl/3, drift 1 %, margin 2 ms
     lock = machine.acquire(
-        0, "report", 2_500_000_000, "efficiency", False, None, 10_000_000, 500_000_000, None, True, 0.01, 2_000_000
+        0,
+        "report",
+        {
+            "ttl": 2_500_000_000,
+            "purpose": "efficiency",
+            "accept_failover_risk": False,
+            "acquire_timeout": None,
+            "retry_base": 10_000_000,
+            "retry_max": 500_000_000,
+            "renew_every": None,
+            "auto_renew": True,
+            "drift_factor": 0.01,
+            "clock_margin": 2_000_000,
+        },
     )
     outputs, _ = machine.poll()
     (grant,) = [o for o in outputs if isinstance(o, _core.Request)]

@@ -111,12 +111,23 @@ def test_memory_server_blpop_parks_until_a_push_or_the_timeout() -> None:
     machine = fencepost._core.Machine({"kind": "redis", "fair": True}, seed=1)
     holder = fencepost._core.Machine({"kind": "redis", "fair": True}, seed=2)
     now = time.monotonic_ns()
-    args = (5_000_000_000, "efficiency", False, None, 200_000_000, 400_000_000, None, True, 0.01, 2_000_000)
-    holder.acquire(now, "w", *args)
+    options: fencepost._core.LockOptionsSpec = {
+        "ttl": 5_000_000_000,
+        "purpose": "efficiency",
+        "accept_failover_risk": False,
+        "acquire_timeout": None,
+        "retry_base": 200_000_000,
+        "retry_max": 400_000_000,
+        "renew_every": None,
+        "auto_renew": True,
+        "drift_factor": 0.01,
+        "clock_margin": 2_000_000,
+    }
+    holder.acquire(now, "w", options)
     (h,) = holder.poll()[0]
     assert isinstance(h, fencepost._core.Request)
     holder.reply(now, h.id, server.execute(h))
-    machine.acquire(now, "w", *args)
+    machine.acquire(now, "w", options)
     (a,) = machine.poll()[0]
     assert isinstance(a, fencepost._core.Request)
     machine.reply(now, a.id, server.execute(a))

@@ -898,7 +898,19 @@ def test_async_lease_check_after_its_loop_closed_reports_expiry() -> None:
 
 
 def machine_acquire(machine: _core.Machine, now: int, name: str = "m", ttl_ns: int = 1_000_000_000) -> int:
-    return machine.acquire(now, name, ttl_ns, "efficiency", False, None, 10_000_000, 500_000_000, None, True, 0.01, 2_000_000)
+    options: _core.LockOptionsSpec = {
+        "ttl": ttl_ns,
+        "purpose": "efficiency",
+        "accept_failover_risk": False,
+        "acquire_timeout": None,
+        "retry_base": 10_000_000,
+        "retry_max": 500_000_000,
+        "renew_every": None,
+        "auto_renew": True,
+        "drift_factor": 0.01,
+        "clock_margin": 2_000_000,
+    }
+    return machine.acquire(now, name, options)
 
 
 def test_machine_emits_requests_and_events_as_data() -> None:

@@ -114,7 +114,22 @@ def test_dollar_placeholders_become_named_pyformat_parameters() -> None:
 def test_the_core_statements_convert_cleanly() -> None:
     for spec in ({"kind": "postgres"}, {"kind": "postgres", "mode": "session"}):
         m = _core.Machine(spec, seed=1)  # type: ignore[arg-type]
-        m.acquire(0, "n", 10**9, "efficiency", False, None, 10**7, 5 * 10**8, None, True, 0.01, 2 * 10**6)
+        m.acquire(
+            0,
+            "n",
+            {
+                "ttl": 10**9,
+                "purpose": "efficiency",
+                "accept_failover_risk": False,
+                "acquire_timeout": None,
+                "retry_base": 10**7,
+                "retry_max": 5 * 10**8,
+                "renew_every": None,
+                "auto_renew": True,
+                "drift_factor": 0.01,
+                "clock_margin": 2 * 10**6,
+            },
+        )
         (req,) = [o for o in m.poll()[0] if isinstance(o, _core.Request)]
         body = req.body
         assert isinstance(body, _core.SqlStatement)

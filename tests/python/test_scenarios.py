@@ -147,14 +147,20 @@ DEFAULT_OPTIONS: Dict[str, Any] = {
     "clock_margin_ns": 2_000_000,
 }
 
+def core_options(options: Dict[str, Any]) -> Any:
+    """Options of :func:`lock_options` (durations as ``*_ns``) as the dict
+    ``Machine.acquire`` takes: the core's field names, durations in nanoseconds."""
+    return {key[: -len("_ns")] if key.endswith("_ns") else key: value for key, value in options.items()}
+
+
 #: Durations the core's serde accepts as ``null`` (``Option<Duration>``).
 NULLABLE = ("acquire_timeout", "renew_every")
 
 
 def lock_options(*layers: Dict[str, Any]) -> Dict[str, Any]:
-    """The scenario's options, then a step's, over the core's defaults, as
-    ``Machine.acquire`` keyword arguments. Raises VectorError where the Rust runner's
-    serde would refuse the vector."""
+    """The scenario's options, then a step's, over the core's defaults, durations as
+    ``*_ns`` (:func:`core_options` renames them for ``Machine.acquire``). Raises
+    VectorError where the Rust runner's serde would refuse the vector."""
     out = dict(DEFAULT_OPTIONS)
     for layer in layers:
         if not isinstance(layer, dict):
@@ -600,7 +606,7 @@ def apply_input(
     kind = inp["type"]
     if kind == "acquire":
         options = lock_options(scenario_options, inp.get("options", {}))
-        return int(machine.acquire(now, inp["name"], **options))
+        return int(machine.acquire(now, inp["name"], core_options(options)))
     if kind == "release":
         machine.release(now, inp["lock"])
     elif kind == "reply":
@@ -776,9 +782,9 @@ def test_the_binding_raises_each_usage_error_kind() -> None:
     machine = _core.Machine(seed=7)
     seen = {}
     cases = [
-        lambda: machine.acquire(0, "n", **{**DEFAULT_OPTIONS, "ttl_ns": 0}),
-        lambda: machine.acquire(0, "", **DEFAULT_OPTIONS),
-        lambda: machine.acquire(0, "n", **{**DEFAULT_OPTIONS, "purpose": "correctness"}),
+        lambda: machine.acquire(0, "n", core_options({**DEFAULT_OPTIONS, "ttl_ns": 0})),
+        lambda: machine.acquire(0, "", core_options(DEFAULT_OPTIONS)),
+        lambda: machine.acquire(0, "n", core_options({**DEFAULT_OPTIONS, "purpose": "correctness"})),
         lambda: machine.release(0, 5),
         lambda: (machine.timeout(10), machine.timeout(5)),
     ]

@@ -131,6 +131,11 @@ class Backend:
     def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
         """``request`` was handed to a worker (called before it runs, in order)."""
 
+    def _announces_requests(self) -> bool:
+        """Whether this backend overrides :meth:`_request_scheduled` (the thread driver
+        skips the call per request otherwise)."""
+        return type(self)._request_scheduled is not Backend._request_scheduled
+
     def _lock_finished(self, driver: Any, lock: int) -> None:
         """The machine reported lock ``lock``'s final event (released, lost, acquire
         failed); requests it still sends for it (cleanup releases) are scheduled as

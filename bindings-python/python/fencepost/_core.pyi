@@ -8,15 +8,23 @@ re-exported by :mod:`fencepost`); the rest is what the drivers use.
 
 from typing import Dict, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, final
 
+from typing_extensions import disjoint_base
+
 CORE_VERSION: str
 
 Operation = Literal["acquire", "renew", "release", "wait"]
+#: Why the lock is taken (the ``purpose`` lock option).
+Purpose = Literal["efficiency", "correctness"]
+#: Why a held lease ended. The machine reports every one but ``"closed"``, which hosts
+#: report when their backend is closed while the lease is held.
+LostReason = Literal["expired", "renew_rejected", "not_held_at_release", "closed"]
 ScriptName = Literal[
     "acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair"
 ]
 EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
-#: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement.
-BodyKind = Literal["redis", "redis_blpop", "sql", "etcd", "unsupported"]
+#: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement,
+#: an etcd call.
+BodyKind = Literal["redis", "redis_blpop", "sql", "etcd"]
 #: Which connection a SQL statement must run on.
 ConnectionKind = Literal["any", "dedicated"]
 #: A SQL parameter or cell value as the core knows them.
@@ -66,6 +74,38 @@ class EtcdSpec(_EtcdSpecKind, total=False):
 
 #: The ``backend`` argument of :class:`Machine` and :func:`check_lock_options`.
 BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec]
+
+#: Every name of :data:`LostReason`, in the core's order.
+LOST_REASONS: Tuple[LostReason, ...]
+#: The reason hosts give a lease lost because its backend was closed.
+LOST_CLOSED: Literal["closed"]
+
+class LockOptionsSpec(TypedDict, total=False):
+    """The core's lock options, by its field names (the ``fencepost.Lock`` keywords),
+    durations in integer nanoseconds; left-out keys take the core's defaults. Ranges
+    are the core's to check (:meth:`Machine.acquire`, :func:`check_lock_options`).
+
+    * ``ttl`` — lease length the server enforces (30 s);
+    * ``purpose`` — ``"efficiency"`` (default) or ``"correctness"``;
+    * ``accept_failover_risk`` — opt-in for a correctness lock on Redis (False);
+    * ``acquire_timeout`` — how long to keep trying: None waits forever (default), 0
+      tries once;
+    * ``retry_base``, ``retry_max`` — the backoff steps (10 ms, 500 ms);
+    * ``renew_every`` — renew interval; None means ttl / 3 (default);
+    * ``auto_renew`` — renew automatically (True);
+    * ``drift_factor`` — clock-rate bound, a fraction in ``[0, 0.5)`` (0.01);
+    * ``clock_margin`` — subtracted from every validity (2 ms)."""
+
+    ttl: int
+    purpose: str
+    accept_failover_risk: bool
+    acquire_timeout: Optional[int]
+    retry_base: int
+    retry_max: int
+    renew_every: Optional[int]
+    auto_renew: bool
+    drift_factor: float
+    clock_margin: int
 
 class RedisErrorReply(Exception):
     """An error reply of a Redis server (``-ERR …``, ``-LOADING …``) carried as a value:
@@ -134,7 +174,7 @@ class EtcdCall:
 
     @property
     def call(self) -> Literal[
-        "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range", "watch", "unsupported"
+        "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range", "watch"
     ]:
         """Which RPC."""
     @property
@@ -187,7 +227,7 @@ class Request:
     def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall]:
         """What to send.
 
-        Raises: ConfigError for a body this build cannot run (kind ``"unsupported"``)."""
+        Raises: ConfigError for a body this build cannot run."""
 
     @property
     def id(self) -> int:
@@ -217,30 +257,75 @@ class Request:
     def args(self) -> List[str]:
         """``ARGV``, in order."""
 
-@final
+@disjoint_base
 class Event:
-    """Something the host must act on for lock ``lock``.
-
-    ``kind``: ``"acquired"`` (``token``, ``valid_until_ns`` set), ``"renewed"``
-    (``valid_until_ns``), ``"lost"`` (``reason``: ``"expired"``, ``"renew_rejected"``,
-    ``"not_held_at_release"``), ``"released"``, ``"acquire_failed"`` (``reason``:
-    ``"timeout"`` or ``"protocol"``; ``message``: the last error, or the protocol error).
-    """
+    """Something the host must act on for lock ``lock``: the base class of one class
+    per kind, each carrying the fields of its kind only."""
 
     @property
-    def lock(self) -> int: ...
+    def lock(self) -> int:
+        """The lock id the event is for."""
     @property
-    def kind(self) -> EventKind: ...
-    @property
-    def token(self) -> Optional[int]: ...
-    @property
-    def valid_until_ns(self) -> Optional[int]: ...
-    @property
-    def reason(self) -> Optional[str]: ...
-    @property
-    def message(self) -> Optional[str]: ...
+    def kind(self) -> EventKind:
+        """The core's name of the event."""
 
-Output = Union[Request, Event]
+@final
+class Acquired(Event):
+    """The lock is held."""
+
+    @property
+    def kind(self) -> Literal["acquired"]: ...
+    @property
+    def token(self) -> int:
+        """The fencing token of the lease."""
+    @property
+    def valid_until_ns(self) -> int:
+        """The validity deadline (monotonic ns)."""
+
+@final
+class Renewed(Event):
+    """A renewal was confirmed."""
+
+    @property
+    def kind(self) -> Literal["renewed"]: ...
+    @property
+    def valid_until_ns(self) -> int:
+        """The new validity deadline (monotonic ns)."""
+
+@final
+class Lost(Event):
+    """The lease was lost."""
+
+    @property
+    def kind(self) -> Literal["lost"]: ...
+    @property
+    def reason(self) -> LostReason:
+        """Why: ``"expired"``, ``"renew_rejected"`` or ``"not_held_at_release"`` (the
+        machine never reports ``"closed"``)."""
+
+@final
+class Released(Event):
+    """The lock was released, or its acquisition cancelled."""
+
+    @property
+    def kind(self) -> Literal["released"]: ...
+
+@final
+class AcquireFailed(Event):
+    """Acquiring gave up."""
+
+    @property
+    def kind(self) -> Literal["acquire_failed"]: ...
+    @property
+    def reason(self) -> Literal["timeout", "protocol"]:
+        """``"timeout"`` (the acquire timeout passed) or ``"protocol"`` (a reply retrying
+        cannot fix)."""
+    @property
+    def message(self) -> Optional[str]:
+        """The last error seen (None when the lock was simply held by another owner),
+        or the protocol error."""
+
+Output = Union[Request, Acquired, Renewed, Lost, Released, AcquireFailed]
 
 @final
 @final
@@ -267,27 +352,14 @@ class Machine:
         is not a plain SQL identifier, both ``backend`` and ``key_prefix``),
         FencepostError (no OS randomness)."""
     @property
-    def backend_kind(self) -> Literal["redis", "postgres"]:
+    def backend_kind(self) -> Literal["redis", "postgres", "etcd"]:
         """Which server this machine phrases requests for."""
-    def acquire(
-        self,
-        now_ns: int,
-        name: str,
-        ttl_ns: int,
-        purpose: str,
-        accept_failover_risk: bool,
-        acquire_timeout_ns: Optional[int],
-        retry_base_ns: int,
-        retry_max_ns: int,
-        renew_every_ns: Optional[int],
-        auto_renew: bool,
-        drift_factor: float,
-        clock_margin_ns: int,
-    ) -> int:
-        """Starts acquiring ``name``; returns the new lock id.
+    def acquire(self, now_ns: int, name: str, options: LockOptionsSpec) -> int:
+        """Starts acquiring ``name`` with ``options`` (:class:`LockOptionsSpec`,
+        nanoseconds); returns the new lock id.
 
-        Raises: ConfigError naming the bad argument (type, or the core's range rules,
-        or an unsafe purpose), ClockError."""
+        Raises: ConfigError naming the bad option (an unknown key, a wrong type, the
+        core's range rules, an unsafe purpose), ClockError."""
     def release(self, now_ns: int, lock: int) -> None:
         """Releases ``lock`` or cancels its acquisition.
 
@@ -324,19 +396,7 @@ class Machine:
         """Requests awaiting a reply or transport error."""
 
 def check_lock_options(
-    name: str,
-    ttl_ns: int,
-    purpose: str,
-    accept_failover_risk: bool,
-    acquire_timeout_ns: Optional[int],
-    retry_base_ns: int,
-    retry_max_ns: int,
-    renew_every_ns: Optional[int],
-    auto_renew: bool,
-    drift_factor: float,
-    clock_margin_ns: int,
-    *,
-    backend: Optional[BackendSpec] = None,
+    name: str, options: LockOptionsSpec, *, backend: Optional[BackendSpec] = None
 ) -> None:
     """Checks a name and options exactly as :meth:`Machine.acquire` would on a machine
     for ``backend`` (default Redis: it decides whether a correctness lock is safe),

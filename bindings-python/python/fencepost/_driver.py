@@ -39,22 +39,42 @@ import functools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Generic, Optional, Set, TypeVar, Union
+from typing import Any, Callable, Deque, Dict, Generic, Optional, Protocol, Set, TypeVar, Union
 
 from . import _core
-from .errors import AcquireTimeout, BackendError, FencepostError, LockLost, ProtocolError
+from ._lease import Lease, SyncLease
+from .errors import AcquireTimeout, BackendError, FencepostError, ProtocolError
 
-if TYPE_CHECKING:
-    from ._backend import Backend
-    from .lock import Lease, SyncLease, _Options
-
-__all__ = ["AsyncDriver", "ThreadDriver", "AsyncAcquisition", "SyncAcquisition"]
+__all__ = ["AsyncDriver", "ThreadDriver", "AsyncAcquisition", "SyncAcquisition", "DriverHost"]
 
 _log = logging.getLogger("fencepost")
 
 CommandLike = Union[_core.Request, _core.Command]
 
-_TERMINAL = frozenset({"lost", "released", "acquire_failed"})
+#: The events after which the machine says no more about a lock.
+_TERMINAL = (_core.Lost, _core.Released, _core.AcquireFailed)
+
+
+class DriverHost(Protocol):
+    """What a driver needs of its backend (:class:`fencepost.Backend` implements it;
+    see its docstrings): a machine, a way to run its requests, and the hooks of
+    adapters with per-lock state."""
+
+    def _new_machine(self) -> _core.Machine: ...
+
+    async def _run_async(self, driver: Any, request: _core.Request) -> object: ...
+
+    def _run_sync(self, driver: Any, request: _core.Request) -> object: ...
+
+    def _sync_call_limit_s(self) -> Optional[float]: ...
+
+    def _sync_wait_limit_s(self, request: _core.Request) -> Optional[float]: ...
+
+    def _announces_requests(self) -> bool: ...
+
+    def _request_scheduled(self, driver: Any, request: _core.Request) -> None: ...
+
+    def _lock_finished(self, driver: Any, lock: int) -> None: ...
 
 #: Whether the asyncio driver runs a waiting caller's requests in the caller's own
 #: coroutine (needs ``asyncio.timeout``, Python 3.11+); else every request is a task.
@@ -63,28 +83,7 @@ _INLINE = hasattr(asyncio, "timeout")
 #: Longest single sleep of the thread driver (seconds).
 _NAP_S = 0.25
 
-_LOST_WHY = {
-    "expired": "its validity deadline passed without a confirmed renewal",
-    "renew_rejected": "the server refused the renewal: the lock key was deleted or "
-    "is held by another owner",
-    "not_held_at_release": "the server no longer held it for this owner when it was "
-    "released",
-    "closed": "its backend was closed while it was held",
-}
-
-
-def lost_error(name: str, token: int, reason: str) -> LockLost:
-    """The :class:`LockLost` for a lease of ``name`` lost for ``reason``."""
-    why = _LOST_WHY.get(reason, reason)
-    return LockLost(
-        f"lock {name!r} (fencing token {token}) was lost: {why}",
-        name=name,
-        token=token,
-        reason=reason,
-    )
-
-
-def acquire_error(name: str, event: _core.Event) -> FencepostError:
+def acquire_error(name: str, event: _core.AcquireFailed) -> FencepostError:
     """The exception for an ``acquire_failed`` event."""
     if event.reason == "protocol":
         return ProtocolError(f"acquiring lock {name!r} failed: {event.message}")
@@ -137,32 +136,32 @@ class AsyncAcquisition:
         self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
-        kind = event.kind
-        if kind == "acquired":
-            lease = _lease_classes()[0](
+        if isinstance(event, _core.Acquired):
+            lease = Lease(
                 name=self.name,
-                token=event.token or 0,
+                token=event.token,
                 owner_id=self.driver.owner(self.lock_id),
-                valid_until_ns=event.valid_until_ns or 0,
+                valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
                 lost=asyncio.Event(),
             )
             self.lease = lease
             if not self.acquired.done():
                 self.acquired.set_result(lease)
-        elif kind == "renewed" and self.lease is not None:
-            self.lease._valid_until_ns = event.valid_until_ns or 0
-        elif kind == "lost" and self.lease is not None:
-            reason = event.reason or "expired"
-            self.lease._lose(reason)
-            self.lease.lost.set()
-            self._interrupt_body()
-            if self.released is not None and not self.released.done():
-                self.released.set_exception(self.lease._lost_error())
-        elif kind == "released":
+        elif isinstance(event, _core.Renewed):
+            if self.lease is not None:
+                self.lease._valid_until_ns = event.valid_until_ns
+        elif isinstance(event, _core.Lost):
+            if self.lease is not None:
+                self.lease._lose(event.reason)
+                self.lease.lost.set()
+                self._interrupt_body()
+                if self.released is not None and not self.released.done():
+                    self.released.set_exception(self.lease._lost_error())
+        elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
-        elif kind == "acquire_failed":
+        elif isinstance(event, _core.AcquireFailed):
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
         self.wake_caller()
@@ -214,7 +213,7 @@ class AsyncAcquisition:
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
         if self.lease is not None and self.lease.lost_reason is None:
-            self.lease._lose("closed")
+            self.lease._lose(_core.LOST_CLOSED)
             self.lease.lost.set()
             self._interrupt_body()
         if not self.acquired.done():
@@ -288,28 +287,29 @@ class SyncAcquisition:
         self.interrupted: Optional[_core.Request] = None
 
     def on_event(self, event: _core.Event) -> None:
-        kind = event.kind
-        if kind == "acquired":
-            lease = _lease_classes()[1](
+        if isinstance(event, _core.Acquired):
+            lease = SyncLease(
                 name=self.name,
-                token=event.token or 0,
+                token=event.token,
                 owner_id=self.driver.owner(self.lock_id),
-                valid_until_ns=event.valid_until_ns or 0,
+                valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
             )
             self.lease = lease
             if not self.acquired.done():
                 self.acquired.set_result(lease)
-        elif kind == "renewed" and self.lease is not None:
-            self.lease._valid_until_ns = event.valid_until_ns or 0
-        elif kind == "lost" and self.lease is not None:
-            self.lease._set_lost(event.reason or "expired")
-            if self.released is not None and not self.released.done():
-                self.released.set_exception(self.lease._lost_error())
-        elif kind == "released":
+        elif isinstance(event, _core.Renewed):
+            if self.lease is not None:
+                self.lease._valid_until_ns = event.valid_until_ns
+        elif isinstance(event, _core.Lost):
+            if self.lease is not None:
+                self.lease._set_lost(event.reason)
+                if self.released is not None and not self.released.done():
+                    self.released.set_exception(self.lease._lost_error())
+        elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
-        elif kind == "acquire_failed":
+        elif isinstance(event, _core.AcquireFailed):
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
         self.wake_caller()
@@ -323,34 +323,13 @@ class SyncAcquisition:
         """The backend was closed under this acquisition."""
         self.wake_caller()
         if self.lease is not None and self.lease.lost_reason is None:
-            self.lease._set_lost("closed")
+            self.lease._set_lost(_core.LOST_CLOSED)
         if not self.acquired.done():
             self.acquired.set_exception(
                 BackendError(f"the backend was closed while acquiring lock {self.name!r}")
             )
         if self.released is not None and not self.released.done():
             self.released.set_result(None)
-
-
-_LEASE_CLASSES: Any = None
-
-
-def _lease_classes() -> Any:
-    """``(fencepost.lock.Lease, fencepost.lock.SyncLease)``, imported on first use (the
-    lock module imports this one); an import in the hot path costs ~1 µs per call."""
-    global _LEASE_CLASSES
-    if _LEASE_CLASSES is None:
-        from .lock import Lease, SyncLease
-
-        _LEASE_CLASSES = (Lease, SyncLease)
-    return _LEASE_CLASSES
-
-
-def _backend_hook() -> Any:
-    """``Backend._request_scheduled`` as defined by the base class (a no-op)."""
-    from ._backend import Backend
-
-    return Backend._request_scheduled
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
@@ -375,7 +354,7 @@ class AsyncDriver:
     loop's thread, except :meth:`poke` (any thread) and :meth:`close` (any thread while
     the loop is not running)."""
 
-    def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, backend: DriverHost, loop: asyncio.AbstractEventLoop) -> None:
         self.backend = backend
         self.loop = loop
         self._machine = backend._new_machine()
@@ -393,15 +372,15 @@ class AsyncDriver:
 
     # -- inputs from the Lock API --
 
-    def start(self, acquisition: AsyncAcquisition, options: _Options) -> None:
+    def start(self, acquisition: AsyncAcquisition, options: _core.LockOptionsSpec) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
         self._check_open()
-        lock = self._machine.acquire(time.monotonic_ns(), acquisition.name, *options.args())
+        lock = self._machine.acquire(time.monotonic_ns(), acquisition.name, options)
         acquisition.lock_id = lock
         self._acquisitions[lock] = acquisition
         self._drain()
 
-    async def acquire(self, acquisition: AsyncAcquisition, options: _Options) -> Lease:
+    async def acquire(self, acquisition: AsyncAcquisition, options: _core.LockOptionsSpec) -> Lease:
         """Starts acquiring and waits for the outcome, running the lock's requests
         (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
         acquisition is cancelled (released if the server may have granted it) and
@@ -532,7 +511,7 @@ class AsyncDriver:
                 else:
                     self._spawn(output)
             else:
-                if output.kind in _TERMINAL:
+                if isinstance(output, _TERMINAL):
                     acquisition = self._acquisitions.pop(output.lock, None)
                     self.backend._lock_finished(self, output.lock)
                 else:
@@ -762,7 +741,7 @@ class ThreadDriver:
     #: Seconds the driver thread lingers with no lock tracked before it exits.
     idle_s: float = 10.0
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: DriverHost) -> None:
         self.backend = backend
         self._machine = backend._new_machine()
         self._lock = threading.RLock()
@@ -779,7 +758,7 @@ class ThreadDriver:
         #: hold up the renewals and releases queued on ``_pool``.
         self._wait_pool = _DaemonPool(max_workers=64, name="fencepost-wait")
         #: Whether the backend wants to hear of every request (``_request_scheduled``).
-        self._announce = type(backend)._request_scheduled is not _backend_hook()
+        self._announce = backend._announces_requests()
         limit = backend._sync_call_limit_s()
         #: A blocking request ends within this many ns (None: no bound known).
         self._call_limit_ns: Optional[int] = None if limit is None else int(limit * 1e9)
@@ -789,20 +768,21 @@ class ThreadDriver:
 
     # -- inputs from the Lock API --
 
-    def start(self, acquisition: SyncAcquisition, options: _Options) -> None:
+    def start(self, acquisition: SyncAcquisition, options: _core.LockOptionsSpec) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
         with self._lock:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
             now = time.monotonic_ns()
-            lock = self._machine.acquire(now, acquisition.name, *options.args())
+            lock = self._machine.acquire(now, acquisition.name, options)
             acquisition.lock_id = lock
-            if options.acquire_timeout_ns is not None:
-                acquisition.deadline_ns = now + options.acquire_timeout_ns
+            acquire_timeout_ns = options.get("acquire_timeout")
+            if acquire_timeout_ns is not None:
+                acquisition.deadline_ns = now + acquire_timeout_ns
             self._acquisitions[lock] = acquisition
             self._drain()
 
-    def acquire(self, acquisition: SyncAcquisition, options: _Options) -> SyncLease:
+    def acquire(self, acquisition: SyncAcquisition, options: _core.LockOptionsSpec) -> SyncLease:
         """Starts acquiring and blocks until the outcome, running the lock's requests on
         this thread where the backend allows (see the class docstring). If interrupted
         (``KeyboardInterrupt``), the acquisition is cancelled (released if the server
@@ -901,7 +881,7 @@ class ThreadDriver:
                 else:
                     self._pool.submit(functools.partial(self._execute, output))
             else:
-                if output.kind in _TERMINAL:
+                if isinstance(output, _TERMINAL):
                     acquisition = acquisitions.pop(output.lock, None)
                     self.backend._lock_finished(self, output.lock)
                 else:

@@ -10,16 +10,14 @@ import asyncio
 import math
 import numbers
 import sys
-import threading
-import time
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Callable, Optional, Tuple, Type, Union
+from typing import Optional, Type, Union
 
 from . import _core
 from ._backend import Backend
-from ._driver import AsyncAcquisition, SyncAcquisition, _Outcome, lost_error
+from ._driver import AsyncAcquisition, SyncAcquisition, _Outcome
+from ._lease import Lease, SyncLease
 from .errors import ConfigError, LockLost
 
 __all__ = ["Lock", "Lease", "SyncLease", "Seconds"]
@@ -61,202 +59,6 @@ def _seconds_to_ns(param: str, value: object) -> int:
 
 def _optional_seconds_to_ns(param: str, value: object) -> Optional[int]:
     return None if value is None else _seconds_to_ns(param, value)
-
-
-@dataclass(frozen=True)
-class _Options:
-    """Lock options in the core's units (nanoseconds), in ``Machine.acquire`` order."""
-
-    ttl_ns: int
-    purpose: str
-    accept_failover_risk: bool
-    acquire_timeout_ns: Optional[int]
-    retry_base_ns: int
-    retry_max_ns: int
-    renew_every_ns: Optional[int]
-    auto_renew: bool
-    drift_factor: float
-    clock_margin_ns: int
-
-    def args(
-        self,
-    ) -> Tuple[int, str, bool, Optional[int], int, int, Optional[int], bool, float, int]:
-        return (
-            self.ttl_ns,
-            self.purpose,
-            self.accept_failover_risk,
-            self.acquire_timeout_ns,
-            self.retry_base_ns,
-            self.retry_max_ns,
-            self.renew_every_ns,
-            self.auto_renew,
-            self.drift_factor,
-            self.clock_margin_ns,
-        )
-
-
-class _LeaseBase:
-    """What both lease kinds share. Created by the drivers, never by users."""
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        token: int,
-        owner_id: str,
-        valid_until_ns: int,
-        poke: Callable[[], None],
-    ) -> None:
-        self._name = name
-        self._token = token
-        self._owner_id = owner_id
-        self._valid_until_ns = valid_until_ns
-        self._poke = poke
-        self._lost_reason: Optional[str] = None
-
-    @property
-    def name(self) -> str:
-        """The lock name."""
-        return self._name
-
-    @property
-    def token(self) -> int:
-        """The fencing token: carry it on every write to the protected resource (see
-        :meth:`fencepost.Backend.fenced_set`, :class:`fencepost.Fence`,
-        :func:`fencepost.sql_fenced_update`)."""
-        return self._token
-
-    @property
-    def owner_id(self) -> str:
-        """This acquisition's owner id, 32 lowercase hex digits (the lock key's value)."""
-        return self._owner_id
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        """None while held; after loss ``"expired"``, ``"renew_rejected"``,
-        ``"not_held_at_release"`` or ``"closed"``."""
-        return self._lost_reason
-
-    @property
-    def valid_until_ns(self) -> int:
-        """The validity deadline on ``time.monotonic_ns()``'s clock, as last reported by
-        the lock machine (moves on every confirmed renewal)."""
-        return self._valid_until_ns
-
-    def valid_for(self) -> float:
-        """Seconds left before the validity deadline by the local monotonic clock
-        (``>= 0``; ``0.0`` once the lease is lost). Due timers are delivered first."""
-        self._poke()
-        if self._lost_reason is not None:
-            return 0.0
-        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
-
-    def check(self) -> None:
-        """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
-        timers are delivered first, so a lease past its deadline is reported lost even
-        if the driver has not woken yet (for a :class:`Lease` checked from a thread
-        other than its event loop's, the loop delivers them: see :class:`Lease`). Call
-        it before each step of long work and before writing to the protected
-        resource."""
-        self._poke()
-        if self._lost_reason is not None:
-            raise self._lost_error()
-
-    def _lose(self, reason: str) -> None:
-        if self._lost_reason is None:
-            self._lost_reason = reason
-
-    def _lost_error(self) -> LockLost:
-        return lost_error(self._name, self._token, self._lost_reason or "expired")
-
-    def __repr__(self) -> str:
-        state = f"lost={self._lost_reason!r}" if self._lost_reason else "held"
-        return f"<{type(self).__name__} {self._name!r} token={self._token} {state}>"
-
-
-class Lease(_LeaseBase):
-    """A held lock, from ``async with lock as lease`` or ``await lock.acquire()``.
-
-    Renewal runs on the event loop. When the lease is lost, :attr:`lost` is set and,
-    inside ``async with``, the body task is cancelled at its next ``await`` (the exit
-    then raises :class:`~fencepost.errors.LockLost`). Work that does not await should
-    call :meth:`check` between steps.
-
-    :meth:`check` and :meth:`valid_for` may also be called from another thread (work
-    run with ``asyncio.to_thread``): there they never touch the event loop's state
-    directly; they ask the loop to deliver due timers and read the lease as the loop
-    last left it, so a loss shows up as soon as the loop gets to it. A thread cannot be
-    cancelled: it sees the loss only through :meth:`check`.
-    """
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        token: int,
-        owner_id: str,
-        valid_until_ns: int,
-        poke: Callable[[], None],
-        lost: asyncio.Event,
-    ) -> None:
-        super().__init__(
-            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
-        )
-        #: Set when the lease is lost (``await lease.lost.wait()``).
-        self.lost = lost
-
-
-class SyncLease(_LeaseBase):
-    """A held lock, from ``with lock as lease`` or ``lock.acquire_sync()``.
-
-    Renewal runs on a daemon driver thread. A thread cannot be interrupted safely, so
-    the body must call :meth:`check` between steps; :attr:`lost` is set when the lease
-    is lost, and the ``with`` exit raises :class:`~fencepost.errors.LockLost` if it was
-    lost during the body.
-    """
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        token: int,
-        owner_id: str,
-        valid_until_ns: int,
-        poke: Callable[[], None],
-    ) -> None:
-        super().__init__(
-            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
-        )
-        self._lost_event: Optional[threading.Event] = None
-
-    @property
-    def lost(self) -> threading.Event:
-        """A ``threading.Event`` set when the lease is lost (``lease.lost.wait(timeout)``
-        from a watchdog thread, say); the same object on every access."""
-        event = self._lost_event
-        if event is None:
-            with _LOST_EVENT_LOCK:
-                event = self._lost_event
-                if event is None:
-                    event = threading.Event()
-                    self._lost_event = event
-            # The driver sets the reason before it looks for the event (_set_lost):
-            # whichever of the two comes second sets it.
-            if self._lost_reason is not None:
-                event.set()
-        return event
-
-    def _set_lost(self, reason: str) -> None:
-        """Marks the lease lost (driver's lock held) and sets :attr:`lost` if made."""
-        self._lose(reason)
-        event = self._lost_event
-        if event is not None:
-            event.set()
-
-
-#: Guards the first access of a SyncLease's ``lost`` event (made on demand: most
-#: leases are never watched, and a threading.Event costs a lock and a condition).
-_LOST_EVENT_LOCK = threading.Lock()
 
 
 class Lock:
@@ -328,19 +130,20 @@ class Lock:
             )
         if not isinstance(name, str):
             raise ConfigError(f"lock name must be a str, got {name!r}")
-        options = _Options(
-            ttl_ns=_seconds_to_ns("ttl", ttl),
-            purpose=purpose,
-            accept_failover_risk=accept_failover_risk,
-            acquire_timeout_ns=_optional_seconds_to_ns("acquire_timeout", acquire_timeout),
-            retry_base_ns=_seconds_to_ns("retry_base", retry_base),
-            retry_max_ns=_seconds_to_ns("retry_max", retry_max),
-            renew_every_ns=_optional_seconds_to_ns("renew_every", renew_every),
-            auto_renew=auto_renew,
-            drift_factor=drift_factor,
-            clock_margin_ns=_seconds_to_ns("clock_margin", clock_margin),
-        )
-        _core.check_lock_options(name, *options.args(), backend=backend._machine_spec())
+        # The core's LockOptions, keyed by its own field names (the keywords above).
+        options: _core.LockOptionsSpec = {
+            "ttl": _seconds_to_ns("ttl", ttl),
+            "purpose": purpose,
+            "accept_failover_risk": accept_failover_risk,
+            "acquire_timeout": _optional_seconds_to_ns("acquire_timeout", acquire_timeout),
+            "retry_base": _seconds_to_ns("retry_base", retry_base),
+            "retry_max": _seconds_to_ns("retry_max", retry_max),
+            "renew_every": _optional_seconds_to_ns("renew_every", renew_every),
+            "auto_renew": auto_renew,
+            "drift_factor": drift_factor,
+            "clock_margin": _seconds_to_ns("clock_margin", clock_margin),
+        }
+        _core.check_lock_options(name, options, backend=backend._machine_spec())
         self._backend = backend
         self._name = name
         self._options = options

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Set, Union
 
 from . import _core
 from ._backend import Backend
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from ._core import RedisSpec
@@ -168,8 +169,6 @@ class MemoryBackend(Backend):
         fair: bool = False,
     ) -> None:
         super().__init__(key_prefix=key_prefix)
-        from .errors import ConfigError
-
         if server is not None and not isinstance(server, MemoryServer):
             raise ConfigError(f"server must be a fencepost.MemoryServer, got {server!r}")
         if not isinstance(fair, bool):

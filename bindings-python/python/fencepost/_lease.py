@@ -1,0 +1,201 @@
+"""Leases: what a held lock looks like to its holder (:class:`Lease` for asyncio,
+:class:`SyncLease` for threads), and the :class:`~fencepost.errors.LockLost` of a lost
+one. The drivers create and update them; :mod:`fencepost.lock` hands them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Callable, Optional
+
+from .errors import LockLost
+
+__all__ = ["Lease", "SyncLease", "lost_error"]
+
+#: Why a lease was lost, for :class:`LockLost` messages: one entry per name of the
+#: core's ``LOST_REASONS`` (tests/python/test_imports.py checks they agree).
+_LOST_WHY = {
+    "expired": "its validity deadline passed without a confirmed renewal",
+    "renew_rejected": "the server refused the renewal: the lock key was deleted or "
+    "is held by another owner",
+    "not_held_at_release": "the server no longer held it for this owner when it was "
+    "released",
+    "closed": "its backend was closed while it was held",
+}
+
+
+def lost_error(name: str, token: int, reason: str) -> LockLost:
+    """The :class:`LockLost` for a lease of ``name`` lost for ``reason``."""
+    why = _LOST_WHY.get(reason, reason)
+    return LockLost(
+        f"lock {name!r} (fencing token {token}) was lost: {why}",
+        name=name,
+        token=token,
+        reason=reason,
+    )
+
+
+class _LeaseBase:
+    """What both lease kinds share. Created by the drivers, never by users."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+    ) -> None:
+        self._name = name
+        self._token = token
+        self._owner_id = owner_id
+        self._valid_until_ns = valid_until_ns
+        self._poke = poke
+        self._lost_reason: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        """The lock name."""
+        return self._name
+
+    @property
+    def token(self) -> int:
+        """The fencing token: carry it on every write to the protected resource (see
+        :meth:`fencepost.Backend.fenced_set`, :class:`fencepost.Fence`,
+        :func:`fencepost.sql_fenced_update`)."""
+        return self._token
+
+    @property
+    def owner_id(self) -> str:
+        """This acquisition's owner id, 32 lowercase hex digits (the lock key's value)."""
+        return self._owner_id
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """None while held; after loss ``"expired"``, ``"renew_rejected"``,
+        ``"not_held_at_release"`` or ``"closed"``."""
+        return self._lost_reason
+
+    @property
+    def valid_until_ns(self) -> int:
+        """The validity deadline on ``time.monotonic_ns()``'s clock, as last reported by
+        the lock machine (moves on every confirmed renewal)."""
+        return self._valid_until_ns
+
+    def valid_for(self) -> float:
+        """Seconds left before the validity deadline by the local monotonic clock
+        (``>= 0``; ``0.0`` once the lease is lost). Due timers are delivered first."""
+        self._poke()
+        if self._lost_reason is not None:
+            return 0.0
+        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+
+    def check(self) -> None:
+        """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
+        timers are delivered first, so a lease past its deadline is reported lost even
+        if the driver has not woken yet (for a :class:`Lease` checked from a thread
+        other than its event loop's, the loop delivers them: see :class:`Lease`). Call
+        it before each step of long work and before writing to the protected
+        resource."""
+        self._poke()
+        if self._lost_reason is not None:
+            raise self._lost_error()
+
+    def _lose(self, reason: str) -> None:
+        if self._lost_reason is None:
+            self._lost_reason = reason
+
+    def _lost_error(self) -> LockLost:
+        return lost_error(self._name, self._token, self._lost_reason or "expired")
+
+    def __repr__(self) -> str:
+        state = f"lost={self._lost_reason!r}" if self._lost_reason else "held"
+        return f"<{type(self).__name__} {self._name!r} token={self._token} {state}>"
+
+
+class Lease(_LeaseBase):
+    """A held lock, from ``async with lock as lease`` or ``await lock.acquire()``.
+
+    Renewal runs on the event loop. When the lease is lost, :attr:`lost` is set and,
+    inside ``async with``, the body task is cancelled at its next ``await`` (the exit
+    then raises :class:`~fencepost.errors.LockLost`). Work that does not await should
+    call :meth:`check` between steps.
+
+    :meth:`check` and :meth:`valid_for` may also be called from another thread (work
+    run with ``asyncio.to_thread``): there they never touch the event loop's state
+    directly; they ask the loop to deliver due timers and read the lease as the loop
+    last left it, so a loss shows up as soon as the loop gets to it. A thread cannot be
+    cancelled: it sees the loss only through :meth:`check`.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+        lost: asyncio.Event,
+    ) -> None:
+        super().__init__(
+            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
+        )
+        #: Set when the lease is lost (``await lease.lost.wait()``).
+        self.lost = lost
+
+
+class SyncLease(_LeaseBase):
+    """A held lock, from ``with lock as lease`` or ``lock.acquire_sync()``.
+
+    Renewal runs on a daemon driver thread. A thread cannot be interrupted safely, so
+    the body must call :meth:`check` between steps; :attr:`lost` is set when the lease
+    is lost, and the ``with`` exit raises :class:`~fencepost.errors.LockLost` if it was
+    lost during the body.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: int,
+        owner_id: str,
+        valid_until_ns: int,
+        poke: Callable[[], None],
+    ) -> None:
+        super().__init__(
+            name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
+        )
+        self._lost_event: Optional[threading.Event] = None
+
+    @property
+    def lost(self) -> threading.Event:
+        """A ``threading.Event`` set when the lease is lost (``lease.lost.wait(timeout)``
+        from a watchdog thread, say); the same object on every access."""
+        event = self._lost_event
+        if event is None:
+            with _LOST_EVENT_LOCK:
+                event = self._lost_event
+                if event is None:
+                    event = threading.Event()
+                    self._lost_event = event
+            # The driver sets the reason before it looks for the event (_set_lost):
+            # whichever of the two comes second sets it.
+            if self._lost_reason is not None:
+                event.set()
+        return event
+
+    def _set_lost(self, reason: str) -> None:
+        """Marks the lease lost (driver's lock held) and sets :attr:`lost` if made."""
+        self._lose(reason)
+        event = self._lost_event
+        if event is not None:
+            event.set()
+
+
+#: Guards the first access of a SyncLease's ``lost`` event (made on demand: most
+#: leases are never watched, and a threading.Event costs a lock and a condition).
+_LOST_EVENT_LOCK = threading.Lock()
