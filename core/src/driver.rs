@@ -119,8 +119,9 @@ impl Lease {
         Instant::from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
-    /// Resolves with the reason when the lease is lost; pends forever while it is held
-    /// or after it was released. Race your work against it.
+    /// Resolves with the reason when the lease is lost ([`LostReason::Closed`] when the
+    /// driver stops while it is held); pends forever while it is held or after it was
+    /// released. Race your work against it.
     pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
         let lost = self.lost.clone();
         async move {
@@ -175,6 +176,17 @@ struct Slot {
     lost: Option<oneshot::Sender<LostReason>>,
     released: Option<oneshot::Sender<Result<(), LockError>>>,
     valid_until: Arc<AtomicU64>,
+}
+
+impl Drop for Slot {
+    /// A slot dropped with its lease still held is a driver that stopped (its run
+    /// future dropped or finished) under the lease: nothing renews it any more, so the
+    /// lease is lost, with the reason every binding uses for a closed backend.
+    fn drop(&mut self) {
+        if let Some(tx) = self.lost.take() {
+            let _ = tx.send(LostReason::Closed);
+        }
+    }
 }
 
 /// One request in flight, cancelled at its deadline. A named future (not a boxed
@@ -313,7 +325,9 @@ fn handle_command<C: Clock>(
                     lock,
                     Slot {
                         acquired: Some((reply, handle)),
-                        ..Slot::default()
+                        lost: None,
+                        released: None,
+                        valid_until: Arc::default(),
                     },
                 );
             }
@@ -405,6 +419,8 @@ fn on_event<C: Clock>(
             slots.remove(&lock);
         }
         Event::Released => {
+            // released, not lost: `Lease::lost` pends from now on
+            drop(slot.lost.take());
             if let Some(tx) = slot.released.take() {
                 let _ = tx.send(Ok(()));
             }

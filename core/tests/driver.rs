@@ -220,3 +220,54 @@ fn the_run_future_ends_when_every_handle_is_gone() {
     // a LocalPool with no live tasks: run() returns at once
     pool.run();
 }
+
+#[test]
+fn a_lease_held_when_the_driver_stops_is_lost_as_closed() {
+    let world = Virtual::default();
+    let machine = Machine::with_seed(Backend::default(), 1);
+    let (locks, run) = driver_with_machine(machine, world.clone(), world.clone());
+    let (run, stop) = futures::future::abortable(run);
+    let mut pool = LocalPool::new();
+    pool.spawner()
+        .spawn_local(async move {
+            let _ = run.await;
+        })
+        .unwrap();
+    let lease = Rc::new(RefCell::new(None));
+    let (l2, w2) = (lease.clone(), world.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            let held = locks.acquire("report", opts(1_000)).await.unwrap();
+            w2.sleep_until(Instant::from_millis(100)).await;
+            *l2.borrow_mut() = Some(held);
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(1), || {
+        lease.borrow().is_some()
+    });
+    let held = lease.borrow_mut().take().expect("acquired");
+    stop.abort(); // the run future is dropped at its next poll
+    pool.run_until_stalled();
+    let reason = futures::executor::block_on(held.lost());
+    assert_eq!(reason, LostReason::Closed);
+}
+
+#[test]
+fn a_released_lease_is_not_reported_lost() {
+    let (world, mut pool, locks) = setup();
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = locks.acquire("report", opts(1_000)).await.unwrap();
+            let lost = lease.lost();
+            lease.release().await.unwrap();
+            drop(locks); // the driver ends: no slot is left to report anything
+            let pending = futures::poll!(Box::pin(lost));
+            *o.borrow_mut() = Some(pending.is_pending());
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(5), || out.borrow().is_some());
+    pool.run_until_stalled();
+    assert_eq!(*out.borrow(), Some(true));
+}
