@@ -296,6 +296,13 @@ struct DecodeError {
 }
 
 impl DecodeError {
+    /// The error, about option `given` unless it names one already.
+    #[inline(never)]
+    fn about(mut self, given: &str) -> Self {
+        self.field.get_or_insert_with(|| given.to_owned());
+        self
+    }
+
     /// A name that is none of `expected`, said with the core's names.
     fn not_one_of(got: &str, expected: &[&str]) -> Self {
         DecodeError {
@@ -375,10 +382,7 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
             CoreValue::Text(s) => visitor.visit_string(s),
             CoreValue::Bool(b) => visitor.visit_bool(b),
         }
-        .map_err(|mut e: DecodeError| {
-            e.field.get_or_insert_with(|| given.to_owned());
-            e
-        })
+        .map_err(|e: DecodeError| e.about(given))
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
@@ -398,10 +402,7 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
             CoreValue::Nanos(n) => Err(DecodeError::not_one_of(&format!("{n}"), variants)),
             CoreValue::Bool(b) => Err(DecodeError::not_one_of(&format!("{b}"), variants)),
         }
-        .map_err(|mut e: DecodeError| {
-            e.field.get_or_insert_with(|| given.to_owned());
-            e
-        })
+        .map_err(|e: DecodeError| e.about(given))
     }
 
     serde::forward_to_deserialize_any! {
@@ -428,8 +429,17 @@ fn snake_case(name: &str) -> String {
 /// Decodes `fields` (JavaScript spelling) into the core's serde type `T`: `fooBarMs`
 /// (milliseconds) is the core's `foo_bar` (nanoseconds), any other `fooBar` is `foo_bar`.
 fn decode<T: for<'de> Deserialize<'de>>(fields: Vec<(String, Primitive)>) -> Result<T> {
+    // Only the serde call is generic: the module is built for size, and this runs once per
+    // type (lock options and two backends' settings).
+    let core = core_fields(&fields)?;
+    T::deserialize(MapDeserializer::new(core.into_iter())).map_err(|e| decode_error(&fields, e))
+}
+
+/// `fields` in the core's spelling, durations in nanoseconds.
+#[inline(never)]
+fn core_fields(fields: &[(String, Primitive)]) -> Result<Vec<(String, OptionValue<'_>)>> {
     let mut core = Vec::with_capacity(fields.len());
-    for (given, value) in &fields {
+    for (given, value) in fields {
         let (name, value) = match (given.strip_suffix("Ms"), value) {
             (Some(stem), Primitive::Number(ms)) => (
                 snake_case(stem),
@@ -456,6 +466,12 @@ fn decode<T: for<'de> Deserialize<'de>>(fields: Vec<(String, Primitive)>) -> Res
         };
         core.push((name, OptionValue { given, value }));
     }
+    Ok(core)
+}
+
+/// A serde error as the addon's error, naming the option as it was given.
+#[inline(never)]
+fn decode_error(fields: &[(String, Primitive)], e: DecodeError) -> JsError {
     let given_name = |core_name: &str| {
         fields
             .iter()
@@ -467,19 +483,17 @@ fn decode<T: for<'de> Deserialize<'de>>(fields: Vec<(String, Primitive)>) -> Res
             .unwrap_or(core_name)
             .to_owned()
     };
-    T::deserialize(MapDeserializer::new(core.into_iter())).map_err(|e: DecodeError| {
-        let option = e.field.as_deref().map(given_name);
-        let message = match (&option, e.unknown, e.predicate) {
-            (Some(option), true, _) => format!("unknown option {option:?}"),
-            (Some(option), false, true) => format!("{option} {}", e.message),
-            (Some(option), false, false) => format!("{option}: {}", e.message),
-            (None, _, _) => e.message,
-        };
-        JsError {
-            option,
-            ..JsError::config(message)
-        }
-    })
+    let option = e.field.as_deref().map(given_name);
+    let message = match (&option, e.unknown, e.predicate) {
+        (Some(option), true, _) => format!("unknown option {option:?}"),
+        (Some(option), false, true) => format!("{option} {}", e.message),
+        (Some(option), false, false) => format!("{option}: {}", e.message),
+        (None, _, _) => e.message,
+    };
+    JsError {
+        option,
+        ..JsError::config(message)
+    }
 }
 
 /// Lock options in the JavaScript spelling (`ttlMs`, `purpose`, `acceptFailoverRisk`,
@@ -516,7 +530,7 @@ pub fn backend(
             quoted(&names, "or")
         )));
     }
-    let mut fields = vec![("kind".to_owned(), Primitive::Text(kind.to_owned()))];
+    let mut fields = Vec::new();
     if let Some(prefix) = key_prefix {
         fields.push(("keyPrefix".to_owned(), Primitive::Text(prefix)));
     }
@@ -524,7 +538,14 @@ pub fn backend(
     if fair == Some(true) {
         fields.push(("fair".to_owned(), Primitive::Bool(true)));
     }
-    decode(fields).map_err(|e| match e.option.as_deref() {
+    // The variant's settings by their own serde type (the `kind` tag is read above):
+    // decoding the tagged enum itself buffers every value, which costs the WASM module
+    // more code than the rest of this file.
+    let settings = match kinds.into_iter().find(|b| b.name() == kind) {
+        Some(Backend::Etcd(_)) => decode(fields).map(Backend::Etcd),
+        _ => decode(fields).map(Backend::Redis),
+    };
+    settings.map_err(|e| match e.option.as_deref() {
         Some("fair") => JsError::config(format!(
             "fair applies to Redis machines only: {kind} locks are always granted in FIFO order"
         )),
