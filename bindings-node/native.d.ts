@@ -42,9 +42,9 @@ export declare class Machine {
    */
   constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
-  check(name: string, options: LockOptionsMs): void
+  check(name: string, options: object): void
   /** Starts acquiring `name`; returns the new lock id. */
-  acquire(nowMs: number, name: string, options: LockOptionsMs): number
+  acquire(nowMs: number, name: string, options: object): number
   /** Releases `lock`, or cancels its acquisition. A finished lock ignores it. */
   release(nowMs: number, lock: number): void
   /**
@@ -63,10 +63,11 @@ export declare class Machine {
   /** Time passed: fires due timers. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /**
-   * Drains every pending output as one flat array of primitives (the layout is above
-   * `push_output`): `[nextTimeoutMs | null, ...records]`. Requests and events come in
-   * order; `nextTimeoutMs` is when to call `timeout`, or `null` when no timer is set.
-   * js/machine.js decodes it (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+   * Drains every pending output as one flat array of primitives, in the layout of
+   * `fencepost_core::js_outputs`: `[nextTimeoutMs | null, ...records]`. Requests and
+   * events come in order; `nextTimeoutMs` is when to call `timeout`, or `null` when no
+   * timer is set. js/machine.js decodes it (`LockMachine.poll()` returns
+   * `{ outputs, nextTimeoutMs }`).
    */
   pollFlat(): Array<unknown>
   /**
@@ -111,6 +112,20 @@ export declare class MemoryRedis {
   flush(): void
 }
 
+/**
+ * Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`
+ * and `kind` would (`Machine.check`), without building one: no owner-id randomness is
+ * needed.
+ */
+export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object): void
+
+/**
+ * The names of the codes in `pollFlat()`'s records, each list in code order, and the
+ * loss reason hosts report when a backend is closed: `{ operation, lostReason,
+ * acquireFailedReason, redisScript, purpose, closed }`.
+ */
+export declare function coreNames(): { operation: string[], lostReason: string[], acquireFailedReason: string[], redisScript: string[], purpose: string[], closed: string }
+
 /** Version of the fencepost-core crate compiled into this addon. */
 export declare function coreVersion(): string
 
@@ -137,26 +152,6 @@ export declare function etcdLeaseId(ownerId: string): bigint
 
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
-
-/**
- * Lock options in the JavaScript shape (milliseconds, camelCase). A missing field (or
- * `null`/`undefined`) takes the core's default; `acquireTimeoutMs` and `renewEveryMs`
- * default to "wait forever" and "ttl / 3". Only types are converted here: every range
- * is the core's to check (`Machine::check_acquire`).
- */
-export interface LockOptionsMs {
-  ttlMs?: number
-  /** `"efficiency"` or `"correctness"`. */
-  purpose?: string
-  acceptFailoverRisk?: boolean
-  acquireTimeoutMs?: number
-  retryBaseMs?: number
-  retryMaxMs?: number
-  renewEveryMs?: number
-  autoRenew?: boolean
-  driftFactor?: number
-  clockMarginMs?: number
-}
 
 /**
  * Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
@@ -189,8 +184,8 @@ export declare function redisScripts(): Record<string, { sha1: string, source: s
  */
 export interface ScriptCall {
   /**
-   * `"acquire"`, `"renew"`, `"release"`, `"fenced_set"`, `"acquire_fair"` or
-   * `"release_fair"`.
+   * One of `redisScripts()`'s names: `"acquire"`, `"renew"`, `"release"`,
+   * `"fenced_set"`, `"acquire_fair"` or `"release_fair"`.
    */
   script: string
   keys: Array<string>

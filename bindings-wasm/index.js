@@ -1,5 +1,5 @@
 'use strict'
-// fencepost-wasm (CommonJS entry, Node): the shared JavaScript API (dist/js/, bindings-node/js/
+// fencepost-wasm (CommonJS entry, Node): the shared JavaScript API (dist/js/, the repository's js/
 // word for word) over the WebAssembly module built for Node (dist/node/, wasm-bindgen
 // --target nodejs: compiled and instantiated synchronously on first require). The same
 // objects as the napi package's entry, with `implementation: 'wasm'`.

@@ -1,7 +1,7 @@
 // bundleCjs(entry): a set of CommonJS modules that require each other by relative path,
 // as ONE ES module, each module's source kept word for word inside a function wrapper.
 //
-// The shared JavaScript API (bindings-node/js/) is CommonJS, which Node loads as is; the
+// The shared JavaScript API (js/ at the repository root) is CommonJS, which Node loads as is; the
 // web build (browsers, workers, Deno) needs an ES module with no `require`. This is the
 // smallest honest conversion: no transpiling, no renaming, so the code that runs in a
 // browser is the code the Node suite tests. It refuses anything but `require('./x')` /

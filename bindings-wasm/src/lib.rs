@@ -2,25 +2,13 @@
 //! wasm-bindgen, for browsers, edge workers (workerd / Cloudflare Workers), Deno, bundlers
 //! and Node.
 //!
-//! This file converts types and reports errors; it makes no lock decision. It exposes the
-//! same low-level interface as the napi-rs addon (`bindings-node/src/lib.rs`), so the
-//! shared JavaScript half (`bindings-node/js/`, `createFencepost(native, 'wasm')`) gives the
-//! same public API and the same `fencepost.d.ts`:
-//! * Times are milliseconds as `number` on the host's monotonic clock
-//!   (`performance.now()`), converted here once to the core's nanoseconds:
-//!   `round(ms × 1e6)`, saturating. A time that is not finite or is negative is refused.
-//! * Lock and request ids are `number`s (integers below 2^53).
-//! * Fencing tokens, etcd lease ids and etcd revisions are `bigint`, never a lossy
-//!   `number` (etcd request bodies carry them as decimal strings, as the JSON gateway does).
-//! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default)
-//!   or `"etcd"`. Its requests carry `backend: "redis"` (a script call), `"redis_blpop"` (a
-//!   fair waiter's blocking pop) or `"etcd"` (a JSON gateway call), and `reply` reads a
-//!   Redis client's value or, on an etcd machine, the gateway's JSON text.
-//! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
-//!   usage, `kind` = the core's `UsageError` serde tag, `option` = the core's option
-//!   name, `detail` = the message without the option name), `"ERR_CLOCK"` (time went
-//!   backwards) or `"ERR_BACKEND"` (no secure randomness for owner ids). Fence refusals
-//!   and unreadable replies are *returned* as data.
+//! This file is wasm-bindgen glue only: it reads JavaScript arguments into the plain
+//! values of `fencepost-js-common` (the half shared with the napi-rs addon, where the
+//! conventions of this low-level interface are written down) and turns its results and
+//! errors into JavaScript values. It makes no lock decision. It exposes the same interface
+//! as the napi-rs addon (`bindings-node/src/lib.rs`), so the shared JavaScript half (`js/`,
+//! `createFencepost(native, 'wasm')`) gives the same public API and the same
+//! `fencepost.d.ts`.
 //!
 //! Where the two addons differ, by necessity:
 //! * Every argument arrives as a `JsValue` and is checked here, so a value of the wrong
@@ -35,18 +23,9 @@
 //! run user code (getters, proxy traps) is made through a `catch` import, and an exception
 //! never unwinds through a Rust frame.
 
-use core::time::Duration;
-
-use fencepost_core::backends::etcd::{
-    self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
-};
-use fencepost_core::backends::redis::RedisBackend as RedisSettings;
-use fencepost_core::fence::{self, ParamStyle};
-use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
-use fencepost_core::{
-    Backend, FencingToken, Input, Instant, LockId, LockOptions, Machine as CoreMachine, Output,
-    Purpose, RedisCommand, RedisScript, RedisValue, Reply, RequestId, UsageError,
-};
+use fencepost_core::js_outputs::FlatValue;
+use fencepost_core::{LockOptions, RedisCommand, RedisValue, Reply};
+use fencepost_js_common::{self as common, JsError, JsMachine, JsOut, Primitive};
 use js_sys::{Array, Object, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -97,61 +76,63 @@ fn field(object: &JsValue, key: &str) -> Result<Option<JsValue>, JsValue> {
     })
 }
 
-// ---- errors -----------------------------------------------------------------------------
+// ---- errors and values ----------------------------------------------------------------------
 
-/// A JS `Error` with `code` and extra string properties, to be thrown (returned as `Err`).
-fn error(code: &str, message: &str, props: &[(&str, Option<&str>)]) -> JsValue {
-    let error: JsValue = js_sys::Error::new(message).into();
+/// A JS `Error` with `code` and its string properties, to be thrown (returned as `Err`).
+fn error(e: JsError) -> JsValue {
+    let error: JsValue = js_sys::Error::new(&e.message).into();
     // Setting a property on a fresh Error can only fail if a setter on the prototype chain
     // throws; the Error still says what went wrong.
-    let _ = put(&error, "code", code);
-    for (key, value) in props {
-        if let Some(value) = value {
-            let _ = put(&error, key, *value);
-        }
+    let _ = put(&error, "code", e.code);
+    for (key, value) in e.properties() {
+        let _ = put(&error, key, value);
     }
     error
 }
 
-fn config_error(message: &str) -> JsValue {
-    error("ERR_CONFIG", message, &[("kind", Some("invalid_argument"))])
+/// `result`, its error as a JS `Error`.
+fn js<T>(result: common::Result<T>) -> Result<T, JsValue> {
+    result.map_err(error)
 }
 
-fn usage_error(err: &UsageError) -> JsValue {
-    let message = err.to_string();
-    match err {
-        UsageError::TimeWentBackwards { .. } => error(
-            "ERR_CLOCK",
-            &message,
-            &[("kind", Some("time_went_backwards"))],
-        ),
-        UsageError::InvalidOption {
-            option,
-            message: detail,
-        } => error(
-            "ERR_CONFIG",
-            &message,
-            &[
-                ("kind", Some("invalid_option")),
-                ("option", Some(option)),
-                ("detail", Some(detail)),
-            ],
-        ),
-        UsageError::UnsafePurpose { .. } => error(
-            "ERR_CONFIG",
-            &message,
-            &[
-                ("kind", Some("unsafe_purpose")),
-                ("option", Some("purpose")),
-            ],
-        ),
-        UsageError::InvalidName { .. } => {
-            error("ERR_CONFIG", &message, &[("kind", Some("invalid_name"))])
+fn config_error(message: String) -> JsValue {
+    error(JsError::config(message))
+}
+
+/// Builds the JavaScript value `out` describes.
+fn to_js(out: &JsOut<'_>) -> Result<JsValue, JsValue> {
+    Ok(match out {
+        JsOut::Null => JsValue::NULL,
+        JsOut::Bool(b) => JsValue::from_bool(*b),
+        JsOut::Number(n) => JsValue::from_f64(*n),
+        JsOut::Text(s) => JsValue::from_str(s),
+        JsOut::Token(t) => JsValue::from(*t),
+        JsOut::Int(n) => JsValue::from(*n),
+        JsOut::Strings(items) => items
+            .iter()
+            .map(|s| JsValue::from_str(s))
+            .collect::<Array>()
+            .into(),
+        JsOut::Array(items) => {
+            let array = Array::new();
+            for item in items {
+                array.push(&to_js(item)?);
+            }
+            array.into()
         }
-        UsageError::UnknownLock { .. } => {
-            error("ERR_CONFIG", &message, &[("kind", Some("unknown_lock"))])
+        JsOut::Object(props) => {
+            let o: JsValue = Object::new().into();
+            for (key, value) in props {
+                put(&o, key, to_js(value)?)?;
+            }
+            o
         }
-    }
+        JsOut::Error { code, message } => {
+            let e: JsValue = js_sys::Error::new(message).into();
+            put(&e, "code", *code)?;
+            e
+        }
+    })
 }
 
 /// What a thrown value says about itself, for error messages (never throws).
@@ -159,19 +140,14 @@ fn describe_thrown(thrown: &JsValue) -> String {
     if let Some(error) = thrown.dyn_ref::<js_sys::Error>() {
         if let Ok(message) = get(error, &JsValue::from_str("message")) {
             if let Some(message) = message.as_string() {
-                if !message.is_empty() {
-                    return message;
-                }
+                return message;
             }
         }
     }
-    "reading it threw".to_owned()
+    String::new()
 }
 
-// ---- argument conversion ----------------------------------------------------------------
-
-/// The largest integer a `number` holds exactly.
-const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+// ---- arguments --------------------------------------------------------------------------------
 
 /// What a value is, for "must be …, got …" messages (never runs user code).
 fn type_name(value: &JsValue) -> String {
@@ -185,12 +161,9 @@ fn type_name(value: &JsValue) -> String {
 }
 
 fn string(value: &JsValue, name: &str) -> Result<String, JsValue> {
-    value.as_string().ok_or_else(|| {
-        config_error(&format!(
-            "{name} must be a string, got {}",
-            type_name(value)
-        ))
-    })
+    value
+        .as_string()
+        .ok_or_else(|| config_error(format!("{name} must be a string, got {}", type_name(value))))
 }
 
 fn optional_string(value: &JsValue, name: &str) -> Result<Option<String>, JsValue> {
@@ -202,55 +175,30 @@ fn optional_string(value: &JsValue, name: &str) -> Result<Option<String>, JsValu
 }
 
 fn number(value: &JsValue, name: &str) -> Result<f64, JsValue> {
-    value.as_f64().ok_or_else(|| {
-        config_error(&format!(
-            "{name} must be a number, got {}",
-            type_name(value)
-        ))
-    })
+    value
+        .as_f64()
+        .ok_or_else(|| config_error(format!("{name} must be a number, got {}", type_name(value))))
 }
 
-fn boolean(value: &JsValue, name: &str) -> Result<bool, JsValue> {
-    value.as_bool().ok_or_else(|| {
-        config_error(&format!(
+fn optional_boolean(value: &JsValue, name: &str) -> Result<Option<bool>, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    value.as_bool().map(Some).ok_or_else(|| {
+        config_error(format!(
             "{name} must be true or false, got {}",
             type_name(value)
         ))
     })
 }
 
-/// Milliseconds (finite, ≥ 0, possibly fractional) to whole nanoseconds:
-/// `round(ms × 1e6)`, saturating at `u64::MAX`.
-fn ms_to_ns(value: &JsValue, name: &str) -> Result<u64, JsValue> {
-    let ms = number(value, name)?;
-    if !ms.is_finite() || ms < 0.0 {
-        return Err(config_error(&format!(
-            "{name} must be a finite number of milliseconds ≥ 0, got {ms}"
-        )));
-    }
-    // `as` saturates: values past u64::MAX become u64::MAX.
-    Ok((ms * 1e6).round() as u64)
-}
-
-fn duration(value: &JsValue, name: &str) -> Result<Duration, JsValue> {
-    ms_to_ns(value, name).map(Duration::from_nanos)
-}
-
-fn instant(value: &JsValue) -> Result<Instant, JsValue> {
-    ms_to_ns(value, "nowMs").map(Instant::from_nanos)
-}
-
 /// A lock or request id: an integer in 0 ..= 2^53 − 1.
-fn id(value: &JsValue, name: &str) -> Result<u64, JsValue> {
+fn id(value: &JsValue, name: &str) -> Result<f64, JsValue> {
     match value.as_f64() {
-        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= MAX_SAFE_INTEGER => {
-            Ok(n as u64)
-        }
-        _ => Err(config_error(&format!(
+        Some(n) => Ok(n),
+        None => Err(config_error(format!(
             "{name} must be an integer id ≥ 0, got {}",
-            value
-                .as_f64()
-                .map_or_else(|| type_name(value), |n| n.to_string())
+            type_name(value)
         ))),
     }
 }
@@ -262,18 +210,16 @@ fn bigint_u64(value: &JsValue, name: &str) -> Result<u64, JsValue> {
             return Ok(n);
         }
     }
-    Err(config_error(&format!(
-        "{name} must be a bigint in 0n ..= 2n ** 64n - 1n"
-    )))
+    Err(error(common::bigint_out_of_range(name)))
 }
 
-fn token(value: &JsValue) -> Result<FencingToken, JsValue> {
-    bigint_u64(value, "token").map(FencingToken)
+fn token(value: &JsValue) -> Result<u64, JsValue> {
+    bigint_u64(value, "token")
 }
 
 fn string_array(value: &JsValue, name: &str) -> Result<Vec<String>, JsValue> {
     if !is_array(value).unwrap_or(false) {
-        return Err(config_error(&format!(
+        return Err(config_error(format!(
             "{name} must be an array of strings, got {}",
             type_name(value)
         )));
@@ -291,91 +237,52 @@ fn string_array(value: &JsValue, name: &str) -> Result<Vec<String>, JsValue> {
     Ok(out)
 }
 
-/// Lock options in the JavaScript shape (milliseconds, camelCase). A missing field (or
-/// `null`/`undefined`) takes the core's default; `acquireTimeoutMs` and `renewEveryMs`
-/// default to "wait forever" and "ttl / 3". Only types are converted here: every range
-/// is the core's to check (`Machine::check_acquire`).
+/// An options object's own enumerable properties with primitive values (`null` and
+/// `undefined` left out), read through caught calls, for
+/// `fencepost_js_common::lock_options`.
 fn lock_options(o: &JsValue) -> Result<LockOptions, JsValue> {
-    if !o.is_object() {
-        return Err(config_error(&format!(
+    if !o.is_object() || is_array(o).unwrap_or(true) {
+        return Err(config_error(format!(
             "lock options must be an object, got {}",
             type_name(o)
         )));
     }
-    let mut options = LockOptions::default();
-    if let Some(ms) = field(o, "ttlMs")? {
-        options.ttl = duration(&ms, "ttlMs")?;
-    }
-    if let Some(purpose) = field(o, "purpose")? {
-        options.purpose = match string(&purpose, "purpose")?.as_str() {
-            "efficiency" => Purpose::Efficiency,
-            "correctness" => Purpose::Correctness,
-            other => {
-                return Err(config_error(&format!(
-                    "purpose must be 'efficiency' or 'correctness', got {other:?}"
-                )))
-            }
+    let mut fields = Vec::new();
+    for key in object_keys(o)?.iter() {
+        let Some(name) = key.as_string() else {
+            continue;
         };
+        let value = get(o, &key)?;
+        let value = if value.is_undefined() || value.is_null() {
+            continue;
+        } else if let Some(n) = value.as_f64() {
+            Primitive::Number(n)
+        } else if let Some(s) = value.as_string() {
+            Primitive::Text(s)
+        } else if let Some(b) = value.as_bool() {
+            Primitive::Bool(b)
+        } else {
+            let what = type_name(&value);
+            return Err(error(common::not_a_primitive(&name, &what)));
+        };
+        fields.push((name, value));
     }
-    if let Some(risk) = field(o, "acceptFailoverRisk")? {
-        options.accept_failover_risk = boolean(&risk, "acceptFailoverRisk")?;
-    }
-    if let Some(ms) = field(o, "acquireTimeoutMs")? {
-        options.acquire_timeout = Some(duration(&ms, "acquireTimeoutMs")?);
-    }
-    if let Some(ms) = field(o, "retryBaseMs")? {
-        options.retry_base = duration(&ms, "retryBaseMs")?;
-    }
-    if let Some(ms) = field(o, "retryMaxMs")? {
-        options.retry_max = duration(&ms, "retryMaxMs")?;
-    }
-    if let Some(ms) = field(o, "renewEveryMs")? {
-        options.renew_every = Some(duration(&ms, "renewEveryMs")?);
-    }
-    if let Some(auto) = field(o, "autoRenew")? {
-        options.auto_renew = boolean(&auto, "autoRenew")?;
-    }
-    if let Some(drift) = field(o, "driftFactor")? {
-        // NaN and out-of-range values are the core's to refuse, naming the range.
-        options.drift_factor = number(&drift, "driftFactor")?;
-    }
-    if let Some(ms) = field(o, "clockMarginMs")? {
-        options.clock_margin = duration(&ms, "clockMarginMs")?;
-    }
-    Ok(options)
+    js(common::lock_options(fields))
 }
 
-/// The backend a machine speaks: `kind` `"redis"` (default) or `"etcd"`. `fair` is a Redis
-/// option (etcd locks are always FIFO): `fair: true` on etcd is refused.
+/// The backend of a machine, from the constructor's arguments.
 fn backend(
-    kind: Option<&str>,
-    key_prefix: Option<String>,
-    fair: Option<bool>,
-) -> Result<Backend, JsValue> {
-    match kind.unwrap_or("redis") {
-        "redis" => {
-            let defaults = RedisSettings::default();
-            Ok(Backend::Redis(RedisSettings {
-                key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
-                fair: fair.unwrap_or(defaults.fair),
-            }))
-        }
-        "etcd" if fair == Some(true) => Err(config_error(
-            "fair applies to Redis machines only: etcd locks are always granted in FIFO order",
-        )),
-        "etcd" => Ok(Backend::Etcd(EtcdSettings {
-            key_prefix: key_prefix.unwrap_or_else(|| EtcdSettings::default().key_prefix),
-        })),
-        other => Err(config_error(&format!(
-            "kind must be 'redis' or 'etcd', got {other:?}"
-        ))),
-    }
+    key_prefix: &JsValue,
+    fair: &JsValue,
+    kind: &JsValue,
+) -> Result<fencepost_core::Backend, JsValue> {
+    let fair = optional_boolean(fair, "fair")?;
+    let kind = optional_string(kind, "kind")?;
+    let key_prefix = optional_string(key_prefix, "keyPrefix")?;
+    js(common::backend(kind.as_deref(), key_prefix, fair))
 }
 
-// ---- replies: JS value -> RedisValue -> JS value -------------------------------------------
-
-/// Deepest nesting of reply arrays accepted; deeper input becomes an error value.
-const MAX_REPLY_DEPTH: usize = 32;
+// ---- replies: JS value -> RedisValue ----------------------------------------------------------
 
 /// Converts what a Redis client returned into a `RedisValue`. Never fails: a value that
 /// cannot be read becomes `RedisValue::Error` describing it, which the core reads as a
@@ -394,24 +301,13 @@ fn to_redis_value(value: &JsValue, depth: usize) -> RedisValue {
     match read_redis_value(value, depth) {
         Ok(v) => v,
         // A getter or proxy trap of the value threw: the reply's fault, not the caller's.
-        Err(thrown) => RedisValue::Error(format!(
-            "fencepost: unreadable reply value: {}",
-            describe_thrown(&thrown)
-        )),
+        Err(thrown) => common::unreadable(&describe_thrown(&thrown)),
     }
 }
 
-fn unsupported(what: &str) -> RedisValue {
-    RedisValue::Error(format!(
-        "fencepost: unsupported reply value from the adapter: {what}"
-    ))
-}
-
 fn read_redis_value(value: &JsValue, depth: usize) -> Result<RedisValue, JsValue> {
-    if depth > MAX_REPLY_DEPTH {
-        return Ok(RedisValue::Error(format!(
-            "fencepost: reply nested deeper than {MAX_REPLY_DEPTH} arrays"
-        )));
+    if depth > common::MAX_REPLY_DEPTH {
+        return Ok(common::too_deep());
     }
     if value.is_undefined() || value.is_null() {
         return Ok(RedisValue::Nil);
@@ -420,42 +316,25 @@ fn read_redis_value(value: &JsValue, depth: usize) -> Result<RedisValue, JsValue
         return Ok(RedisValue::Int(i64::from(b)));
     }
     if let Some(n) = value.as_f64() {
-        // ±2^63 are exact doubles; an integral value in -2^63 ..< 2^63 fits in i64.
-        const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-        return Ok(
-            if n.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&n) {
-                RedisValue::Int(n as i64)
-            } else {
-                unsupported(&format!("the number {n} (not a 64-bit integer)"))
-            },
-        );
+        return Ok(common::redis_number(n));
     }
     if value.is_bigint() {
-        return Ok(match i64::try_from(value.clone()) {
-            Ok(n) => RedisValue::Int(n),
-            Err(_) => unsupported("a bigint outside the 64-bit range"),
-        });
+        return Ok(common::redis_bigint(i64::try_from(value.clone()).ok()));
     }
     if let Some(s) = value.as_string() {
         return Ok(RedisValue::Data(s));
     }
     if !value.is_object() {
         // functions, symbols
-        return Ok(unsupported(&format!(
-            "a value of type {}",
-            type_name(value)
-        )));
+        let what = format!("a value of type {}", type_name(value));
+        return Ok(common::unsupported(&what));
     }
     if value.is_instance_of::<js_sys::Error>() {
         let message = match field(value, "message")? {
             Some(m) => to_js_string(&m)?.as_string().unwrap_or_default(),
             None => String::new(),
         };
-        return Ok(RedisValue::Error(if message.is_empty() {
-            "ERR error reply without a message".to_owned()
-        } else {
-            message
-        }));
+        return Ok(common::redis_error(message));
     }
     if is_array(value)? {
         let length = field(value, "length")?
@@ -475,39 +354,16 @@ fn read_redis_value(value: &JsValue, depth: usize) -> Result<RedisValue, JsValue
             String::from_utf8_lossy(&bytes.to_vec()).into_owned(),
         ));
     }
-    let keys = object_keys(value)?;
-    if keys.length() == 1 {
-        if let Some(key) = keys.get(0).as_string() {
-            if key == "status" || key == "error" {
-                let text = get(value, &JsValue::from_str(&key))?;
-                return Ok(match text.as_string() {
-                    Some(text) if key == "status" => RedisValue::Status(text),
-                    Some(text) => RedisValue::Error(text),
-                    None => unsupported(&format!("{{ {key}: <not a string> }}")),
-                });
-            }
-        }
+    let keys: Vec<String> = object_keys(value)?
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect();
+    let mut text = None;
+    if let [key] = keys.as_slice() {
+        text = get(value, &JsValue::from_str(key))?.as_string();
     }
-    let names: Vec<String> = keys.iter().filter_map(|k| k.as_string()).collect();
-    Ok(unsupported(&format!("an object with keys {names:?}")))
+    Ok(common::redis_object(&keys, |_| text))
 }
-
-/// A `RedisValue` as a Redis client would return it: `null`, a `number` (a `bigint` past
-/// 2^53), a `string`, an `Array`, or an `Error` whose message is the error reply.
-fn from_redis_value(value: &RedisValue) -> JsValue {
-    match value {
-        RedisValue::Nil => JsValue::NULL,
-        RedisValue::Int(n) if (n.unsigned_abs() as f64) <= MAX_SAFE_INTEGER => {
-            JsValue::from_f64(*n as f64)
-        }
-        RedisValue::Int(n) => JsValue::from(*n),
-        RedisValue::Data(s) | RedisValue::Status(s) => JsValue::from_str(s),
-        RedisValue::Array(items) => items.iter().map(from_redis_value).collect::<Array>().into(),
-        RedisValue::Error(message) => error("ERR_REDIS_REPLY", message, &[]),
-    }
-}
-
-// ---- etcd: replies as JSON text, requests as gateway calls ---------------------------------
 
 /// An etcd reply as the JSON text the gateway returned: a `string` (or UTF-8 bytes in a
 /// `Uint8Array`). Never fails and runs no user code: anything else becomes text naming
@@ -516,99 +372,11 @@ fn etcd_reply_text(value: &JsValue) -> String {
     if let Some(text) = value.as_string() {
         return text;
     }
-    let what = if let Some(bytes) = value.dyn_ref::<Uint8Array>() {
-        match String::from_utf8(bytes.to_vec()) {
-            Ok(text) => return text,
-            Err(_) => "bytes that are not UTF-8".to_owned(),
-        }
-    } else {
-        format!("a value of type {}", type_name(value))
-    };
-    format!("<not an etcd JSON reply: {what}>")
-}
-
-/// Sets `backend: "etcd"`, `call`, `path`, `body` and, for a watch, `timeoutMs` on `o`.
-fn set_etcd_call(o: &JsValue, req: &EtcdRequest) -> Result<(), JsValue> {
-    put(o, "backend", "etcd")?;
-    put(o, "call", req.call_name())?;
-    put(o, "path", req.gateway_path())?;
-    put(o, "body", req.gateway_body())?;
-    if let Some(ms) = req.watch_timeout_ms() {
-        // whole milliseconds; exact as a number below 2^53 (a TTL is at most 2^31 ms)
-        put(o, "timeoutMs", ms as f64)?;
+    if let Some(bytes) = value.dyn_ref::<Uint8Array>() {
+        return String::from_utf8(bytes.to_vec())
+            .unwrap_or_else(|_| common::not_etcd_text("bytes that are not UTF-8"));
     }
-    Ok(())
-}
-
-/// An owner id: 32 hex digits (the form `Machine.owner` returns).
-fn owner_id(value: &JsValue) -> Result<fencepost_core::OwnerId, JsValue> {
-    let hex = string(value, "ownerId")?;
-    let bad = || {
-        let shown: String = hex.chars().take(40).collect();
-        config_error(&format!(
-            "ownerId must be 32 hex digits (lease.ownerId), got {shown:?}"
-        ))
-    };
-    fencepost_core::OwnerId::from_hex(&hex).ok_or_else(bad)
-}
-
-// ---- outputs --------------------------------------------------------------------------------
-
-fn script_name(script: RedisScript) -> &'static str {
-    match script {
-        RedisScript::Acquire => "acquire",
-        RedisScript::Renew => "renew",
-        RedisScript::Release => "release",
-        RedisScript::FencedSet => "fenced_set",
-        RedisScript::AcquireFair => "acquire_fair",
-        RedisScript::ReleaseFair => "release_fair",
-    }
-}
-
-fn script_by_name(name: &str) -> Result<RedisScript, JsValue> {
-    RedisScript::ALL
-        .into_iter()
-        .find(|s| script_name(*s) == name)
-        .ok_or_else(|| {
-            config_error(&format!(
-                "script must be one of {}, got {name:?}",
-                RedisScript::ALL
-                    .iter()
-                    .map(|s| format!("'{}'", script_name(*s)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
-}
-
-fn strings(items: &[String]) -> Array {
-    items.iter().map(|s| JsValue::from_str(s)).collect()
-}
-
-fn command_object(cmd: &RedisCommand) -> Result<JsValue, JsValue> {
-    let o: JsValue = Object::new().into();
-    put(&o, "script", script_name(cmd.script))?;
-    put(&o, "sha1", cmd.script.sha1())?;
-    put(&o, "keys", strings(&cmd.keys))?;
-    put(&o, "args", strings(&cmd.args))?;
-    Ok(o)
-}
-
-// Outputs cross to JavaScript as ONE flat array of primitives (`Machine.pollFlat`), in
-// the core's layout (`fencepost_core::js_outputs`, shared with the napi addon); the JavaScript
-// half (js/machine.js, `decodeOutputs`) turns it into the output objects.
-
-/// Appends one output's flat record to `out`.
-fn push_output(out: &Array, output: &Output) {
-    let _ = js_outputs::encode_output(output, &mut |value| {
-        out.push(&match value {
-            FlatValue::Number(n) => JsValue::from_f64(n),
-            FlatValue::Text(t) => JsValue::from_str(&t),
-            FlatValue::Token(t) => JsValue::from(t),
-            FlatValue::Null => JsValue::NULL,
-        });
-        Ok::<(), core::convert::Infallible>(())
-    });
+    common::not_etcd_text(&format!("a value of type {}", type_name(value)))
 }
 
 // ---- Machine --------------------------------------------------------------------------------
@@ -619,7 +387,7 @@ fn push_output(out: &Array, output: &Output) {
 /// earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
 #[wasm_bindgen(js_name = Machine)]
 pub struct Machine {
-    inner: CoreMachine,
+    inner: JsMachine,
 }
 
 #[wasm_bindgen(js_class = Machine)]
@@ -639,31 +407,15 @@ impl Machine {
         fair: JsValue,
         kind: JsValue,
     ) -> Result<Machine, JsValue> {
-        let fair = if fair.is_undefined() || fair.is_null() {
+        let backend = backend(&key_prefix, &fair, &kind)?;
+        let seed = if seed.is_undefined() || seed.is_null() {
             None
         } else {
-            Some(boolean(&fair, "fair")?)
+            Some(bigint_u64(&seed, "seed")?)
         };
-        let kind = optional_string(&kind, "kind")?;
-        let backend = backend(
-            kind.as_deref(),
-            optional_string(&key_prefix, "keyPrefix")?,
-            fair,
-        )?;
-        let inner = if seed.is_undefined() || seed.is_null() {
-            CoreMachine::new(backend).map_err(|e| {
-                error(
-                    "ERR_BACKEND",
-                    &format!(
-                        "{e} (Web Crypto's crypto.getRandomValues; edge workers provide it \
-                         only inside a request handler: create backends and locks there)"
-                    ),
-                    &[],
-                )
-            })?
-        } else {
-            CoreMachine::with_seed(backend, bigint_u64(&seed, "seed")?)
-        };
+        let hint = " (Web Crypto's crypto.getRandomValues; edge workers provide it only \
+                    inside a request handler: create backends and locks there)";
+        let inner = js(JsMachine::new(backend, seed, hint))?;
         Ok(Machine { inner })
     }
 
@@ -671,9 +423,7 @@ impl Machine {
     pub fn check(&self, name: JsValue, options: JsValue) -> Result<(), JsValue> {
         let name = string(&name, "name")?;
         let options = lock_options(&options)?;
-        self.inner
-            .check_acquire(&name, &options)
-            .map_err(|e| usage_error(&e))
+        js(self.inner.check(&name, &options))
     }
 
     /// Starts acquiring `name`; returns the new lock id.
@@ -683,22 +433,17 @@ impl Machine {
         name: JsValue,
         options: JsValue,
     ) -> Result<f64, JsValue> {
-        let now = instant(&now_ms)?;
+        let now_ms = number(&now_ms, "nowMs")?;
         let name = string(&name, "name")?;
         let options = lock_options(&options)?;
-        self.inner
-            .acquire(now, &name, options)
-            .map(|lock| lock.0 as f64)
-            .map_err(|e| usage_error(&e))
+        js(self.inner.acquire(now_ms, &name, options))
     }
 
     /// Releases `lock`, or cancels its acquisition. A finished lock ignores it.
     pub fn release(&mut self, now_ms: JsValue, lock: JsValue) -> Result<(), JsValue> {
-        let input = Input::Release {
-            now: instant(&now_ms)?,
-            lock: LockId(id(&lock, "lock")?),
-        };
-        self.feed(input)
+        let now_ms = number(&now_ms, "nowMs")?;
+        let lock = id(&lock, "lock")?;
+        js(self.inner.release(now_ms, lock))
     }
 
     /// The server's reply to request `request`: on a Redis machine, as the Redis client
@@ -712,18 +457,14 @@ impl Machine {
         request: JsValue,
         value: JsValue,
     ) -> Result<(), JsValue> {
-        let now = instant(&now_ms)?;
-        let request = RequestId(id(&request, "request")?);
-        let reply = match self.inner.backend() {
-            Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(&value)),
-            _ => Reply::Redis(to_redis_value(&value, 0)),
+        let now_ms = number(&now_ms, "nowMs")?;
+        let request = id(&request, "request")?;
+        let reply = if self.inner.reads_text() {
+            Reply::Etcd(etcd_reply_text(&value))
+        } else {
+            Reply::Redis(to_redis_value(&value, 0))
         };
-        let input = Input::Reply {
-            now,
-            request,
-            reply,
-        };
-        self.feed(input)
+        js(self.inner.reply(now_ms, request, reply))
     }
 
     /// Request `request` failed in transport (connection error, client timeout, no reply
@@ -735,39 +476,38 @@ impl Machine {
         request: JsValue,
         message: JsValue,
     ) -> Result<(), JsValue> {
-        let input = Input::TransportError {
-            now: instant(&now_ms)?,
-            request: RequestId(id(&request, "request")?),
-            message: string(&message, "message")?,
-        };
-        self.feed(input)
+        let now_ms = number(&now_ms, "nowMs")?;
+        let request = id(&request, "request")?;
+        let message = string(&message, "message")?;
+        js(self.inner.transport_error(now_ms, request, message))
     }
 
     /// Time passed: fires due timers. Early and spurious calls are harmless.
     pub fn timeout(&mut self, now_ms: JsValue) -> Result<(), JsValue> {
-        let input = Input::Timeout {
-            now: instant(&now_ms)?,
-        };
-        self.feed(input)
+        let now_ms = number(&now_ms, "nowMs")?;
+        js(self.inner.timeout(now_ms))
     }
 
-    /// Drains every pending output as one flat array of primitives (the layout is above
-    /// `push_output`): `[nextTimeoutMs | null, ...records]`. Requests and events come in
-    /// order; `nextTimeoutMs` is when to call `timeout`, or `null` when no timer is set.
-    /// js/machine.js decodes it (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+    /// Drains every pending output as one flat array of primitives, in the layout of
+    /// `fencepost_core::js_outputs`: `[nextTimeoutMs | null, ...records]`. Requests and
+    /// events come in order; `nextTimeoutMs` is when to call `timeout`, or `null` when no
+    /// timer is set. js/machine.js decodes it (`LockMachine.poll()` returns
+    /// `{ outputs, nextTimeoutMs }`).
     #[wasm_bindgen(js_name = pollFlat)]
     pub fn poll_flat(&mut self) -> Array {
         let out = Array::new();
         out.push(&JsValue::NULL);
-        loop {
-            match self.inner.poll_output() {
-                Output::Timeout(at) => {
-                    out.set(0, JsValue::from_f64(ns_to_ms(at.as_nanos())));
-                    break;
-                }
-                Output::Idle => break,
-                output => push_output(&out, &output),
-            }
+        let next = self.inner.poll(&mut |value| {
+            out.push(&match value {
+                FlatValue::Number(n) => JsValue::from_f64(n),
+                FlatValue::Text(t) => JsValue::from_str(&t),
+                FlatValue::Token(t) => JsValue::from(t),
+                FlatValue::Null => JsValue::NULL,
+            });
+            Ok::<(), core::convert::Infallible>(())
+        });
+        if let Ok(Some(ms)) = next {
+            out.set(0, JsValue::from_f64(ms));
         }
         out
     }
@@ -775,38 +515,45 @@ impl Machine {
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
     /// `null` once the machine has forgotten the lock.
     pub fn owner(&self, lock: JsValue) -> Result<JsValue, JsValue> {
-        let lock = LockId(id(&lock, "lock")?);
-        Ok(or_null(self.inner.owner(lock).map(|o| o.to_string())))
+        let lock = id(&lock, "lock")?;
+        Ok(or_null(js(self.inner.owner(lock))?))
     }
 
     /// The validity deadline of `lock` (monotonic ms) while it is held, else `null`.
     #[wasm_bindgen(js_name = validUntilMs)]
     pub fn valid_until_ms(&self, lock: JsValue) -> Result<JsValue, JsValue> {
-        let lock = LockId(id(&lock, "lock")?);
-        Ok(or_null(
-            self.inner
-                .valid_until(lock)
-                .map(|at| ns_to_ms(at.as_nanos())),
-        ))
+        let lock = id(&lock, "lock")?;
+        Ok(or_null(js(self.inner.valid_until_ms(lock))?))
     }
 
     /// How many locks the machine tracks (pending, held, or finished with requests out).
     #[wasm_bindgen(getter = lockCount)]
     pub fn lock_count(&self) -> u32 {
-        u32::try_from(self.inner.lock_count()).unwrap_or(u32::MAX)
+        self.inner.lock_count()
     }
 
     /// How many requests await a reply or transport error.
     #[wasm_bindgen(getter = requestsInFlight)]
     pub fn requests_in_flight(&self) -> u32 {
-        u32::try_from(self.inner.requests_in_flight()).unwrap_or(u32::MAX)
+        self.inner.requests_in_flight()
     }
 }
 
-impl Machine {
-    fn feed(&mut self, input: Input) -> Result<(), JsValue> {
-        self.inner.handle_input(input).map_err(|e| usage_error(&e))
-    }
+/// Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`
+/// and `kind` would (`Machine.check`), without building one: no Web Crypto needed, so it
+/// works outside a worker's request handler too.
+#[wasm_bindgen(js_name = checkAcquire)]
+pub fn check_acquire(
+    key_prefix: JsValue,
+    fair: JsValue,
+    kind: JsValue,
+    name: JsValue,
+    options: JsValue,
+) -> Result<(), JsValue> {
+    let backend = backend(&key_prefix, &fair, &kind)?;
+    let name = string(&name, "name")?;
+    let options = lock_options(&options)?;
+    js(common::check_acquire(&backend, &name, &options))
 }
 
 // ---- MemoryRedis ----------------------------------------------------------------------------
@@ -816,6 +563,10 @@ impl Machine {
 #[wasm_bindgen(js_name = MemoryRedis)]
 pub struct MemoryRedis {
     inner: fencepost_core::memory::MemoryRedis,
+}
+
+fn now(now_ms: &JsValue) -> Result<fencepost_core::Instant, JsValue> {
+    js(common::instant(number(now_ms, "nowMs")?))
 }
 
 #[wasm_bindgen(js_class = MemoryRedis)]
@@ -832,9 +583,9 @@ impl MemoryRedis {
     /// `redisFencedSet`) at `nowMs` and returns what a Redis client would: `number`,
     /// `string`, `null`, an array, or (returned, not thrown) an `Error` for an error reply.
     pub fn execute(&mut self, now_ms: JsValue, command: JsValue) -> Result<JsValue, JsValue> {
-        let now = instant(&now_ms)?;
+        let now = now(&now_ms)?;
         if !command.is_object() {
-            return Err(config_error(&format!(
+            return Err(config_error(format!(
                 "command must be an object {{ script, keys, args }}, got {}",
                 type_name(&command)
             )));
@@ -843,23 +594,23 @@ impl MemoryRedis {
         let keys = field(&command, "keys")?.unwrap_or(JsValue::UNDEFINED);
         let args = field(&command, "args")?.unwrap_or(JsValue::UNDEFINED);
         let cmd = RedisCommand {
-            script: script_by_name(&string(&script, "script")?)?,
+            script: js(common::script(&string(&script, "script")?))?,
             keys: string_array(&keys, "keys")?,
             args: string_array(&args, "args")?,
         };
-        Ok(from_redis_value(&self.inner.eval(now, &cmd)))
+        to_js(&common::redis_value(&self.inner.eval(now, &cmd)))
     }
 
     /// `GET key` at `nowMs` (expired keys are gone).
     pub fn get(&self, now_ms: JsValue, key: JsValue) -> Result<JsValue, JsValue> {
-        let now = instant(&now_ms)?;
+        let now = now(&now_ms)?;
         let key = string(&key, "key")?;
         Ok(or_null(self.inner.get(now, &key)))
     }
 
     /// `PTTL key` in ms at `nowMs`: `null` when missing, -1 when it has no expiry.
     pub fn pttl(&self, now_ms: JsValue, key: JsValue) -> Result<JsValue, JsValue> {
-        let now = instant(&now_ms)?;
+        let now = now(&now_ms)?;
         let key = string(&key, "key")?;
         Ok(or_null(self.inner.pttl(now, &key).map(|ms| ms as f64)))
     }
@@ -868,7 +619,7 @@ impl MemoryRedis {
     /// when the list is missing, empty or expired. Never blocks: hosts emulating `BLPOP`
     /// park the caller themselves until this yields or the timeout passes.
     pub fn lpop(&mut self, now_ms: JsValue, key: JsValue) -> Result<JsValue, JsValue> {
-        let now = instant(&now_ms)?;
+        let now = now(&now_ms)?;
         let key = string(&key, "key")?;
         Ok(or_null(self.inner.lpop(now, &key)))
     }
@@ -893,20 +644,10 @@ impl Default for MemoryRedis {
 
 // ---- fence ----------------------------------------------------------------------------------
 
-/// A stale write, as data (the JavaScript half throws `StaleTokenError`).
-fn stale_object(stale: &fencepost_core::StaleToken) -> Result<JsValue, JsValue> {
-    let o: JsValue = Object::new().into();
-    put(&o, "resource", stale.resource.as_str())?;
-    put(&o, "token", JsValue::from(stale.token.get()))?;
-    put(&o, "highest", JsValue::from(stale.highest.get()))?;
-    put(&o, "message", stale.to_string())?;
-    Ok(o)
-}
-
 /// An in-memory fence: the highest fencing token accepted per resource.
 #[wasm_bindgen(js_name = Fence)]
 pub struct Fence {
-    inner: fence::Fence,
+    inner: fencepost_core::Fence,
 }
 
 #[wasm_bindgen(js_class = Fence)]
@@ -915,7 +656,7 @@ impl Fence {
     #[wasm_bindgen(constructor)]
     pub fn new() -> Fence {
         Fence {
-            inner: fence::Fence::new(),
+            inner: fencepost_core::Fence::new(),
         }
     }
 
@@ -924,20 +665,17 @@ impl Fence {
     /// `{ resource, token, highest, message }`.
     pub fn check(&mut self, resource: JsValue, token: JsValue) -> Result<JsValue, JsValue> {
         let resource = string(&resource, "resource")?;
-        let token = self::token(&token)?;
+        let token = fencepost_core::FencingToken(self::token(&token)?);
         match self.inner.check(&resource, token) {
             Ok(()) => Ok(JsValue::NULL),
-            Err(stale) => stale_object(&stale),
+            Err(stale) => to_js(&common::stale(&stale)),
         }
     }
 
     /// The highest token accepted for `resource` (a bigint), or `null`.
     pub fn highest(&self, resource: JsValue) -> Result<JsValue, JsValue> {
         let resource = string(&resource, "resource")?;
-        Ok(self
-            .inner
-            .highest(&resource)
-            .map_or(JsValue::NULL, |t| JsValue::from(t.get())))
+        Ok(or_null(self.inner.highest(&resource).map(|t| t.get())))
     }
 }
 
@@ -961,18 +699,14 @@ pub fn sql_fenced_update(
     let id_column = string(&id_column, "idColumn")?;
     let token_column = string(&token_column, "tokenColumn")?;
     let columns = string_array(&columns, "columns")?;
-    let style = match string(&style, "style")?.as_str() {
-        "dollar" => ParamStyle::Dollar,
-        "pyformat" => ParamStyle::Pyformat,
-        other => {
-            return Err(config_error(&format!(
-                "style must be 'dollar' or 'pyformat', got {other:?}"
-            )))
-        }
-    };
-    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-    fence::sql_fenced_update(&table, &id_column, &token_column, &columns, style)
-        .map_err(|e| config_error(&e.to_string()))
+    let style = string(&style, "style")?;
+    js(common::sql_fenced_update(
+        &table,
+        &id_column,
+        &token_column,
+        &columns,
+        &style,
+    ))
 }
 
 /// The fenced Redis SET as a script call `{ script, sha1, keys, args }`.
@@ -987,9 +721,8 @@ pub fn redis_fenced_set(
     let fence_key = string(&fence_key, "fenceKey")?;
     let token = self::token(&token)?;
     let value = string(&value, "value")?;
-    command_object(&fence::redis_fenced_set(
-        &data_key, &fence_key, token, &value,
-    ))
+    let cmd = common::redis_fenced_set(&data_key, &fence_key, token, &value);
+    to_js(&common::script_call(&cmd))
 }
 
 /// Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,
@@ -1003,53 +736,37 @@ pub fn read_redis_fenced_set(
 ) -> Result<JsValue, JsValue> {
     let resource = string(&resource, "resource")?;
     let token = self::token(&token)?;
-    let o: JsValue = Object::new().into();
-    match fence::read_redis_fenced_set(&resource, token, &to_redis_value(&reply, 0)) {
-        Ok(Ok(())) => put(&o, "ok", true)?,
-        Ok(Err(stale)) => {
-            put(&o, "ok", false)?;
-            put(&o, "stale", stale_object(&stale)?)?;
-        }
-        Err(protocol) => {
-            put(&o, "ok", false)?;
-            put(&o, "protocol", protocol.to_string())?;
-        }
-    }
-    Ok(o)
+    let reply = to_redis_value(&reply, 0);
+    to_js(&common::read_redis_fenced_set(&resource, token, &reply))
 }
 
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
 /// fenced_set, acquire_fair, release_fair }`.
 #[wasm_bindgen(js_name = redisScripts)]
 pub fn redis_scripts() -> Result<JsValue, JsValue> {
-    let scripts: JsValue = Object::new().into();
-    for s in RedisScript::ALL {
-        let entry: JsValue = Object::new().into();
-        put(&entry, "sha1", s.sha1())?;
-        put(&entry, "source", s.source())?;
-        put(&scripts, script_name(s), entry)?;
-    }
-    Ok(scripts)
+    to_js(&common::redis_scripts())
+}
+
+/// The names of the codes in `pollFlat()`'s records, each list in code order, and the
+/// loss reason hosts report when a backend is closed: `{ operation, lostReason,
+/// acquireFailedReason, redisScript, purpose, closed }`.
+#[wasm_bindgen(js_name = coreNames)]
+pub fn core_names() -> Result<JsValue, JsValue> {
+    to_js(&common::core_names())
 }
 
 /// The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`).
 #[wasm_bindgen(js_name = lockKey)]
 pub fn lock_key(key_prefix: JsValue, name: JsValue) -> Result<String, JsValue> {
-    Ok(RedisSettings {
-        key_prefix: string(&key_prefix, "keyPrefix")?,
-        ..RedisSettings::default()
-    }
-    .lock_key(&string(&name, "name")?))
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    Ok(common::lock_key(key_prefix, &string(&name, "name")?))
 }
 
 /// The fencing-token counter key of lock `name` under `keyPrefix`.
 #[wasm_bindgen(js_name = tokenKey)]
 pub fn token_key(key_prefix: JsValue, name: JsValue) -> Result<String, JsValue> {
-    Ok(RedisSettings {
-        key_prefix: string(&key_prefix, "keyPrefix")?,
-        ..RedisSettings::default()
-    }
-    .token_key(&string(&name, "name")?))
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    Ok(common::token_key(key_prefix, &string(&name, "name")?))
 }
 
 /// The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
@@ -1063,21 +780,22 @@ pub fn etcd_holder_key(
 ) -> Result<String, JsValue> {
     let key_prefix = string(&key_prefix, "keyPrefix")?;
     let name = string(&name, "name")?;
-    let owner = self::owner_id(&owner_id)?;
-    Ok(EtcdSettings { key_prefix }.holder_key(&name, &owner))
+    let owner = string(&owner_id, "ownerId")?;
+    js(common::etcd_holder_key(key_prefix, &name, &owner))
 }
 
 /// The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
 /// positive int64), as a bigint.
 #[wasm_bindgen(js_name = etcdLeaseId)]
 pub fn etcd_lease_id(owner_id: JsValue) -> Result<JsValue, JsValue> {
-    Ok(JsValue::from(etcd::lease_id(&self::owner_id(&owner_id)?)))
+    let owner = string(&owner_id, "ownerId")?;
+    Ok(JsValue::from(js(common::etcd_lease_id(&owner))?))
 }
 
-/// `[key, value]` pairs of strings.
-fn string_pairs(value: &JsValue, name: &str) -> Result<Vec<(String, String)>, JsValue> {
+/// `[key, value]` pairs of strings, as arrays (their length is checked by the shared half).
+fn string_pairs(value: &JsValue, name: &str) -> Result<Vec<Vec<String>>, JsValue> {
     if !is_array(value).unwrap_or(false) {
-        return Err(config_error(&format!(
+        return Err(config_error(format!(
             "{name} must be an array of [key, value] pairs, got {}",
             type_name(value)
         )));
@@ -1089,14 +807,7 @@ fn string_pairs(value: &JsValue, name: &str) -> Result<Vec<(String, String)>, Js
     let mut i = 0.0;
     while i < length {
         let item = get(value, &JsValue::from_f64(i))?;
-        let pair = string_array(&item, &format!("{name}[{i}]"))?;
-        let [key, value]: [String; 2] = pair.try_into().map_err(|pair: Vec<String>| {
-            config_error(&format!(
-                "{name}[{i}] must be a [key, value] pair of strings, got {} items",
-                pair.len()
-            ))
-        })?;
-        out.push((key, value));
+        out.push(string_array(&item, &format!("{name}[{i}]"))?);
         i += 1.0;
     }
     Ok(out)
@@ -1117,26 +828,17 @@ pub fn etcd_fenced_txn(
 ) -> Result<JsValue, JsValue> {
     let key_prefix = string(&key_prefix, "keyPrefix")?;
     let name = string(&name, "name")?;
-    let owner = self::owner_id(&owner_id)?;
+    let owner = string(&owner_id, "ownerId")?;
+    js(common::owner_id(&owner))?;
     let token = self::token(&token)?;
-    let mut ops: Vec<EtcdOp> = string_pairs(&puts, "puts")?
-        .into_iter()
-        .map(|(key, value)| EtcdOp::Put {
-            key,
-            value,
-            lease: 0,
-        })
-        .collect();
-    if !deletes.is_undefined() && !deletes.is_null() {
-        for key in string_array(&deletes, "deletes")? {
-            ops.push(EtcdOp::Delete { key });
-        }
-    }
-    let settings = EtcdSettings { key_prefix };
-    let key = settings.holder_key(&name, &owner);
-    let o: JsValue = Object::new().into();
-    set_etcd_call(&o, &settings.fenced_txn(&name, &key, token, ops))?;
-    Ok(o)
+    let puts = string_pairs(&puts, "puts")?;
+    let deletes = if deletes.is_undefined() || deletes.is_null() {
+        Vec::new()
+    } else {
+        string_array(&deletes, "deletes")?
+    };
+    let call = common::etcd_fenced_txn(key_prefix, &name, &owner, token, puts, deletes);
+    to_js(&js(call)?)
 }
 
 /// Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
@@ -1152,32 +854,11 @@ pub fn read_etcd_fenced_txn(
 ) -> Result<JsValue, JsValue> {
     let name = string(&name, "name")?;
     let token = self::token(&token)?;
-    let o: JsValue = Object::new().into();
-    #[allow(unreachable_patterns)]
-    match etcd::read_etcd_fenced_txn(&etcd_reply_text(&reply)) {
-        Ok(EtcdFenced::Applied { revision }) => {
-            put(&o, "ok", true)?;
-            put(&o, "revision", JsValue::from(revision))?;
-        }
-        Ok(EtcdFenced::Refused { holder }) => {
-            let stale = fencepost_core::StaleToken {
-                resource: name,
-                token,
-                highest: holder.unwrap_or(FencingToken(0)),
-            };
-            put(&o, "ok", false)?;
-            put(&o, "stale", stale_object(&stale)?)?;
-        }
-        Ok(_) => {
-            put(&o, "ok", false)?;
-            put(&o, "protocol", "unknown fenced transaction outcome")?;
-        }
-        Err(protocol) => {
-            put(&o, "ok", false)?;
-            put(&o, "protocol", protocol.to_string())?;
-        }
-    }
-    Ok(o)
+    to_js(&common::read_etcd_fenced_txn(
+        &name,
+        token,
+        &etcd_reply_text(&reply),
+    ))
 }
 
 /// Version of the fencepost-core crate compiled into this module.

@@ -80,6 +80,9 @@ pub enum AcquireFailedReason {
 }
 
 impl AcquireFailedReason {
+    /// Every reason's name, in declaration order (the serde spelling of `kind`).
+    pub const NAMES: &'static [&'static str] = &["timeout", "protocol"];
+
     /// The reason's name, as serde spells its `kind`: `"timeout"` or `"protocol"`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -21,6 +21,10 @@
 //! acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
 //! ```
 //!
+//! Every code of a named enum is its index in that enum's `NAMES`
+//! ([`Operation::NAMES`], [`LostReason::NAMES`], [`AcquireFailedReason::NAMES`],
+//! [`RedisScript::NAMES`]), so a decoder reads the names from the core.
+//!
 //! Times are milliseconds on the host's monotonic clock ([`ns_to_ms`]); ids are below
 //! 2^53, exact as JavaScript numbers.
 
@@ -173,6 +177,50 @@ mod tests {
             Ok::<(), ()>(())
         });
         out
+    }
+
+    /// A decoder names codes by their index in the enum's `NAMES`.
+    #[test]
+    fn codes_are_indices_in_names() {
+        use crate::ProtocolError;
+        for (i, name) in Operation::NAMES.iter().enumerate() {
+            let op: Operation = name.parse().unwrap();
+            assert_eq!(operation_code(op), i as f64);
+        }
+        for (i, name) in RedisScript::NAMES.iter().enumerate() {
+            assert_eq!(script_index(name.parse().unwrap()), i as f64);
+        }
+        let code = |event: Event| {
+            let out = Output::Event {
+                lock: crate::LockId(1),
+                event,
+            };
+            match flat(&out)[2] {
+                FlatValue::Number(n) => n,
+                _ => unreachable!(),
+            }
+        };
+        for (i, name) in LostReason::NAMES.iter().enumerate() {
+            let reason: LostReason = name.parse().unwrap();
+            assert_eq!(code(Event::Lost { reason }), i as f64);
+        }
+        let failed = [
+            AcquireFailedReason::Timeout { last_error: None },
+            AcquireFailedReason::Protocol {
+                error: ProtocolError {
+                    backend: "redis".into(),
+                    message: "m".into(),
+                },
+            },
+        ];
+        for reason in failed {
+            let i = AcquireFailedReason::NAMES
+                .iter()
+                .position(|n| *n == reason.kind())
+                .unwrap();
+            assert_eq!(code(Event::AcquireFailed { reason }), i as f64);
+        }
+        assert_eq!(AcquireFailedReason::NAMES.len(), 2);
     }
 
     #[test]

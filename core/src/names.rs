@@ -60,6 +60,7 @@ macro_rules! names {
 }
 
 use crate::backends::{Operation, PgConnection, PgMode, RedisScript};
+use crate::fence::ParamStyle;
 use crate::{LostReason, Purpose};
 
 names!("operation", Operation {
@@ -91,6 +92,11 @@ names!("PostgreSQL mode", PgMode {
 names!("PostgreSQL connection", PgConnection {
     Any => "any",
     Dedicated => "dedicated",
+});
+
+names!("parameter style", ParamStyle {
+    Dollar => "dollar",
+    Pyformat => "pyformat",
 });
 
 names!("lost reason", LostReason {
@@ -134,6 +140,7 @@ mod tests {
         agrees_with_serde(&[Purpose::Efficiency, Purpose::Correctness]);
         agrees_with_serde(&[PgMode::Lease, PgMode::Session]);
         agrees_with_serde(&[PgConnection::Any, PgConnection::Dedicated]);
+        agrees_with_serde(&[ParamStyle::Dollar, ParamStyle::Pyformat]);
         agrees_with_serde(&[
             LostReason::Expired,
             LostReason::RenewRejected,

@@ -19,6 +19,20 @@ if (!Object.hasOwn(PACKAGES, IMPL)) {
   throw new Error(`FENCEPOST_IMPL must be one of ${Object.keys(PACKAGES).join(', ')}, got ${JSON.stringify(IMPL)}`)
 }
 
+// Both packages load a copy of the shared js/ (dist/js/): refuse to test a stale one.
+{
+  const fs = require('node:fs')
+  const shared = path.join(REPO, 'js')
+  const copy = path.join(PACKAGES[IMPL], 'dist', 'js')
+  const rebuild = IMPL === 'napi' ? 'node bindings-node/scripts/copy-js.mjs' : 'node bindings-wasm/build.mjs --js-only'
+  for (const f of fs.readdirSync(shared).filter((f) => f.endsWith('.js'))) {
+    const theirs = path.join(copy, f)
+    if (!fs.existsSync(theirs) || fs.readFileSync(theirs, 'utf8') !== fs.readFileSync(path.join(shared, f), 'utf8')) {
+      throw new Error(`${path.relative(REPO, theirs)} is missing or differs from js/${f}: run ${rebuild}`)
+    }
+  }
+}
+
 const fencepost = require(PACKAGES[IMPL])
 if (fencepost.implementation !== IMPL) {
   throw new Error(`FENCEPOST_IMPL=${IMPL} loaded a package that says it is ${JSON.stringify(fencepost.implementation)}`)

@@ -36,7 +36,7 @@ test(`size: the web module is at most ${BUDGET_GZIP / 1024} KB gzipped`, () => {
 })
 
 test('the shared JavaScript layer and fencepost.d.ts are carried word for word', () => {
-  const js = path.join(REPO, 'bindings-node', 'js')
+  const js = path.join(REPO, 'js')
   const ours = fs.readdirSync(path.join(DIST, 'js')).sort()
   assert.deepEqual(ours, fs.readdirSync(js).filter((f) => f.endsWith('.js')).sort())
   for (const f of ours) assert.equal(fs.readFileSync(path.join(DIST, 'js', f), 'utf8'), fs.readFileSync(path.join(js, f), 'utf8'), `dist/js/${f} is stale: npm run build`)

@@ -122,9 +122,7 @@ function lockOptions (options) {
     }
   }
   if (given.purpose !== undefined && given.purpose !== null) {
-    if (given.purpose !== 'efficiency' && given.purpose !== 'correctness') {
-      throw new ConfigError(`purpose must be 'efficiency' or 'correctness', got ${describe(given.purpose)}`, { option: 'purpose' })
-    }
+    // Its names are the core's: the addon refuses an unknown one, listing them.
     out.purpose = given.purpose
   }
   if (given.driftFactor !== undefined && given.driftFactor !== null) {

@@ -68,9 +68,9 @@ class Acquisition {
     }
   }
 
-  /** The backend was closed under this acquisition. */
-  closed () {
-    if (this.lease !== null) this.lease._lose('closed')
+  /** The backend was closed under this acquisition; `reason` is the core's name for it. */
+  closed (reason) {
+    if (this.lease !== null) this.lease._lose(reason)
     this.settle(this.acquired, 'reject', new BackendError(`the backend was closed while acquiring lock ${JSON.stringify(this.name)}`))
     this.settle(this.released, 'resolve', undefined)
   }

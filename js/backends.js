@@ -37,26 +37,22 @@ function createBackends (native, LockMachine, fence) {
       this._closed = false
     }
 
-    /**
-     * A new lock machine for this backend's protocol; `seed` (tests, validation only)
-     * makes it deterministic and entropy-free.
-     */
-    _newMachine (seed) { // eslint-disable-line no-unused-vars
+    /** The LockMachine options (`keyPrefix`, `fair`, `kind`) of this backend's protocol. */
+    _machineOptions () {
       throw new ConfigError(`${this.constructor.name} does not say which lock machine it runs`)
     }
 
     _driver () {
       if (this._closed) throw new BackendError('this backend is closed; create a new one')
-      if (this._driverInstance === null) this._driverInstance = new Driver(this, this._newMachine())
+      if (this._driverInstance === null) this._driverInstance = new Driver(this, new LockMachine(this._machineOptions()))
       return this._driverInstance
     }
 
     /** Checks a lock's name and options as the core would acquire them (ConfigError). */
     _machineCheck (name, options) {
-      // A seeded machine: it only validates, never acquires, so it needs no entropy
-      // (in Workers, Web Crypto is available only inside handlers).
-      if (this._checker === undefined) this._checker = this._newMachine(0n)
-      this._checker.check(name, options)
+      // No machine: checking needs no entropy (in Workers, Web Crypto is available only
+      // inside handlers).
+      LockMachine._checkAcquire(this._machineOptions(), name, options)
     }
 
     /**
@@ -90,8 +86,8 @@ function createBackends (native, LockMachine, fence) {
       this._fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
     }
 
-    _newMachine (seed) {
-      return new LockMachine({ keyPrefix: this._keyPrefix, fair: this._fair, seed })
+    _machineOptions () {
+      return { keyPrefix: this._keyPrefix, fair: this._fair }
     }
 
     /** The prefix of every key fencepost writes ('fencepost:'). */
@@ -834,8 +830,8 @@ function createBackends (native, LockMachine, fence) {
       this._watches = new Set()
     }
 
-    _newMachine (seed) {
-      return new LockMachine({ keyPrefix: this._keyPrefix, seed, kind: 'etcd' })
+    _machineOptions () {
+      return { keyPrefix: this._keyPrefix, kind: 'etcd' }
     }
 
     /** The members' client URLs, in the order they are tried (without trailing '/'). */

@@ -2,7 +2,7 @@
 // The fencepost JavaScript API over a native addon. `createFencepost(native, implementation)`
 // builds it from whichever addon a package loaded: the napi-rs addon (this package) or the
 // wasm-bindgen module (the WASM package), which expose the same low-level interface (see
-// bindings-node/src/lib.rs). Everything under js/ is shared word for word by both
+// bindings-js-common/src/lib.rs). Everything under js/ is shared word for word by both
 // packages, and so is the type declaration file fencepost.d.ts.
 
 const errors = require('./errors')

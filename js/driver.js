@@ -120,7 +120,7 @@ class Driver {
     for (const entry of this.waits.values()) entry.wait.abort()
     this.waits.clear()
     this._disarm()
-    for (const acquisition of acquisitions) acquisition.closed()
+    for (const acquisition of acquisitions) acquisition.closed(this.machine._closedReason)
   }
 
   // -- the loop --

@@ -7,19 +7,19 @@
 const check = require('./check')
 const { fromNative, translate } = require('./errors')
 
-const OPERATIONS = ['acquire', 'renew', 'release', 'wait']
-const LOST_REASONS = ['expired', 'renew_rejected', 'not_held_at_release']
-const FAILED_REASONS = ['timeout', 'protocol']
-
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
  * per output through napi cost more than the core's decisions; JavaScript builds them for a
- * fraction of that). The layout is written out above `push_output` in
- * bindings-node/src/lib.rs (and in bindings-wasm/src/lib.rs, which writes the same).
+ * fraction of that). The layout is the core's, written out in core/src/js_outputs.rs; every
+ * code of a named enum is its index in the core's list of names (`native.coreNames()`).
  * Returns `{ outputs, nextTimeoutMs }`, the output objects as `LockMachine.poll()` always
  * gave them.
  */
 function createDecoder (native) {
+  const names = native.coreNames()
+  const OPERATIONS = names.operation
+  const LOST_REASONS = names.lostReason
+  const FAILED_REASONS = names.acquireFailedReason
   // script index → [name, sha1], in RedisScript::ALL order (the order of redisScripts())
   const scripts = Object.entries(native.redisScripts()).map(([name, s]) => [name, s.sha1])
   const strings = (flat, i, n) => {
@@ -91,8 +91,24 @@ function createDecoder (native) {
   }
 }
 
+/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind)` arguments. */
+function machineArguments (options) {
+  const o = check.plainObject(options, 'LockMachine options')
+  const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
+  const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
+  const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
+  let seed = null
+  if (o.seed !== undefined && o.seed !== null) {
+    if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
+    else seed = check.token(o.seed, 'seed')
+  }
+  return { keyPrefix, seed, fair, kind }
+}
+
 function createLockMachine (native) {
   const decodeOutputs = createDecoder(native)
+  /** The loss reason hosts report for a lease whose backend was closed (the core's `LostReason::Closed`). */
+  const CLOSED = native.coreNames().closed
 
   class LockMachine {
     /**
@@ -103,17 +119,21 @@ function createLockMachine (native) {
      *   `kind` 'etcd' makes an etcd machine (requests with `backend: 'etcd'`, JSON replies).
      */
     constructor (options) {
-      const o = check.plainObject(options, 'LockMachine options')
-      const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
-      const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
-      const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
-      let seed = null
-      if (o.seed !== undefined && o.seed !== null) {
-        if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
-        else seed = check.token(o.seed, 'seed')
-      }
+      const { keyPrefix, seed, fair, kind } = machineArguments(options)
       this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind))
     }
+
+    /**
+     * Checks a lock name and already normalized options as a machine made with
+     * `machineOptions` would, without making one (no entropy needed). Throws ConfigError.
+     */
+    static _checkAcquire (machineOptions, name, normalizedOptions) {
+      const { keyPrefix, fair, kind } = machineArguments(machineOptions)
+      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions))
+    }
+
+    /** The loss reason of a lease whose backend was closed: the core's name for it. */
+    get _closedReason () { return CLOSED }
 
     /** Checks a lock name and options exactly as `acquire` would; throws ConfigError. */
     check (name, options) {
