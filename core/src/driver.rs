@@ -120,8 +120,9 @@ impl Lease {
     }
 
     /// Resolves with the reason when the lease is lost ([`LostReason::Closed`] when the
-    /// driver stops while it is held); pends forever while it is held or after it was
-    /// released. Race your work against it.
+    /// driver stops while it is held, or while its release is still unconfirmed);
+    /// pends forever while it is held or after it was released. Race your work
+    /// against it.
     pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
         let lost = self.lost.clone();
         async move {

@@ -171,7 +171,8 @@ pub(crate) struct Releasing {
     pub deadline: Instant,
 }
 
-/// A release that failed in transport, waiting to be sent again.
+/// A release whose reply was not an outcome (a transport failure, a retryable or
+/// unreadable reply), waiting to be sent again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ReleaseBackoff {
     pub ending: Ending,
@@ -240,10 +241,17 @@ pub(crate) struct Acquisition {
     pub in_flight: u32,
     /// The wakeup currently in the machine's timer heap, with its generation.
     pub timer: Option<(Instant, u64)>,
-    /// Owner ids with a cleanup release in flight (usually none or one).
-    cleanups: Vec<OwnerId>,
+    /// Cleanup releases in flight (usually none or one).
+    cleanups: Vec<Cleanup>,
     /// The recipe's progress through a multi-step protocol, for the current owner id.
     progress: Progress,
+}
+
+/// A cleanup release in flight: for which owner id, as which step.
+#[derive(Clone, Copy, Debug)]
+struct Cleanup {
+    owner: OwnerId,
+    group: RequestId,
 }
 
 pub(crate) struct Lock {
@@ -359,14 +367,9 @@ impl Acquisition {
     /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
     fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
         let deadline = ctx.now + self.options.ttl;
-        self.cleanups.push(owner);
-        self.send(
-            ctx,
-            Step::Cleanup,
-            owner,
-            deadline,
-            Role::Cleanup { attempt },
-        );
+        let role = Role::Cleanup { attempt };
+        let group = self.send(ctx, Step::Cleanup, owner, deadline, role);
+        self.cleanups.push(Cleanup { owner, group });
     }
 
     /// When an acquire sent at `sent_at` is given up on: at the end of the validity it
@@ -490,7 +493,7 @@ impl Lock {
 
     /// An attempt did not get the lock. Retry after a backoff, or give up at the
     /// acquire deadline (releasing first if the server might hold it for us).
-    fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, trying: Trying, miss: Miss) {
+    fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
         let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
         if trying.deadline.is_some_and(|d| ctx.now >= d) {
             if unsure {
@@ -529,14 +532,17 @@ impl Lock {
                     retry_at = by_deadline(until.max(ctx.now), &trying);
                 }
             }
-            if let Some(parked) = self.park(ctx, trying.clone(), base, retry_at) {
-                self.state = State::Parked(parked);
-                return;
-            }
+            trying = match self.park(ctx, trying, base, retry_at) {
+                Ok(parked) => {
+                    self.state = State::Parked(parked);
+                    return;
+                }
+                Err(trying) => trying,
+            };
         }
         let backoff = Backoff {
             trying: Trying {
-                attempt: trying.attempt + 1,
+                attempt: trying.attempt.saturating_add(1),
                 ..trying
             },
             retry_at,
@@ -550,34 +556,34 @@ impl Lock {
 
     /// Blocks a queued waiter on the server's wake-up until `retry_at`, at most half the
     /// validity after `base` (a grant the wake-up brings is measured from `base`).
-    /// `None` when there is nothing to wait on or no time to wait.
+    /// Gives `trying` back when there is nothing to wait on or no time to wait.
     fn park(
         &mut self,
         ctx: &mut Ctx<'_>,
         trying: Trying,
         base: Instant,
         retry_at: Instant,
-    ) -> Option<Parked> {
+    ) -> Result<Parked, Trying> {
         let retry_at = retry_at.min(base + self.acq.options.validity() / 2);
         let wait = retry_at.saturating_duration_since(ctx.now);
         let timeout_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         if timeout_ms == 0 {
-            return None;
+            return Err(trying);
         }
         let owner = self.acq.owner;
         let step = Step::Wait { timeout_ms };
         let cx = step_cx(&self.acq.name, &self.acq.options, &owner, ctx.now, 0);
         let phrased = ctx.recipe.phrase(step, &cx, &mut self.acq.progress);
         if phrased.is_nothing() {
-            return None;
+            return Err(trying);
         }
         let give_up_at = retry_at + self.acq.options.retry_max;
         let request = self
             .acq
             .send_phrased(ctx, step, owner, give_up_at, Role::Lock, phrased);
-        Some(Parked {
+        Ok(Parked {
             trying: Trying {
-                attempt: trying.attempt + 1,
+                attempt: trying.attempt.saturating_add(1),
                 ..trying
             },
             request,
@@ -716,10 +722,7 @@ impl Lock {
         let owner = self.acq.owner;
         let acq = &mut self.acq;
         let cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
-        let read = match reply {
-            Ok(reply) => ctx.recipe.read(flight.step, &cx, &mut acq.progress, reply),
-            Err(message) => ctx.recipe.read_transport_error(flight.step, message),
-        };
+        let read = ctx.recipe.read(flight.step, &cx, &mut acq.progress, reply);
         if read == Ok(Read::Pending) {
             return;
         }
@@ -967,7 +970,7 @@ impl Lock {
             // renewing: a duplicate of the reply already used.
             return;
         }
-        if flight.step == Step::Renew && self.acq.cleanups.contains(&flight.owner) {
+        if flight.step == Step::Renew && self.acq.cleanups.iter().any(|c| c.owner == flight.owner) {
             // A renewal never creates the key, so it took effect before the cleanup
             // release already in flight for this owner, which will remove it. (A late
             // *grant* may have landed after that release: it gets its own.)
@@ -984,9 +987,11 @@ impl Lock {
         reply: Result<&Reply, &str>,
     ) {
         let acq = &mut self.acq;
-        if let Some(i) = acq.cleanups.iter().position(|o| *o == flight.owner) {
-            acq.cleanups.swap_remove(i);
-        }
+        // once per cleanup: the first decided reply ends it; later parts of a
+        // fanned-out cleanup find it gone
+        let Some(i) = acq.cleanups.iter().position(|c| c.group == flight.group) else {
+            return;
+        };
         let cx = step_cx(
             &acq.name,
             &acq.options,
@@ -994,17 +999,18 @@ impl Lock {
             flight.sent_at,
             flight.part,
         );
-        let read = match reply {
-            Ok(reply) => ctx
-                .recipe
-                .read(Step::Cleanup, &cx, &mut acq.progress, reply),
-            Err(message) => ctx.recipe.read_transport_error(Step::Cleanup, message),
-        };
+        let read = ctx
+            .recipe
+            .read(Step::Cleanup, &cx, &mut acq.progress, reply);
+        if read == Ok(Read::Pending) {
+            return;
+        }
+        acq.cleanups.swap_remove(i);
         // each send of a cleanup matters for one TTL: after that the server has
         // dropped the key anyway
         let deadline = flight.sent_at + acq.options.ttl;
         if read.is_err() && attempt + 1 < RELEASE_ATTEMPTS && ctx.now < deadline {
-            // resent at once (`retry::cleanup_retry`): a cleanup has no state to wait in
+            // resent at once: a cleanup has no state of its own to wait in
             acq.send_cleanup(ctx, flight.owner, attempt + 1);
         }
     }

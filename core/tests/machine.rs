@@ -710,3 +710,42 @@ fn a_failed_heartbeat_loses_a_connection_bound_lock_at_once() {
         assert_eq!(lost, expect_lost, "{mode:?}");
     }
 }
+
+#[test]
+fn a_heartbeat_answered_with_garbage_loses_a_session_lock_at_once() {
+    use fencepost_core::{PgMode, PostgresBackend, RedisValue, Reply, SqlReply, SqlValue};
+    // a miswired adapter (another backend's reply) and an error reply: the heartbeat
+    // failed either way, and the session holding the lock cannot be trusted
+    let garbage = [
+        Reply::Redis(RedisValue::Int(1)),
+        Reply::Sql(SqlReply::Error {
+            sqlstate: "57P01".to_owned(),
+            message: "terminating connection due to administrator command".to_owned(),
+        }),
+    ];
+    for reply in garbage {
+        let mut t = Timeline::postgres(
+            1,
+            PostgresBackend {
+                mode: PgMode::Session,
+                ..PostgresBackend::default()
+            },
+        );
+        t.at(0);
+        t.acquire(0, "job", opts(3_000));
+        t.server.script(SqlReply::Rows {
+            rows: vec![vec![SqlValue::Int(7), SqlValue::Null]],
+        });
+        t.at(1).serve(0, Acquire);
+        t.at(1_001); // heartbeat at ttl/3
+        let heartbeat = t.take(0, Renew);
+        t.at(1_002).reply(0, &heartbeat, reply.clone());
+        assert!(
+            t.events(0).contains(&Event::Lost {
+                reason: LostReason::RenewRejected
+            }),
+            "{reply:?}: {:?}",
+            t.events(0)
+        );
+    }
+}

@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    wrong_reply, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody,
-    Step as LockStep, StepCx, Unconfirmed, Waiting,
+    wrong_reply, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step,
+    StepCx, Unconfirmed, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, Instant, OwnerId};
@@ -414,6 +414,24 @@ pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
 
 // ---- per-lock progress ------------------------------------------------------------
 
+/// What a release's delete transaction found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deleted {
+    /// The key was still this owner's, and is gone now.
+    Ours,
+    /// The key was gone or another's: the lease had ended before the release.
+    NotHeld,
+}
+
+impl Deleted {
+    fn read(self) -> Read {
+        match self {
+            Deleted::Ours => Read::Done,
+            Deleted::NotHeld => Read::NotHeld,
+        }
+    }
+}
+
 /// Where the lease of the current owner stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LeaseState {
@@ -427,7 +445,7 @@ enum LeaseState {
 
 /// Which step an acquire request was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
+enum EtcdStep {
     Grant,
     KeepAlive,
     Txn,
@@ -447,9 +465,9 @@ pub(crate) struct EtcdProgress {
     key_rev: Option<i64>,
     /// The predecessor's key and the revision to watch it from.
     predecessor: Option<(String, i64)>,
-    /// What the release's delete transaction found (`Done` or `NotHeld`), once read.
-    release_found: Option<Read>,
-    pending: Step,
+    /// What the release's delete transaction found, once read.
+    release_found: Option<Deleted>,
+    pending: EtcdStep,
 }
 
 impl EtcdProgress {
@@ -460,7 +478,7 @@ impl EtcdProgress {
             key_rev: None,
             predecessor: None,
             release_found: None,
-            pending: Step::Grant,
+            pending: EtcdStep::Grant,
         }
     }
 
@@ -470,7 +488,7 @@ impl EtcdProgress {
 
     /// What the release's delete transaction found, once read.
     pub(crate) fn release_found(&self) -> Option<Read> {
-        self.release_found.clone()
+        self.release_found.map(Deleted::read)
     }
 
     /// The validity base: the send of the last confirmed grant or keep-alive.
@@ -501,29 +519,34 @@ impl EtcdBackend {
         let id = lease_id(&progress.owner);
         match progress.lease {
             LeaseState::None => {
-                progress.pending = Step::Grant;
+                progress.pending = EtcdStep::Grant;
                 EtcdRequest::LeaseGrant {
                     id,
                     ttl_s: lease_ttl_s(ttl_ms),
                 }
             }
             LeaseState::Exists => {
-                progress.pending = Step::KeepAlive;
+                progress.pending = EtcdStep::KeepAlive;
                 EtcdRequest::LeaseKeepAlive { id }
             }
             LeaseState::Live { .. } if keepalive_due => {
-                progress.pending = Step::KeepAlive;
+                progress.pending = EtcdStep::KeepAlive;
                 EtcdRequest::LeaseKeepAlive { id }
             }
             LeaseState::Live { .. } => match (progress.key_rev, &progress.predecessor) {
                 // Our key is known but its predecessor is not (first seen in a failure
                 // branch without a known revision): find the predecessor.
-                (Some(rev), None) if progress.pending == Step::Txn => {
-                    progress.pending = Step::Predecessor;
-                    EtcdRequest::Range(self.prefix_range(name, 1, EtcdSort::CreateDescend, rev - 1))
+                (Some(rev), None) if progress.pending == EtcdStep::Txn => {
+                    progress.pending = EtcdStep::Predecessor;
+                    EtcdRequest::Range(self.prefix_range(
+                        name,
+                        1,
+                        EtcdSort::CreateDescend,
+                        rev.saturating_sub(1),
+                    ))
                 }
                 _ => {
-                    progress.pending = Step::Txn;
+                    progress.pending = EtcdStep::Txn;
                     EtcdRequest::Txn(self.acquire_txn(name, &progress.owner, progress.key_rev))
                 }
             },
@@ -548,7 +571,7 @@ impl EtcdBackend {
                 name,
                 1,
                 EtcdSort::CreateDescend,
-                rev - 1,
+                rev.saturating_sub(1),
             )));
         }
         EtcdTxn {
@@ -588,7 +611,7 @@ impl EtcdBackend {
             }
             Err(ReadError::Protocol(_))
                 if grpc_code(reply) == Some(FAILED_PRECONDITION)
-                    && progress.pending == Step::Grant =>
+                    && progress.pending == EtcdStep::Grant =>
             {
                 // "lease already exists": an earlier grant of ours landed.
                 progress.lease = LeaseState::Exists;
@@ -597,7 +620,7 @@ impl EtcdBackend {
             Err(e) => return Err(e),
         };
         match progress.pending {
-            Step::Grant => {
+            EtcdStep::Grant => {
                 if int_field(&v, "TTL").is_some_and(|t| t > 0) {
                     progress.lease = LeaseState::Live { base: sent_at };
                     Ok(Read::Continue)
@@ -607,7 +630,7 @@ impl EtcdBackend {
                     ))))
                 }
             }
-            Step::KeepAlive => {
+            EtcdStep::KeepAlive => {
                 if keepalive_ttl(&v).is_some_and(|t| t > 0) {
                     progress.lease = LeaseState::Live { base: sent_at };
                 } else {
@@ -616,7 +639,7 @@ impl EtcdBackend {
                 }
                 Ok(Read::Continue)
             }
-            Step::Predecessor => {
+            EtcdStep::Predecessor => {
                 let kvs = v.get("kvs").and_then(Value::as_array);
                 match kvs.and_then(|k| k.first()) {
                     Some(kv) => {
@@ -630,9 +653,9 @@ impl EtcdBackend {
                     None => Ok(Read::Continue),
                 }
             }
-            Step::Txn => self.read_acquire_txn(name, progress, &v),
+            EtcdStep::Txn => self.read_acquire_txn(name, progress, &v),
             // an acquire reply is never read for a release step
-            Step::Delete | Step::Revoke => Err(ReadError::Protocol(protocol(format!(
+            EtcdStep::Delete | EtcdStep::Revoke => Err(ReadError::Protocol(protocol(format!(
                 "acquire: a reply read while a release step was pending: {reply:.200}"
             )))),
         }
@@ -747,7 +770,7 @@ impl EtcdBackend {
         let owner = progress.owner;
         match progress.key_rev {
             Some(rev) if ending == Ending::Held && progress.release_found.is_none() => {
-                progress.pending = Step::Delete;
+                progress.pending = EtcdStep::Delete;
                 let key = self.holder_key(name, &owner);
                 EtcdRequest::Txn(EtcdTxn {
                     compare: vec![EtcdCompare {
@@ -768,7 +791,7 @@ impl EtcdBackend {
                 })
             }
             _ => {
-                progress.pending = Step::Revoke;
+                progress.pending = EtcdStep::Revoke;
                 self.revoke(&owner)
             }
         }
@@ -804,19 +827,19 @@ impl Recipe for EtcdBackend {
         progress_of(progress, owner).lease_base()
     }
 
-    fn phrase(&self, step: LockStep, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Etcd(match step {
-            LockStep::Acquire => self.acquire(
+            Step::Acquire => self.acquire(
                 name,
                 progress_of(progress, owner),
                 cx.ttl_ms,
                 cx.renew_session,
             ),
-            LockStep::Renew => self.renew(owner),
-            LockStep::Release(ending) => self.release(name, progress_of(progress, owner), ending),
-            LockStep::Cleanup => self.revoke(owner),
-            LockStep::Wait { timeout_ms } => {
+            Step::Renew => self.renew(owner),
+            Step::Release(ending) => self.release(name, progress_of(progress, owner), ending),
+            Step::Cleanup => self.revoke(owner),
+            Step::Wait { timeout_ms } => {
                 match self.wait(progress_of(progress, owner), timeout_ms) {
                     Some(watch) => watch,
                     None => return Phrased::Nothing,
@@ -827,32 +850,32 @@ impl Recipe for EtcdBackend {
 
     fn read(
         &self,
-        step: LockStep,
+        step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
-        reply: &Reply,
+        reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let Reply::Etcd(v) = reply else {
-            return Err(wrong_reply("etcd", reply));
+        let v = match reply {
+            Ok(Reply::Etcd(v)) => v,
+            Ok(other) => return Err(wrong_reply("etcd", other)),
+            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
         };
         match step {
-            LockStep::Acquire => {
+            Step::Acquire => {
                 self.read_acquire(cx.name, progress_of(progress, cx.owner), cx.sent_at, v)
             }
-            LockStep::Wait { .. } => read_wait(v),
-            LockStep::Release(_) => read_release(progress_of(progress, cx.owner), v),
-            LockStep::Renew | LockStep::Cleanup => read_owner_check(v),
+            Step::Wait { .. } => read_wait(v),
+            Step::Release(_) => read_release(progress_of(progress, cx.owner), v),
+            Step::Renew | Step::Cleanup => read_owner_check(v),
         }
     }
 
-    fn late_may_hold(&self, step: LockStep, reply: Result<&Reply, &str>) -> bool {
+    fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
         match (step, reply) {
             // a lease or a queued key, which blocks those behind it until its TTL
-            (LockStep::Acquire, Ok(Reply::Etcd(v))) => may_hold(v),
-            (LockStep::Renew, Ok(Reply::Etcd(v))) => {
-                !matches!(read_owner_check(v), Ok(Read::NotHeld))
-            }
-            (LockStep::Release(_) | LockStep::Cleanup | LockStep::Wait { .. }, _) => false,
+            (Step::Acquire, Ok(Reply::Etcd(v))) => may_hold(v),
+            (Step::Renew, Ok(Reply::Etcd(v))) => !matches!(read_owner_check(v), Ok(Read::NotHeld)),
+            (Step::Release(_) | Step::Cleanup | Step::Wait { .. }, _) => false,
             _ => true,
         }
     }
@@ -921,11 +944,14 @@ pub(crate) fn read_wait(reply: &str) -> Result<Read, ReadError> {
 /// cancellation, which deleted nothing, reports `Done`).
 pub(crate) fn read_release(progress: &mut EtcdProgress, reply: &str) -> Result<Read, ReadError> {
     let read = read_owner_check(reply)?;
-    if progress.pending == Step::Delete {
-        progress.release_found = Some(read);
+    if progress.pending == EtcdStep::Delete {
+        progress.release_found = Some(match read {
+            Read::NotHeld => Deleted::NotHeld,
+            _ => Deleted::Ours,
+        });
         return Ok(Read::Continue);
     }
-    Ok(progress.release_found.clone().unwrap_or(Read::Done))
+    Ok(progress.release_found().unwrap_or(Read::Done))
 }
 
 // ---- JSON helpers ----------------------------------------------------------------
@@ -1040,12 +1066,29 @@ fn watch_target(kv: &Value, reply: &Value) -> Result<(String, i64), ReadError> {
         ReadError::Protocol(protocol(format!("a key that is not base64 UTF-8: {kv}")))
     })?;
     let rev = header_revision(reply).unwrap_or(0);
-    Ok((key, rev + 1))
+    Ok((key, rev.saturating_add(1)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extreme_revisions_saturate_instead_of_overflowing() {
+        let kv = json!({ "key": b64("fencepost/r/0000000000000001") });
+        let top = json!({ "header": { "revision": i64::MAX.to_string() } });
+        assert_eq!(watch_target(&kv, &top).unwrap().1, i64::MAX);
+        // the predecessor lookup of a key at the lowest revision
+        let b = EtcdBackend::default();
+        let mut p = EtcdProgress::new(OwnerId([1; 16]));
+        p.lease = LeaseState::Live {
+            base: Instant::ZERO,
+        };
+        p.key_rev = Some(i64::MIN);
+        p.pending = EtcdStep::Txn;
+        let step = b.acquire("r", &mut p, 1_000, false);
+        assert!(matches!(step, EtcdRequest::Range(r) if r.max_create_revision == i64::MIN));
+    }
 
     #[test]
     fn gateway_bodies_use_base64_keys_and_string_int64() {

@@ -153,7 +153,7 @@ pub(crate) struct StepCx<'a> {
     pub retry_max_ms: u64,
     /// The lock's decision that the session carrying this contender's queue place
     /// (etcd: its lease) needs renewing in this acquire step (see
-    /// [`Backend::session_since`]).
+    /// [`Recipe::session_since`]).
     pub renew_session: bool,
     /// When the request being read was sent.
     pub sent_at: Instant,
@@ -273,27 +273,26 @@ pub(crate) trait Recipe {
     /// nobody, or nothing known to wait on).
     fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased;
 
-    /// Reads the reply to `step`, advancing `progress`.
+    /// Reads the reply to `step` (`Err`: its transport failed, with the message),
+    /// advancing `progress`. A transport failure is [`ReadError::Ambiguous`] unless the
+    /// recipe knows better (a lock bound to its connection is gone with it; a quorum
+    /// recipe counts it as one part and may still answer [`Read::Pending`]).
     fn read(
         &self,
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
-        reply: &Reply,
+        reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError>;
-
-    /// Reads a transport failure of `step`: ambiguous, unless the recipe knows better
-    /// (a lock bound to its connection is gone when the connection fails).
-    fn read_transport_error(&self, _step: Step, message: &str) -> Result<Read, ReadError> {
-        Err(ReadError::Ambiguous(message.to_owned()))
-    }
 
     /// For a reply the lock no longer waits for (`Err`: its transport failed): might
     /// the server hold the lock, or a queue place, for its owner id? Only what the
-    /// reply itself shows counts; the lock decides what to do about it.
+    /// reply itself shows counts; the lock decides what to do about it. The default
+    /// reads the reply alone; a recipe whose replies need their step's progress (a
+    /// quorum recipe's parts) overrides it.
     fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
         let mut scratch = Progress::default();
-        let mut read = |step, r| self.read(step, &LATE_CX, &mut scratch, r);
+        let mut read = |step, r| self.read(step, &LATE_CX, &mut scratch, Ok(r));
         match (step.operation(), reply) {
             (Operation::Release, _) => false,
             // a wake-up may carry a grant; a lost one might have

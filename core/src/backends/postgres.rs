@@ -284,26 +284,21 @@ impl Recipe for PostgresBackend {
         step: Step,
         _cx: &StepCx<'_>,
         _progress: &mut Progress,
-        reply: &Reply,
+        reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let Reply::Sql(v) = reply else {
-            return Err(wrong_reply("postgres", reply));
-        };
-        match step {
-            Step::Acquire => read_acquire(v),
-            Step::Wait { .. } => Ok(Read::Done),
-            Step::Renew => match read_owner_check(v) {
-                Err(_) if self.mode == PgMode::Session => Ok(Read::NotHeld),
-                other => other,
+        let read = match reply {
+            Ok(Reply::Sql(v)) => match step {
+                Step::Acquire => read_acquire(v),
+                Step::Wait { .. } => Ok(Read::Done),
+                Step::Renew | Step::Release(_) | Step::Cleanup => read_owner_check(v),
             },
-            Step::Release(_) | Step::Cleanup => read_owner_check(v),
-        }
-    }
-
-    fn read_transport_error(&self, step: Step, message: &str) -> Result<Read, ReadError> {
-        match (step, self.mode) {
-            (Step::Renew, PgMode::Session) => Ok(Read::NotHeld),
-            _ => Err(ReadError::Ambiguous(message.to_owned())),
+            Ok(other) => Err(wrong_reply("postgres", other)),
+            Err(message) => Err(ReadError::Ambiguous(message.to_owned())),
+        };
+        match read {
+            // a heartbeat that failed in any way: the session, and the lock, is gone
+            Err(_) if step == Step::Renew && self.mode == PgMode::Session => Ok(Read::NotHeld),
+            read => read,
         }
     }
 

@@ -386,10 +386,12 @@ impl Recipe for RedisBackend {
         step: Step,
         _cx: &StepCx<'_>,
         _progress: &mut Progress,
-        reply: &Reply,
+        reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let Reply::Redis(v) = reply else {
-            return Err(wrong_reply("redis", reply));
+        let v = match reply {
+            Ok(Reply::Redis(v)) => v,
+            Ok(other) => return Err(wrong_reply("redis", other)),
+            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
         };
         match step {
             Step::Acquire => read_acquire(v).map(|read| match read {
