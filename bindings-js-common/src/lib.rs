@@ -490,6 +490,7 @@ fn snake_case(name: &str) -> String {
 
 /// Decodes `fields` (JavaScript spelling) into the core's serde type `T`: `fooBarMs`
 /// (milliseconds) is the core's `foo_bar` (nanoseconds), any other `fooBar` is `foo_bar`.
+#[inline(never)]
 fn decode<T: for<'de> Deserialize<'de>>(fields: Vec<(String, Primitive)>) -> Result<T> {
     // Only the serde call is generic: the module is built for size, and this runs once per
     // type (lock options and two backends' settings).
