@@ -6,7 +6,7 @@
 //     2. wasm-bindgen --target web    → dist/web/  (ES module: browsers, workers, Deno, bundlers)
 //        wasm-bindgen --target nodejs → dist/node/ (CommonJS, loads the module synchronously)
 //        The CLI must be the version of the wasm-bindgen crate in Cargo.lock (checked).
-//     3. wasm-opt -Oz (npm binaryen) on both modules
+//     3. wasm-opt -Oz --converge (npm binaryen) on both modules, metadata sections stripped
 //     4. the shared JavaScript API: js/ copied word for word to dist/js/ (Node)
 //        and bundled as one ES module, dist/web/fencepost_api.mjs (scripts/bundle-cjs.mjs);
 //        the one interface file, bindings-node/fencepost.d.ts, copied to dist/
@@ -82,9 +82,11 @@ function cargoBuild (env = {}, targetDir = TARGET_DIR) {
 
 const gzipSize = (bytes) => zlib.gzipSync(bytes, { level: 9 }).length
 
-/** wasm-opt -Oz in place. The features wasm-bindgen's output uses are read from the module. */
+/** wasm-opt -Oz in place. The features wasm-bindgen's output uses are read from the module.
+ * --converge repeats -Oz while it still shrinks the module; the producers and
+ * target_features custom sections are metadata no engine reads. */
 function optimize (file) {
-  run(wasmOpt(), ['-Oz', '--enable-bulk-memory', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
+  run(wasmOpt(), ['-Oz', '--converge', '--strip-producers', '--strip-target-features', '--enable-bulk-memory', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
     '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue', file, '-o', file])
 }
 

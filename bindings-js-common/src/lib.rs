@@ -371,6 +371,25 @@ impl<'de, 'k> IntoDeserializer<'de, DecodeError> for OptionValue<'k> {
     }
 }
 
+impl OptionValue<'_> {
+    /// A value of another type than `expected` asked for: serde's "invalid type" error.
+    /// Not generic: every visitor shares it.
+    #[inline(never)]
+    fn wrong_type(&self, expected: &dyn de::Expected) -> DecodeError {
+        let unexpected = match &self.value {
+            CoreValue::Number(n) => de::Unexpected::Float(*n),
+            CoreValue::Nanos(n) => de::Unexpected::Unsigned(*n),
+            CoreValue::Text(s) => de::Unexpected::Str(s),
+            CoreValue::Bool(b) => de::Unexpected::Bool(*b),
+        };
+        <DecodeError as de::Error>::invalid_type(unexpected, expected).about(self.given)
+    }
+}
+
+// Each `deserialize_*` the core's field types call hands its visitor only the one value
+// type that visitor takes (a duration's `u64`, a `bool`, …), and every other value to the
+// shared `wrong_type`: serde's errors, without a copy of each `visit_*` fallback per
+// field type in the module.
 impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
     type Error = DecodeError;
 
@@ -383,6 +402,49 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
             CoreValue::Bool(b) => visitor.visit_bool(b),
         }
         .map_err(|e: DecodeError| e.about(given))
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.value {
+            CoreValue::Nanos(n) => visitor
+                .visit_u64(n)
+                .map_err(|e: DecodeError| e.about(self.given)),
+            _ => Err(self.wrong_type(&visitor)),
+        }
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let n = match self.value {
+            CoreValue::Number(n) => n,
+            // what serde's f64 visitor makes of an integer
+            CoreValue::Nanos(n) => n as f64,
+            _ => return Err(self.wrong_type(&visitor)),
+        };
+        visitor
+            .visit_f64(n)
+            .map_err(|e: DecodeError| e.about(self.given))
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.value {
+            CoreValue::Bool(b) => visitor
+                .visit_bool(b)
+                .map_err(|e: DecodeError| e.about(self.given)),
+            _ => Err(self.wrong_type(&visitor)),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.value {
+            CoreValue::Text(s) => visitor
+                .visit_string(s)
+                .map_err(|e: DecodeError| e.about(self.given)),
+            _ => Err(self.wrong_type(&visitor)),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.deserialize_string(visitor)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
@@ -406,7 +468,7 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
     }
 
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        i8 i16 i32 i64 i128 u8 u16 u32 u128 f32 char
         bytes byte_buf unit unit_struct newtype_struct seq tuple
         tuple_struct map struct identifier ignored_any
     }
@@ -428,6 +490,7 @@ fn snake_case(name: &str) -> String {
 
 /// Decodes `fields` (JavaScript spelling) into the core's serde type `T`: `fooBarMs`
 /// (milliseconds) is the core's `foo_bar` (nanoseconds), any other `fooBar` is `foo_bar`.
+#[inline(never)]
 fn decode<T: for<'de> Deserialize<'de>>(fields: Vec<(String, Primitive)>) -> Result<T> {
     // Only the serde call is generic: the module is built for size, and this runs once per
     // type (lock options and two backends' settings).

@@ -30,6 +30,11 @@ use js_sys::{Array, Object, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+// Talc, not the standard library's dlmalloc: the same job in fewer bytes of module.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 // ---- JavaScript calls that may run user code: always caught ---------------------------------
 
 #[wasm_bindgen]
