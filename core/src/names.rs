@@ -150,6 +150,70 @@ mod tests {
     }
 
     #[test]
+    fn kinds_are_the_serde_tags() {
+        use crate::backends::{RedisBlpop, RequestBody};
+        use crate::{AcquireFailedReason, Event, FencingToken, Instant, UsageError};
+        let tag = |v: serde_json::Value, key: &str| v[key].as_str().unwrap().to_owned();
+        let events = [
+            Event::Acquired {
+                token: FencingToken(1),
+                valid_until: Instant::ZERO,
+            },
+            Event::Renewed {
+                valid_until: Instant::ZERO,
+            },
+            Event::Lost {
+                reason: LostReason::Closed,
+            },
+            Event::Released,
+            Event::AcquireFailed {
+                reason: AcquireFailedReason::Timeout { last_error: None },
+            },
+        ];
+        for e in &events {
+            assert_eq!(e.kind(), tag(serde_json::to_value(e).unwrap(), "type"));
+        }
+        let reasons = [
+            AcquireFailedReason::Timeout { last_error: None },
+            AcquireFailedReason::Protocol {
+                error: crate::ProtocolError {
+                    backend: "redis".into(),
+                    message: "m".into(),
+                },
+            },
+        ];
+        for (r, name) in reasons.iter().zip(AcquireFailedReason::NAMES) {
+            assert_eq!(r.kind(), tag(serde_json::to_value(r).unwrap(), "kind"));
+            assert_eq!(r.kind(), *name);
+        }
+        let errors = [
+            UsageError::TimeWentBackwards {
+                now: Instant::ZERO,
+                last: Instant::ZERO,
+            },
+            UsageError::option("ttl", "m"),
+            UsageError::UnsafePurpose {
+                backend: "redis".into(),
+            },
+            UsageError::InvalidName { len: 0 },
+            UsageError::UnknownLock {
+                lock: crate::LockId(1),
+            },
+        ];
+        for e in &errors {
+            assert_eq!(e.kind(), tag(serde_json::to_value(e).unwrap(), "kind"));
+        }
+        let body = RequestBody::RedisBlpop(RedisBlpop {
+            key: "k".into(),
+            timeout_ms: 1,
+        });
+        assert_eq!(
+            body.kind(),
+            tag(serde_json::to_value(&body).unwrap(), "backend")
+        );
+    }
+
+    #[test]
     fn an_unknown_name_lists_the_known_ones() {
         let e = LostReason::from_str("gone").unwrap_err();
         assert_eq!(

@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    wrong_reply, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step,
-    StepCx, Unconfirmed, Waiting,
+    payload, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Unconfirmed, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, Instant, OwnerId};
@@ -855,11 +855,10 @@ impl Recipe for EtcdBackend {
         progress: &mut Progress,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let v = match reply {
-            Ok(Reply::Etcd(v)) => v,
-            Ok(other) => return Err(wrong_reply("etcd", other)),
-            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
-        };
+        let v = payload(reply, "etcd", |r| match r {
+            Reply::Etcd(v) => Some(v.as_str()),
+            _ => None,
+        })?;
         match step {
             Step::Acquire => {
                 self.read_acquire(cx.name, progress_of(progress, cx.owner), cx.sent_at, v)

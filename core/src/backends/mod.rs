@@ -377,10 +377,21 @@ impl Backend {
     }
 }
 
-/// A reply of another backend's kind: the host's adapter is miswired.
-pub(crate) fn wrong_reply(backend: &str, reply: &Reply) -> ReadError {
-    ReadError::Protocol(ProtocolError {
-        backend: backend.to_owned(),
-        message: format!("got a reply for another backend: {reply:?}"),
-    })
+/// What a recipe reads of a reply: the payload `pick` finds in a reply of its own
+/// kind. A transport failure is ambiguous; another backend's kind of reply is a
+/// protocol error (the host's adapter is miswired).
+pub(crate) fn payload<'a, T: ?Sized>(
+    reply: Result<&'a Reply, &str>,
+    backend: &str,
+    pick: impl FnOnce(&'a Reply) -> Option<&'a T>,
+) -> Result<&'a T, ReadError> {
+    match reply {
+        Ok(r) => pick(r).ok_or_else(|| {
+            ReadError::Protocol(ProtocolError {
+                backend: backend.to_owned(),
+                message: format!("got a reply for another backend: {r:?}"),
+            })
+        }),
+        Err(message) => Err(ReadError::Ambiguous(message.to_owned())),
+    }
 }

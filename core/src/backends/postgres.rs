@@ -30,7 +30,7 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    wrong_reply, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
@@ -286,15 +286,15 @@ impl Recipe for PostgresBackend {
         _progress: &mut Progress,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let read = match reply {
-            Ok(Reply::Sql(v)) => match step {
-                Step::Acquire => read_acquire(v),
-                Step::Wait { .. } => Ok(Read::Done),
-                Step::Renew | Step::Release(_) | Step::Cleanup => read_owner_check(v),
-            },
-            Ok(other) => Err(wrong_reply("postgres", other)),
-            Err(message) => Err(ReadError::Ambiguous(message.to_owned())),
-        };
+        let sql = payload(reply, "postgres", |r| match r {
+            Reply::Sql(v) => Some(v),
+            _ => None,
+        });
+        let read = sql.and_then(|v| match step {
+            Step::Acquire => read_acquire(v),
+            Step::Wait { .. } => Ok(Read::Done),
+            Step::Renew | Step::Release(_) | Step::Cleanup => read_owner_check(v),
+        });
         match read {
             // a heartbeat that failed in any way: the session, and the lock, is gone
             Err(_) if step == Step::Renew && self.mode == PgMode::Session => Ok(Read::NotHeld),

@@ -29,8 +29,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    wrong_reply, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
-    Waiting,
+    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
@@ -388,11 +387,10 @@ impl Recipe for RedisBackend {
         _progress: &mut Progress,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
-        let v = match reply {
-            Ok(Reply::Redis(v)) => v,
-            Ok(other) => return Err(wrong_reply("redis", other)),
-            Err(message) => return Err(ReadError::Ambiguous(message.to_owned())),
-        };
+        let v = payload(reply, "redis", |r| match r {
+            Reply::Redis(v) => Some(v),
+            _ => None,
+        })?;
         match step {
             Step::Acquire => read_acquire(v).map(|read| match read {
                 Read::Contended { remaining, .. } => Read::Contended {
