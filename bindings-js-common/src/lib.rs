@@ -35,6 +35,7 @@ use fencepost_core::backends::etcd::{
 use fencepost_core::backends::redis::RedisBackend as RedisSettings;
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
+use fencepost_core::text::number;
 use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, Input, Instant, LockId, LockOptions, LostReason,
     Machine, Operation, Output, OwnerId, Purpose, RedisCommand, RedisScript, RedisValue, Reply,
@@ -188,7 +189,8 @@ pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 pub fn ms_to_ns(ms: f64, name: &str) -> Result<u64> {
     if !ms.is_finite() || ms < 0.0 {
         return Err(JsError::config(format!(
-            "{name} must be a finite number of milliseconds ≥ 0, got {ms}"
+            "{name} must be a finite number of milliseconds ≥ 0, got {}",
+            number(ms)
         )));
     }
     // `as` saturates: values past u64::MAX become u64::MAX.
@@ -206,7 +208,8 @@ pub fn id(value: f64, name: &str) -> Result<u64> {
         Ok(value as u64)
     } else {
         Err(JsError::config(format!(
-            "{name} must be an integer id ≥ 0, got {value}"
+            "{name} must be an integer id ≥ 0, got {}",
+            number(value)
         )))
     }
 }
@@ -332,6 +335,20 @@ impl de::Error for DecodeError {
         }
     }
 
+    fn invalid_type(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> Self {
+        Self::custom(format_args!(
+            "invalid type: {}, expected {expected}",
+            Unexpected(unexpected)
+        ))
+    }
+
+    fn invalid_value(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> Self {
+        Self::custom(format_args!(
+            "invalid value: {}, expected {expected}",
+            Unexpected(unexpected)
+        ))
+    }
+
     fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
         DecodeError::not_one_of(&format!("{variant:?}"), expected)
     }
@@ -345,6 +362,36 @@ impl de::Error for DecodeError {
             field: Some(field.to_owned()),
             unknown: true,
             predicate: false,
+        }
+    }
+}
+
+/// serde's `Unexpected` in serde's words, numbers as [`number`] shows them: serde's own
+/// `Display` would bring `core::fmt`'s float formatting into the WebAssembly module.
+struct Unexpected<'a>(de::Unexpected<'a>);
+
+impl fmt::Display for Unexpected<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use de::Unexpected as U;
+        match self.0 {
+            U::Bool(b) => write!(f, "boolean `{b}`"),
+            U::Unsigned(n) => write!(f, "integer `{n}`"),
+            U::Signed(n) => write!(f, "integer `{n}`"),
+            U::Float(n) => write!(f, "floating point `{}`", number(n)),
+            U::Char(c) => write!(f, "character `{c}`"),
+            U::Str(s) => write!(f, "string \"{s}\""),
+            U::Bytes(_) => f.write_str("byte array"),
+            U::Unit => f.write_str("unit value"),
+            U::Option => f.write_str("Option value"),
+            U::NewtypeStruct => f.write_str("newtype struct"),
+            U::Seq => f.write_str("sequence"),
+            U::Map => f.write_str("map"),
+            U::Enum => f.write_str("enum"),
+            U::UnitVariant => f.write_str("unit variant"),
+            U::NewtypeVariant => f.write_str("newtype variant"),
+            U::TupleVariant => f.write_str("tuple variant"),
+            U::StructVariant => f.write_str("struct variant"),
+            U::Other(other) => f.write_str(other),
         }
     }
 }
@@ -460,7 +507,7 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
         let given = self.given;
         match self.value {
             CoreValue::Text(s) => visitor.visit_enum(s.into_deserializer()),
-            CoreValue::Number(n) => Err(DecodeError::not_one_of(&format!("{n}"), variants)),
+            CoreValue::Number(n) => Err(DecodeError::not_one_of(&number(n), variants)),
             CoreValue::Nanos(n) => Err(DecodeError::not_one_of(&format!("{n}"), variants)),
             CoreValue::Bool(b) => Err(DecodeError::not_one_of(&format!("{b}"), variants)),
         }
@@ -504,13 +551,23 @@ fn core_fields(fields: &[(String, Primitive)]) -> Result<Vec<(String, OptionValu
     let mut core = Vec::with_capacity(fields.len());
     for (given, value) in fields {
         let (name, value) = match (given.strip_suffix("Ms"), value) {
-            (Some(stem), Primitive::Number(ms)) => (
-                snake_case(stem),
-                CoreValue::Nanos(ms_to_ns(*ms, given).map_err(|e| JsError {
+            (Some(stem), Primitive::Number(ms)) => {
+                let nanos = ms_to_ns(*ms, given).map_err(|e| JsError {
                     option: Some(given.clone()),
                     ..e
-                })?),
-            ),
+                })?;
+                if nanos == u64::MAX {
+                    // Saturated: the core's range errors would quote u64::MAX ns, not the value given.
+                    return Err(JsError {
+                        option: Some(given.clone()),
+                        ..JsError::config(format!(
+                            "{given} is too long: durations must be below 2^64 ns (about 584 years), got {} ms",
+                            number(*ms)
+                        ))
+                    });
+                }
+                (snake_case(stem), CoreValue::Nanos(nanos))
+            }
             (Some(_), other) => {
                 let what = match other {
                     Primitive::Text(_) => "a string",
@@ -777,7 +834,7 @@ pub fn redis_number(n: f64) -> RedisValue {
     if n.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&n) {
         RedisValue::Int(n as i64)
     } else {
-        unsupported(&format!("the number {n} (not a 64-bit integer)"))
+        unsupported(&format!("the number {} (not a 64-bit integer)", number(n)))
     }
 }
 

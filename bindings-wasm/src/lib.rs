@@ -223,21 +223,31 @@ fn token(value: &JsValue) -> Result<u64, JsValue> {
 }
 
 fn string_array(value: &JsValue, name: &str) -> Result<Vec<String>, JsValue> {
+    array_items(value, name, "strings", string)
+}
+
+/// Each item of the array `value` read by `read`, which gets the item's name (`name[i]`);
+/// a value that is not an array is an error saying it must be one of `what`.
+fn array_items<T>(
+    value: &JsValue,
+    name: &str,
+    what: &str,
+    read: impl Fn(&JsValue, &str) -> Result<T, JsValue>,
+) -> Result<Vec<T>, JsValue> {
     if !is_array(value).unwrap_or(false) {
         return Err(config_error(format!(
-            "{name} must be an array of strings, got {}",
+            "{name} must be an array of {what}, got {}",
             type_name(value)
         )));
     }
+    // An array's length is below 2^32.
     let length = field(value, "length")?
         .and_then(|n| n.as_f64())
-        .unwrap_or(0.0);
+        .unwrap_or(0.0) as u32;
     let mut out = Vec::new();
-    let mut i = 0.0;
-    while i < length {
-        let item = get(value, &JsValue::from_f64(i))?;
-        out.push(string(&item, &format!("{name}[{i}]"))?);
-        i += 1.0;
+    for i in 0..length {
+        let item = get(value, &JsValue::from(i))?;
+        out.push(read(&item, &format!("{name}[{i}]"))?);
     }
     Ok(out)
 }
@@ -799,23 +809,7 @@ pub fn etcd_lease_id(owner_id: JsValue) -> Result<JsValue, JsValue> {
 
 /// `[key, value]` pairs of strings, as arrays (their length is checked by the shared half).
 fn string_pairs(value: &JsValue, name: &str) -> Result<Vec<Vec<String>>, JsValue> {
-    if !is_array(value).unwrap_or(false) {
-        return Err(config_error(format!(
-            "{name} must be an array of [key, value] pairs, got {}",
-            type_name(value)
-        )));
-    }
-    let length = field(value, "length")?
-        .and_then(|n| n.as_f64())
-        .unwrap_or(0.0);
-    let mut out = Vec::new();
-    let mut i = 0.0;
-    while i < length {
-        let item = get(value, &JsValue::from_f64(i))?;
-        out.push(string_array(&item, &format!("{name}[{i}]"))?);
-        i += 1.0;
-    }
-    Ok(out)
+    array_items(value, name, "[key, value] pairs", string_array)
 }
 
 /// A fenced etcd transaction as a gateway call `{ backend: "etcd", call: "txn", path, body }`:

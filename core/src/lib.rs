@@ -145,6 +145,7 @@ mod retry;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 pub mod sim;
+pub mod text;
 mod time;
 
 use core::fmt;

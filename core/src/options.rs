@@ -126,7 +126,10 @@ impl LockOptions {
         if !(self.drift_factor >= 0.0 && self.drift_factor < 0.5) {
             return Err(UsageError::option(
                 "drift_factor",
-                format!("must be in 0 ..< 0.5, got {}", self.drift_factor),
+                format!(
+                    "must be in 0 ..< 0.5, got {}",
+                    crate::text::number(self.drift_factor)
+                ),
             ));
         }
         let validity = self.validity();
@@ -135,7 +138,9 @@ impl LockOptions {
                 "ttl",
                 format!(
                     "{:?} leaves no validity after drift {} and clock margin {:?}; use a longer ttl",
-                    self.ttl, self.drift_factor, self.clock_margin
+                    self.ttl,
+                    crate::text::number(self.drift_factor),
+                    self.clock_margin
                 ),
             ));
         }

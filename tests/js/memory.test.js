@@ -391,6 +391,8 @@ const BAD_OPTIONS = [
   [{ ttlMs: 30000n }, 'ttlMs', 'got 30000n (bigint)'],
   [{ ttlMs: true }, 'ttlMs', 'got true (boolean)'],
   [{ ttlMs: 1e12 }, 'ttlMs', 'ttlMs: must be at most 2^31 ms'],
+  [{ ttlMs: 1e30 }, 'ttlMs', 'ttlMs is too long: durations must be below 2^64 ns (about 584 years), got 1e+30 ms'],
+  [{ acquireTimeoutMs: 2 ** 70 }, 'acquireTimeoutMs', 'got 1.1805916207174113e+21 ms'],
   [{ ttlMs: 3 }, 'ttlMs', 'too short to renew automatically'],
   [{ ttlMs: 1000, renewEveryMs: 1000 }, 'renewEveryMs', 'renewEveryMs: must be above 0 and below the validity'],
   [{ ttlMs: 1000, renewEveryMs: 0 }, 'renewEveryMs', 'renewEveryMs: must be above 0'],

@@ -137,8 +137,10 @@ impl MemoryRedis {
                 {
                     let seq = self.incr(now, &keys[3]);
                     let z = self.zsets.entry(keys[2].clone()).or_default();
-                    z.push((seq, owner.clone()));
-                    z.sort();
+                    // ZADD's order, by score then member.
+                    let entry = (seq, owner.clone());
+                    let at = z.partition_point(|e| *e < entry);
+                    z.insert(at, entry);
                 }
                 self.set(
                     &keys[4],
