@@ -451,7 +451,9 @@ def sql_fenced_update(
     """SQL of a fenced conditional update: ``UPDATE "table" SET "c" = …, "token_column" =
     <token> WHERE "id_column" = <id> AND "token_column" <= <token>``. Parameters:
     ``%(id)s``, ``%(token)s``, ``%(<column>)s`` (pyformat) or ``$1`` id, ``$2`` token,
-    ``$3…`` columns (dollar). Zero rows updated means the token is stale.
+    ``$3…`` columns (dollar). Zero rows updated means the token is stale, or that no
+    row has that id (it never inserts; :func:`fencepost.postgres.fenced_update_sync`
+    tells them apart). The token column: ``bigint NOT NULL DEFAULT 0``.
 
     Raises: ConfigError for a name that is not a plain SQL identifier, or a bad style."""
 

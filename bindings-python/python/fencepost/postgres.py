@@ -8,8 +8,9 @@ PostgreSQL mode"):
   Acquire is one statement that takes a free or expired row and bumps the token;
   expiry is decided by the *server's* clock; renew and release are owner-checked
   ``UPDATE``s. Every statement runs on any connection in autocommit, so a pool and a
-  transaction-pooling PgBouncer are fine. Tokens are durable rows that never go
-  backwards: ``purpose="correctness"`` needs no opt-in.
+  transaction-pooling PgBouncer are fine; a single connection the server drops is
+  replaced. Tokens are durable rows that never go backwards:
+  ``purpose="correctness"`` needs no opt-in.
 * **Session advisory locks** — ``PostgresBackend(mode="session", conninfo=…)``:
   ``pg_try_advisory_lock`` on a connection dedicated to the lock, plus a bump of a
   per-name token row in the same statement. The lock lives as long as that
@@ -18,12 +19,16 @@ PostgreSQL mode"):
   failed or negative answer is ``LockLost``. The server may hand the lock to someone
   else as soon as the connection drops, before the heartbeat notices: keep ``ttl``
   short, and carry the fencing token on writes. Never behind a transaction-pooling
-  pooler.
+  pooler: a session that holds the lock for another client refuses the grant
+  (``ProtocolError``).
 * **Transaction advisory locks** — :func:`xact_lock` (``with xact_lock(conn, name) as
   token:``): ``pg_try_advisory_xact_lock`` as the first statement of *your*
   transaction, with the token bump in the same transaction; the lock ends with the
   commit or rollback. The strongest option when the protected data lives in the same
   database. It tries once (see :func:`xact_lock`).
+
+The three modes exclude each other on the same name and count one fencing token per
+name (on its lease row).
 
 Statements come from the core with ``$1…$n`` placeholders (one may repeat); psycopg
 takes ``%(name)s`` placeholders and binds them server-side, so each ``$n`` becomes
@@ -96,7 +101,8 @@ def migration(
     *, lease_table: str = "fencepost_leases", token_table: str = "fencepost_tokens"
 ) -> str:
     """The SQL creating fencepost's tables (idempotent, ``CREATE TABLE IF NOT EXISTS``):
-    the lease table of lease mode and the per-name token table of the advisory modes.
+    the lease table (a row per name, which counts the fencing tokens of every mode) and
+    the token table (a per-name floor every grant stays above).
     Run it once with any client (or :meth:`PostgresBackend.migrate`). Never truncate
     these tables: tokens must survive.
 
@@ -265,11 +271,15 @@ class PostgresBackend(Backend):
             uses. A pool is best: each request takes a connection of its own (a
             connection terminated under a lease is replaced on the next renewal). A
             single connection must be in autocommit mode (``psycopg.connect(…,
-            autocommit=True)``): fencepost's statements commit on their own. Do not
-            open transactions of your own on that connection: the backend's statements
-            (renewals, releases) run on it at any time, from the driver, and would
-            land inside your transaction. Session mode uses it for :meth:`migrate` only
-            (optional there).
+            autocommit=True)``): fencepost's statements commit on their own. When the
+            server drops it (a restart, ``pg_terminate_backend``, a network cut), the
+            next statement connects again with its parameters and password (a warning
+            on the ``fencepost`` logger says so), so a lease survives it as with a
+            pool; the new connection is the backend's, closed by :meth:`close`, and
+            the one you gave stays yours. Do not open transactions of your own on that
+            connection: the backend's statements (renewals, releases) run on it at any
+            time, from the driver, and would land inside your transaction. Session
+            mode uses it for :meth:`migrate` only (optional there).
         mode: ``"lease"`` (lease rows, default) or ``"session"`` (session-level
             advisory locks).
         conninfo: session mode: the connection string each lock opens its dedicated
@@ -283,8 +293,8 @@ class PostgresBackend(Backend):
             first uses it.
         lease_table: the lease table (``"fencepost_leases"``), a plain SQL identifier,
             optionally ``schema.table``.
-        token_table: the per-name token table of the advisory modes
-            (``"fencepost_tokens"``).
+        token_table: the per-name token table (``"fencepost_tokens"``): every grant's
+            token is above the name's row there, if it has one.
         namespace: namespace of advisory keys (``"fencepost"``), so applications
             sharing a database do not collide (:func:`advisory_key`).
 
@@ -298,7 +308,25 @@ class PostgresBackend(Backend):
     back to the pool between statements and serves other users, who would share (or
     free) the lock; a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``)
     may even run each statement on a different server session — take the lock on one,
-    check it on another. Each held or waiting session lock costs one connection.
+    check it on another — and the statements of several clients on the same one. Each
+    session records the owner of the session lock it holds, so a client whose acquire
+    lands on a server session that holds the lock for another client is refused with
+    :class:`~fencepost.errors.ProtocolError` (naming lease rows and ``xact_lock``, which
+    work there), never granted the same lock with the same token; its release cannot
+    unlock the other client's lock either. Each held or waiting session lock costs one
+    connection.
+
+    **One lock per name across the modes.** A lease row, a session lock and a
+    transaction lock (:func:`xact_lock`) of the same name — with the same
+    ``lease_table``, ``token_table`` and ``namespace`` — exclude each other, and every
+    grant in any mode takes the name's next fencing token, counted on its lease row
+    (and always above the name's row in ``token_table``, if it has one). A lease grant
+    takes the name's advisory key for the length of its own statement; an advisory
+    grant is undone when the name's lease row is live.
+
+    **Releases that fail.** A release that fails in transport is retried by the lock
+    machine; each failed attempt logs a warning on the ``fencepost`` logger, since a
+    release no attempt got through leaves the lease on the server until its TTL.
 
     **The heartbeat.** In session mode the ``ttl`` of :class:`fencepost.Lock` is the
     heartbeat deadline: the lock machine asks the dedicated connection whether it still
@@ -1055,14 +1083,27 @@ def fenced_update_sync(
     """Updates row ``row_id`` of ``table`` with ``values`` only if ``token`` is not lower
     than the row's ``token_column`` (:func:`fencepost.sql_fenced_update`), and stores
     ``token`` there. Runs on ``conn`` (a ``psycopg.Connection``, in your transaction if
-    one is open). The token column must be ``bigint NOT NULL`` (start it at 0).
+    one is open).
+
+    The table is yours; give it a token column that holds every fencing token (64-bit,
+    never NULL) and starts below the first one (tokens start at 1)::
+
+        ALTER TABLE jobs ADD COLUMN last_token bigint NOT NULL DEFAULT 0;
+
+    The row must exist: a fenced update never inserts. When the ``UPDATE`` matches no
+    row, a second ``SELECT`` tells the two causes apart: a row with a higher token
+    (:class:`~fencepost.errors.StaleToken`) or no row with that id (the built-in
+    ``LookupError``: insert the row first, with token 0).
 
     Raises:
         StaleToken: zero rows updated: the row carries a higher token (attributes
             ``resource`` = ``"table:row_id"``, ``token``, ``highest``).
-        LookupError: no row has that id.
+        LookupError: no row has that id (not a :class:`~fencepost.errors.FencepostError`:
+            the caller's data is missing, the lock is not at fault).
         ConfigError: a name that is not a plain identifier, a column named like the id
-            or token parameters, a token that is not an int >= 0.
+            or token parameters, a token that is not an int >= 0, a token column
+            holding something other than an integer (NULL: make it ``bigint NOT NULL
+            DEFAULT 0``).
         psycopg.Error: the server refused the statement.
     """
     sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
@@ -1082,8 +1123,10 @@ async def fenced_update(
     token: int,
     values: Mapping[str, Any],
 ) -> None:
-    """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments and
-    errors."""
+    """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments, table
+    (a ``bigint NOT NULL DEFAULT 0`` token column on an existing row) and errors
+    (:class:`~fencepost.errors.StaleToken` for a higher token, ``LookupError`` for a
+    missing row)."""
     sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
     cursor = await conn.execute(sql, params, prepare=False)
     if cursor.rowcount == 0:

@@ -15,11 +15,19 @@
 //!   may have handed the lock on as soon as the connection dropped, before the
 //!   heartbeat noticed. Unreliable behind a transaction-pooling pooler (PgBouncer in
 //!   `pool_mode = transaction`): successive statements may run on different server
-//!   sessions.
+//!   sessions, and several clients' statements on the same one. The session records
+//!   the owner of its lock in a `fencepost.*` setting, so an acquire landing on a
+//!   session that holds the lock for another owner is refused (a `ProtocolError`
+//!   naming lease rows and `xact_lock`) instead of sharing the lock and its token.
 //!
 //! Transaction-level advisory locks (`pg_try_advisory_xact_lock`) are taken inside the
 //! user's own transaction, outside the machine: see [`xact_lock_statement`] and
 //! [`read_xact_lock`].
+//!
+//! The three modes are one lock per name: a lease grant takes the name's advisory key
+//! for its own statement's transaction, and an advisory grant is undone when the
+//! name's lease row is live; every grant counts its token on the lease row, above the
+//! name's row in the token table (see `advisory_acquire_sql`).
 //!
 //! Advisory keys: [`advisory_key`] maps a namespace and a lock name to a stable signed
 //! 64-bit key (the first 8 bytes, big-endian, of SHA-1 over
@@ -55,7 +63,8 @@ pub struct PostgresBackend {
     /// Schema-qualified or plain name of the lease table (lease mode); a plain SQL
     /// identifier, optionally `schema.table`. Default `fencepost_leases`.
     pub lease_table: String,
-    /// Name of the per-name token table of advisory modes. Default `fencepost_tokens`.
+    /// Name of the per-name token table: every grant's token is above the name's row
+    /// there, if it has one. Default `fencepost_tokens`.
     pub token_table: String,
     /// Namespace of advisory keys, so two applications sharing a database do not
     /// collide. Default `fencepost`.
@@ -151,9 +160,11 @@ impl PostgresBackend {
         Ok(())
     }
 
-    /// The migration creating the tables fencepost uses; idempotent (`IF NOT EXISTS`).
-    /// Run it once, with any client, before the first lock: tokens must survive, so
-    /// never truncate these tables.
+    /// The migration creating the tables fencepost uses; idempotent (`IF NOT EXISTS`):
+    /// the lease table, whose row per name counts the tokens of every mode, and the
+    /// token table, a per-name floor every grant stays above. Run it once, with any
+    /// client, before the first lock: tokens must survive, so never truncate these
+    /// tables.
     pub fn migration(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {lease} (\n\
