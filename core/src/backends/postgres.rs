@@ -189,11 +189,13 @@ impl PostgresBackend {
                 // increments the token, an idempotent retry keeps it. The gate takes
                 // the name's advisory key for this statement's transaction only, so a
                 // lease is never granted while a session or transaction advisory lock
-                // of the same name is held (the modes exclude each other); a key held
-                // by this very session is someone else's on a shared session. The
-                // second column is the current holder's remaining time, for the backoff.
+                // of the same name is held (the modes exclude each other); a session
+                // lock recorded on this very session is someone else's on a shared
+                // session (the record, not pg_locks: every lease grant reads it, and
+                // pg_locks takes the lock manager's locks). The second column is the
+                // current holder's remaining time, for the backoff.
                 sql: format!(
-                    "WITH gate AS (SELECT CASE WHEN EXISTS ({held}) THEN false \
+                    "WITH gate AS (SELECT CASE WHEN {held} IS NOT NULL THEN false \
                      ELSE pg_try_advisory_xact_lock($4::bigint) END AS free), \
                      attempt AS (\
                      INSERT INTO {l} AS l (name, owner, token, expires_at) \
@@ -206,7 +208,7 @@ impl PostgresBackend {
                      WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp() \
                      RETURNING token) \
                      SELECT (SELECT token FROM attempt), {remaining}",
-                    held = held_sql("$4"),
+                    held = session_owner("$4"),
                     l = self.lease_table,
                     floor = token_floor(&self.token_table, "$1"),
                     remaining = remaining_ms(&self.lease_table, "$1"),
@@ -404,6 +406,11 @@ const SESSION_VAR: &str = "'fencepost.k' || translate($1::bigint::text, '-', 'n'
 /// The owner recorded in [`SESSION_VAR`] (NULL when none).
 const SESSION_OWNER: &str =
     "nullif(split_part(current_setting('fencepost.k' || translate($1::bigint::text, '-', 'n'), true), ' ', 1), '')";
+
+/// [`SESSION_OWNER`] of the key in parameter `key`.
+fn session_owner(key: &str) -> String {
+    SESSION_OWNER.replace("$1", key)
+}
 
 /// The highest token of name `name_param` in the token table, or 0: every grant goes
 /// above it.
