@@ -33,8 +33,9 @@ function createFence (native) {
    * The SQL of a fenced conditional update:
    * `UPDATE "table" SET "c" = $3, …, "token_column" = $2 WHERE "id_column" = $1 AND
    * "token_column" <= $2`. Run it with [id, token, ...values]; zero rows updated means
-   * the token is stale (or the row does not exist). `style` 'dollar' (node-postgres,
-   * default) or 'pyformat'.
+   * the token is stale, or no row has that id (it never inserts: select the row to tell
+   * them apart). The token column: `bigint NOT NULL DEFAULT 0`. `style` 'dollar'
+   * (node-postgres, default) or 'pyformat'.
    */
   function sqlFencedUpdate (table, idColumn, tokenColumn, columns, options) {
     check.string(table, 'table')

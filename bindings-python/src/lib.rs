@@ -1723,8 +1723,9 @@ fn token_key(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult
 
 // ---- PostgreSQL ---------------------------------------------------------------------
 
-/// The migration creating the tables fencepost uses (the lease table of lease mode and
-/// the token table of the advisory modes); idempotent (`CREATE TABLE IF NOT EXISTS`).
+/// The migration creating the tables fencepost uses (the lease table, whose rows count
+/// every mode's tokens, and the token table, a per-name floor under them); idempotent
+/// (`CREATE TABLE IF NOT EXISTS`).
 /// Run it once before the first lock. Never truncate these tables: tokens must survive.
 ///
 /// Errors: `ConfigError` for a table name that is not a plain SQL identifier
@@ -1754,21 +1755,23 @@ fn advisory_key(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResu
 
 /// The statement taking a transaction-level advisory lock on `name`: run it as the
 /// first statement of your transaction, on the connection running it. It tries
-/// `pg_try_advisory_xact_lock` once and, if granted, bumps the name's token row in the
-/// same transaction. Read its reply with `read_xact_lock`. The lock ends with the
-/// transaction (commit or rollback): nothing to renew or release.
+/// `pg_try_advisory_xact_lock` once and, if granted while no lease row of the name is
+/// live, bumps the name's token (on its row of `lease_table`) in the same transaction.
+/// Read its reply with `read_xact_lock`. The lock ends with the transaction (commit or
+/// rollback): nothing to renew or release.
 ///
-/// Errors: `ConfigError` for a name that is not a str, or a token table name that is
-/// not a plain SQL identifier.
+/// Errors: `ConfigError` for a name that is not a str, or a table name that is not a
+/// plain SQL identifier.
 #[pyfunction]
-#[pyo3(signature = (name, *, token_table = None, namespace = None))]
+#[pyo3(signature = (name, *, lease_table = None, token_table = None, namespace = None))]
 fn xact_lock_statement(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
+    lease_table: Option<&Bound<'_, PyAny>>,
     token_table: Option<&Bound<'_, PyAny>>,
     namespace: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Sql> {
-    let settings = pg_settings(py, None, token_table, namespace)?;
+    let settings = pg_settings(py, lease_table, token_table, namespace)?;
     let name = arg_str(name, "name")?;
     if name.is_empty() || name.len() > 1024 {
         return Err(config_error(
@@ -1787,8 +1790,9 @@ fn xact_lock_statement(
 /// Reads the reply of `xact_lock_statement` (rows, or a `SqlErrorReply`): the fencing
 /// token when the lock was granted, None when another transaction holds it.
 ///
-/// Errors: `ProtocolError` for a server error (a missing token table says to run the
-/// migration) or rows of another shape.
+/// Errors: `ProtocolError` for a server error (a missing table says to run the
+/// migration), a server session another client holds the lock on (a transaction-pooling
+/// proxy), or rows of another shape.
 #[pyfunction]
 fn read_xact_lock(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
     match pg::read_xact_lock(&to_sql_reply(reply)) {

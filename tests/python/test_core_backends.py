@@ -157,7 +157,8 @@ def test_postgres_lease_mode_round_trip_with_sql_rows() -> None:
     stmt = req.body
     assert isinstance(stmt, _core.SqlStatement)
     assert stmt.connection == "any" and "INSERT INTO locks.leases" in stmt.sql
-    assert stmt.params == ["report", m.owner(lock), 1_000]
+    # the name's advisory key: lease grants exclude advisory locks of the same name
+    assert stmt.params == ["report", m.owner(lock), 1_000, _core.advisory_key("fencepost", "report")]
     assert stmt.sql.count("$1") >= 2  # a placeholder may repeat
     m.reply(1 * NS, req.id, [(None, 250)])  # held by another, 250 ms left
     out, _ = m.poll()
@@ -213,7 +214,8 @@ def test_session_mode_runs_every_statement_on_the_dedicated_connection() -> None
     (req,) = requests(m.poll()[0])
     stmt = req.body
     assert isinstance(stmt, _core.SqlStatement) and stmt.connection == "dedicated"
-    assert stmt.params == [_core.advisory_key("fencepost", "report"), "report"]
+    # the owner: the server session records it, so a shared session is refused
+    assert stmt.params == [_core.advisory_key("fencepost", "report"), "report", m.owner(lock)]
     m.reply(1 * NS, req.id, [(3, None)])
     assert [(e.kind, e.token) for e in events(m.poll()[0])] == [("acquired", 3)]
     m.timeout(400 * NS)
@@ -251,8 +253,13 @@ def test_migration_and_xact_statement() -> None:
     with pytest.raises(ConfigError, match="invalid table name"):
         _core.postgres_migration(token_table="t; DROP")
     stmt = _core.xact_lock_statement("report", namespace="app", token_table="tokens")
-    assert stmt.params == [-6065654635645092017, "report"]
+    assert stmt.params == [-6065654635645092017, "report", ""]  # no owner: nothing on the session
     assert "pg_try_advisory_xact_lock($1::bigint)" in stmt.sql and "tokens" in stmt.sql
+    # the token is counted on the name's lease row (one counter for every mode)
+    assert "fencepost_leases" in _core.xact_lock_statement("report").sql
+    assert "INSERT INTO locks.leases" in _core.xact_lock_statement("report", lease_table="locks.leases").sql
+    with pytest.raises(ProtocolError, match="transaction-pooling"):
+        _core.read_xact_lock([(None, None, True)])  # the session holds it for a session lock
     with pytest.raises(ConfigError, match="1 to 1024 bytes"):
         _core.xact_lock_statement("")
     assert _core.read_xact_lock([(12, None)]) == 12

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -167,11 +168,12 @@ def contend(url: str, mode: str, name: str, job: int, processes: int = 8, rounds
     sql(f"CREATE TABLE {log_table} (start_ns bigint, end_ns bigint, token bigint, pid int, mode text)")
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Barrier(processes + 1)
+    modes = mode.split("+")
     workers = [
         ctx.Process(
             target=pg_contender.run,
-            args=(url, mode, name, job, log_table, rounds, go, i % 2 == 1),
-            name=f"{mode}-{i}",
+            args=(url, modes[i % len(modes)], name, job, log_table, rounds, go, i // len(modes) % 2 == 1),
+            name=f"{modes[i % len(modes)]}-{i}",
         )
         for i in range(processes)
     ]
@@ -205,12 +207,21 @@ def contend(url: str, mode: str, name: str, job: int, processes: int = 8, rounds
 @needs_pg
 @pytest.mark.parametrize(
     "mode,via",
-    [("lease", "postgres"), ("session", "postgres"), ("xact", "postgres"), ("lease", "pgbouncer"), ("xact", "pgbouncer")],
+    [
+        ("lease", "postgres"),
+        ("session", "postgres"),
+        ("xact", "postgres"),
+        ("lease+session+xact", "postgres"),
+        ("lease", "pgbouncer"),
+        ("xact", "pgbouncer"),
+        ("lease+xact", "pgbouncer"),
+    ],
 )
 def test_eight_processes_never_overlap_and_tokens_increase(mode: str, via: str, name: str, job: int) -> None:
     """8 spawned processes × 6 sections on one lock, half asyncio (lease, session): no
     overlap on CLOCK_MONOTONIC, tokens strictly increase, every fenced write accepted.
-    Lease rows and xact locks are also correct through PgBouncer in transaction mode."""
+    ``a+b``: the workers take turns in those modes, on the same name. Lease rows and
+    xact locks are also correct through PgBouncer in transaction mode."""
     if via == "pgbouncer" and not BOUNCER_URL:
         pytest.skip("FENCEPOST_PGBOUNCER_URL is not set")
     url = BOUNCER_URL if via == "pgbouncer" else PG_URL
@@ -294,7 +305,8 @@ async def test_session_lock_holds_the_advisory_key_on_its_own_connection(name: s
         await asyncio.sleep(0.5)  # heartbeats every 0.1 s on that connection
         lease.check()
         assert advisory_holders(key) == holders
-        assert sql("SELECT token FROM fencepost_tokens WHERE name = %s", name) == [(lease.token,)]
+        # the token is counted on the name's lease row, which no lease holds
+        assert sql("SELECT token, owner FROM fencepost_leases WHERE name = %s", name) == [(lease.token, None)]
         with pytest.raises(AcquireTimeout):
             await fencepost.Lock(PostgresBackend(mode="session", conninfo=PG_URL), name, ttl=1.0, acquire_timeout=0).acquire()
     assert advisory_holders(key) == []
@@ -342,14 +354,49 @@ def test_missing_tables_are_a_protocol_error_naming_the_migration(name: str) -> 
     assert PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         backend = PostgresBackend(conn, lease_table="fp_no_such_table")
-        with pytest.raises(ProtocolError, match="migration"):
+        with pytest.raises(ProtocolError, match="migration") as missing:
             fencepost.Lock(backend, name, ttl=1.0, acquire_timeout=1.0).acquire_sync()
+        # the message says what to call in Python, and names no Rust function
+        assert "backend.migrate_sync()" in str(missing.value) and "::" not in str(missing.value)
     # (a connection of its own: the backend's cleanup release may still be running on
     # `conn`, and a statement of the backend's would land inside this transaction)
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         with pytest.raises(ProtocolError, match="migration"):
             with xact_lock(conn, name, token_table="fp_no_such_tokens"):
                 pass
+
+
+@needs_pg
+def test_migrate_on_blocking_clients_raises_at_once_naming_migrate_sync(name: str) -> None:
+    assert PG_URL
+    table = f"fp_m_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn, lease_table=table, token_table=table + "_t")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "coroutine was never awaited"
+            with pytest.raises(ConfigError, match=r"migrate_sync\(\)"):
+                backend.migrate()
+        assert sql("SELECT to_regclass(%s) IS NULL", table) == [(True,)]
+        backend.migrate_sync()
+        with fencepost.Lock(backend, name, ttl=1.0, acquire_timeout=1.0) as lease:
+            assert sql(f"SELECT owner FROM {table} WHERE name = %s", name) == [(lease.owner_id,)]
+        backend.close()
+        sql(f"DROP TABLE {table}, {table}_t")
+
+
+@needs_pg
+async def test_migrate_sync_on_asyncio_clients_names_migrate(name: str) -> None:
+    assert PG_URL
+    table = f"fp_m_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn, lease_table=table, token_table=table + "_t")
+        with pytest.raises(ConfigError, match=r"await backend\.migrate\(\)"):
+            backend.migrate_sync()
+        await backend.migrate()
+        async with fencepost.Lock(backend, name, ttl=1.0, acquire_timeout=1.0) as lease:
+            assert lease.token == 1
+        backend.close()
+    sql(f"DROP TABLE {table}, {table}_t")
 
 
 # ---- the holder's backend is terminated -------------------------------------------------------------
@@ -395,20 +442,64 @@ def test_lease_survives_a_terminated_connection_when_renewals_get_a_new_one(name
 
 
 @needs_pg
-def test_lease_on_a_terminated_single_connection_is_lost_at_its_validity(name: str, migrated: None) -> None:
+def test_lease_on_a_terminated_single_connection_survives_on_a_new_connection(
+    name: str, migrated: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One psycopg.connect(...) connection, terminated by the server under a held lease:
+    the backend connects again with its parameters, renewals go on, the lease lives
+    past its ttl, and the release frees the row."""
     assert PG_URL
     conn = psycopg.connect(PG_URL, autocommit=True)
     backend = PostgresBackend(conn)
-    lock = fencepost.Lock(backend, name, ttl=0.6)
+    lock = fencepost.Lock(backend, name, ttl=0.6, purpose="correctness")  # renew every 0.2 s
     lease = lock.acquire_sync()
-    sql("SELECT pg_terminate_backend(%s)", conn.info.backend_pid)
-    assert lease.lost.wait(2.0)
-    lost_at = time.monotonic_ns()
-    assert lease.lost_reason == "expired"  # every renewal failed: lost from the timer
-    assert lost_at <= lease.valid_until_ns + 50_000_000, "reported lost after its validity deadline"
-    with pytest.raises(LockLost):
-        lock.release_sync()
+    assert sql("SELECT pg_terminate_backend(%s)", conn.info.backend_pid) == [(True,)]
+    time.sleep(1.2)  # two ttls: only renewals on a new connection keep it
+    lease.check()
+    assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(lease.owner_id,)]
+    assert "connected again" in caplog.text
+    lock.release_sync()
+    assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(None,)]
+    backend.close()
     conn.close()
+
+
+@needs_pg
+def test_release_right_after_the_connection_is_terminated_frees_the_row_and_warns(
+    name: str, migrated: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The body ends before any renewal noticed the dropped connection: the first release
+    attempt fails (a warning says so), the retry runs on a new connection and frees the
+    row at once, not at its TTL."""
+    assert PG_URL
+    conn = psycopg.connect(PG_URL, autocommit=True)
+    backend = PostgresBackend(conn)
+    lock = fencepost.Lock(backend, name, ttl=30.0)
+    lock.acquire_sync()
+    assert sql("SELECT pg_terminate_backend(%s)", conn.info.backend_pid) == [(True,)]
+    started = time.monotonic()
+    lock.release_sync()
+    assert time.monotonic() - started < 5.0
+    assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(None,)]
+    assert f"releasing PostgreSQL lock {name!r} failed" in caplog.text
+    backend.close()
+    conn.close()
+
+
+@needs_pg
+async def test_async_lease_on_a_terminated_single_connection_survives_and_releases(
+    name: str, migrated: None
+) -> None:
+    assert PG_URL
+    conn = await psycopg.AsyncConnection.connect(PG_URL, autocommit=True)
+    backend = PostgresBackend(conn)
+    async with fencepost.Lock(backend, name, ttl=0.6) as lease:
+        assert sql("SELECT pg_terminate_backend(%s)", conn.info.backend_pid) == [(True,)]
+        await asyncio.sleep(1.2)
+        lease.check()
+    assert sql("SELECT owner FROM fencepost_leases WHERE name = %s", name) == [(None,)]
+    backend.close()
+    await conn.close()
 
 
 # ---- PostgreSQL restarted under a held lease --------------------------------------------------------
@@ -460,22 +551,36 @@ def test_restart_while_a_lease_is_held(name: str, migrated: None) -> None:
 
 
 @needs_bouncer
-def test_session_advisory_locks_are_unreliable_through_transaction_pooling(name: str, migrated: None) -> None:
-    """Through PgBouncer (pool_mode = transaction) two clients' statements run on the same
-    server session, so a session-level advisory lock taken by one "succeeds" again for
-    the other — two holders with the same token — and one client's unlock frees it for
-    both. Lease rows and xact locks stay exclusive there (and in the 8-process test)."""
+def test_session_locks_through_transaction_pooling_are_refused_not_shared(name: str, migrated: None) -> None:
+    """Through PgBouncer (pool_mode = transaction, one server connection) every client's
+    statements run on the same server session, where a session advisory lock "succeeds"
+    again for anyone. The session records its lock's owner, so a second and third client
+    are refused with a ProtocolError naming lease rows and xact_lock, instead of holding
+    the lock at once with the same token; the first holder is untouched, and another
+    client's cleanup cannot unlock it. Lease rows and xact locks stay exclusive there
+    (and in the 8-process test)."""
     url = single_session_url()
     a = fencepost.Lock(PostgresBackend(mode="session", conninfo=url), name, ttl=5.0, acquire_timeout=0)
-    b = fencepost.Lock(PostgresBackend(mode="session", conninfo=url), name, ttl=5.0, acquire_timeout=0)
     a_lease = a.acquire_sync()
-    b_lease = b.acquire_sync()  # should have been refused: A holds the lock
-    assert b_lease.token == a_lease.token, "both 'hold' the lock, with the same token"
-    assert advisory_holders(advisory_key("fencepost", name)) != []
-    a.release_sync()  # A's unlock runs on the shared server session: B's lock is gone too
-    assert advisory_holders(advisory_key("fencepost", name)) == []
-    with pytest.raises(LockLost):
-        b.release_sync()
+    key = advisory_key("fencepost", name)
+    (holder,) = advisory_holders(key)
+    for _ in range(2):
+        other = fencepost.Lock(PostgresBackend(mode="session", conninfo=url), name, ttl=5.0, acquire_timeout=1.0)
+        with pytest.raises(ProtocolError, match="transaction-pooling") as refused:
+            other.acquire_sync()
+        assert "lease rows" in str(refused.value) and "xact_lock" in str(refused.value)
+    # the same server session holds it, for A only; a transaction lock landing on that
+    # session is refused too, and a lease waits for it
+    with psycopg.connect(url, autocommit=True) as c:
+        with pytest.raises(ProtocolError, match="transaction-pooling"):
+            with xact_lock(c, name):
+                pass
+        with pytest.raises(AcquireTimeout):
+            fencepost.Lock(PostgresBackend(c), name, ttl=5.0, acquire_timeout=0).acquire_sync()
+    assert advisory_holders(key) == [holder]
+    a_lease.check()
+    a.release_sync()
+    assert advisory_holders(key) == []
     # the same two clients with lease rows, and with xact locks: exclusive
     with psycopg.connect(url, autocommit=True) as c1, psycopg.connect(url, autocommit=True) as c2:
         with fencepost.Lock(PostgresBackend(c1), name, ttl=5.0, acquire_timeout=0):
@@ -486,3 +591,71 @@ def test_session_advisory_locks_are_unreliable_through_transaction_pooling(name:
             with pytest.raises(AcquireTimeout):
                 with xact_lock(c2, name):
                     pass
+
+
+# ---- one lock per name across the three modes ------------------------------------------------------
+
+
+@needs_pg
+def test_the_three_modes_exclude_each_other_and_count_one_token_per_name(name: str, migrated: None) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn, psycopg.connect(PG_URL, autocommit=True) as other:
+        lease_backend = PostgresBackend(conn)
+        session_backend = PostgresBackend(mode="session", conninfo=PG_URL)
+
+        def lease_lock() -> fencepost.Lock:
+            return fencepost.Lock(lease_backend, name, ttl=5.0, acquire_timeout=0)
+
+        def session_lock() -> fencepost.Lock:
+            return fencepost.Lock(session_backend, name, ttl=5.0, acquire_timeout=0)
+
+        tokens = []
+        with lease_lock() as lease:
+            tokens.append(lease.token)
+            with pytest.raises(AcquireTimeout):
+                session_lock().acquire_sync()
+            with pytest.raises(AcquireTimeout):
+                with xact_lock(other, name):
+                    pass
+        with session_lock() as session:
+            tokens.append(session.token)
+            with pytest.raises(AcquireTimeout):
+                lease_lock().acquire_sync()
+            with pytest.raises(AcquireTimeout):
+                with xact_lock(other, name):
+                    pass
+        with xact_lock(other, name) as token:
+            tokens.append(token)
+            with pytest.raises(AcquireTimeout):
+                lease_lock().acquire_sync()
+            with pytest.raises(AcquireTimeout):
+                session_lock().acquire_sync()
+        with lease_lock() as lease:
+            tokens.append(lease.token)
+        with xact_lock(other, name) as token:
+            tokens.append(token)
+        # one counter per name: every grant, in any mode, is the next token
+        first = tokens[0]
+        assert tokens == [first, first + 1, first + 2, first + 3, first + 4]
+        session_backend.close()
+        lease_backend.close()
+
+
+@needs_pg
+def test_grants_go_above_the_token_table_row_of_the_name(name: str, migrated: None) -> None:
+    """A name whose tokens were counted in the token table: every mode's next grant is
+    above that row, so tokens never go backwards."""
+    assert PG_URL
+    sql("INSERT INTO fencepost_tokens (name, token) VALUES (%s, 100)", name)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn)
+        with fencepost.Lock(backend, name, ttl=5.0, acquire_timeout=0) as lease:
+            assert lease.token == 101
+        backend.close()
+    other = f"{name}-x"
+    sql("INSERT INTO fencepost_tokens (name, token) VALUES (%s, 200)", other)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        with xact_lock(conn, other) as token:
+            assert token == 201
+    with fencepost.Lock(PostgresBackend(mode="session", conninfo=PG_URL), other, ttl=5.0) as lease:
+        assert lease.token == 202

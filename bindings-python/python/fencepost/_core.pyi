@@ -451,7 +451,9 @@ def sql_fenced_update(
     """SQL of a fenced conditional update: ``UPDATE "table" SET "c" = …, "token_column" =
     <token> WHERE "id_column" = <id> AND "token_column" <= <token>``. Parameters:
     ``%(id)s``, ``%(token)s``, ``%(<column>)s`` (pyformat) or ``$1`` id, ``$2`` token,
-    ``$3…`` columns (dollar). Zero rows updated means the token is stale.
+    ``$3…`` columns (dollar). Zero rows updated means the token is stale, or that no
+    row has that id (it never inserts; :func:`fencepost.postgres.fenced_update_sync`
+    tells them apart). The token column: ``bigint NOT NULL DEFAULT 0``.
 
     Raises: ConfigError for a name that is not a plain SQL identifier, or a bad style."""
 
@@ -488,9 +490,9 @@ def token_key(key_prefix: str, name: str) -> str:
 def postgres_migration(
     *, lease_table: Optional[str] = None, token_table: Optional[str] = None
 ) -> str:
-    """The migration creating fencepost's tables (lease rows; per-name token rows of
-    the advisory modes); idempotent (``CREATE TABLE IF NOT EXISTS``). Never truncate
-    these tables: tokens must survive.
+    """The migration creating fencepost's tables (lease rows, which count every mode's
+    tokens; per-name token rows, a floor under them); idempotent (``CREATE TABLE IF NOT
+    EXISTS``). Never truncate these tables: tokens must survive.
 
     Raises: ConfigError for a table name that is not a plain SQL identifier."""
 
@@ -502,12 +504,17 @@ def advisory_key(namespace: str, name: str) -> int:
     Raises: ConfigError for arguments that are not str."""
 
 def xact_lock_statement(
-    name: str, *, token_table: Optional[str] = None, namespace: Optional[str] = None
+    name: str,
+    *,
+    lease_table: Optional[str] = None,
+    token_table: Optional[str] = None,
+    namespace: Optional[str] = None,
 ) -> SqlStatement:
     """The statement taking a transaction-level advisory lock on ``name``, to run first
     in the caller's transaction: one ``pg_try_advisory_xact_lock`` (it never waits) and,
-    if granted, a bump of the name's token row in the same transaction. Read the reply
-    with :func:`read_xact_lock`; the lock ends with the transaction.
+    if granted while no lease row of the name is live, a bump of the name's token (on
+    its row of ``lease_table``) in the same transaction. Read the reply with
+    :func:`read_xact_lock`; the lock ends with the transaction.
 
     Raises: ConfigError (a name that is not a str of 1 to 1024 bytes, a bad table
     name)."""
@@ -517,7 +524,8 @@ def read_xact_lock(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) ->
     None when another transaction holds the lock.
 
     Raises: ProtocolError for a server error (a missing table says to run the
-    migration) or rows of another shape."""
+    migration), a server session another client holds the lock on (a
+    transaction-pooling proxy), or rows of another shape."""
 
 def etcd_holder_key(key_prefix: str, name: str, owner_id: str) -> str:
     """The etcd key the acquisition ``owner_id`` puts for lock ``name``

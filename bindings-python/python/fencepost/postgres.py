@@ -8,8 +8,9 @@ PostgreSQL mode"):
   Acquire is one statement that takes a free or expired row and bumps the token;
   expiry is decided by the *server's* clock; renew and release are owner-checked
   ``UPDATE``s. Every statement runs on any connection in autocommit, so a pool and a
-  transaction-pooling PgBouncer are fine. Tokens are durable rows that never go
-  backwards: ``purpose="correctness"`` needs no opt-in.
+  transaction-pooling PgBouncer are fine; a single connection the server drops is
+  replaced. Tokens are durable rows that never go backwards:
+  ``purpose="correctness"`` needs no opt-in.
 * **Session advisory locks** — ``PostgresBackend(mode="session", conninfo=…)``:
   ``pg_try_advisory_lock`` on a connection dedicated to the lock, plus a bump of a
   per-name token row in the same statement. The lock lives as long as that
@@ -18,12 +19,16 @@ PostgreSQL mode"):
   failed or negative answer is ``LockLost``. The server may hand the lock to someone
   else as soon as the connection drops, before the heartbeat notices: keep ``ttl``
   short, and carry the fencing token on writes. Never behind a transaction-pooling
-  pooler.
+  pooler: a session that holds the lock for another client refuses the grant
+  (``ProtocolError``).
 * **Transaction advisory locks** — :func:`xact_lock` (``with xact_lock(conn, name) as
   token:``): ``pg_try_advisory_xact_lock`` as the first statement of *your*
   transaction, with the token bump in the same transaction; the lock ends with the
   commit or rollback. The strongest option when the protected data lives in the same
   database. It tries once (see :func:`xact_lock`).
+
+The three modes exclude each other on the same name and count one fencing token per
+name (on its lease row).
 
 Statements come from the core with ``$1…$n`` placeholders (one may repeat); psycopg
 takes ``%(name)s`` placeholders and binds them server-side, so each ``$n`` becomes
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import sys
 import threading
 import time
@@ -51,6 +57,7 @@ from typing import (
     Any,
     Awaitable,
     Callable,
+    Coroutine,
     Dict,
     List,
     Literal,
@@ -87,12 +94,15 @@ Mode = Literal["lease", "session"]
 #: The stable 64-bit advisory key of a lock name (see :func:`fencepost._core.advisory_key`).
 advisory_key = _core.advisory_key
 
+_log = logging.getLogger("fencepost")
+
 
 def migration(
     *, lease_table: str = "fencepost_leases", token_table: str = "fencepost_tokens"
 ) -> str:
     """The SQL creating fencepost's tables (idempotent, ``CREATE TABLE IF NOT EXISTS``):
-    the lease table of lease mode and the per-name token table of the advisory modes.
+    the lease table (a row per name, which counts the fencing tokens of every mode) and
+    the token table (a per-name floor every grant stays above).
     Run it once with any client (or :meth:`PostgresBackend.migrate`). Never truncate
     these tables: tokens must survive.
 
@@ -261,11 +271,15 @@ class PostgresBackend(Backend):
             uses. A pool is best: each request takes a connection of its own (a
             connection terminated under a lease is replaced on the next renewal). A
             single connection must be in autocommit mode (``psycopg.connect(…,
-            autocommit=True)``): fencepost's statements commit on their own. Do not
-            open transactions of your own on that connection: the backend's statements
-            (renewals, releases) run on it at any time, from the driver, and would
-            land inside your transaction. Session mode uses it for :meth:`migrate` only
-            (optional there).
+            autocommit=True)``): fencepost's statements commit on their own. When the
+            server drops it (a restart, ``pg_terminate_backend``, a network cut), the
+            next statement connects again with its parameters and password (a warning
+            on the ``fencepost`` logger says so), so a lease survives it as with a
+            pool; the new connection is the backend's, closed by :meth:`close`, and
+            the one you gave stays yours. Do not open transactions of your own on that
+            connection: the backend's statements (renewals, releases) run on it at any
+            time, from the driver, and would land inside your transaction. Session
+            mode uses it for :meth:`migrate` only (optional there).
         mode: ``"lease"`` (lease rows, default) or ``"session"`` (session-level
             advisory locks).
         conninfo: session mode: the connection string each lock opens its dedicated
@@ -279,8 +293,8 @@ class PostgresBackend(Backend):
             first uses it.
         lease_table: the lease table (``"fencepost_leases"``), a plain SQL identifier,
             optionally ``schema.table``.
-        token_table: the per-name token table of the advisory modes
-            (``"fencepost_tokens"``).
+        token_table: the per-name token table (``"fencepost_tokens"``): every grant's
+            token is above the name's row there, if it has one.
         namespace: namespace of advisory keys (``"fencepost"``), so applications
             sharing a database do not collide (:func:`advisory_key`).
 
@@ -294,7 +308,25 @@ class PostgresBackend(Backend):
     back to the pool between statements and serves other users, who would share (or
     free) the lock; a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``)
     may even run each statement on a different server session — take the lock on one,
-    check it on another. Each held or waiting session lock costs one connection.
+    check it on another — and the statements of several clients on the same one. Each
+    session records the owner of the session lock it holds, so a client whose acquire
+    lands on a server session that holds the lock for another client is refused with
+    :class:`~fencepost.errors.ProtocolError` (naming lease rows and ``xact_lock``, which
+    work there), never granted the same lock with the same token; its release cannot
+    unlock the other client's lock either. Each held or waiting session lock costs one
+    connection.
+
+    **One lock per name across the modes.** A lease row, a session lock and a
+    transaction lock (:func:`xact_lock`) of the same name — with the same
+    ``lease_table``, ``token_table`` and ``namespace`` — exclude each other, and every
+    grant in any mode takes the name's next fencing token, counted on its lease row
+    (and always above the name's row in ``token_table``, if it has one). A lease grant
+    takes the name's advisory key for the length of its own statement; an advisory
+    grant is undone when the name's lease row is live.
+
+    **Releases that fail.** A release that fails in transport is retried by the lock
+    machine; each failed attempt logs a warning on the ``fencepost`` logger, since a
+    release no attempt got through leaves the lease on the server until its TTL.
 
     **The heartbeat.** In session mode the ``ttl`` of :class:`fencepost.Lock` is the
     heartbeat deadline: the lock machine asks the dedicated connection whether it still
@@ -396,6 +428,11 @@ class PostgresBackend(Backend):
         self._connect = connect
         self.supports_async = not kinds or "async" in kinds
         self.supports_sync = not kinds or "sync" in kinds
+        self._given = self._conn
+        self._replacement: Any = None  # the connection opened in place of a dropped one
+        self._replacement_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._reconnecting: Optional[asyncio.Lock] = None
+        self._reconnect_guard = threading.Lock()
         self._dedicated: Dict[Tuple[int, int], _Dedicated] = {}
         self._guard = threading.Lock()
         self._closing: Set[asyncio.Task[None]] = set()
@@ -430,23 +467,31 @@ class PostgresBackend(Backend):
 
     # -- migration --
 
-    async def migrate(self) -> None:
+    def migrate(self) -> Coroutine[Any, Any, None]:
         """Creates fencepost's tables if missing (:func:`migration`), on
         ``conn_or_pool`` or, without one, a connection opened from ``conninfo`` /
-        ``connect`` (closed after). Idempotent.
+        ``connect`` (closed after). Idempotent. The asyncio form: ``await
+        backend.migrate()``; with blocking psycopg clients call :meth:`migrate_sync`.
 
         Raises:
-            ConfigError: no async client to run it on (use :meth:`migrate_sync`).
+            ConfigError: at once (before anything is awaited), when this backend has
+                blocking clients only: use :meth:`migrate_sync`.
             psycopg.Error: the server refused it.
         """
         if not self.supports_async:
-            raise self._mode_error("async")
+            raise ConfigError(
+                "backend.migrate() is the asyncio form (await it) and this PostgresBackend "
+                "has blocking psycopg clients: call backend.migrate_sync()"
+            )
+        return self._migrate_async()
+
+    async def _migrate_async(self) -> None:
         for stmt in self._migration_statements():
             if self._pool is not None:
                 async with self._pool.connection() as conn:
                     await _run_ddl_async(conn, stmt)
             elif self._conn is not None:
-                await _run_ddl_async(self._conn, stmt)
+                await _run_ddl_async(await self._single_async(None), stmt)
             else:
                 conn = await self._open_async()
                 try:
@@ -455,15 +500,24 @@ class PostgresBackend(Backend):
                     await conn.close()
 
     def migrate_sync(self) -> None:
-        """Blocking :meth:`migrate`."""
+        """Blocking :meth:`migrate`.
+
+        Raises:
+            ConfigError: this backend has asyncio clients only: ``await
+                backend.migrate()``.
+            psycopg.Error: the server refused it.
+        """
         if not self.supports_sync:
-            raise self._mode_error("sync")
+            raise ConfigError(
+                "this PostgresBackend has asyncio psycopg clients: await backend.migrate() "
+                "instead of backend.migrate_sync()"
+            )
         for stmt in self._migration_statements():
             if self._pool is not None:
                 with self._pool.connection() as conn:
                     _run_ddl_sync(conn, stmt)
             elif self._conn is not None:
-                _run_ddl_sync(self._conn, stmt)
+                _run_ddl_sync(self._single_sync(None), stmt)
             else:
                 conn = self._open_sync()
                 try:
@@ -479,7 +533,13 @@ class PostgresBackend(Backend):
 
     def xact_lock(self, conn: Any, name: str) -> XactLock:
         """:func:`xact_lock` with this backend's token table and namespace."""
-        return xact_lock(conn, name, token_table=self.token_table, namespace=self.namespace)
+        return xact_lock(
+            conn,
+            name,
+            lease_table=self.lease_table,
+            token_table=self.token_table,
+            namespace=self.namespace,
+        )
 
     # -- fenced writes: Redis only --
 
@@ -530,6 +590,72 @@ class PostgresBackend(Backend):
         if not conn.autocommit:
             await conn.set_autocommit(True)
         return conn
+
+    # -- the single connection of lease mode --
+
+    def _single_sync(self, deadline_ns: Optional[int]) -> Any:
+        """The connection for statements of any connection: the one given, or, once
+        the server dropped it, a new one with its parameters (a lease survives a
+        dropped connection as it does with a pool)."""
+        conn = self._conn
+        if not (conn.broken or conn.closed):
+            return conn
+        with self._reconnect_guard:
+            if self._conn is conn:  # not replaced by another thread meanwhile
+                psycopg = _psycopg()
+                dead, self._conn = conn, psycopg.connect(**_reconnect_args(conn, deadline_ns))
+                self._replacement = self._conn
+                _log.warning(
+                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "connected again with its parameters", _describe(dead)
+                )
+                if dead is not self._given:
+                    dead.close()
+            return self._conn
+
+    async def _single_async(self, deadline_ns: Optional[int]) -> Any:
+        """Async :meth:`_single_sync`."""
+        conn = self._conn
+        if not (conn.broken or conn.closed):
+            return conn
+        if self._reconnecting is None:
+            self._reconnecting = asyncio.Lock()
+        async with self._reconnecting:
+            if self._conn is conn:
+                psycopg = _psycopg()
+                fresh = await psycopg.AsyncConnection.connect(**_reconnect_args(conn, deadline_ns))
+                dead, self._conn = conn, fresh
+                self._replacement = fresh
+                self._replacement_loop = asyncio.get_running_loop()
+                _log.warning(
+                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "connected again with its parameters", _describe(dead)
+                )
+                if dead is not self._given:
+                    await _close_async(dead)
+            return self._conn
+
+    def close(self) -> None:
+        """Stops this backend (:meth:`fencepost.Backend.close`) and closes the
+        connection it opened in place of a dropped one given as ``conn_or_pool`` (the
+        given connection, pool and the dedicated connections' factory stay their
+        owner's)."""
+        super().close()
+        conn, self._replacement = self._replacement, None
+        if conn is None or conn.closed:
+            return
+        psycopg = _psycopg()
+        if isinstance(conn, psycopg.Connection):
+            conn.close()
+            return
+        loop = self._replacement_loop
+        if loop is not None and not loop.is_closed():
+            if _running_loop_is(loop):
+                task = loop.create_task(_close_async(conn))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+            else:
+                loop.call_soon_threadsafe(lambda: loop.create_task(_close_async(conn)))
 
     # -- driver hooks --
 
@@ -601,11 +727,19 @@ class PostgresBackend(Backend):
             raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
         if stmt.connection == "any":
             if self._pool is not None:
-                async with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
-                    return await _execute_async(conn, stmt)
+                try:
+                    async with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
+                        return await _execute_async(conn, stmt)
+                except Exception as exc:
+                    _warn_release(request, exc)
+                    raise
             if self._conn is None:  # pragma: no cover - lease mode always has one
                 raise BackendError("no connection to run the statement on")
-            return await _execute_async(self._conn, stmt)
+            try:
+                return await _execute_async(await self._single_async(request.deadline_ns), stmt)
+            except Exception as exc:
+                _warn_release(request, exc)
+                raise
         key, entry = self._entry(driver, request)
         try:
             if entry.opening is None:
@@ -632,11 +766,19 @@ class PostgresBackend(Backend):
             raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
         if stmt.connection == "any":
             if self._pool is not None:
-                with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
-                    return _execute_sync(conn, stmt)
+                try:
+                    with self._pool.connection(timeout=_remaining_s(request.deadline_ns)) as conn:
+                        return _execute_sync(conn, stmt)
+                except Exception as exc:
+                    _warn_release(request, exc)
+                    raise
             if self._conn is None:  # pragma: no cover - lease mode always has one
                 raise BackendError("no connection to run the statement on")
-            return _execute_sync(self._conn, stmt)
+            try:
+                return _execute_sync(self._single_sync(request.deadline_ns), stmt)
+            except Exception as exc:
+                _warn_release(request, exc)
+                raise
         key, entry = self._entry(driver, request)
         try:
             with self._guard:
@@ -665,6 +807,46 @@ class PostgresBackend(Backend):
     def __repr__(self) -> str:
         kind = "asyncio" if not self.supports_sync else "blocking" if not self.supports_async else "any"
         return f"<fencepost.postgres.PostgresBackend {self.mode} {kind}>"
+
+
+def _reconnect_args(conn: Any, deadline_ns: Optional[int]) -> Dict[str, Any]:
+    """Arguments connecting again like ``conn`` (its parameters and password), in
+    autocommit, within the request's deadline (libpq's connect_timeout: whole
+    seconds, at least 2)."""
+    args: Dict[str, Any] = {"conninfo": conn.info.dsn, "autocommit": True}
+    if conn.info.password:
+        args["password"] = conn.info.password
+    if deadline_ns is not None:
+        args["connect_timeout"] = max(2, int(_remaining_s(deadline_ns)) + 1)
+    return args
+
+
+def _describe(conn: Any) -> str:
+    try:
+        return f"host={conn.info.host} port={conn.info.port} dbname={conn.info.dbname}"
+    except Exception:  # pragma: no cover - info of a closed connection
+        return repr(conn)
+
+
+def _running_loop_is(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _warn_release(request: _core.Request, exc: BaseException) -> None:
+    """A release that fails must not pass unseen: the machine retries it and, when no
+    attempt gets through, reports the lock released, and the row stays live on the
+    server until its TTL."""
+    if request.operation == "release":
+        stmt = request.body
+        name = stmt.params[0] if isinstance(stmt, _core.SqlStatement) and stmt.params else "?"
+        _log.warning(
+            "fencepost: releasing PostgreSQL lock %r failed (%s: %s); it is retried, and "
+            "if no attempt gets through the lease stays on the server until its TTL",
+            name, type(exc).__name__, exc,
+        )
 
 
 def _dedicated(request: _core.Request) -> bool:
@@ -705,10 +887,14 @@ class XactLock:
     (``psycopg.AsyncConnection``); the value of the block is the fencing token.
     """
 
-    def __init__(self, conn: Any, name: str, *, token_table: str, namespace: str) -> None:
+    def __init__(
+        self, conn: Any, name: str, *, lease_table: str, token_table: str, namespace: str
+    ) -> None:
         self._conn = conn
         self._name = name
-        self._stmt = _core.xact_lock_statement(name, token_table=token_table, namespace=namespace)
+        self._stmt = _core.xact_lock_statement(
+            name, lease_table=lease_table, token_table=token_table, namespace=namespace
+        )
         self._tx: Any = None
         #: The fencing token once granted.
         self.token: Optional[int] = None
@@ -798,6 +984,7 @@ def xact_lock(
     conn: Any,
     name: str,
     *,
+    lease_table: str = "fencepost_leases",
     token_table: str = "fencepost_tokens",
     namespace: str = "fencepost",
 ) -> XactLock:
@@ -812,29 +999,39 @@ def xact_lock(
     Entering opens a transaction on ``conn`` (a savepoint if one is open: the lock then
     lasts until the outer transaction ends), runs the core's statement first —
     ``pg_try_advisory_xact_lock`` on :func:`advisory_key` ``(namespace, name)`` and, if
-    granted, ``token = token + 1`` on the name's row of ``token_table`` in the same
-    transaction — and gives the fencing token. Leaving commits (the work and the token
-    bump together; the lock ends) or, if the block raised, rolls back (a rolled-back
-    token is handed out again: nothing written with it survived).
+    granted while no lease of the name is live, ``token + 1`` on the name's row of
+    ``lease_table`` in the same transaction — and gives the fencing token. Leaving
+    commits (the work and the token bump together; the lock ends) or, if the block
+    raised, rolls back (a rolled-back token is handed out again: nothing written with
+    it survived).
 
-    It tries **exactly once**: when another transaction holds the lock it rolls back
-    and raises :class:`~fencepost.errors.AcquireTimeout`. Waiting would need a backoff
-    (or a server-side wait), and fencepost makes every waiting decision in its core,
-    whose transaction-level statement is try-only; retry the whole transaction, or use
-    a lease or session lock (:class:`PostgresBackend`) to wait. It shares keys with
-    session mode (same namespace and name exclude each other and share the token row).
-    Correct through PgBouncer in transaction mode: the transaction pins one server
-    session.
+    It tries **exactly once**: when the lock is held — by another transaction, a
+    session lock or a live lease row of the same name — it rolls back and raises
+    :class:`~fencepost.errors.AcquireTimeout`. Waiting would need a backoff (or a
+    server-side wait), and fencepost makes every waiting decision in its core, whose
+    transaction-level statement is try-only; retry the whole transaction, or use a
+    lease or session lock (:class:`PostgresBackend`) to wait.
+
+    **One lock per name across the three PostgreSQL modes.** Lease rows, session locks
+    and transaction locks of the same name (same ``lease_table``, ``token_table`` and
+    ``namespace``) exclude each other and count one fencing token per name, on the
+    name's lease row (never below the name's row in ``token_table``). Correct through
+    PgBouncer in transaction mode: the transaction pins one server session; a session
+    lock another client holds on that same server session is refused with
+    :class:`~fencepost.errors.ProtocolError` rather than shared.
 
     Raises:
-        AcquireTimeout: another transaction holds the lock.
-        ProtocolError: the server refused the statement (a missing token table says to
-            run the migration).
+        AcquireTimeout: the lock is held (see above).
+        ProtocolError: the server refused the statement (missing tables: run the
+            migration); a session lock of this name is held on the same server
+            session by another client (a transaction-pooling proxy).
         BackendError: the connection failed.
         ConfigError: a bad name or table; ``with`` on an async connection or
             ``async with`` on a sync one.
     """
-    return XactLock(conn, name, token_table=token_table, namespace=namespace)
+    return XactLock(
+        conn, name, lease_table=lease_table, token_table=token_table, namespace=namespace
+    )
 
 
 # ---- fenced writes -----------------------------------------------------------------------------
@@ -886,14 +1083,27 @@ def fenced_update_sync(
     """Updates row ``row_id`` of ``table`` with ``values`` only if ``token`` is not lower
     than the row's ``token_column`` (:func:`fencepost.sql_fenced_update`), and stores
     ``token`` there. Runs on ``conn`` (a ``psycopg.Connection``, in your transaction if
-    one is open). The token column must be ``bigint NOT NULL`` (start it at 0).
+    one is open).
+
+    The table is yours; give it a token column that holds every fencing token (64-bit,
+    never NULL) and starts below the first one (tokens start at 1)::
+
+        ALTER TABLE jobs ADD COLUMN last_token bigint NOT NULL DEFAULT 0;
+
+    The row must exist: a fenced update never inserts. When the ``UPDATE`` matches no
+    row, a second ``SELECT`` tells the two causes apart: a row with a higher token
+    (:class:`~fencepost.errors.StaleToken`) or no row with that id (the built-in
+    ``LookupError``: insert the row first, with token 0).
 
     Raises:
         StaleToken: zero rows updated: the row carries a higher token (attributes
             ``resource`` = ``"table:row_id"``, ``token``, ``highest``).
-        LookupError: no row has that id.
+        LookupError: no row has that id (not a :class:`~fencepost.errors.FencepostError`:
+            the caller's data is missing, the lock is not at fault).
         ConfigError: a name that is not a plain identifier, a column named like the id
-            or token parameters, a token that is not an int >= 0.
+            or token parameters, a token that is not an int >= 0, a token column
+            holding something other than an integer (NULL: make it ``bigint NOT NULL
+            DEFAULT 0``).
         psycopg.Error: the server refused the statement.
     """
     sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
@@ -913,8 +1123,10 @@ async def fenced_update(
     token: int,
     values: Mapping[str, Any],
 ) -> None:
-    """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments and
-    errors."""
+    """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments, table
+    (a ``bigint NOT NULL DEFAULT 0`` token column on an existing row) and errors
+    (:class:`~fencepost.errors.StaleToken` for a higher token, ``LookupError`` for a
+    missing row)."""
     sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
     cursor = await conn.execute(sql, params, prepare=False)
     if cursor.rowcount == 0:

@@ -15,11 +15,19 @@
 //!   may have handed the lock on as soon as the connection dropped, before the
 //!   heartbeat noticed. Unreliable behind a transaction-pooling pooler (PgBouncer in
 //!   `pool_mode = transaction`): successive statements may run on different server
-//!   sessions.
+//!   sessions, and several clients' statements on the same one. The session records
+//!   the owner of its lock in a `fencepost.*` setting, so an acquire landing on a
+//!   session that holds the lock for another owner is refused (a `ProtocolError`
+//!   naming lease rows and `xact_lock`) instead of sharing the lock and its token.
 //!
 //! Transaction-level advisory locks (`pg_try_advisory_xact_lock`) are taken inside the
 //! user's own transaction, outside the machine: see [`xact_lock_statement`] and
 //! [`read_xact_lock`].
+//!
+//! The three modes are one lock per name: a lease grant takes the name's advisory key
+//! for its own statement's transaction, and an advisory grant is undone when the
+//! name's lease row is live; every grant counts its token on the lease row, above the
+//! name's row in the token table (see `advisory_acquire_sql`).
 //!
 //! Advisory keys: [`advisory_key`] maps a namespace and a lock name to a stable signed
 //! 64-bit key (the first 8 bytes, big-endian, of SHA-1 over
@@ -55,7 +63,8 @@ pub struct PostgresBackend {
     /// Schema-qualified or plain name of the lease table (lease mode); a plain SQL
     /// identifier, optionally `schema.table`. Default `fencepost_leases`.
     pub lease_table: String,
-    /// Name of the per-name token table of advisory modes. Default `fencepost_tokens`.
+    /// Name of the per-name token table: every grant's token is above the name's row
+    /// there, if it has one. Default `fencepost_tokens`.
     pub token_table: String,
     /// Namespace of advisory keys, so two applications sharing a database do not
     /// collide. Default `fencepost`.
@@ -151,9 +160,11 @@ impl PostgresBackend {
         Ok(())
     }
 
-    /// The migration creating the tables fencepost uses; idempotent (`IF NOT EXISTS`).
-    /// Run it once, with any client, before the first lock: tokens must survive, so
-    /// never truncate these tables.
+    /// The migration creating the tables fencepost uses; idempotent (`IF NOT EXISTS`):
+    /// the lease table, whose row per name counts the tokens of every mode, and the
+    /// token table, a per-name floor every grant stays above. Run it once, with any
+    /// client, before the first lock: tokens must survive, so never truncate these
+    /// tables.
     pub fn migration(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {lease} (\n\
@@ -175,39 +186,50 @@ impl PostgresBackend {
         match self.mode {
             PgMode::Lease => SqlStatement {
                 // One statement: take a free, expired or already-ours row; a new grant
-                // increments the token, an idempotent retry keeps it. The second column
-                // is the current holder's remaining time, for the backoff.
+                // increments the token, an idempotent retry keeps it. The gate takes
+                // the name's advisory key for this statement's transaction only, so a
+                // lease is never granted while a session or transaction advisory lock
+                // of the same name is held (the modes exclude each other); a session
+                // lock recorded on this very session is someone else's on a shared
+                // session (the record, not pg_locks: every lease grant reads it, and
+                // pg_locks takes the lock manager's locks). The second column is the
+                // current holder's remaining time, for the backoff.
                 sql: format!(
-                    "WITH attempt AS (\
-                     INSERT INTO {t} AS l (name, owner, token, expires_at) \
-                     VALUES ($1::text, $2::text, 1, clock_timestamp() + $3::bigint * interval '1 millisecond') \
+                    "WITH gate AS (SELECT CASE WHEN {held} IS NOT NULL THEN false \
+                     ELSE pg_try_advisory_xact_lock($4::bigint) END AS free), \
+                     attempt AS (\
+                     INSERT INTO {l} AS l (name, owner, token, expires_at) \
+                     SELECT $1::text, $2::text, {floor} + 1, clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                     FROM gate WHERE free \
                      ON CONFLICT (name) DO UPDATE SET \
                      owner = EXCLUDED.owner, \
-                     token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE l.token + 1 END, \
+                     token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE greatest(l.token + 1, EXCLUDED.token) END, \
                      expires_at = EXCLUDED.expires_at \
                      WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp() \
                      RETURNING token) \
-                     SELECT (SELECT token FROM attempt), \
-                     (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-                     FROM {t} WHERE name = $1::text)",
-                    t = self.lease_table
+                     SELECT (SELECT token FROM attempt), {remaining}",
+                    held = session_owner("$4"),
+                    l = self.lease_table,
+                    floor = token_floor(&self.token_table, "$1"),
+                    remaining = remaining_ms(&self.lease_table, "$1"),
                 ),
                 params: vec![
                     SqlValue::Text(name.to_owned()),
                     SqlValue::Text(owner.to_string()),
                     SqlValue::Int(ms_param(ttl_ms)),
+                    SqlValue::Int(advisory_key(&self.namespace, name)),
                 ],
                 connection: PgConnection::Any,
             },
             PgMode::Session => SqlStatement {
                 // Advisory locks stack per session: a retry on a session that already
-                // holds the lock must not take it twice, nor bump the token again
-                // (idempotent, DESIGN.md rule 5). A new grant bumps the token row in
-                // the same statement.
-                sql: advisory_acquire_sql("pg_try_advisory_lock", &self.token_table),
+                // holds the lock for this owner must not take it twice, nor bump the
+                // token again (idempotent, DESIGN.md rule 5).
+                sql: self.advisory_acquire_sql("pg_try_advisory_lock"),
                 params: vec![
                     SqlValue::Int(advisory_key(&self.namespace, name)),
                     SqlValue::Text(name.to_owned()),
+                    SqlValue::Text(owner.to_string()),
                 ],
                 connection: PgConnection::Dedicated,
             },
@@ -232,10 +254,14 @@ impl PostgresBackend {
                 ],
                 connection: PgConnection::Any,
             },
-            // The heartbeat: does this session still hold the advisory lock?
+            // The heartbeat: does this session still hold the advisory lock, for
+            // this owner?
             PgMode::Session => SqlStatement {
-                sql: HELD.to_string(),
-                params: vec![SqlValue::Int(advisory_key(&self.namespace, name))],
+                sql: format!("{} AND {} = $2::text", held_sql("$1"), SESSION_OWNER),
+                params: vec![
+                    SqlValue::Int(advisory_key(&self.namespace, name)),
+                    SqlValue::Text(owner.to_string()),
+                ],
                 connection: PgConnection::Dedicated,
             },
         }
@@ -256,9 +282,18 @@ impl PostgresBackend {
                 ],
                 connection: PgConnection::Any,
             },
+            // Only this owner's lock is unlocked (a session another client shares
+            // must not free it), and the session forgets the owner.
             PgMode::Session => SqlStatement {
-                sql: "SELECT 1 WHERE pg_advisory_unlock($1::bigint)".to_owned(),
-                params: vec![SqlValue::Int(advisory_key(&self.namespace, name))],
+                sql: format!(
+                    "SELECT set_config({var}, '', false) FROM (SELECT CASE WHEN {SESSION_OWNER} = $2::text \
+                     THEN pg_advisory_unlock($1::bigint) ELSE false END AS ok) u WHERE ok",
+                    var = SESSION_VAR
+                ),
+                params: vec![
+                    SqlValue::Int(advisory_key(&self.namespace, name)),
+                    SqlValue::Text(owner.to_string()),
+                ],
                 connection: PgConnection::Dedicated,
             },
         }
@@ -317,15 +352,18 @@ impl Recipe for PostgresBackend {
 
 /// The statement for a transaction-level advisory lock, to run as the first statement
 /// of the user's transaction (on the connection running it): tries
-/// `pg_try_advisory_xact_lock` and, if granted, bumps the name's token row in the same
-/// transaction. Read the reply with [`read_xact_lock`]. The lock is released by the
-/// transaction's commit or rollback; there is nothing to renew or release.
+/// `pg_try_advisory_xact_lock` and, if granted and no lease row of the name is live,
+/// bumps the name's token (on its lease row) in the same transaction. Read the reply
+/// with [`read_xact_lock`]. The lock is released by the transaction's commit or
+/// rollback; there is nothing to renew or release.
 pub fn xact_lock_statement(backend: &PostgresBackend, name: &str) -> SqlStatement {
     SqlStatement {
-        sql: advisory_acquire_sql("pg_try_advisory_xact_lock", &backend.token_table),
+        sql: backend.advisory_acquire_sql("pg_try_advisory_xact_lock"),
         params: vec![
             SqlValue::Int(advisory_key(&backend.namespace, name)),
             SqlValue::Text(name.to_owned()),
+            // no owner: transaction locks leave nothing on the session
+            SqlValue::Text(String::new()),
         ],
         connection: PgConnection::Dedicated,
     }
@@ -351,27 +389,103 @@ pub fn read_xact_lock(reply: &SqlReply) -> Result<Option<FencingToken>, Protocol
     }
 }
 
-/// Rows if this session holds the advisory lock `$1` (pg_locks shows a bigint key as
-/// classid = high 32 bits, objid = low 32 bits, objsubid = 1).
-const HELD: &str = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() \
-     AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1::bigint";
-
-/// Takes advisory lock `$1` with `try_fn` (session or transaction level) and, on a
-/// new grant, bumps the token row of name `$2` in the same statement. Advisory locks
-/// stack: when this session already holds the lock, it is not taken twice and the
-/// token is not bumped again — the current token is returned (idempotent retry,
-/// DESIGN.md rule 5). Returns one row: (token or NULL when held elsewhere, NULL).
-fn advisory_acquire_sql(try_fn: &str, token_table: &str) -> String {
+/// Rows if this session holds the advisory lock whose key is parameter `key` (pg_locks
+/// shows a bigint key as classid = high 32 bits, objid = low 32 bits, objsubid = 1).
+fn held_sql(key: &str) -> String {
     format!(
-        "WITH held AS (SELECT EXISTS ({HELD}) AS yes), \
-         got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN true \
-         ELSE {try_fn}($1::bigint) END AS ok, (SELECT yes FROM held) AS again), \
-         bump AS (INSERT INTO {t} (name, token) SELECT $2::text, 1 FROM got WHERE ok AND NOT again \
-         ON CONFLICT (name) DO UPDATE SET token = {t}.token + 1 RETURNING token) \
-         SELECT coalesce((SELECT token FROM bump), \
-         (SELECT t.token FROM {t} t, got WHERE t.name = $2::text AND got.again)), NULL::bigint",
-        t = token_table
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() \
+         AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = {key}::bigint"
     )
+}
+
+/// The session setting (a custom `fencepost.*` variable, one per advisory key `$1`)
+/// where a session lock records `owner token` when granted: it tells a retry of the
+/// same owner from another client sharing the server session.
+const SESSION_VAR: &str = "'fencepost.k' || translate($1::bigint::text, '-', 'n')";
+
+/// The owner recorded in [`SESSION_VAR`] (NULL when none).
+const SESSION_OWNER: &str =
+    "nullif(split_part(current_setting('fencepost.k' || translate($1::bigint::text, '-', 'n'), true), ' ', 1), '')";
+
+/// [`SESSION_OWNER`] of the key in parameter `key`.
+fn session_owner(key: &str) -> String {
+    SESSION_OWNER.replace("$1", key)
+}
+
+/// The highest token of name `name_param` in the token table, or 0: every grant goes
+/// above it.
+fn token_floor(token_table: &str, name_param: &str) -> String {
+    format!("coalesce((SELECT token FROM {token_table} WHERE name = {name_param}::text), 0)")
+}
+
+/// The remaining milliseconds of name `name_param`'s live lease row, or NULL.
+fn remaining_ms(lease_table: &str, name_param: &str) -> String {
+    format!(
+        "(SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
+         FROM {lease_table} WHERE name = {name_param}::text AND owner IS NOT NULL)"
+    )
+}
+
+impl PostgresBackend {
+    /// Takes advisory lock `$1` (name `$2`, owner `$3`, empty for a transaction lock)
+    /// with `try_fn`, session or transaction level. A new grant counts its token on
+    /// the name's lease row, in the same statement, unless that row holds a live
+    /// lease: then the grant is undone (a session lock is unlocked; a transaction
+    /// lock ends with the caller's rollback). `ON CONFLICT DO UPDATE` sees the row's
+    /// latest committed version, so a lease granted concurrently is never missed,
+    /// and lease grants take the key for their own transaction, so the three modes
+    /// exclude each other and share one counter per name.
+    ///
+    /// Advisory locks stack per session: when this session already holds the key
+    /// for the same owner (the session's record for a session lock; none for a
+    /// nested transaction lock) it is not taken twice and the token is not bumped
+    /// again: the current one is returned (idempotent retry, DESIGN.md rule 5). Held
+    /// by this session for anyone else, the session is shared between clients (a
+    /// transaction-pooling proxy): nothing is taken and the third column says so.
+    ///
+    /// Returns one row: (token or NULL, the live lease's remaining ms or NULL,
+    /// shared session).
+    fn advisory_acquire_sql(&self, try_fn: &str) -> String {
+        let session = try_fn == "pg_try_advisory_lock";
+        format!(
+            "WITH held AS (SELECT EXISTS ({held}) AS yes, {SESSION_OWNER} AS who), \
+             state AS (SELECT yes AND coalesce(who, '') = $3::text AS again, \
+             yes AND coalesce(who, '') <> $3::text AS shared FROM held), \
+             got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN false ELSE {try_fn}($1::bigint) END AS took), \
+             bump AS (INSERT INTO {l} AS l (name, owner, token, expires_at) \
+             SELECT $2::text, NULL, {floor} + 1, NULL FROM got WHERE took \
+             ON CONFLICT (name) DO UPDATE SET owner = NULL, expires_at = NULL, \
+             token = greatest(l.token + 1, EXCLUDED.token) \
+             WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING token), \
+             mark AS (SELECT set_config({SESSION_VAR}, $3::text || ' ' || token::text, false) \
+             FROM bump WHERE $3::text <> ''), \
+             undo AS (SELECT {undo} FROM got WHERE took AND NOT EXISTS (SELECT 1 FROM bump)) \
+             SELECT coalesce((SELECT token FROM bump), CASE WHEN state.again THEN {again} END), \
+             {remaining}, state.shared \
+             FROM state, (SELECT count(*) FROM mark) m, (SELECT count(*) FROM undo) u",
+            held = held_sql("$1"),
+            l = self.lease_table,
+            floor = token_floor(&self.token_table, "$2"),
+            undo = if session {
+                "pg_advisory_unlock($1::bigint)"
+            } else {
+                "true"
+            },
+            again = if session {
+                // the token the session recorded at its grant
+                format!(
+                    "nullif(split_part(current_setting({SESSION_VAR}, true), ' ', 2), '')::bigint"
+                )
+            } else {
+                // this transaction bumped it, and holds the row
+                format!(
+                    "(SELECT token FROM {} WHERE name = $2::text)",
+                    self.lease_table
+                )
+            },
+            remaining = remaining_ms(&self.lease_table, "$2"),
+        )
+    }
 }
 
 fn ms_param(ms: u64) -> i64 {
@@ -399,7 +513,9 @@ fn server_error(sqlstate: &str, message: &str) -> ReadError {
         ReadError::Ambiguous(format!("postgres {sqlstate}: {message}"))
     } else if sqlstate == "42P01" {
         protocol(format!(
-            "{sqlstate}: {message} — run the fencepost migration first (PostgresBackend::migration)"
+            "{sqlstate}: {message} — fencepost's tables are missing: run its migration once \
+             (Python: backend.migrate_sync(), or await backend.migrate() with an asyncio \
+             client; or run the SQL of fencepost.postgres.migration() with any client)"
         ))
     } else {
         protocol(format!("server error {sqlstate}: {message}"))
@@ -411,30 +527,51 @@ pub(crate) fn read_acquire(reply: &SqlReply) -> Result<Read, ReadError> {
         SqlReply::Error { sqlstate, message } => Err(server_error(sqlstate, message)),
         SqlReply::Rows { rows } => match rows.as_slice() {
             [row] => match row.as_slice() {
-                [SqlValue::Int(token), _] if *token > 0 => Ok(Read::Granted {
-                    token: FencingToken(*token as u64),
-                    base: None,
-                }),
-                [SqlValue::Null, SqlValue::Int(ms)] => Ok(Read::Contended {
-                    queued: false,
-                    remaining: u64::try_from(*ms)
-                        .ok()
-                        .filter(|&m| m > 0)
-                        .map(Duration::from_millis),
-                }),
-                [SqlValue::Null, SqlValue::Null] => Ok(Read::Contended {
-                    remaining: None,
-                    queued: false,
-                }),
-                _ => Err(protocol(format!(
-                    "acquire: expected one row (token or NULL, remaining ms or NULL), got {row:?}"
-                ))),
+                // the advisory statements' third column: a session shared between clients
+                [SqlValue::Null, _, SqlValue::Bool(true)] => {
+                    Err(protocol(SHARED_SESSION.to_owned()))
+                }
+                [token, remaining, SqlValue::Bool(false)] => {
+                    read_acquire_row(&[token.clone(), remaining.clone()])
+                }
+                row => read_acquire_row(row),
             },
             _ => Err(protocol(format!(
                 "acquire: expected exactly one row, got {}",
                 rows.len()
             ))),
         },
+    }
+}
+
+/// Why an advisory lock is refused on a server session that holds it for another
+/// client: the only way two clients share a session is a transaction-pooling proxy.
+const SHARED_SESSION: &str = "this server session already holds the advisory lock for \
+     another client: statements are going through a transaction-pooling proxy (such as \
+     PgBouncer with pool_mode = transaction), where session advisory locks do not exclude \
+     and every client would get the same token; use lease rows (mode=\"lease\"), which \
+     work through any pooler, or a transaction lock (xact_lock) inside your transaction";
+
+fn read_acquire_row(row: &[SqlValue]) -> Result<Read, ReadError> {
+    match row {
+        [SqlValue::Int(token), _] if *token > 0 => Ok(Read::Granted {
+            token: FencingToken(*token as u64),
+            base: None,
+        }),
+        [SqlValue::Null, SqlValue::Int(ms)] => Ok(Read::Contended {
+            queued: false,
+            remaining: u64::try_from(*ms)
+                .ok()
+                .filter(|&m| m > 0)
+                .map(Duration::from_millis),
+        }),
+        [SqlValue::Null, SqlValue::Null] => Ok(Read::Contended {
+            remaining: None,
+            queued: false,
+        }),
+        _ => Err(protocol(format!(
+            "acquire: expected one row (token or NULL, remaining ms or NULL), got {row:?}"
+        ))),
     }
 }
 
@@ -509,6 +646,23 @@ mod tests {
             session.acquire("r", &OwnerId([1; 16]), 1_000).connection,
             PgConnection::Dedicated
         );
+        // every mode takes the name's advisory key, and the advisory modes its owner
+        assert_eq!(
+            s.params[3],
+            SqlValue::Int(advisory_key("fencepost", evil)),
+            "the lease grant's gate"
+        );
+        let owner = OwnerId([1; 16]);
+        for stmt in [
+            session.acquire("r", &owner, 1_000),
+            session.renew("r", &owner, 1_000),
+            session.release("r", &owner),
+        ] {
+            assert!(
+                stmt.params.contains(&SqlValue::Text(owner.to_string())),
+                "{stmt:?}"
+            );
+        }
         assert!(PostgresBackend {
             lease_table: "x; DROP".into(),
             ..PostgresBackend::default()
@@ -556,9 +710,35 @@ mod tests {
             Err(ReadError::Ambiguous(_))
         ));
         match read_acquire(&err("42P01")) {
-            Err(ReadError::Protocol(e)) => assert!(e.message.contains("migration"), "{e}"),
+            Err(ReadError::Protocol(e)) => {
+                assert!(e.message.contains("migrate_sync()"), "{e}");
+                assert!(!e.message.contains("::"), "names no Rust function: {e}");
+            }
             other => panic!("{other:?}"),
         }
+        // the advisory statements' third column
+        assert_eq!(
+            read_acquire(&rows(vec![vec![Int(7), Null, Bool(false)]])),
+            Ok(Read::Granted {
+                token: FencingToken(7),
+                base: None
+            })
+        );
+        assert_eq!(
+            read_acquire(&rows(vec![vec![Null, Int(250), Bool(false)]])),
+            Ok(Read::Contended {
+                queued: false,
+                remaining: Some(Duration::from_millis(250))
+            })
+        );
+        match read_acquire(&rows(vec![vec![Null, Null, Bool(true)]])) {
+            Err(ReadError::Protocol(e)) => {
+                assert!(e.message.contains("transaction-pooling"), "{e}");
+                assert!(e.message.contains("lease rows") && e.message.contains("xact_lock"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(read_acquire(&rows(vec![vec![Int(7), Null, Bool(true)]])).is_err());
         assert_eq!(read_owner_check(&rows(vec![vec![Int(1)]])), Ok(Read::Done));
         assert_eq!(read_owner_check(&rows(vec![])), Ok(Read::NotHeld));
         assert!(read_owner_check(&rows(vec![vec![], vec![]])).is_err());
