@@ -34,7 +34,12 @@ export interface LockOptions {
   acceptFailoverRisk?: boolean
   /**
    * How long to keep trying, ms: `null`, `undefined` or `Infinity` wait forever (default);
-   * `0` tries exactly once.
+   * `0` tries exactly once. Forever includes a server that cannot be reached: requests keep
+   * being retried with backoff, and the outage is told as process warnings (type
+   * 'FencepostWarning', code 'FENCEPOST_UNREACHABLE': at the first failed request, then at
+   * most every 5 s with the count; 'FENCEPOST_REACHABLE' when the server answers again;
+   * `console.warn` where there is no `process.emitWarning`). Set a timeout to get
+   * AcquireTimeoutError instead (its `lastError` is the last transport error).
    */
   acquireTimeoutMs?: number | null
   /** First backoff step, ms (default 10); step n is `min(retryMaxMs, retryBaseMs · 2^n)`,
@@ -228,7 +233,8 @@ export declare abstract class RedisProtocolBackend extends Backend {
    * @throws BackendError (`ERR_BACKEND`) when the server could not be reached (the write
    *   may or may not have happened).
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
-   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint.
+   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint in 1n ..= 2n ** 64n - 1n
+   *   (0n is no lease's token), before anything is sent.
    */
   fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): Promise<void>
   /** Whether locks on this backend hand off fairly (the `fair` option). */
@@ -504,6 +510,37 @@ export declare class EtcdBackend extends Backend {
   execute(request: EtcdGatewayCall, options?: ExecuteOptions): Promise<string>
 }
 
+/** Options of `backendFromUrl` and `backendFromEnv`: the chosen backend's own options,
+ * and how to make a Redis client. */
+export interface BackendFromUrlOptions {
+  /** For `redis://` / `rediss://` URLs: makes the client (the shared JavaScript loads no
+   * Redis library): `(url) => new Redis(url)` (ioredis) or
+   * `(url) => createClient({ url }).connect()` (node-redis). */
+  redis?: (url: string) => unknown
+  keyPrefix?: string
+  fair?: boolean
+  requestTimeoutMs?: number
+  fetch?: typeof globalThis.fetch
+}
+
+/**
+ * A backend for `url`, by its scheme: `memory://` → MemoryBackend; `http://`, `https://` →
+ * EtcdBackend (several members separated by commas); `redis://`, `rediss://` →
+ * RedisBackend on the client `options.redis(url)` makes (or resolves to). The backend
+ * owns a client made this way: `close()` disconnects it. No PostgreSQL backend in
+ * JavaScript.
+ * @throws ConfigError (rejects) for another scheme, or a redis:// URL without `redis`.
+ */
+export declare function backendFromUrl(url: string, options?: BackendFromUrlOptions): Promise<Backend>
+
+/**
+ * `backendFromUrl(env.FENCEPOST_BACKEND_URL, options)`, with `keyPrefix` from
+ * `env.FENCEPOST_KEY_PREFIX` when set and not in `options`; `env` defaults to
+ * `process.env`.
+ * @throws ConfigError (rejects) when FENCEPOST_BACKEND_URL is unset or empty.
+ */
+export declare function backendFromEnv(options?: BackendFromUrlOptions, env?: Record<string, string | undefined>): Promise<Backend>
+
 /** The etcd key the acquisition `ownerId` puts for lock `name` under `keyPrefix`
  * (`{keyPrefix}{name}/{lease id, 16 hex digits}`); while it holds the lock, the key's
  * create revision is its token. @throws ConfigError for an owner id that is not 32 hex
@@ -572,7 +609,9 @@ export declare function sqlFencedUpdate(
 
 /** The fenced Redis SET as a script call (run it yourself, or use
  * `RedisProtocolBackend.fencedSet`): writes `value` to `dataKey` unless `token` is lower than
- * the highest token stored at `fenceKey`. */
+ * the highest token stored at `fenceKey`.
+ * @throws ConfigError for a token that is not a bigint in 1n ..= 2n ** 64n - 1n (0n is no
+ * lease's token). */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): RedisScriptCall
 
 /** Reads the reply of `redisFencedSet`: returns when the write happened.

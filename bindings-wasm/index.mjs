@@ -11,6 +11,8 @@ export const {
   RedisBackend,
   UpstashRedisBackend,
   EtcdBackend,
+  backendFromUrl,
+  backendFromEnv,
   Fence,
   sqlFencedUpdate,
   redisFencedSet,

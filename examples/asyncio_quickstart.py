@@ -19,10 +19,13 @@ async def main(url: str | None) -> None:
 
         from fencepost.redis import RedisBackend
 
-        backend: fencepost.Backend = RedisBackend(redis.asyncio.Redis.from_url(url))
+        client = redis.asyncio.Redis.from_url(url, socket_timeout=2.0)
+        backend: fencepost.Backend = RedisBackend(client)
     else:
         backend = fencepost.MemoryBackend()
 
+    # acquire_timeout: a server that is down raises AcquireTimeout after 5 s (without it,
+    # acquiring waits forever, logging warnings on the "fencepost" logger)
     lock = fencepost.Lock(backend, "nightly-report", ttl=10.0, acquire_timeout=5.0)
     try:
         async with lock as lease:
@@ -35,6 +38,10 @@ async def main(url: str | None) -> None:
     except LockLost as e:
         # the body was cancelled the moment the lease was lost
         print(f"lost the lock mid-work: {e}")
+    finally:
+        backend.close()  # the client is yours to close
+        if url:
+            await client.aclose()
 
 
 if __name__ == "__main__":

@@ -76,6 +76,12 @@ class Storage:
         with self._mutex:
             return self._docs.get(doc)
 
+    def close(self) -> None:
+        """Closes the Redis backend and its client (nothing to close in memory)."""
+        if self._redis is not None:
+            self._redis.close()
+            self._redis.client.close()
+
 
 def make_backend(redis_url: Optional[str], prefix: str, share: Optional[fencepost.MemoryBackend]):  # type: ignore[no-untyped-def]
     """One backend per worker: each worker is its own client with its own machine."""
@@ -143,6 +149,9 @@ def main() -> int:
     b_thread.join()
 
     final = storage.read(LOCK_NAME)
+    for backend in (a_backend, b_backend):
+        backend.close()
+    storage.close()
     print()
     print(f"document {LOCK_NAME!r} now reads: {final!r}")
     if outcome.get("stale_write") == "REJECTED" and final == "B: final":

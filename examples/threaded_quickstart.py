@@ -19,10 +19,14 @@ def main(url: str | None) -> None:
 
         from fencepost.redis import RedisBackend
 
-        backend: fencepost.Backend = RedisBackend(redis.Redis.from_url(url))
+        # a blocking call cannot be cancelled at its deadline: bound it (above retry_max)
+        client = redis.Redis.from_url(url, socket_timeout=2.0)
+        backend: fencepost.Backend = RedisBackend(client)
     else:
         backend = fencepost.MemoryBackend()
 
+    # acquire_timeout: a server that is down raises AcquireTimeout after 5 s (without it,
+    # acquiring waits forever, logging warnings on the "fencepost" logger)
     lock = fencepost.Lock(backend, "nightly-report", ttl=10.0, acquire_timeout=5.0)
     try:
         with lock as lease:
@@ -34,6 +38,10 @@ def main(url: str | None) -> None:
         print("released")
     except LockLost as e:
         print(f"lost the lock mid-work: {e}")
+    finally:
+        backend.close()  # stops its renewal thread; the client is yours to close
+        if url:
+            client.close()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@
 // backend will subclass Backend the same way: `execute(request)` returns the reply as data.
 
 const check = require('./check')
-const { Driver, now, describeError, singleUseSignals } = require('./driver')
+const { Driver, Reachability, now, describeError, singleUseSignals } = require('./driver')
 const { BackendError, ConfigError, FencepostError } = require('./errors')
 const { Lease } = require('./lock')
 
@@ -35,6 +35,15 @@ function createBackends (native, LockMachine, fence) {
       if (new.target === Backend) throw new ConfigError('Backend is abstract: use MemoryBackend or RedisBackend')
       this._driverInstance = null
       this._closed = false
+      /** counts transport failures, warns of an unreachable server (see Reachability) */
+      this._reachability = new Reachability(this._label())
+      /** closers of a client this backend made itself (backendFromUrl): run by close() */
+      this._owned = []
+    }
+
+    /** How messages name this backend (its class name). */
+    _label () {
+      return this.constructor.name
     }
 
     /** The LockMachine options (`keyPrefix`, `fair`, `kind`) of this backend's protocol. */
@@ -52,7 +61,14 @@ function createBackends (native, LockMachine, fence) {
     _machineCheck (name, options) {
       // No machine: checking needs no entropy (in Workers, Web Crypto is available only
       // inside handlers).
-      LockMachine._checkAcquire(this._machineOptions(), name, options)
+      try {
+        LockMachine._checkAcquire(this._machineOptions(), name, options)
+      } catch (error) {
+        if (!(error instanceof ConfigError) || error.kind !== 'unsafe_purpose') throw error
+        // the core names its protocol ('redis'); say which backend the caller used
+        const i = error.message.indexOf(' is unsafe: ')
+        throw new ConfigError(`a correctness lock on ${this._label()}${error.message.slice(i)}`, { kind: error.kind, option: error.option })
+      }
     }
 
     /**
@@ -74,6 +90,9 @@ function createBackends (native, LockMachine, fence) {
       if (this._closed) return
       this._closed = true
       if (this._driverInstance !== null) this._driverInstance.close()
+      for (const closer of this._owned.splice(0)) {
+        Promise.resolve().then(closer).catch(() => {}) // a client already closed by hand
+      }
     }
   }
 
@@ -243,6 +262,10 @@ function createBackends (native, LockMachine, fence) {
 
     execute (request, options) {
       return this.server.execute(request, options)
+    }
+
+    _label () {
+      return 'MemoryBackend (an in-process stand-in for Redis, with its token rules)'
     }
   }
 
@@ -1019,7 +1042,77 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, EtcdBackend }
+  const URL_SCHEMES = 'redis://, rediss://, http(s):// (etcd; several members separated by commas) or memory://'
+
+  /**
+   * A backend for `url`, by its scheme: `memory://` a MemoryBackend; `http://` / `https://`
+   * an EtcdBackend (`endpoints` = the comma-separated URLs); `redis://` / `rediss://` a
+   * RedisBackend on the client `options.redis(url)` returns (or resolves to: node-redis
+   * `(url) => createClient({ url }).connect()`, ioredis `(url) => new Redis(url)`); the
+   * shared JavaScript loads no Redis client library itself. The backend owns a client it
+   * made this way: `close()` disconnects it. Other options (`keyPrefix`, `fair`,
+   * `requestTimeoutMs`, `fetch`) go to the backend's constructor. PostgreSQL has no
+   * JavaScript backend. Resolves to the backend; rejects with ConfigError for an unknown
+   * scheme or a missing `redis` factory.
+   */
+  async function backendFromUrl (url, options) {
+    check.string(url, 'url')
+    const { redis, ...rest } = check.plainObject(options, 'backendFromUrl options')
+    const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1].toLowerCase()
+    if (scheme === 'memory') return new MemoryBackend(rest)
+    if (scheme === 'http' || scheme === 'https') {
+      return new EtcdBackend({ ...rest, endpoints: url.split(',').map((u) => u.trim()).filter((u) => u !== '') })
+    }
+    if (scheme === 'redis' || scheme === 'rediss') {
+      if (typeof redis !== 'function') {
+        throw new ConfigError('a redis:// URL needs options.redis, a function making the client: (url) => new Redis(url) (ioredis) or (url) => createClient({ url }).connect() (node-redis)', { option: 'redis' })
+      }
+      const client = await redis(url)
+      let backend
+      try {
+        backend = new RedisBackend(client, rest)
+      } catch (error) {
+        closeClient(client)
+        throw error
+      }
+      backend._owned.push(() => closeClient(client))
+      return backend
+    }
+    throw new ConfigError(`url must start with ${URL_SCHEMES}, got ${check.describe(url.replace(/\/\/[^@/]*@/, '//…@'))}`, { option: 'url' })
+  }
+
+  /** Closes a Redis client of either library (ioredis, node-redis 4+): gracefully when
+   * connected (commands already sent, a last release among them, still get their
+   * replies), at once otherwise (a client retrying a server that is down). */
+  function closeClient (client) {
+    if (typeof client.isOpen !== 'boolean') { // ioredis
+      return client.status === 'ready' ? client.quit() : client.disconnect()
+    }
+    if (!client.isOpen) return undefined
+    if (client.isReady) return typeof client.close === 'function' ? client.close() : client.quit()
+    return typeof client.destroy === 'function' ? client.destroy() : client.disconnect()
+  }
+
+  /**
+   * `backendFromUrl(env.FENCEPOST_BACKEND_URL, options)`, with `keyPrefix` from
+   * `env.FENCEPOST_KEY_PREFIX` when set (and not given in `options`). `env` defaults to
+   * `process.env` (pass one in runtimes without it). Rejects with ConfigError when
+   * FENCEPOST_BACKEND_URL is unset or empty.
+   */
+  async function backendFromEnv (options, env) {
+    const vars = env ?? globalThis.process?.env ?? {}
+    const url = vars.FENCEPOST_BACKEND_URL
+    if (typeof url !== 'string' || url === '') {
+      throw new ConfigError(`FENCEPOST_BACKEND_URL is not set: set it to a backend URL (${URL_SCHEMES})`, { option: 'FENCEPOST_BACKEND_URL' })
+    }
+    const o = { ...check.plainObject(options, 'backendFromEnv options') }
+    if (o.keyPrefix === undefined && typeof vars.FENCEPOST_KEY_PREFIX === 'string' && vars.FENCEPOST_KEY_PREFIX !== '') {
+      o.keyPrefix = vars.FENCEPOST_KEY_PREFIX
+    }
+    return backendFromUrl(url, o)
+  }
+
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, EtcdBackend, backendFromUrl, backendFromEnv }
 }
 
 module.exports = { createBackends }

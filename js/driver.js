@@ -44,6 +44,62 @@ function describeError (error) {
   return `thrown: ${String(error)}`
 }
 
+/** A process warning (Node: `process.emitWarning`, type 'FencepostWarning'; elsewhere
+ * `console.warn`). */
+function emitWarning (message, code) {
+  const proc = globalThis.process
+  if (proc !== undefined && proc !== null && typeof proc.emitWarning === 'function') {
+    proc.emitWarning(message, { type: 'FencepostWarning', code })
+  } else if (typeof console !== 'undefined') {
+    console.warn(`FencepostWarning [${code}]: ${message}`)
+  }
+}
+
+/**
+ * Whether a backend's requests reach its server, told as process warnings. A request
+ * whose outcome is a transport failure (the client threw or rejected, or no reply came
+ * before the request's deadline) is a failure; any reply, an error reply too, a success.
+ * The first failure after a success (or at the start) warns at once (code
+ * 'FENCEPOST_UNREACHABLE'); while failures go on, another warning with their count follows
+ * at most every `reportEveryMs`; the first success after failures warns that the server
+ * answers again ('FENCEPOST_REACHABLE'). Locks keep retrying meanwhile, until their
+ * acquireTimeoutMs: these warnings are the only sign of an outage a waiting caller gets.
+ */
+class Reachability {
+  constructor (label) {
+    this.label = label
+    /** least milliseconds between two "still unreachable" warnings */
+    this.reportEveryMs = 5000
+    /** transport failures in a row, since the last request that got a reply */
+    this.failures = 0
+    this._since = 0
+    this._reportedAt = 0
+    this._reportedFailures = 0
+  }
+
+  failed (message) {
+    const t = now()
+    this.failures += 1
+    if (this.failures === 1) {
+      this._since = this._reportedAt = t
+      this._reportedFailures = 1
+      emitWarning(`${this.label} cannot reach its server: ${message} (locks keep retrying until their acquireTimeoutMs; repeated at most every ${this.reportEveryMs / 1000} s while it lasts)`, 'FENCEPOST_UNREACHABLE')
+    } else if (t - this._reportedAt >= this.reportEveryMs) {
+      const newly = this.failures - this._reportedFailures
+      this._reportedAt = t
+      this._reportedFailures = this.failures
+      emitWarning(`${this.label} still cannot reach its server: ${this.failures} failed requests in ${((t - this._since) / 1000).toFixed(1)} s (${newly} since the last report); last: ${message}`, 'FENCEPOST_UNREACHABLE')
+    }
+  }
+
+  succeeded () {
+    if (this.failures === 0) return
+    const failures = this.failures
+    this.failures = 0
+    emitWarning(`${this.label} reaches its server again, after ${failures} failed requests in ${((now() - this._since) / 1000).toFixed(1)} s`, 'FENCEPOST_REACHABLE')
+  }
+}
+
 /** A bug in the host (the machine refused an input the driver made): surface it loudly. */
 function reportBug (error) {
   setTimeout(() => { throw error }, 0)
@@ -232,12 +288,15 @@ class Driver {
    * the next request the machine emits goes out in the same turn. */
   _settleReply (id, entry, value) {
     if (!this._take(id, entry)) return
+    this.backend._reachability?.succeeded()
     this._feedReply(id, value)
   }
 
   _settleError (id, entry, error) {
     if (!this._take(id, entry)) return
-    this._feedTransportError(id, describeError(error))
+    const message = describeError(error)
+    this.backend._reachability?.failed(message)
+    this._feedTransportError(id, message)
   }
 
   /** Whether the outcome of request `id` is still awaited (it stops being so here). */
@@ -300,11 +359,13 @@ class Driver {
         this.pending.delete(id)
         this._forgetWait(entry, true)
         const late = (t - entry.deadlineMs).toFixed(3)
-        this._feedTransportError(id, `no reply before the request deadline (${late} ms ago)`)
+        const message = `no reply before the request deadline (${late} ms ago)`
+        this.backend._reachability?.failed(message)
+        this._feedTransportError(id, message)
       }
     }
     this._feedTimeout()
   }
 }
 
-module.exports = { Driver, now, describeError, singleUseSignals }
+module.exports = { Driver, Reachability, now, describeError, singleUseSignals }

@@ -57,7 +57,7 @@ function createFence (native) {
   function redisFencedSet (dataKey, fenceKey, token, value) {
     check.string(dataKey, 'dataKey')
     check.string(fenceKey, 'fenceKey')
-    check.token(token)
+    check.fencingToken(token)
     check.string(value, 'value')
     return translate(() => native.redisFencedSet(dataKey, fenceKey, token, value))
   }
@@ -132,7 +132,7 @@ function createFence (native) {
     check.string(keyPrefix, 'keyPrefix')
     check.string(name, 'lock name')
     ownerId(owner)
-    check.token(token)
+    check.fencingToken(token)
     pairs(puts)
     if (deletes !== undefined && deletes !== null) keys(deletes)
     return translate(() => native.etcdFencedTxn(keyPrefix, name, owner, token, puts, deletes ?? []))

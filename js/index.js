@@ -26,6 +26,8 @@ function createFencepost (native, implementation) {
     RedisBackend: backends.RedisBackend,
     UpstashRedisBackend: backends.UpstashRedisBackend,
     EtcdBackend: backends.EtcdBackend,
+    backendFromUrl: backends.backendFromUrl,
+    backendFromEnv: backends.backendFromEnv,
     Fence: fence.Fence,
     sqlFencedUpdate: fence.sqlFencedUpdate,
     redisFencedSet: fence.redisFencedSet,

@@ -81,12 +81,17 @@ fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
         UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
         _ => ("ConfigError", None),
     };
+    let mut message = err.to_string();
+    if let UsageError::UnsafePurpose { .. } = err {
+        // the option as a Python caller passes it
+        message = message.replace("accept_failover_risk=true", "accept_failover_risk=True");
+    }
     let kwargs = PyDict::new(py);
     match kwargs
         .set_item("kind", err.kind())
         .and_then(|()| kwargs.set_item("option", option))
     {
-        Ok(()) => fp_error(py, class, err.to_string(), Some(&kwargs)),
+        Ok(()) => fp_error(py, class, message, Some(&kwargs)),
         Err(e) => e,
     }
 }
@@ -140,6 +145,19 @@ fn arg_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
             ),
         )
     })
+}
+
+/// A fencing token to write with: an int in 1 ..= 2^64 - 1. Leases' tokens start at 1,
+/// and 0 is what a fresh fence (or an absent etcd key) holds, so a write with 0 would be
+/// refused by the Redis script or, on etcd, pass without any holder.
+fn arg_token(value: &Bound<'_, PyAny>) -> PyResult<FencingToken> {
+    match arg_u64(value, "token")? {
+        0 => Err(config_error(
+            value.py(),
+            "token must be a fencing token of a lease (an int >= 1), got 0",
+        )),
+        n => Ok(FencingToken(n)),
+    }
 }
 
 /// A `str` as UTF-8; other types and strings with lone surrogates (which UTF-8 cannot
@@ -870,7 +888,7 @@ fn etcd_fenced_txn(
     };
     let name = arg_str(name, "name")?;
     let owner = owner_from_hex(py, owner_id)?;
-    let token = FencingToken(arg_u64(token, "token")?);
+    let token = arg_token(token)?;
     let bad_puts = || {
         config_error(
             py,
@@ -1648,7 +1666,7 @@ fn sql_fenced_update(
 /// lower than the highest token stored at `fence_key`. `value` is a str or UTF-8 bytes.
 ///
 /// Errors: `ConfigError` naming the argument: keys that are not str, a value that is
-/// neither str nor UTF-8 bytes, a token that is not a non-negative int.
+/// neither str nor UTF-8 bytes, a token that is not an int >= 1.
 #[pyfunction]
 fn redis_fenced_set(
     data_key: &Bound<'_, PyAny>,
@@ -1658,7 +1676,7 @@ fn redis_fenced_set(
 ) -> PyResult<Command> {
     let data_key = arg_str(data_key, "data_key")?;
     let fence_key = arg_str(fence_key, "fence_key")?;
-    let token = FencingToken(arg_u64(token, "token")?);
+    let token = arg_token(token)?;
     let value = arg_text(value, "value")?;
     Ok(Command {
         cmd: fence::redis_fenced_set(&data_key, &fence_key, token, &value),

@@ -25,8 +25,8 @@ pub enum UsageError {
     #[error(
         "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
          when a replica is promoted after a failover, so two holders may carry the same token. \
-         Use etcd, ZooKeeper or a PostgreSQL lease for correctness locks, use purpose \
-         'efficiency', or set the accept-failover-risk option if you accept that risk"
+         Use etcd or a PostgreSQL lease for correctness locks, use purpose 'efficiency', \
+         or set accept_failover_risk=true if you accept that risk"
     )]
     UnsafePurpose { backend: String },
     /// The lock name is empty or too long.

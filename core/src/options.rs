@@ -250,9 +250,14 @@ mod tests {
         let mut o = LockOptions::ttl(ms(1_000));
         o.purpose = Purpose::Correctness;
         let err = o.validate("redis", true).unwrap_err();
-        assert!(err
-            .to_string()
-            .contains("etcd, ZooKeeper or a PostgreSQL lease"));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("a correctness lock on redis is unsafe: "),
+            "{text}"
+        );
+        assert!(text.contains("etcd or a PostgreSQL lease"), "{text}");
+        assert!(text.contains("accept_failover_risk=true"), "{text}");
+        assert!(!text.contains("ZooKeeper"), "{text}"); // not a backend
         assert_eq!(o.validate("etcd", false), Ok(()));
         o.accept_failover_risk = true;
         assert_eq!(o.validate("redis", true), Ok(()));

@@ -20,6 +20,11 @@ Durations are seconds (``float`` or :class:`datetime.timedelta`). Errors live in
 
 from __future__ import annotations
 
+import importlib
+import os
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
 from . import errors
 from ._backend import Backend
 from ._core import CORE_VERSION as _CORE_VERSION
@@ -36,6 +41,9 @@ from .errors import (
 )
 from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
+
+if TYPE_CHECKING:
+    from . import etcd, postgres, redis
 
 __version__ = "0.1.0"
 #: Version of the fencepost-core crate compiled into this package.
@@ -62,4 +70,131 @@ __all__ = [
     "ProtocolError",
     "BackendError",
     "core_version",
+    "backend_from_url",
+    "backend_from_env",
+    "redis",
+    "postgres",
+    "etcd",
 ]
+
+#: The adapter modules, imported on first use (``fencepost.redis.RedisBackend`` after a
+#: plain ``import fencepost``): importing one never imports its client library, but
+#: there is no reason to load all three for a program that uses one.
+_ADAPTERS = ("redis", "postgres", "etcd")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _ADAPTERS:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ADAPTERS))
+
+
+#: The URL schemes :func:`backend_from_url` understands, for messages.
+_SCHEMES = "redis://, rediss://, unix:// (Redis), postgresql:// (PostgreSQL), http(s):// (etcd) or memory://"
+
+
+def backend_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Backend:
+    """A backend for ``url``, chosen by its scheme, with a client it makes and owns
+    (:meth:`Backend.close` closes it):
+
+    * ``redis://``, ``rediss://``, ``unix://`` — :meth:`fencepost.redis.RedisBackend.from_url`
+      (``options``: ``key_prefix``, ``fair`` and redis-py's ``from_url`` keywords).
+    * ``postgresql://``, ``postgres://`` — :class:`fencepost.postgres.PostgresBackend`
+      in lease mode on a ``psycopg_pool.ConnectionPool(url, kwargs={"autocommit":
+      True})`` (a pool: a dropped connection is replaced on the next request); with
+      ``mode="session"`` each lock connects with ``url`` itself. ``options`` go to the
+      backend (``mode``, ``lease_table``, ``token_table``, ``namespace``). Lease mode
+      with ``asyncio=True`` is refused: open an ``AsyncConnectionPool`` yourself (it
+      must be opened on your event loop).
+    * ``http://``, ``https://`` — :meth:`fencepost.etcd.EtcdBackend.from_url`; several
+      members separated by commas (``options``: ``timeout``, ``key_prefix``).
+    * ``memory://`` — a new :class:`MemoryBackend` (``options``: ``key_prefix``,
+      ``fair``); ``asyncio`` does not matter there.
+
+    ``asyncio=True`` makes asyncio clients (for ``async with``), else blocking ones (for
+    ``with``).
+
+    Raises:
+        ConfigError: ``url`` is not a str or has another scheme (the message lists the
+            known ones), a client library is missing, or what the chosen constructor
+            raises.
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"url must be a str, got {url!r}")
+    scheme = url.partition(":")[0].lower() if "://" in url else ""
+    if scheme == "memory":
+        return MemoryBackend(**options)
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import RedisBackend
+
+        return RedisBackend.from_url(url, asyncio=asyncio, **options)
+    if scheme in ("http", "https"):
+        from .etcd import EtcdBackend
+
+        return EtcdBackend.from_url(url, asyncio=asyncio, **options)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres_from_url(url, asyncio=asyncio, **options)
+    shown = url.split("@")[-1] if "@" in url else url  # never echo a password
+    raise ConfigError(f"the backend URL must start with {_SCHEMES}, got {shown!r}")
+
+
+def _postgres_from_url(url: str, *, asyncio: bool, mode: str = "lease", **options: Any) -> Backend:
+    from .postgres import PostgresBackend
+
+    if mode == "session":
+        if asyncio:
+            import psycopg
+
+            return PostgresBackend(
+                mode="session", connect=lambda: psycopg.AsyncConnection.connect(url), **options
+            )
+        return PostgresBackend(mode="session", conninfo=url, **options)
+    if mode != "lease":
+        raise ConfigError(f"mode must be 'lease' or 'session', got {mode!r}", option="mode")
+    if asyncio:
+        raise ConfigError(
+            "a PostgreSQL lease backend for asyncio needs a pool opened on your event loop: "
+            "PostgresBackend(psycopg_pool.AsyncConnectionPool(url, kwargs={'autocommit': "
+            "True}, open=False)) and `await pool.open()`"
+        )
+    try:
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError("a PostgreSQL URL needs psycopg_pool: pip install 'fencepost[postgres]'") from exc
+    pool = psycopg_pool.ConnectionPool(url, kwargs={"autocommit": True}, open=True)
+    try:
+        backend = PostgresBackend(pool, **options)
+    except BaseException:
+        pool.close()
+        raise
+    backend._own(pool.close)
+    return backend
+
+
+def backend_from_env(
+    *, asyncio: bool = False, environ: Optional[Mapping[str, str]] = None, **options: Any
+) -> Backend:
+    """:func:`backend_from_url` for the URL in the environment variable
+    ``FENCEPOST_BACKEND_URL``, with ``key_prefix`` from ``FENCEPOST_KEY_PREFIX`` when
+    that is set (and ``key_prefix`` is not among ``options``). ``environ`` defaults to
+    :data:`os.environ`.
+
+    Raises:
+        ConfigError: ``FENCEPOST_BACKEND_URL`` is unset or empty, or as
+            :func:`backend_from_url`.
+    """
+    env = os.environ if environ is None else environ
+    url = env.get("FENCEPOST_BACKEND_URL", "")
+    if not url:
+        raise ConfigError(
+            f"FENCEPOST_BACKEND_URL is not set: set it to a backend URL ({_SCHEMES})",
+            option="FENCEPOST_BACKEND_URL",
+        )
+    prefix = env.get("FENCEPOST_KEY_PREFIX", "")
+    if prefix and "key_prefix" not in options:
+        options["key_prefix"] = prefix
+    return backend_from_url(url, asyncio=asyncio, **options)

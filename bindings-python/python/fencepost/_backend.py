@@ -4,15 +4,16 @@ client library, plus the drivers that run lock machines for it."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Union
 
 from . import _core
-from ._driver import AsyncDriver, ThreadDriver
+from ._driver import AsyncDriver, Reachability, ThreadDriver
 from .errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
-    from ._core import BackendSpec
+    from ._core import BackendSpec, LockOptionsSpec
 
 __all__ = ["Backend"]
 
@@ -36,6 +37,11 @@ class Backend:
     Raises:
         ConfigError: ``key_prefix`` is not a str (or holds lone surrogates, which UTF-8
             cannot encode).
+
+    A server that cannot be reached is reported on the ``fencepost`` logger (see
+    :class:`fencepost._driver.Reachability`): a WARNING at the first failed request,
+    then at most every 5 s with the count of failures, and one when a request gets a
+    reply again. Locks keep retrying meanwhile, until their ``acquire_timeout``.
     """
 
     #: Whether ``async with`` / ``await lock.acquire()`` work with this backend.
@@ -54,6 +60,37 @@ class Backend:
         self._last_async_driver: Optional[AsyncDriver] = None
         self._thread_driver: Optional[ThreadDriver] = None
         self._closed = False
+        #: Counts and reports transport failures (shared by this backend's drivers).
+        self._reachability = Reachability(self._label())
+        #: Closers of clients this backend made itself (``from_url``): run by close().
+        self._owned: List[Callable[[], object]] = []
+        #: Closes of owned asyncio clients still running (see :meth:`aclose`).
+        self._closes_pending: Set["asyncio.Future[object]"] = set()
+
+    def _label(self) -> str:
+        """How messages name this backend (its class name)."""
+        return type(self).__name__
+
+    def _check_lock_options(self, name: str, options: LockOptionsSpec) -> None:
+        """Checks a lock's name and options as the core will acquire them on this
+        backend. Raises ConfigError (the core's message, naming this backend)."""
+        try:
+            _core.check_lock_options(name, options, backend=self._machine_spec())
+        except ConfigError as exc:
+            if exc.kind != "unsafe_purpose":
+                raise
+            # the core names its protocol ("redis"); say which backend the caller used
+            _, sep, rest = str(exc).partition(" is unsafe: ")
+            raise ConfigError(
+                f"a correctness lock on {self._label()}{sep}{rest}",
+                kind=exc.kind,
+                option=exc.option,
+            ) from None
+
+    def _own(self, closer: Callable[[], object]) -> None:
+        """Makes :meth:`close` call ``closer`` (the close of a client this backend
+        created, which nobody else owns). ``closer`` may return an awaitable."""
+        self._owned.append(closer)
 
     # -- keys --
 
@@ -200,6 +237,28 @@ class Backend:
                 driver.close()
             else:
                 driver.loop.call_soon_threadsafe(driver.close)
+        owned, self._owned = self._owned, []
+        for closer in owned:
+            pending = closer()
+            if inspect.isawaitable(pending):
+                # an asyncio client closes on its loop: after this call returns, there
+                # (awaited by aclose()); without a running loop its sockets go with it
+                loop = _running_loop()
+                if loop is None:
+                    if inspect.iscoroutine(pending):
+                        pending.close()
+                    continue
+                future = asyncio.ensure_future(pending)
+                self._closes_pending.add(future)
+                future.add_done_callback(self._closes_pending.discard)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, then waits until the asyncio clients this backend created
+        itself (``RedisBackend.from_url(..., asyncio=True)``,
+        ``EtcdBackend.from_url(..., asyncio=True)``) are closed. Idempotent."""
+        self.close()
+        if self._closes_pending:
+            await asyncio.gather(*self._closes_pending, return_exceptions=True)
 
     # -- fenced writes --
 

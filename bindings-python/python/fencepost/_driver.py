@@ -45,7 +45,14 @@ from . import _core
 from ._lease import Lease, SyncLease
 from .errors import AcquireTimeout, BackendError, FencepostError, ProtocolError
 
-__all__ = ["AsyncDriver", "ThreadDriver", "AsyncAcquisition", "SyncAcquisition", "DriverHost"]
+__all__ = [
+    "AsyncDriver",
+    "ThreadDriver",
+    "AsyncAcquisition",
+    "SyncAcquisition",
+    "DriverHost",
+    "Reachability",
+]
 
 _log = logging.getLogger("fencepost")
 
@@ -55,10 +62,96 @@ CommandLike = Union[_core.Request, _core.Command]
 _TERMINAL = (_core.Lost, _core.Released, _core.AcquireFailed)
 
 
+class Reachability:
+    """Whether a backend's requests reach its server, told on the ``fencepost`` logger.
+
+    A request whose outcome is a transport failure (the client raised: connection
+    refused, reset, timed out; or no reply came before the request's deadline) counts
+    as a failure; any reply, an error reply included, is a success. The first failure
+    after a success (or at the start) logs a WARNING at once; while failures go on,
+    another WARNING with their count follows at most every :attr:`report_every_s`
+    seconds; the first success after failures logs a WARNING that the server is
+    reachable again. Locks keep retrying meanwhile (until their ``acquire_timeout``):
+    these messages are the only sign of an outage a waiting caller gets before then.
+    Thread-safe: one per backend, shared by its drivers.
+    """
+
+    #: Least number of seconds between two "still unreachable" warnings.
+    report_every_s: float = 5.0
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._mutex = threading.Lock()
+        #: Failures since the last success (0: reachable).
+        self._failures = 0
+        self._since = 0.0
+        self._reported_at = 0.0
+        self._reported_failures = 0
+
+    @property
+    def failures(self) -> int:
+        """Transport failures in a row, since the last request that got a reply."""
+        return self._failures
+
+    def failed(self, message: str) -> None:
+        """One request's outcome was a transport failure described by ``message``."""
+        now = time.monotonic()
+        with self._mutex:
+            self._failures += 1
+            if self._failures == 1:
+                self._since = self._reported_at = now
+                self._reported_failures = 1
+                first = True
+            elif now - self._reported_at >= self.report_every_s:
+                newly = self._failures - self._reported_failures
+                self._reported_at = now
+                self._reported_failures = self._failures
+                first = False
+            else:
+                return
+            failures, elapsed = self._failures, now - self._since
+        if first:
+            _log.warning(
+                "fencepost: %s cannot reach its server: %s (locks keep retrying until "
+                "their acquire_timeout; repeated at most every %g s while it lasts)",
+                self._label,
+                message,
+                self.report_every_s,
+            )
+        else:
+            _log.warning(
+                "fencepost: %s still cannot reach its server: %d failed requests in "
+                "%.1f s (%d since the last report); last: %s",
+                self._label,
+                failures,
+                elapsed,
+                newly,
+                message,
+            )
+
+    def succeeded(self) -> None:
+        """One request got a reply from the server."""
+        if self._failures == 0:  # the common case: no lock taken
+            return
+        with self._mutex:
+            failures, self._failures = self._failures, 0
+            elapsed = time.monotonic() - self._since
+        if failures:
+            _log.warning(
+                "fencepost: %s reaches its server again, after %d failed requests in %.1f s",
+                self._label,
+                failures,
+                elapsed,
+            )
+
+
 class DriverHost(Protocol):
     """What a driver needs of its backend (:class:`fencepost.Backend` implements it;
     see its docstrings): a machine, a way to run its requests, and the hooks of
     adapters with per-lock state."""
+
+    #: Counts transport failures and reports them (one per backend).
+    _reachability: Reachability
 
     def _new_machine(self) -> _core.Machine: ...
 
@@ -637,11 +730,14 @@ class AsyncDriver:
                     message = "abandoned: the lock's outcome was decided while it ran"
                 else:
                     message = f"no reply before the request deadline ({timeout:.3f} s)"
+                    self.backend._reachability.failed(message)
             else:
                 message = describe_exception(exc)
+                self.backend._reachability.failed(message)
             self._feed(lambda now: self._machine.transport_error(now, request.id, message))
         else:
             acquisition.interrupted = None
+            self.backend._reachability.succeeded()
             self._feed(lambda now: self._machine.reply(now, request.id, value))
 
     def _report_interrupted(self, acquisition: AsyncAcquisition) -> None:
@@ -669,11 +765,14 @@ class AsyncDriver:
             raise
         except asyncio.TimeoutError:
             message = f"no reply before the request deadline ({timeout:.3f} s)"
+            self.backend._reachability.failed(message)
             self._feed(lambda now: self._machine.transport_error(now, request.id, message))
         except Exception as exc:
             message = describe_exception(exc)
+            self.backend._reachability.failed(message)
             self._feed(lambda now: self._machine.transport_error(now, request.id, message))
         else:
+            self.backend._reachability.succeeded()
             self._feed(lambda now: self._machine.reply(now, request.id, value))
 
 
@@ -993,8 +1092,10 @@ class ThreadDriver:
                             value = self.backend._run_sync(self, request)
                         except Exception as exc:
                             failure: Optional[str] = describe_exception(exc)
+                            self.backend._reachability.failed(describe_exception(exc))
                         else:
                             failure = None
+                            self.backend._reachability.succeeded()
                     finally:
                         self._lock.acquire()
                     acquisition.interrupted = None
@@ -1026,10 +1127,12 @@ class ThreadDriver:
             value = self.backend._run_sync(self, request)
         except Exception as exc:
             message = describe_exception(exc)
+            self.backend._reachability.failed(message)
             with self._lock:
                 self._machine.transport_error(time.monotonic_ns(), request.id, message)
                 self._drain()
         else:
+            self.backend._reachability.succeeded()
             with self._lock:
                 self._machine.reply(time.monotonic_ns(), request.id, value)
                 self._drain()

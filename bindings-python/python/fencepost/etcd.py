@@ -150,6 +150,46 @@ class EtcdBackend(Backend):
         self.supports_async = self._is_async
         self.supports_sync = not self._is_async
 
+    @classmethod
+    def from_url(
+        cls,
+        endpoints: Union[str, Sequence[str]],
+        *,
+        asyncio: bool = False,
+        timeout: float = 1.0,
+        key_prefix: str = "fencepost/",
+    ) -> EtcdBackend:
+        """A backend on an httpx client it makes itself, for the members ``endpoints``:
+        one URL, several separated by commas (``"http://10.0.0.1:2379,http://10.0.0.2:2379"``,
+        as ``ETCDCTL_ENDPOINTS`` lists them) or a sequence of URLs.
+
+        Args:
+            asyncio: make an ``httpx.AsyncClient`` (for ``async with``) instead of an
+                ``httpx.Client`` (for ``with``).
+            timeout: the client's timeout in seconds (1 s): keep it well below
+                ``ttl / 3``, so that a member that hangs fails over before a renewal is
+                late.
+            key_prefix: as for the constructor.
+
+        The backend owns that client: :meth:`close` closes it (an asyncio client on
+        the running loop; ``await backend.aclose()`` waits for it).
+
+        Raises:
+            ConfigError: as the constructor; httpx is not installed.
+        """
+        if isinstance(endpoints, str):
+            endpoints = [u.strip() for u in endpoints.split(",") if u.strip()]
+        httpx_mod = _import_httpx()
+        client = httpx_mod.AsyncClient(timeout=timeout) if asyncio else httpx_mod.Client(timeout=timeout)
+        try:
+            backend = cls(client, endpoints, key_prefix=key_prefix)
+        except BaseException:
+            if not asyncio:  # an AsyncClient that sent nothing holds no socket
+                client.close()
+            raise
+        backend._own(client.aclose if asyncio else client.close)
+        return backend
+
     @property
     def client(self) -> Any:
         """The httpx client this backend uses."""

@@ -87,7 +87,12 @@ class Lock:
             tokens are durable rows and need no opt-in.
         accept_failover_risk: the explicit opt-in described above.
         acquire_timeout: seconds to keep trying; ``None`` waits forever, ``0`` tries
-            exactly once.
+            exactly once. Forever includes a server that cannot be reached: requests
+            keep being retried with backoff, and the outage is logged on the
+            ``fencepost`` logger (a WARNING at the first failed request, then at most
+            every 5 s with the count, and one when the server answers again). Set a
+            timeout to get :class:`~fencepost.errors.AcquireTimeout` instead (its
+            message carries the last transport error).
         retry_base: first backoff step, seconds; step n is
             ``min(retry_max, retry_base * 2**n)`` with full jitter.
         retry_max: largest backoff step, seconds.
@@ -143,7 +148,7 @@ class Lock:
             "drift_factor": drift_factor,
             "clock_margin": _seconds_to_ns("clock_margin", clock_margin),
         }
-        _core.check_lock_options(name, options, backend=backend._machine_spec())
+        backend._check_lock_options(name, options)
         self._backend = backend
         self._name = name
         self._options = options

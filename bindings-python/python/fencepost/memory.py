@@ -181,6 +181,9 @@ class MemoryBackend(Backend):
     def _machine_spec(self) -> RedisSpec:
         return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
 
+    def _label(self) -> str:
+        return "MemoryBackend (an in-process stand-in for Redis, with its token rules)"
+
     def _sync_call_limit_s(self) -> Optional[float]:
         # in-process: a script runs at once (blocking pops: _sync_wait_limit_s)
         plain = (

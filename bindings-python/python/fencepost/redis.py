@@ -157,6 +157,55 @@ class RedisBackend(Backend):
         self._response_error: Type[BaseException] = redis.exceptions.ResponseError
         self._codes = _error_codes()
 
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        asyncio: bool = False,
+        key_prefix: str = "fencepost:",
+        fair: bool = False,
+        **options: Any,
+    ) -> RedisBackend:
+        """A backend on a client made from ``url`` by redis-py's own ``from_url``
+        (``redis://``, ``rediss://``, ``unix://``; credentials and database in the URL
+        as redis-py reads them).
+
+        Args:
+            url: the server's URL, e.g. ``"redis://127.0.0.1:6379/0"``.
+            asyncio: make a ``redis.asyncio.Redis`` (for ``async with``) instead of a
+                blocking ``redis.Redis`` (for ``with``).
+            key_prefix, fair: as for the constructor.
+            options: keyword arguments for ``Redis.from_url``. ``socket_timeout``
+                defaults to 5 s (a blocking call cannot be cancelled at a request's
+                deadline, see the class docstring; it stays above the default
+                ``retry_max``, as fair waits need).
+
+        The backend owns that client: :meth:`close` closes it (an asyncio client on
+        the running loop; ``await backend.aclose()`` waits for it).
+
+        Raises:
+            ConfigError: ``url`` is not a str, or redis-py refuses it (an unknown
+                scheme, a bad port); redis-py is not installed.
+        """
+        if not isinstance(url, str):
+            raise ConfigError(f"url must be a str, got {url!r}")
+        try:
+            if asyncio:
+                import redis.asyncio as client_module
+            else:
+                import redis as client_module  # type: ignore[no-redef]
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError("RedisBackend needs redis-py: pip install 'fencepost[redis]'") from exc
+        options.setdefault("socket_timeout", 5.0)
+        try:
+            client = client_module.Redis.from_url(url, **options)
+        except ValueError as exc:
+            raise ConfigError(f"not a Redis URL redis-py accepts: {exc}") from exc
+        backend = cls(client, key_prefix=key_prefix, fair=fair)
+        backend._own(getattr(client, "aclose", None) or client.close)
+        return backend
+
     @property
     def client(self) -> Any:
         """The redis-py client this backend uses."""

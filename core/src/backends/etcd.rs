@@ -339,7 +339,7 @@ impl EtcdBackend {
     /// [`EtcdBackend::holder_key`]) still has create revision `token`, i.e. while the
     /// lease that got `token` still holds the lock (etcd's `IsOwner` comparison). The
     /// failure branch reads the current holder, so [`read_etcd_fenced_txn`] can say
-    /// who holds the lock now.
+    /// who holds the lock now. Token 0, which no lease carries, never passes.
     pub fn fenced_txn(
         &self,
         name: &str,
@@ -347,10 +347,17 @@ impl EtcdBackend {
         token: FencingToken,
         success: Vec<EtcdOp>,
     ) -> EtcdRequest {
+        // Create revision 0 is how etcd compares a key that does not exist: token 0 (no
+        // lease has it) must not pass when nobody holds the lock, so it compares with a
+        // revision no key has.
+        let create_revision = match i64::try_from(token.get()) {
+            Ok(0) | Err(_) => i64::MAX,
+            Ok(revision) => revision,
+        };
         EtcdRequest::Txn(EtcdTxn {
             compare: vec![EtcdCompare {
                 key: key.to_owned(),
-                create_revision: i64::try_from(token.get()).unwrap_or(i64::MAX),
+                create_revision,
             }],
             success,
             failure: vec![EtcdOp::Range(self.prefix_range(
@@ -1161,6 +1168,17 @@ mod tests {
             Ok(Read::Done)
         );
         assert!(read_owner_check("nope").is_err());
+    }
+
+    #[test]
+    fn fenced_txn_with_token_0_compares_a_revision_no_key_has() {
+        // create revision 0 would match an absent key: a write with no holder at all
+        let compared = |token| match EtcdBackend::default().fenced_txn("r", "k", token, vec![]) {
+            EtcdRequest::Txn(txn) => txn.compare[0].create_revision,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(compared(FencingToken(0)), i64::MAX);
+        assert_eq!(compared(FencingToken(33)), 33);
     }
 
     #[test]
