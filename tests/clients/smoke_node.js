@@ -39,9 +39,9 @@ async function smoke (dir) {
   const backend = new RedisBackend(client, { keyPrefix: prefix })
   const fair = new RedisBackend(client, { keyPrefix: `${prefix}fair:`, fair: true })
   try {
-    await new Lock(backend, 'smoke', { ttlMs: 300, acquireTimeoutMs: 5_000 }).using(async (signal, lease) => {
+    await new Lock(backend, 'smoke', { ttlMs: 600, acquireTimeoutMs: 5_000 }).using(async (signal, lease) => {
       assert.ok(lease.token >= 1n)
-      await sleep(450) // past the 300 ms TTL: only renewals keep it
+      await sleep(800) // past the 600 ms TTL: only renewals keep it
       lease.check()
       assert.notEqual(await get(`${prefix}{smoke}:lock`), null, 'renewed: the key is still there')
       await backend.fencedSet(`${prefix}data`, `${prefix}fence`, lease.token, 'node')

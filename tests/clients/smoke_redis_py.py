@@ -10,8 +10,9 @@ For a blocking client and an asyncio client it acquires, lets the lease renew pa
 TTL, writes through the fence (a stale token is refused), releases, and hands a contended
 fair lock from one holder to a parked ``BLPOP`` waiter. It also prints the adapter's bound
 on one blocking request for ``redis.Redis(host=…, socket_timeout=1)``, which depends on
-the client's default retry policy (the README quotes it per version) and checks it
-against the figure expected for that major version.
+the client's default retry policy (the README quotes it per version), and for
+``redis.Redis.from_url(url, socket_timeout=2)``, and checks them against the figures
+expected for that major version.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ def sync_smoke(url: str, prefix: str) -> None:
     client = redis.Redis.from_url(url, socket_timeout=2)
     backend = RedisBackend(client, key_prefix=prefix)
     try:
-        lock = fencepost.Lock(backend, "smoke", ttl=0.3, acquire_timeout=5.0)
+        lock = fencepost.Lock(backend, "smoke", ttl=0.6, acquire_timeout=5.0)
         with lock as lease:
             check(lease.token >= 1, f"token {lease.token}")
-            time.sleep(0.45)  # past the 0.3 s TTL: only renewals keep it
+            time.sleep(0.8)  # past the 0.6 s TTL: only renewals keep it
             lease.check()
             check(client.get(f"{prefix}{{smoke}}:lock") is not None, "renewed: the key is still there")
             backend.fenced_set_sync(f"{prefix}data", f"{prefix}fence", lease.token, "sync")
@@ -76,7 +77,7 @@ def sync_fair_handoff(url: str, prefix: str) -> None:
     try:
         holder = fencepost.Lock(backend, "fair", ttl=5.0, acquire_timeout=5.0, retry_max=1.0)
         waiter = fencepost.Lock(backend, "fair", ttl=5.0, acquire_timeout=5.0, retry_max=1.0)
-        got: list = []
+        got: "list[fencepost.SyncLease]" = []
         first = holder.acquire_sync()
         thread = threading.Thread(target=lambda: got.append(waiter.acquire_sync()))
         thread.start()
@@ -98,8 +99,8 @@ async def async_smoke(url: str, prefix: str) -> None:
     client = redis.asyncio.Redis.from_url(url, socket_timeout=2)
     backend = RedisBackend(client, key_prefix=prefix)
     try:
-        async with fencepost.Lock(backend, "smoke", ttl=0.3, acquire_timeout=5.0) as lease:
-            await asyncio.sleep(0.45)
+        async with fencepost.Lock(backend, "smoke", ttl=0.6, acquire_timeout=5.0) as lease:
+            await asyncio.sleep(0.8)
             lease.check()
             check(await client.get(f"{prefix}{{smoke}}:lock") is not None, "renewed")
             await backend.fenced_set(f"{prefix}data", f"{prefix}fence", lease.token, "async")
@@ -148,10 +149,15 @@ def main() -> None:
     bound = probe._sync_call_limit_s()
     probe.close()
     check(bound == BOUND_S[major], f"bound on one blocking request: {bound} s, expected {BOUND_S[major]} s")
+    # from_url builds a pool without the constructor's default retries, in every version
+    probe = RedisBackend(redis.Redis.from_url(url, socket_timeout=2))
+    from_url = probe._sync_call_limit_s()
+    probe.close()
+    check(from_url == 4.0, f"bound for from_url(url, socket_timeout=2): {from_url} s, expected 4.0 s")
     print(
         f"redis-py {redis.__version__}: acquire, renew, fenced write, release, fair hand-off "
         f"(threads and asyncio) ok in {time.monotonic() - started:.1f} s; "
-        f"bound for redis.Redis(host=…, socket_timeout=1): {bound} s"
+        f"bound for redis.Redis(host=…, socket_timeout=1): {bound} s, for from_url(url, socket_timeout=2): {from_url} s"
     )
 
 
