@@ -659,3 +659,22 @@ def test_grants_go_above_the_token_table_row_of_the_name(name: str, migrated: No
             assert token == 201
     with fencepost.Lock(PostgresBackend(mode="session", conninfo=PG_URL), other, ttl=5.0) as lease:
         assert lease.token == 202
+
+
+@needs_pg
+async def test_fenced_update_refuses_token_0_before_anything_is_sent(job: int) -> None:
+    # a fresh row holds token 0: an update with it would pass without any lease
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        for token in (0, -1, True):
+            with pytest.raises(ConfigError, match=r"an int >= 1"):
+                fenced_update_sync(conn, "fp_jobs", id_column="id", token_column="last_token",
+                                   row_id=job, token=token, values={"body": "no lease"})
+    aconn = await psycopg.AsyncConnection.connect(PG_URL, autocommit=True)
+    try:
+        with pytest.raises(ConfigError, match=r"an int >= 1"):
+            await fenced_update(aconn, "fp_jobs", id_column="id", token_column="last_token",
+                                row_id=job, token=0, values={"body": "no lease"})
+    finally:
+        await aconn.close()
+    assert sql("SELECT body, last_token FROM fp_jobs WHERE id = %s", job) == [("new", 0)]

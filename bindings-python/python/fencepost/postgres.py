@@ -1040,8 +1040,9 @@ def xact_lock(
 def _fenced(
     table: str, id_column: str, token_column: str, values: Mapping[str, Any], row_id: Any, token: int
 ) -> Tuple[str, Dict[str, Any], str]:
-    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-        raise ConfigError(f"token must be an int >= 0, got {token!r}")
+    # 0 is what a fresh row's token column holds: a write with it would pass with no lease
+    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
+        raise ConfigError(f"token must be a fencing token of a lease (an int >= 1), got {token!r}")
     if not isinstance(values, Mapping):
         raise ConfigError(f"values must be a mapping of column to value, got {values!r}")
     sql = _core.sql_fenced_update(table, id_column, token_column, list(values), "pyformat")
@@ -1101,7 +1102,8 @@ def fenced_update_sync(
         LookupError: no row has that id (not a :class:`~fencepost.errors.FencepostError`:
             the caller's data is missing, the lock is not at fault).
         ConfigError: a name that is not a plain identifier, a column named like the id
-            or token parameters, a token that is not an int >= 0, a token column
+            or token parameters, a token that is not an int >= 1 (0 is a fresh row's
+            value, not a lease's token), a token column
             holding something other than an integer (NULL: make it ``bigint NOT NULL
             DEFAULT 0``).
         psycopg.Error: the server refused the statement.
