@@ -506,6 +506,11 @@ function createBackends (native, LockMachine, fence) {
    *
    * With `fair: true`, a parked waiter's BLPOP runs on a duplicate of the client
    * (`client.duplicate()`), never on the client itself; `close()` closes those.
+   *
+   * Until `close()`, the backend listens to the client's 'error' and 'ready' events to
+   * warn of an unreachable server at once (FENCEPOST_UNREACHABLE / FENCEPOST_REACHABLE
+   * process warnings): a client with no 'error' listener of its own then no longer logs
+   * (ioredis) or throws (node-redis) its connection errors.
    */
   class RedisBackend extends RedisProtocolBackend {
     constructor (client, options) {
@@ -524,6 +529,15 @@ function createBackends (native, LockMachine, fence) {
       this._client = client
       this._runner = runner
       this._blocking = this._fair ? new BlockingConnections(client, runner.kind) : null
+      // A client that cannot connect holds commands in its offline queue (ioredis) or
+      // fails them only at their deadline: its own events tell an outage at once.
+      this._clientEvents = typeof client.on === 'function'
+        ? { error: (error) => this._reachability.failed(describeError(error)), ready: () => this._reachability.succeeded() }
+        : null
+      if (this._clientEvents !== null) {
+        client.on('error', this._clientEvents.error)
+        client.on('ready', this._clientEvents.ready)
+      }
     }
 
     /** The client this backend uses. */
@@ -591,6 +605,11 @@ function createBackends (native, LockMachine, fence) {
     close () {
       super.close()
       if (this._blocking !== null) this._blocking.close()
+      if (this._clientEvents !== null && typeof this._client.removeListener === 'function') {
+        this._client.removeListener('error', this._clientEvents.error)
+        this._client.removeListener('ready', this._clientEvents.ready)
+      }
+      this._clientEvents = null
     }
   }
 

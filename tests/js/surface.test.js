@@ -101,6 +101,28 @@ test('an unreachable Redis (ioredis) is warned of, and a server that answers aga
   }
 })
 
+test('an ioredis client with its default offline queue: the first failed connect warns at once', { skip: REDIS ? false : 'FENCEPOST_REDIS_URL is not set' }, async () => {
+  const port = await deadPort()
+  // no 'error' listener of our own: the backend's keeps ioredis from logging
+  const client = new IORedis({ host: '127.0.0.1', port, retryStrategy: () => 50 })
+  const backend = new RedisBackend(client, { keyPrefix: prefix(':') })
+  try {
+    const started = performance.now()
+    const warnings = await warningsDuring(async (seen) => {
+      const acquiring = new Lock(backend, 'queued', { ttlMs: 30_000, acquireTimeoutMs: 3_000 }).acquire()
+      assert.ok(await waitUntil(() => seen.length > 0, 2_000), 'no warning within 2 s')
+      assert.ok(performance.now() - started < 2_000)
+      await assert.rejects(acquiring, AcquireTimeoutError)
+    })
+    assert.equal(warnings[0].code, 'FENCEPOST_UNREACHABLE')
+    assert.match(warnings[0].message, /^RedisBackend cannot reach its server: .*ECONNREFUSED/)
+  } finally {
+    backend.close()
+    assert.equal(client.listenerCount('error'), 0) // close() took its listeners back
+    client.disconnect()
+  }
+})
+
 test('requests that get replies warn of nothing', async () => {
   const backend = new MemoryBackend()
   const warnings = await warningsDuring(() => new Lock(backend, 'fine', { ttlMs: 1_000 }).using(() => null))
