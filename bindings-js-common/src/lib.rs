@@ -662,6 +662,15 @@ impl JsMachine {
         self.feed(input)
     }
 
+    /// Renews `lock` now if it is held (a manual extend).
+    pub fn extend(&mut self, now_ms: f64, lock: f64) -> Result<()> {
+        let input = Input::Extend {
+            now: instant(now_ms)?,
+            lock: LockId(id(lock, "lock")?),
+        };
+        self.feed(input)
+    }
+
     /// The server's reply to `request`.
     pub fn reply(&mut self, now_ms: f64, request: f64, reply: Reply) -> Result<()> {
         let input = Input::Reply {
