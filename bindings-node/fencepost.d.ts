@@ -42,6 +42,10 @@ export interface LockOptions {
    * AcquireTimeoutError instead (its `lastError` is the last transport error).
    */
   acquireTimeoutMs?: number | null
+  /** How many times to retry after the first attempt (node-redlock's `retryCount`), an
+   * integer; `null`/`undefined` = no limit (default), `0` tries once. Whichever of it and
+   * `acquireTimeoutMs` runs out first rejects with AcquireTimeoutError. */
+  retryCount?: number | null
   /** First backoff step, ms (default 10); step n is `min(retryMaxMs, retryBaseMs · 2^n)`,
    * each wait drawn uniformly from 0 ..= step ("full jitter"). */
   retryBaseMs?: number
@@ -63,6 +67,9 @@ export interface AcquireOptions {
   /** Cancels the wait: the acquisition is abandoned (and the lock released if the server
    * had granted it already), and `acquire()` rejects with `signal.reason`. */
   signal?: AbortSignal
+  /** This call's acquire timeout over the lock's `acquireTimeoutMs`, ms: `null` or
+   * `Infinity` wait forever, `0` tries once. */
+  timeoutMs?: number | null
 }
 
 // ---- locks and leases -----------------------------------------------------------------------
@@ -105,6 +112,12 @@ export declare class Lock {
    */
   acquire(options?: AcquireOptions): Promise<Lease>
   /**
+   * One attempt (redis-py's `blocking=False`): the lease, or `null` when another owner
+   * holds the lock. Rejects as `acquire()` otherwise (an unreachable server is an
+   * AcquireTimeoutError with its `lastError`).
+   */
+  tryAcquire(options?: Omit<AcquireOptions, 'timeoutMs'>): Promise<Lease | null>
+  /**
    * Acquires, runs `fn(signal, lease)` while the lease is renewed, and releases in
    * `finally`. `signal` is aborted the moment the lease is lost (pass it to `fetch`,
    * timers, database queries…); then `using` rejects with the `LockLostError`, whatever
@@ -141,6 +154,17 @@ export declare class Lease implements AsyncDisposable {
   /** Milliseconds left before the validity deadline (≥ 0; 0 once lost). Timers that are
    * due are delivered first. */
   validForMs(): number
+  /** Still ours by the local view: not lost, not released, before its validity deadline
+   * (due timers delivered first). Sends nothing; for the server's word, `extend()`. */
+  readonly held: boolean
+  /**
+   * Renews now (a manual extend; with `autoRenew: false` the only renewal there is) and
+   * resolves once the server confirmed it (`validUntilMs` has moved). The TTL is the
+   * lock's. Rejects with LockLostError (`'renew_rejected'`, `'expired'`) if the lease is
+   * lost, ConfigError (`ERR_CONFIG`) if it was released. A lease nobody references is
+   * released when collected, with a `ResourceWarning` (`FENCEPOST_LEASE_DROPPED`).
+   */
+  extend(): Promise<void>
   /** Throws the `LockLostError` if the lease has been lost (due timers delivered first).
    * Call it between steps of long synchronous work and before each protected write. */
   check(): void

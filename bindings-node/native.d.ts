@@ -48,6 +48,11 @@ export declare class Machine {
   /** Releases `lock`, or cancels its acquisition. A finished lock ignores it. */
   release(nowMs: number, lock: number): void
   /**
+   * Renews `lock` now if it is held (a manual extend); the outcome is its next
+   * `renewed` or `lost` event. A lock not held ignores it.
+   */
+  extend(nowMs: number, lock: number): void
+  /**
    * The server's reply to request `request`: on a Redis machine, as the Redis client
    * returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
    * JSON text the gateway answered (error documents included; for a watch, the first

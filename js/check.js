@@ -73,7 +73,7 @@ const DURATION_OPTIONS = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs']
 const OPTIONAL_DURATION_OPTIONS = ['acquireTimeoutMs', 'renewEveryMs']
 const BOOLEAN_OPTIONS = ['acceptFailoverRisk', 'autoRenew']
 const KNOWN_OPTIONS = new Set([
-  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor'
+  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor', 'retryCount'
 ])
 
 function suggestion (key) {
@@ -124,6 +124,12 @@ function lockOptions (options) {
   if (given.purpose !== undefined && given.purpose !== null) {
     // Its names are the core's: the addon refuses an unknown one, listing them.
     out.purpose = given.purpose
+  }
+  if (given.retryCount !== undefined && given.retryCount !== null && given.retryCount !== Infinity) {
+    if (!Number.isInteger(given.retryCount) || given.retryCount < 0 || given.retryCount > 2 ** 32 - 1) {
+      throw new ConfigError(`retryCount must be an integer in 0 ..= 2**32 - 1 (retries after the first attempt), got ${describe(given.retryCount)}`, { option: 'retryCount' })
+    }
+    out.retryCount = given.retryCount
   }
   if (given.driftFactor !== undefined && given.driftFactor !== null) {
     // NaN passes the type check: the core refuses it naming the allowed range.

@@ -150,6 +150,20 @@ class Driver {
     }
   }
 
+  /** Renews a held lease now (a manual extend); the outcome comes as its next event. */
+  extend (acquisition) {
+    this._checkOpen()
+    if (this.acquisitions.get(acquisition.lockId) === acquisition) {
+      this.machine._extend(now(), acquisition.lockId)
+      this._drain()
+    }
+  }
+
+  /** Whether the machine still runs `acquisition` (not finished, driver open). */
+  tracks (acquisition) {
+    return !this.closed && this.acquisitions.get(acquisition.lockId) === acquisition
+  }
+
   /** Delivers due timers now, so a lease past its deadline is reported lost before the
    * caller reads its state. */
   poke () {

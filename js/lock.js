@@ -14,6 +14,26 @@ const {
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose')
 
+/** Warns through the host's warning hook: process.emitWarning in Node, console.warn
+ * where there is no process (browsers, workers). */
+function warn (message) {
+  if (typeof process === 'object' && process !== null && typeof process.emitWarning === 'function') {
+    process.emitWarning(message, { type: 'ResourceWarning', code: 'FENCEPOST_LEASE_DROPPED' })
+  } else if (typeof console === 'object') {
+    console.warn(`ResourceWarning: ${message}`)
+  }
+}
+
+/** Leases collected while held: the registry holds only the acquisition (which sees its
+ * lease weakly), so a lease nobody references can be collected; it is then released. */
+const dropped = typeof FinalizationRegistry === 'function'
+  ? new FinalizationRegistry((acquisition) => {
+    if (acquisition.released !== null || !acquisition.driver.tracks(acquisition)) return
+    warn(`a lease of lock ${JSON.stringify(acquisition.name)} was garbage-collected while held; it is released now. Release it (lease.release(), await using, lock.using())`)
+    acquisition.driver.release(acquisition)
+  })
+  : null
+
 function deferred () {
   let resolve, reject
   const promise = new Promise((res, rej) => { resolve = res; reject = rej })
@@ -27,10 +47,25 @@ class Acquisition {
     this.name = lock.name
     this.driver = driver
     this.lockId = -1
-    this.lease = null
+    /** the lease, weakly once granted (WeakRef where the host has it) */
+    this._leaseRef = null
     this.acquired = deferred()
     /** set by Lease.release() */
     this.released = null
+    /** extend() calls waiting for the next renewal's outcome */
+    this.extended = []
+  }
+
+  get lease () {
+    const ref = this._leaseRef
+    if (ref === null) return null
+    return typeof ref.deref === 'function' ? (ref.deref() ?? null) : ref
+  }
+
+  _extended (error) {
+    const waiting = this.extended
+    this.extended = []
+    for (const d of waiting) this.settle(d, error === null ? 'resolve' : 'reject', error ?? undefined)
   }
 
   settle (d, how, value) {
@@ -44,21 +79,33 @@ class Acquisition {
     switch (event.type) {
       case 'acquired': {
         const lease = new Lease(this, event.token, event.validUntilMs, this.driver.owner(this.lockId))
-        this.lease = lease
+        this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
+        if (dropped !== null) dropped.register(lease, this)
         this.settle(this.acquired, 'resolve', lease)
+        // the settled deferred must not keep the lease alive
+        this.acquired = { promise: null, settled: true }
         break
       }
-      case 'renewed':
-        if (this.lease !== null) this.lease._validUntilMs = event.validUntilMs
+      case 'renewed': {
+        const lease = this.lease
+        if (lease !== null) lease._validUntilMs = event.validUntilMs
+        this._extended(null)
         break
-      case 'lost':
-        if (this.lease !== null) {
-          this.lease._lose(event.reason)
-          this.settle(this.released, 'reject', this.lease._lostError)
+      }
+      case 'lost': {
+        const lease = this.lease
+        if (lease !== null) {
+          lease._lose(event.reason)
+          this.settle(this.released, 'reject', lease._lostError)
+          this._extended(lease._lostError)
+        } else {
+          this._extended(new LockLostError(this.name, 0n, event.reason))
         }
         break
+      }
       case 'released':
         this.settle(this.released, 'resolve', undefined)
+        this._extended(new ConfigError(`lock ${JSON.stringify(this.name)} was released while extending`))
         break
       case 'acquire_failed':
         this.settle(this.acquired, 'reject', event.reason === 'protocol'
@@ -70,7 +117,9 @@ class Acquisition {
 
   /** The backend was closed under this acquisition; `reason` is the core's name for it. */
   closed (reason) {
-    if (this.lease !== null) this.lease._lose(reason)
+    const lease = this.lease
+    if (lease !== null) lease._lose(reason)
+    this._extended(lease !== null ? lease._lostError : new LockLostError(this.name, 0n, reason))
     this.settle(this.acquired, 'reject', new BackendError(`the backend was closed while acquiring lock ${JSON.stringify(this.name)}`))
     this.settle(this.released, 'resolve', undefined)
   }
@@ -115,6 +164,38 @@ class Lease {
   get lost () { return this._lostReason !== null }
   /** The validity deadline on `performance.now()`'s clock, as last reported by the machine. */
   get validUntilMs () { return this._validUntilMs }
+
+  /** Whether the lease is still ours by the local view: not lost, not released, and
+   * before its validity deadline (due timers delivered first). Sends nothing: for the
+   * server's word, `extend()` (a renewal now, which rejects with LockLostError if the
+   * server no longer holds it for us). */
+  get held () {
+    return this._release === null && this.validForMs() > 0
+  }
+
+  /**
+   * Renews the lease now (a manual extend; with `autoRenew: false` the only renewal
+   * there is) and resolves once the server confirmed it: `validUntilMs` has moved to a
+   * validity measured from this renewal's send. The TTL is the lock's. A renewal already
+   * in flight answers for this one; one failing in transport is retried until the
+   * validity deadline. Rejects with LockLostError if the lease is lost (reason
+   * 'renew_rejected' or 'expired'), ConfigError if it was released.
+   */
+  extend () {
+    const acquisition = this._acquisition
+    if (this._lostError !== null) return Promise.reject(this._lostError)
+    if (this._release !== null || !acquisition.driver.tracks(acquisition)) {
+      return Promise.reject(new ConfigError(`extend(): the lease of ${JSON.stringify(this.name)} was released`))
+    }
+    const d = deferred()
+    acquisition.extended.push(d)
+    try {
+      acquisition.driver.extend(acquisition)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return d.promise
+  }
 
   /** Milliseconds left before the validity deadline (≥ 0; 0 once lost). Due timers are
    * delivered first. */
@@ -212,8 +293,9 @@ function createLock (isBackend) {
         try {
           const driver = this._backend._driver()
           const acquisition = new Acquisition(this, driver)
+          const acquired = acquisition.acquired.promise
           driver.start(acquisition, this._options)
-          return acquisition.acquired.promise
+          return acquired
         } catch (error) {
           return Promise.reject(error)
         }
@@ -224,14 +306,22 @@ function createLock (isBackend) {
     async _acquireWith (options) {
       const o = check.plainObject(options, 'acquire options')
       for (const key of Object.keys(o)) {
-        if (key !== 'signal') throw new ConfigError(`unknown acquire option ${JSON.stringify(key)}; the only one is signal`)
+        if (key !== 'signal' && key !== 'timeoutMs') throw new ConfigError(`unknown acquire option ${JSON.stringify(key)}; known options: signal, timeoutMs`)
       }
       const signal = check.abortSignal(o.signal, 'signal')
+      let lockOptions = this._options
+      if (o.timeoutMs !== undefined) {
+        // this call's acquire timeout over the lock's: null or Infinity waits forever
+        lockOptions = { ...this._options }
+        delete lockOptions.acquireTimeoutMs
+        Object.assign(lockOptions, check.lockOptions({ acquireTimeoutMs: o.timeoutMs }))
+      }
       if (signal !== null && signal.aborted) throw signal.reason
       const driver = this._backend._driver()
       const acquisition = new Acquisition(this, driver)
-      driver.start(acquisition, this._options)
-      if (signal === null) return acquisition.acquired.promise
+      const acquired = acquisition.acquired.promise
+      driver.start(acquisition, lockOptions)
+      if (signal === null) return acquired
       const onAbort = () => {
         if (acquisition.acquired.settled) return
         driver.release(acquisition)
@@ -239,9 +329,24 @@ function createLock (isBackend) {
       }
       signal.addEventListener('abort', onAbort, { once: true })
       try {
-        return await acquisition.acquired.promise
+        return await acquired
       } finally {
         signal.removeEventListener('abort', onAbort)
+      }
+    }
+
+    /**
+     * One attempt (redis-py's `blocking=False`): resolves with the lease, or `null` when
+     * another owner holds the lock. Rejects as `acquire()` otherwise (a server that
+     * cannot be reached is an AcquireTimeoutError with its `lastError`).
+     */
+    async tryAcquire (options) {
+      const o = options === undefined ? {} : check.plainObject(options, 'acquire options')
+      try {
+        return await this.acquire({ ...o, timeoutMs: 0 })
+      } catch (error) {
+        if (error instanceof AcquireTimeoutError && (error.lastError === null || error.lastError === undefined)) return null
+        throw error
       }
     }
 

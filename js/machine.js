@@ -156,6 +156,14 @@ function createLockMachine (native) {
       translate(() => this._m.release(nowMs, lock))
     }
 
+    /** Renews `lock` now if it is held (a manual extend); the outcome is its next
+     * `renewed` or `lost` event. */
+    extend (nowMs, lock) {
+      check.millis(nowMs, 'nowMs')
+      check.id(lock, 'lock')
+      translate(() => this._m.extend(nowMs, lock))
+    }
+
     reply (nowMs, request, value) {
       check.millis(nowMs, 'nowMs')
       check.id(request, 'request')
@@ -189,6 +197,10 @@ function createLockMachine (native) {
 
     _release (nowMs, lock) {
       try { this._m.release(nowMs, lock) } catch (error) { throw fromNative(error) }
+    }
+
+    _extend (nowMs, lock) {
+      try { this._m.extend(nowMs, lock) } catch (error) { throw fromNative(error) }
     }
 
     _reply (nowMs, request, value) {

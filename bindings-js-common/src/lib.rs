@@ -460,6 +460,20 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
         }
     }
 
+    /// A count (`retryCount`): a JavaScript number that is a whole u32.
+    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.value {
+            CoreValue::Number(n)
+                if n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&n) =>
+            {
+                visitor
+                    .visit_u64(n as u64)
+                    .map_err(|e: DecodeError| e.about(self.given))
+            }
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
     fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
         let n = match self.value {
             CoreValue::Number(n) => n,
@@ -515,7 +529,7 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
     }
 
     serde::forward_to_deserialize_any! {
-        i8 i16 i32 i64 i128 u8 u16 u32 u128 f32 char
+        i8 i16 i32 i64 i128 u8 u16 u128 f32 char
         bytes byte_buf unit unit_struct newtype_struct seq tuple
         tuple_struct map struct identifier ignored_any
     }
@@ -713,6 +727,15 @@ impl JsMachine {
     /// Releases `lock`, or cancels its acquisition.
     pub fn release(&mut self, now_ms: f64, lock: f64) -> Result<()> {
         let input = Input::Release {
+            now: instant(now_ms)?,
+            lock: LockId(id(lock, "lock")?),
+        };
+        self.feed(input)
+    }
+
+    /// Renews `lock` now if it is held (a manual extend).
+    pub fn extend(&mut self, now_ms: f64, lock: f64) -> Result<()> {
+        let input = Input::Extend {
             now: instant(now_ms)?,
             lock: LockId(id(lock, "lock")?),
         };

@@ -325,6 +325,13 @@ impl Machine {
         js(&env, self.inner.release(now_ms, lock))
     }
 
+    /// Renews `lock` now if it is held (a manual extend); the outcome is its next
+    /// `renewed` or `lost` event. A lock not held ignores it.
+    #[napi]
+    pub fn extend(&mut self, env: Env, now_ms: f64, lock: f64) -> napi::Result<()> {
+        js(&env, self.inner.extend(now_ms, lock))
+    }
+
     /// The server's reply to request `request`: on a Redis machine, as the Redis client
     /// returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
     /// JSON text the gateway answered (error documents included; for a watch, the first

@@ -1338,6 +1338,21 @@ impl Machine {
         self.input(py, result)
     }
 
+    /// Renews `lock` now if it is held (a manual extend); its outcome is the lock's
+    /// next `Renewed` or `Lost` event. A lock not held ignores it.
+    ///
+    /// Errors: `ConfigError` for an unknown lock id; `ClockError`.
+    fn extend(
+        &mut self,
+        py: Python<'_>,
+        now_ns: &Bound<'_, PyAny>,
+        lock: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (now, lock) = (instant(now_ns, "now_ns")?, lock_id(lock)?);
+        let result = self.inner.extend(now, lock);
+        self.input(py, result)
+    }
+
     /// The server's reply to request `request_id`.
     ///
     /// * Redis machines: what the Redis client returned: int, bytes, str, None, bool,

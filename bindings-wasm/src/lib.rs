@@ -461,6 +461,13 @@ impl Machine {
         js(self.inner.release(now_ms, lock))
     }
 
+    /// Renews `lock` now if it is held (a manual extend). A lock not held ignores it.
+    pub fn extend(&mut self, now_ms: JsValue, lock: JsValue) -> Result<(), JsValue> {
+        let now_ms = number(&now_ms, "nowMs")?;
+        let lock = id(&lock, "lock")?;
+        js(self.inner.extend(now_ms, lock))
+    }
+
     /// The server's reply to request `request`: on a Redis machine, as the Redis client
     /// returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
     /// JSON text the gateway answered (error documents included; for a watch, the first

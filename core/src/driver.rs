@@ -80,6 +80,10 @@ enum Command {
         /// ends once every handle and lease is gone).
         handle: Locks,
     },
+    Extend {
+        lock: LockId,
+        reply: oneshot::Sender<Result<(), LockError>>,
+    },
     Release {
         lock: LockId,
         reply: oneshot::Sender<Result<(), LockError>>,
@@ -92,9 +96,12 @@ pub struct Locks {
     commands: mpsc::UnboundedSender<Command>,
 }
 
-/// A held lease. Dropping it does not release the lock (the server frees it at the TTL);
-/// call [`Lease::release`].
+/// A held lease. Call [`Lease::release`] when done; a lease dropped without it is
+/// released then (best effort, nobody told), so a forgotten lease is not renewed for
+/// the driver's whole life.
 pub struct Lease {
+    /// Whether [`Lease::release`] took it over (then dropping it sends nothing).
+    released: bool,
     lock: LockId,
     token: FencingToken,
     owner: OwnerId,
@@ -137,8 +144,42 @@ impl Lease {
     ///
     /// Errors: [`LockError::Lost`] when the lease had already been lost, or the server
     /// no longer held it; [`LockError::DriverGone`].
-    pub async fn release(self) -> Result<(), LockError> {
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
         self.locks.release(self.lock).await
+    }
+
+    /// Renews the lease now (a manual extend, auto-renew on or off) and waits for the
+    /// renewal's outcome: `Ok` once the server confirmed it ([`Lease::valid_until`]
+    /// has moved), [`LockError::Lost`] if the lease is lost meanwhile (a refused
+    /// renewal, or its validity ended while the renewal was retried). A renewal
+    /// already in flight answers for this one.
+    ///
+    /// Errors: [`LockError::Lost`]; [`LockError::DriverGone`].
+    pub async fn extend(&self) -> Result<(), LockError> {
+        let (reply, rx) = oneshot::channel();
+        self.locks
+            .commands
+            .unbounded_send(Command::Extend {
+                lock: self.lock,
+                reply,
+            })
+            .map_err(|_| LockError::DriverGone)?;
+        rx.await.map_err(|_| LockError::DriverGone)?
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.released {
+            // nobody waits for the outcome: the reply channel is dropped with it
+            let (reply, _) = oneshot::channel();
+            let lock = self.lock;
+            let _ = self
+                .locks
+                .commands
+                .unbounded_send(Command::Release { lock, reply });
+        }
     }
 }
 
@@ -176,6 +217,8 @@ struct Slot {
     acquired: Option<(oneshot::Sender<Result<Lease, LockError>>, Locks)>,
     lost: Option<oneshot::Sender<LostReason>>,
     released: Option<oneshot::Sender<Result<(), LockError>>>,
+    /// Callers of [`Lease::extend`] waiting for the next renewal's outcome.
+    extended: Vec<oneshot::Sender<Result<(), LockError>>>,
     valid_until: Arc<AtomicU64>,
 }
 
@@ -328,12 +371,25 @@ fn handle_command<C: Clock>(
                         acquired: Some((reply, handle)),
                         lost: None,
                         released: None,
+                        extended: Vec::new(),
                         valid_until: Arc::default(),
                     },
                 );
             }
             Err(e) => {
                 let _ = reply.send(Err(e.into()));
+            }
+        },
+        Command::Extend { lock, reply } => match slots.get_mut(&lock) {
+            Some(slot) => match machine.extend(now, lock) {
+                Ok(()) => slot.extended.push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                }
+            },
+            // a lease exists only until its lock finishes: this one was lost
+            None => {
+                let _ = reply.send(Err(LockError::Lost(LostReason::Closed)));
             }
         },
         Command::Release { lock, reply } => match slots.get_mut(&lock) {
@@ -393,6 +449,7 @@ fn on_event<C: Clock>(
             slot.lost = Some(lost_tx);
             let delivered = slot.acquired.take().is_some_and(|(tx, handle)| {
                 let lease = Lease {
+                    released: false,
                     lock,
                     token,
                     owner: machine.owner(lock).unwrap_or(OwnerId([0; 16])),
@@ -407,10 +464,17 @@ fn on_event<C: Clock>(
                 let _ = machine.release(clock.now(), lock);
             }
         }
-        Event::Renewed { valid_until } => slot
-            .valid_until
-            .store(valid_until.as_nanos(), Ordering::Release),
+        Event::Renewed { valid_until } => {
+            slot.valid_until
+                .store(valid_until.as_nanos(), Ordering::Release);
+            for tx in slot.extended.drain(..) {
+                let _ = tx.send(Ok(()));
+            }
+        }
         Event::Lost { reason } => {
+            for tx in slot.extended.drain(..) {
+                let _ = tx.send(Err(LockError::Lost(reason.clone())));
+            }
             if let Some(tx) = slot.lost.take() {
                 let _ = tx.send(reason.clone());
             }

@@ -169,6 +169,17 @@ pub(crate) struct Releasing {
     pub attempt: u32,
     /// After this the key has expired on its own; the release is moot.
     pub deadline: Instant,
+    pub sent: Sent,
+}
+
+/// What the earlier attempts of a release of a held lease may have done, and until
+/// when the lease was valid (a release sent before then found the key ours).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sent {
+    pub valid_until: Instant,
+    /// An earlier attempt sent inside the validity has an unknown outcome: it may have
+    /// deleted the key, so a retry finding it gone is the release, not a loss.
+    pub maybe_deleted: bool,
 }
 
 /// A release whose reply was not an outcome (a transport failure, a retryable or
@@ -179,6 +190,7 @@ pub(crate) struct ReleaseBackoff {
     pub retry_at: Instant,
     pub attempt: u32,
     pub deadline: Instant,
+    pub sent: Sent,
 }
 
 /// A lock's state. The request id in a state is the only reply that state accepts;
@@ -478,7 +490,14 @@ impl Lock {
         });
     }
 
-    fn send_release(&mut self, ctx: &mut Ctx<'_>, ending: Ending, attempt: u32, deadline: Instant) {
+    fn send_release(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        ending: Ending,
+        attempt: u32,
+        deadline: Instant,
+        sent: Sent,
+    ) {
         let owner = self.acq.owner;
         let request = self
             .acq
@@ -488,6 +507,7 @@ impl Lock {
             request,
             attempt,
             deadline,
+            sent,
         });
     }
 
@@ -495,7 +515,12 @@ impl Lock {
     /// acquire deadline (releasing first if the server might hold it for us).
     fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
         let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
-        if trying.deadline.is_some_and(|d| ctx.now >= d) {
+        let retries_spent = self
+            .acq
+            .options
+            .retry_count
+            .is_some_and(|n| trying.attempt >= n);
+        if retries_spent || trying.deadline.is_some_and(|d| ctx.now >= d) {
             if unsure {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
@@ -646,19 +671,8 @@ impl Lock {
                 self.send_acquire(ctx, trying);
             }
             State::Held(h) if now >= h.renew_at => {
-                let Held {
-                    token, valid_until, ..
-                } = *h;
-                let owner = self.acq.owner;
-                let request = self
-                    .acq
-                    .send(ctx, Step::Renew, owner, valid_until, Role::Lock);
-                self.state = State::Renewing(Renewing {
-                    token,
-                    valid_until,
-                    request,
-                    sent_at: now,
-                });
+                let held = *h;
+                self.send_renew(ctx, held);
             }
             State::ReleaseBackoff(r) if now >= r.deadline => {
                 // The key has expired on its own by now; the release is moot.
@@ -669,14 +683,40 @@ impl Lock {
                     ending,
                     attempt,
                     deadline,
+                    sent,
                     ..
                 } = *r;
-                self.send_release(ctx, ending, attempt, deadline);
+                self.send_release(ctx, ending, attempt, deadline, sent);
             }
             State::Releasing(r) if now >= r.deadline => {
                 self.finish(ctx, Event::Released);
             }
             _ => {}
+        }
+    }
+
+    fn send_renew(&mut self, ctx: &mut Ctx<'_>, held: Held) {
+        let owner = self.acq.owner;
+        let request = self
+            .acq
+            .send(ctx, Step::Renew, owner, held.valid_until, Role::Lock);
+        self.state = State::Renewing(Renewing {
+            token: held.token,
+            valid_until: held.valid_until,
+            request,
+            sent_at: ctx.now,
+        });
+    }
+
+    /// The user extends the lease now (a manual renewal, auto-renew on or off): a held
+    /// lease sends its renewal at once; a renewal already in flight answers for it.
+    /// Its outcome is the usual `Renewed` or `Lost`; any other state ignores it.
+    pub(crate) fn extend(&mut self, ctx: &mut Ctx<'_>) {
+        if self.expire_if_due(ctx) {
+            return;
+        }
+        if let State::Held(held) = self.state {
+            self.send_renew(ctx, held);
         }
     }
 
@@ -686,15 +726,19 @@ impl Lock {
             return;
         }
         let deadline = ctx.now + self.acq.options.ttl;
+        let sent = Sent {
+            valid_until: self.valid_until().unwrap_or(ctx.now),
+            maybe_deleted: false,
+        };
         match self.state {
             // A renew in flight becomes late; if it lands after the release, its
             // reply triggers a cleanup release.
             State::Held(_) | State::Renewing(_) => {
-                self.send_release(ctx, Ending::Held, 0, deadline)
+                self.send_release(ctx, Ending::Held, 0, deadline, sent)
             }
             // Cancelling: the server may hold the lock (or a queue place) for us already.
             State::Acquiring(_) | State::Parked(_) | State::Unsure(_) => {
-                self.send_release(ctx, Ending::Cancel, 0, deadline)
+                self.send_release(ctx, Ending::Cancel, 0, deadline, sent)
             }
             State::Waiting(_) => self.finish(ctx, Event::Released),
             State::Releasing(_) | State::ReleaseBackoff(_) | State::Finished { .. } => {}
@@ -763,7 +807,7 @@ impl Lock {
             }
             State::Releasing(r) if matches!(flight.step, Step::Release(_)) => {
                 let releasing = *r;
-                self.on_release_read(ctx, releasing, read);
+                self.on_release_read(ctx, releasing, flight.sent_at, read);
             }
             _ => {}
         }
@@ -869,7 +913,12 @@ impl Lock {
                 let valid_until = r
                     .valid_until
                     .max(ctx.validity_base(r.sent_at) + options.validity());
-                let renew_at = (r.sent_at + options.renew_interval()).max(ctx.now);
+                // a manual extend of a lease without auto-renew schedules nothing
+                let renew_at = if options.auto_renew {
+                    (r.sent_at + options.renew_interval()).max(ctx.now)
+                } else {
+                    Instant::MAX
+                };
                 self.state = State::Held(Held {
                     token: r.token,
                     valid_until,
@@ -890,13 +939,23 @@ impl Lock {
         }
     }
 
-    fn on_release_read(&mut self, ctx: &mut Ctx<'_>, r: Releasing, read: Result<Read, ReadError>) {
+    fn on_release_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        r: Releasing,
+        sent_at: Instant,
+        read: Result<Read, ReadError>,
+    ) {
         match read {
             // The recipe's next release step (a lease revoked after its key is
             // deleted), before anything is reported.
-            Ok(Read::Continue) => self.send_release(ctx, r.ending, 0, r.deadline),
-            Ok(found) => self.finish_release(ctx, r.ending, &found),
+            Ok(Read::Continue) => self.send_release(ctx, r.ending, 0, r.deadline, r.sent),
+            Ok(found) => self.finish_release(ctx, r, &found),
             Err(_) => {
+                let sent = Sent {
+                    maybe_deleted: r.sent.maybe_deleted || sent_at < r.sent.valid_until,
+                    ..r.sent
+                };
                 let attempt = r.attempt + 1;
                 if attempt >= RELEASE_ATTEMPTS || ctx.now >= r.deadline {
                     let owner = self.acq.owner;
@@ -907,7 +966,7 @@ impl Lock {
                         self.acq.send_cleanup(ctx, owner, 0);
                     }
                     let found = unconfirmed.found.unwrap_or(Read::Done);
-                    self.finish_release(ctx, r.ending, &found);
+                    self.finish_release(ctx, Releasing { sent, ..r }, &found);
                 } else {
                     let retry_at = ctx.now + retry::release_retry(&self.acq.options, attempt, ctx);
                     self.state = State::ReleaseBackoff(ReleaseBackoff {
@@ -915,6 +974,7 @@ impl Lock {
                         retry_at,
                         attempt,
                         deadline: r.deadline,
+                        sent,
                     });
                 }
             }
@@ -922,9 +982,12 @@ impl Lock {
     }
 
     /// Reports the end of a release: a held lease the server no longer held for this
-    /// owner was lost before the release; anything else is released.
-    fn finish_release(&mut self, ctx: &mut Ctx<'_>, ending: Ending, found: &Read) {
-        let event = if ending == Ending::Held && *found == Read::NotHeld {
+    /// owner was lost before the release, unless an earlier attempt sent inside the
+    /// validity may have deleted it (its reply lost, its caller cancelled): then the
+    /// key is gone by that attempt, which is the release. Anything else is released.
+    fn finish_release(&mut self, ctx: &mut Ctx<'_>, r: Releasing, found: &Read) {
+        let lost = r.ending == Ending::Held && *found == Read::NotHeld && !r.sent.maybe_deleted;
+        let event = if lost {
             Event::Lost {
                 reason: LostReason::NotHeldAtRelease,
             }

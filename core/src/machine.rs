@@ -27,6 +27,10 @@ pub enum Input {
     /// (released, lost, failed) ignores it, remembered or not; only an id this machine
     /// never issued is an error.
     Release { now: Instant, lock: LockId },
+    /// Renew a held lease now (a manual extend), whether or not it renews itself. The
+    /// outcome is the lease's next `Renewed` or `Lost` event; a lock not held ignores
+    /// it, and only an id this machine never issued is an error.
+    Extend { now: Instant, lock: LockId },
     /// The server's reply to a request.
     Reply {
         now: Instant,
@@ -49,6 +53,7 @@ impl Input {
         match self {
             Input::Acquire { now, .. }
             | Input::Release { now, .. }
+            | Input::Extend { now, .. }
             | Input::Reply { now, .. }
             | Input::TransportError { now, .. }
             | Input::Timeout { now } => *now,
@@ -156,7 +161,7 @@ impl Machine {
     ///
     /// Errors (the input is rejected and nothing changes):
     /// [`UsageError::TimeWentBackwards`]; for `Acquire`, [`UsageError::InvalidName`],
-    /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`]; for `Release`,
+    /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`]; for `Release` and `Extend`,
     /// [`UsageError::UnknownLock`]. Replies to unknown requests are ignored.
     pub fn handle_input(&mut self, input: Input) -> Result<(), UsageError> {
         let now = input.now();
@@ -169,7 +174,9 @@ impl Machine {
         // Validate before anything changes.
         match &input {
             Input::Acquire { name, options, .. } => self.check_acquire(name, options)?,
-            Input::Release { lock, .. } if lock.0 == 0 || lock.0 > self.next_lock => {
+            Input::Release { lock, .. } | Input::Extend { lock, .. }
+                if lock.0 == 0 || lock.0 > self.next_lock =>
+            {
                 return Err(UsageError::UnknownLock { lock: *lock });
             }
             _ => {}
@@ -186,6 +193,7 @@ impl Machine {
                 self.with_lock(id, now, |lock, ctx| lock.start(ctx));
             }
             Input::Release { lock, .. } => self.with_lock(lock, now, |lock, ctx| lock.release(ctx)),
+            Input::Extend { lock, .. } => self.with_lock(lock, now, |lock, ctx| lock.extend(ctx)),
             Input::Reply { request, reply, .. } => self.route(request, now, Ok(&reply)),
             Input::TransportError {
                 request, message, ..
@@ -224,6 +232,11 @@ impl Machine {
     /// Releases `lock`, or cancels its acquisition. Same as [`Input::Release`].
     pub fn release(&mut self, now: Instant, lock: LockId) -> Result<(), UsageError> {
         self.handle_input(Input::Release { now, lock })
+    }
+
+    /// Renews `lock` now if it is held. Same as [`Input::Extend`].
+    pub fn extend(&mut self, now: Instant, lock: LockId) -> Result<(), UsageError> {
+        self.handle_input(Input::Extend { now, lock })
     }
 
     /// The next output. Call after every input until it returns `Timeout` or `Idle`.

@@ -34,6 +34,11 @@ pub struct LockOptions {
     /// How long to keep trying: `None` waits forever, `Some(0)` tries exactly once.
     #[serde(with = "serde_nanos::option")]
     pub acquire_timeout: Option<Duration>,
+    /// How many times to retry after the first attempt failed (node-redlock's
+    /// `retryCount`): `None` is no limit, `Some(0)` tries exactly once. Whichever of it
+    /// and `acquire_timeout` runs out first ends the acquisition (`AcquireFailed`
+    /// with reason `Timeout`). A parked wait on a fair backend counts as a retry.
+    pub retry_count: Option<u32>,
     /// First retry backoff step; step `n` is `min(retry_max, retry_base · 2^n)`, and each
     /// wait is drawn uniformly from `0 ..= step` ("full jitter").
     #[serde(with = "serde_nanos")]
@@ -65,6 +70,7 @@ impl Default for LockOptions {
             purpose: Purpose::Efficiency,
             accept_failover_risk: false,
             acquire_timeout: None,
+            retry_count: None,
             retry_base: Duration::from_millis(10),
             retry_max: Duration::from_millis(500),
             renew_every: None,

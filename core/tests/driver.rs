@@ -271,3 +271,51 @@ fn a_released_lease_is_not_reported_lost() {
     pool.run_until_stalled();
     assert_eq!(*out.borrow(), Some(true));
 }
+
+#[test]
+fn a_dropped_lease_is_released_not_renewed_forever() {
+    let (world, mut pool, locks) = setup();
+    let done = Rc::new(RefCell::new(None));
+    let (d, w2) = (done.clone(), world.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = locks.acquire("report", opts(1_000)).await.unwrap();
+            assert_eq!(lease.token().get(), 1);
+            drop(lease); // neither released nor kept
+            w2.sleep_until(Instant::from_millis(50)).await;
+            let mut once = opts(1_000);
+            once.acquire_timeout = Some(Duration::ZERO);
+            *d.borrow_mut() = Some(locks.acquire("report", once).await.map(|l| l.token().get()));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(5), || {
+        done.borrow().is_some()
+    });
+    // well before the 1 s TTL: the drop released it
+    assert_eq!(*done.borrow(), Some(Ok(2)));
+}
+
+#[test]
+fn extend_renews_now_and_moves_the_validity() {
+    let (world, mut pool, locks) = setup();
+    let out = Rc::new(RefCell::new(None));
+    let (o, w2) = (out.clone(), world.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            let mut manual = opts(1_000);
+            manual.auto_renew = false;
+            let lease = locks.acquire("report", manual).await.unwrap();
+            let before = lease.valid_until();
+            w2.sleep_until(Instant::from_millis(200)).await;
+            lease.extend().await.unwrap();
+            let after = lease.valid_until();
+            lease.release().await.unwrap();
+            *o.borrow_mut() = Some((before, after));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(5), || out.borrow().is_some());
+    let (before, after) = out.borrow().expect("done");
+    // the renewal was sent at 200 ms: valid until about 200 + 988 ms
+    assert!(before < Instant::from_millis(990), "{before:?}");
+    assert!(after >= Instant::from_millis(1_188), "{after:?}");
+}

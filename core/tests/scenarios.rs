@@ -64,6 +64,9 @@ enum StepInput {
     Release {
         lock: u64,
     },
+    Extend {
+        lock: u64,
+    },
     Reply {
         request: u64,
         reply: Value,
@@ -84,9 +87,10 @@ fn ms_to_ns(ms: f64) -> u64 {
 
 /// Options are core `LockOptions` fields; `x_ms` stands for the duration field `x`.
 /// The scenario's options apply over `LockOptions::default()`, a step's over those.
-const OPTION_FIELDS: [&str; 10] = [
+const OPTION_FIELDS: [&str; 11] = [
     "ttl_ms",
     "acquire_timeout_ms",
+    "retry_count",
     "retry_base_ms",
     "retry_max_ms",
     "renew_every_ms",
@@ -161,6 +165,10 @@ fn to_input(
             options: lock_options(&[scenario_options, options])?,
         },
         StepInput::Release { lock } => Input::Release {
+            now,
+            lock: LockId(*lock),
+        },
+        StepInput::Extend { lock } => Input::Extend {
             now,
             lock: LockId(*lock),
         },
@@ -522,6 +530,7 @@ fn input_json(input: &StepInput) -> Value {
             json!({"type": "acquire", "name": name, "options": options})
         }
         StepInput::Release { lock } => json!({"type": "release", "lock": lock}),
+        StepInput::Extend { lock } => json!({"type": "extend", "lock": lock}),
         StepInput::Reply { request, reply } => {
             json!({"type": "reply", "request": request, "reply": reply})
         }

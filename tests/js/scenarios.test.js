@@ -59,6 +59,7 @@ class VectorError extends Error {}
 const OPTIONS = {
   ttl_ms: 'ttlMs',
   acquire_timeout_ms: 'acquireTimeoutMs',
+  retry_count: 'retryCount',
   retry_base_ms: 'retryBaseMs',
   retry_max_ms: 'retryMaxMs',
   renew_every_ms: 'renewEveryMs',
@@ -123,6 +124,7 @@ function checkKeys (what, obj, required, optional = []) {
 const INPUTS = {
   acquire: [['name'], ['options']],
   release: [['lock'], []],
+  extend: [['lock'], []],
   reply: [['request', 'reply'], []],
   transport_error: [['request', 'message'], []],
   timeout: [[], []]
@@ -385,6 +387,7 @@ function replay (file, flavourName) {
           break
         }
         case 'release': machine.release(now, Number(input.lock)); break
+        case 'extend': machine.extend(now, Number(input.lock)); break
         case 'reply': machine.reply(now, Number(input.request), scenario.kind === 'etcd' ? etcdReply(input.reply, flavourName) : reply(input.reply, flavour)); break
         case 'transport_error': machine.transportError(now, Number(input.request), input.message); break
         case 'timeout': machine.timeout(now); break

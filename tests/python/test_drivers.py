@@ -266,7 +266,7 @@ def test_close_under_a_waiter_parked_on_its_own_thread_cleans_up_at_once() -> No
     # BackendError when its wait ends.
     holder_backend = BoundedHangingBackend(set(), fair=True)
     backend = BoundedHangingBackend(set(), fair=True, server=holder_backend.server)
-    fencepost.Lock(holder_backend, "sync-fair-close", ttl=5.0).acquire_sync()
+    held = fencepost.Lock(holder_backend, "sync-fair-close", ttl=5.0).acquire_sync()  # kept: a dropped lease is released
     errors: List[BaseException] = []
 
     def wait() -> None:

@@ -49,8 +49,12 @@ async def test_explicit_async_acquire_and_release(backend: fencepost.MemoryBacke
     lock = fencepost.Lock(backend, "job", ttl=5.0)
     lease = await lock.acquire()
     assert lock.lease is lease and lease.token == 1
-    with pytest.raises(ConfigError, match="already holds"):
-        await lock.acquire()
+    # a Lock is a shareable description: a second acquire makes a second lease, which
+    # waits its turn like any other contender
+    with pytest.raises(fencepost.AcquireTimeout):
+        await lock.acquire(timeout=0)
+    assert await lock.try_acquire() is None
+    assert lock.lease is lease
     await lock.release()
     assert lock.lease is None
     assert backend.server.lock_owner("job") is None
@@ -538,7 +542,7 @@ def test_shortest_ttl_with_default_options_is_as_documented(backend: fencepost.M
 
 
 async def test_acquire_on_a_closed_backend_raises_backend_error(backend: fencepost.MemoryBackend) -> None:
-    await fencepost.Lock(backend, "busy", ttl=5.0).acquire()
+    held = await fencepost.Lock(backend, "busy", ttl=5.0).acquire()  # kept: a dropped lease is released
     waiting = asyncio.ensure_future(fencepost.Lock(backend, "busy", ttl=5.0).acquire())
     await asyncio.sleep(0.05)  # the second acquisition is waiting between retries
     backend.close()
@@ -549,7 +553,7 @@ async def test_acquire_on_a_closed_backend_raises_backend_error(backend: fencepo
 
 
 def test_closing_the_backend_fails_a_blocked_acquire_sync(backend: fencepost.MemoryBackend) -> None:
-    fencepost.Lock(backend, "busy", ttl=5.0).acquire_sync()
+    held = fencepost.Lock(backend, "busy", ttl=5.0).acquire_sync()  # kept: a dropped lease is released
     outcome: list[BaseException] = []
 
     def wait() -> None:

@@ -122,6 +122,7 @@ def json_equal(e: Any, a: Any) -> bool:
 OPTION_FIELDS = (
     "ttl_ms",
     "acquire_timeout_ms",
+    "retry_count",
     "retry_base_ms",
     "retry_max_ms",
     "renew_every_ms",
@@ -139,6 +140,7 @@ DEFAULT_OPTIONS: Dict[str, Any] = {
     "purpose": "efficiency",
     "accept_failover_risk": False,
     "acquire_timeout_ns": None,
+    "retry_count": None,
     "retry_base_ns": 10_000_000,
     "retry_max_ns": 500_000_000,
     "renew_every_ns": None,
@@ -185,6 +187,10 @@ def lock_options(*layers: Dict[str, Any]) -> Dict[str, Any]:
             elif key == "purpose":
                 if value not in ("efficiency", "correctness"):
                     raise VectorError(f"options: unknown purpose {value!r}")
+                out[key] = value
+            elif key == "retry_count":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                    raise VectorError(f"options: retry_count must be null or a count, got {value!r}")
                 out[key] = value
             elif key == "drift_factor":
                 if not is_number(value):
@@ -248,6 +254,7 @@ STEP_KEYS = {"at_ms", "note", "input", "expect"}
 INPUT_KEYS: Dict[str, Tuple[Set[str], Set[str]]] = {
     "acquire": ({"name"}, {"options"}),
     "release": ({"lock"}, set()),
+    "extend": ({"lock"}, set()),
     "reply": ({"request", "reply"}, set()),
     "transport_error": ({"request", "message"}, set()),
     "timeout": (set(), set()),
@@ -609,6 +616,8 @@ def apply_input(
         return int(machine.acquire(now, inp["name"], core_options(options)))
     if kind == "release":
         machine.release(now, inp["lock"])
+    elif kind == "extend":
+        machine.extend(now, inp["lock"])
     elif kind == "reply":
         reply = etcd_reply(inp["reply"], text) if backend == "etcd" else redis_reply(inp["reply"], text)
         machine.reply(now, inp["request"], reply)

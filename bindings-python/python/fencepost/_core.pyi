@@ -90,6 +90,8 @@ class LockOptionsSpec(TypedDict, total=False):
     * ``accept_failover_risk`` — opt-in for a correctness lock on Redis (False);
     * ``acquire_timeout`` — how long to keep trying: None waits forever (default), 0
       tries once;
+    * ``retry_count`` — retries after the first attempt: None is no limit (default), 0
+      tries once;
     * ``retry_base``, ``retry_max`` — the backoff steps (10 ms, 500 ms);
     * ``renew_every`` — renew interval; None means ttl / 3 (default);
     * ``auto_renew`` — renew automatically (True);
@@ -100,6 +102,7 @@ class LockOptionsSpec(TypedDict, total=False):
     purpose: str
     accept_failover_risk: bool
     acquire_timeout: Optional[int]
+    retry_count: Optional[int]
     retry_base: int
     retry_max: int
     renew_every: Optional[int]
@@ -362,6 +365,11 @@ class Machine:
         core's range rules, an unsafe purpose), ClockError."""
     def release(self, now_ns: int, lock: int) -> None:
         """Releases ``lock`` or cancels its acquisition.
+
+        Raises: ConfigError (unknown lock), ClockError."""
+    def extend(self, now_ns: int, lock: int) -> None:
+        """Renews ``lock`` now if it is held (a manual extend); the outcome is its next
+        ``Renewed`` or ``Lost`` event. A lock not held ignores it.
 
         Raises: ConfigError (unknown lock), ClockError."""
     def reply(self, now_ns: int, request_id: int, value: object) -> None:

@@ -39,11 +39,26 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Generic, Optional, Protocol, Set, TypeVar, Union
+import warnings
+import weakref
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Generic,
+    List,
+    Optional,
+    Protocol,
+    Set,
+    TypeVar,
+    Union,
+)
 
 from . import _core
 from ._lease import Lease, SyncLease
-from .errors import AcquireTimeout, BackendError, FencepostError, ProtocolError
+from ._lease import lost_error
+from .errors import AcquireTimeout, BackendError, ConfigError, FencepostError, ProtocolError
 
 __all__ = [
     "AsyncDriver",
@@ -192,6 +207,39 @@ def acquire_error(name: str, event: _core.AcquireFailed) -> FencepostError:
     )
 
 
+def retrieve(future: "asyncio.Future[Any]") -> None:
+    """Marks a future's exception as retrieved: its outcome may be decided after its
+    awaiter was cancelled (a release retried on its own), and asyncio must not log
+    "Future exception was never retrieved" for it."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _lease_dropped(acquisition: Union["AsyncAcquisition", "SyncAcquisition"]) -> None:
+    """A held lease was garbage-collected without a release: warn, and release it (on
+    the driver's own loop or pool), so nothing renews a lock nobody can release."""
+    driver: Any = acquisition.driver
+    if acquisition.released is not None or not driver.tracks(acquisition):
+        return
+    warnings.warn(
+        f"a lease of lock {acquisition.name!r} was garbage-collected while held; it is "
+        "released now. Release it (lease.release(), lock.release()) or use `with`",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    driver.release_soon(acquisition)
+
+
+def _watch(acquisition: Union["AsyncAcquisition", "SyncAcquisition"], lease: Any) -> None:
+    """Ties ``lease`` to ``acquisition`` with no reference back from the driver's side:
+    the lease keeps its acquisition alive, the acquisition sees the lease weakly, and a
+    lease collected while held is released (:func:`_lease_dropped`)."""
+    lease._acquisition = acquisition
+    acquisition._lease_ref = weakref.ref(lease)
+    finalizer = weakref.finalize(lease, _lease_dropped, acquisition)
+    finalizer.atexit = False  # at exit, backend.close() (or the TTL) ends it
+
+
 def describe_exception(exc: BaseException) -> str:
     """``"TypeName: message"`` for transport-error reports."""
     text = str(exc)
@@ -208,9 +256,13 @@ class AsyncAcquisition:
         self.driver = driver
         self.name = name
         self.lock_id = -1
-        self.acquired: asyncio.Future[Lease] = driver.loop.create_future()
+        #: Resolved with the lease; set to None once the caller has it (the future
+        #: would keep the lease alive otherwise).
+        self.acquired: Optional[asyncio.Future[Lease]] = driver.loop.create_future()
         self.released: Optional[asyncio.Future[None]] = None
-        self.lease: Optional[Lease] = None
+        self._lease_ref: Optional["weakref.ReferenceType[Lease]"] = None
+        #: Callers of ``lease.extend()`` waiting for the next renewal's outcome.
+        self.extended: List[asyncio.Future[None]] = []
         #: The task running the ``async with`` body; cancelled when the lease is lost.
         self.body_task: Optional[asyncio.Task[Any]] = None
         #: Whether this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo it).
@@ -228,7 +280,14 @@ class AsyncAcquisition:
         #: The request the caller was running when it was interrupted (cancelled).
         self.interrupted: Optional[_core.Request] = None
 
+    @property
+    def lease(self) -> Optional[Lease]:
+        """The lease once granted, while anyone still holds it."""
+        ref = self._lease_ref
+        return None if ref is None else ref()
+
     def on_event(self, event: _core.Event) -> None:
+        acquired = self.acquired
         if isinstance(event, _core.Acquired):
             lease = Lease(
                 name=self.name,
@@ -238,26 +297,42 @@ class AsyncAcquisition:
                 poke=self.driver.poke,
                 lost=asyncio.Event(),
             )
-            self.lease = lease
-            if not self.acquired.done():
-                self.acquired.set_result(lease)
+            _watch(self, lease)
+            if acquired is not None and not acquired.done():
+                acquired.set_result(lease)
         elif isinstance(event, _core.Renewed):
-            if self.lease is not None:
-                self.lease._valid_until_ns = event.valid_until_ns
+            held = self.lease
+            if held is not None:
+                held._valid_until_ns = event.valid_until_ns
+            self._extended(None)
         elif isinstance(event, _core.Lost):
-            if self.lease is not None:
-                self.lease._lose(event.reason)
-                self.lease.lost.set()
+            held = self.lease
+            if held is not None:
+                held._lose(event.reason)
+                held.lost.set()
                 self._interrupt_body()
                 if self.released is not None and not self.released.done():
-                    self.released.set_exception(self.lease._lost_error())
+                    self.released.set_exception(held._lost_error())
+            self._extended(lost_error(self.name, held.token if held else 0, event.reason))
         elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
+            self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
         elif isinstance(event, _core.AcquireFailed):
-            if not self.acquired.done():
-                self.acquired.set_exception(acquire_error(self.name, event))
+            if acquired is not None and not acquired.done():
+                acquired.set_exception(acquire_error(self.name, event))
         self.wake_caller()
+
+    def _extended(self, error: Optional[BaseException]) -> None:
+        """Settles the ``extend()`` calls waiting for the next renewal's outcome."""
+        waiting, self.extended = self.extended, []
+        for future in waiting:
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
 
     def wake_caller(self) -> None:
         """Wakes the caller serving this acquisition's requests (a request was queued
@@ -299,22 +374,26 @@ class AsyncAcquisition:
         CancelledError into LockLost)."""
         task = self.body_task
         if task is not None and not task.done() and not self.cancelled_body:
-            reason = self.lease.lost_reason if self.lease is not None else None
+            lease = self.lease
+            reason = lease.lost_reason if lease is not None else None
             task.cancel(msg=f"fencepost: lock {self.name!r} was lost ({reason})")
             self.cancelled_body = True
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
-        if self.lease is not None and self.lease.lost_reason is None:
-            self.lease._lose(_core.LOST_CLOSED)
-            self.lease.lost.set()
+        lease = self.lease
+        if lease is not None and lease.lost_reason is None:
+            lease._lose(_core.LOST_CLOSED)
+            lease.lost.set()
             self._interrupt_body()
-        if not self.acquired.done():
-            self.acquired.set_exception(
+        acquired = self.acquired
+        if acquired is not None and not acquired.done():
+            acquired.set_exception(
                 BackendError(f"the backend was closed while acquiring lock {self.name!r}")
             )
         if self.released is not None and not self.released.done():
             self.released.set_result(None)
+        self._extended(lost_error(self.name, lease.token if lease else 0, _core.LOST_CLOSED))
         self.wake_caller()
 
 
@@ -348,6 +427,10 @@ class _Outcome(Generic[_T]):
     def exception(self) -> Optional[BaseException]:
         return self._error
 
+    def forget(self) -> None:
+        """Drops the value (it stays done): an outcome must not keep a lease alive."""
+        self._value = None
+
     def result(self) -> _T:
         if self._error is not None:
             raise self._error
@@ -364,7 +447,9 @@ class SyncAcquisition:
         self.lock_id = -1
         self.acquired: _Outcome[SyncLease] = _Outcome()
         self.released: Optional[_Outcome[None]] = None
-        self.lease: Optional[SyncLease] = None
+        self._lease_ref: Optional["weakref.ReferenceType[SyncLease]"] = None
+        #: Callers of ``lease.extend()`` waiting for the next renewal's outcome.
+        self.extended: List[_Outcome[None]] = []
         #: When the acquire timeout ends (monotonic ns), None without one.
         self.deadline_ns: Optional[int] = None
         # -- the caller serving its own requests (see ThreadDriver._serve) --
@@ -379,6 +464,22 @@ class SyncAcquisition:
         #: The request the caller was running when it was interrupted.
         self.interrupted: Optional[_core.Request] = None
 
+    @property
+    def lease(self) -> Optional[SyncLease]:
+        """The lease once granted, while anyone still holds it."""
+        ref = self._lease_ref
+        return None if ref is None else ref()
+
+    def _extended(self, error: Optional[BaseException]) -> None:
+        waiting, self.extended = self.extended, []
+        for outcome in waiting:
+            if outcome.done():
+                continue
+            if error is None:
+                outcome.set_result(None)
+            else:
+                outcome.set_exception(error)
+
     def on_event(self, event: _core.Event) -> None:
         if isinstance(event, _core.Acquired):
             lease = SyncLease(
@@ -388,20 +489,25 @@ class SyncAcquisition:
                 valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
             )
-            self.lease = lease
+            _watch(self, lease)
             if not self.acquired.done():
                 self.acquired.set_result(lease)
         elif isinstance(event, _core.Renewed):
-            if self.lease is not None:
-                self.lease._valid_until_ns = event.valid_until_ns
+            held = self.lease
+            if held is not None:
+                held._valid_until_ns = event.valid_until_ns
+            self._extended(None)
         elif isinstance(event, _core.Lost):
-            if self.lease is not None:
-                self.lease._set_lost(event.reason)
+            held = self.lease
+            if held is not None:
+                held._set_lost(event.reason)
                 if self.released is not None and not self.released.done():
-                    self.released.set_exception(self.lease._lost_error())
+                    self.released.set_exception(held._lost_error())
+            self._extended(lost_error(self.name, held.token if held else 0, event.reason))
         elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
+            self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
         elif isinstance(event, _core.AcquireFailed):
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
@@ -415,8 +521,10 @@ class SyncAcquisition:
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
         self.wake_caller()
-        if self.lease is not None and self.lease.lost_reason is None:
-            self.lease._set_lost(_core.LOST_CLOSED)
+        lease = self.lease
+        if lease is not None and lease.lost_reason is None:
+            lease._set_lost(_core.LOST_CLOSED)
+        self._extended(lost_error(self.name, lease.token if lease else 0, _core.LOST_CLOSED))
         if not self.acquired.done():
             self.acquired.set_exception(
                 BackendError(f"the backend was closed while acquiring lock {self.name!r}")
@@ -478,15 +586,17 @@ class AsyncDriver:
         (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
         acquisition is cancelled (released if the server may have granted it) and
         CancelledError propagates. Raises as ``Lock.acquire``."""
+        acquired = acquisition.acquired
+        assert acquired is not None
         if not _INLINE or _current_task() is None:  # no task to cancel at a deadline
             self.start(acquisition, options)
             try:
-                return await acquisition.acquired
+                return await acquired
             except asyncio.CancelledError:
                 self.release(acquisition)
                 raise
         try:
-            await self._serve(acquisition, acquisition.acquired, lambda: self.start(acquisition, options))
+            await self._serve(acquisition, acquired, lambda: self.start(acquisition, options))
         except asyncio.CancelledError:
             self.release(acquisition)
             self._report_interrupted(acquisition)
@@ -494,7 +604,7 @@ class AsyncDriver:
         except BaseException:
             self._report_interrupted(acquisition)
             raise
-        return await acquisition.acquired
+        return await acquired
 
     async def release_and_wait(self, acquisition: AsyncAcquisition) -> None:
         """Releases the lock and waits for the outcome (``acquisition.released``),
@@ -519,6 +629,57 @@ class AsyncDriver:
         if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
             self._machine.release(time.monotonic_ns(), acquisition.lock_id)
             self._drain()
+
+    def tracks(self, acquisition: AsyncAcquisition) -> bool:
+        """Whether the machine still runs ``acquisition`` (not finished, not closed)."""
+        return not self._closed and self._acquisitions.get(acquisition.lock_id) is acquisition
+
+    def release_soon(self, acquisition: AsyncAcquisition) -> None:
+        """:meth:`release` on the loop, from any thread (a garbage collector's)."""
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.release, acquisition)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+    def mark_released(self, acquisition: AsyncAcquisition) -> asyncio.Future[None]:
+        """Gives ``acquisition`` the future its release resolves. Its outcome can come
+        after its awaiter was cancelled (the machine retries an interrupted release):
+        nobody need retrieve it then."""
+        released: asyncio.Future[None] = self.loop.create_future()
+        released.add_done_callback(retrieve)
+        acquisition.released = released
+        return released
+
+    async def release_lease(self, acquisition: AsyncAcquisition) -> None:
+        """``lease.release()``: releases and waits (see :meth:`release_and_wait`)."""
+        self.mark_released(acquisition)
+        await self.release_and_wait(acquisition)
+
+    async def extend_and_wait(self, acquisition: AsyncAcquisition) -> None:
+        """Renews the held lease now and waits for the renewal's outcome (running its
+        request in this coroutine). Raises LockLost if the lease is lost meanwhile,
+        ConfigError if it was released."""
+        future: asyncio.Future[None] = self.loop.create_future()
+        future.add_done_callback(retrieve)
+        acquisition.extended.append(future)
+
+        def feed() -> None:
+            if not self.tracks(acquisition):
+                acquisition._extended(ConfigError(f"lock {acquisition.name!r} is not held"))
+                return
+            self._machine.extend(time.monotonic_ns(), acquisition.lock_id)
+            self._drain()
+
+        if not _INLINE or _current_task() is None:
+            feed()
+            return await future
+        try:
+            await self._serve(acquisition, future, feed)
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        return await future
 
     def poke(self) -> None:
         """Delivers due timers (``lease.check()``, ``lease.valid_for()``), so a lease past
@@ -902,6 +1063,39 @@ class ThreadDriver:
             if self._acquisitions.get(acquisition.lock_id) is acquisition and not self._closed:
                 self._machine.release(time.monotonic_ns(), acquisition.lock_id)
                 self._drain()
+
+    def tracks(self, acquisition: SyncAcquisition) -> bool:
+        """Whether the machine still runs ``acquisition`` (not finished, not closed)."""
+        return not self._closed and self._acquisitions.get(acquisition.lock_id) is acquisition
+
+    def release_soon(self, acquisition: SyncAcquisition) -> None:
+        """:meth:`release` on a worker thread (from a garbage collector, which may run
+        on a thread inside this driver's own drain)."""
+        self._pool.submit(functools.partial(self.release, acquisition))
+
+    def mark_released(self, acquisition: SyncAcquisition) -> None:
+        """Gives ``acquisition`` the outcome its release sets."""
+        acquisition.released = _Outcome()
+
+    def extend_and_wait(self, acquisition: SyncAcquisition) -> None:
+        """Renews the held lease now and blocks until the renewal's outcome. Raises
+        LockLost if the lease is lost meanwhile, ConfigError if it was released."""
+        outcome: _Outcome[None] = _Outcome()
+
+        def feed() -> None:
+            acquisition.extended.append(outcome)
+            if not self.tracks(acquisition):
+                acquisition._extended(ConfigError(f"lock {acquisition.name!r} is not held"))
+                return
+            self._machine.extend(time.monotonic_ns(), acquisition.lock_id)
+            self._drain()
+
+        try:
+            self._serve(acquisition, outcome, feed)
+        except BaseException:
+            self._report_interrupted(acquisition)
+            raise
+        outcome.result()
 
     def release_and_wait(self, acquisition: SyncAcquisition) -> None:
         """Releases the lock and blocks until the outcome (``acquisition.released``),

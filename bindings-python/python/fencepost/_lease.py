@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from .errors import LockLost
+from .errors import ConfigError, LockLost
 
 __all__ = ["Lease", "SyncLease", "lost_error"]
 
@@ -55,6 +55,9 @@ class _LeaseBase:
         self._valid_until_ns = valid_until_ns
         self._poke = poke
         self._lost_reason: Optional[str] = None
+        #: The acquisition it came from, set by the driver (the lease keeps it alive;
+        #: the driver sees the lease only weakly).
+        self._acquisition: Any = None
 
     @property
     def name(self) -> str:
@@ -92,6 +95,29 @@ class _LeaseBase:
         if self._lost_reason is not None:
             return 0.0
         return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+
+    @property
+    def held(self) -> bool:
+        """Whether this lease is still ours by the local view: not lost, not released,
+        and before its validity deadline (due timers are delivered first). No request
+        is sent: for the server's word, :meth:`extend` (a renewal now, which fails with
+        :class:`~fencepost.errors.LockLost` if the server no longer holds it for us)."""
+        self._poke()
+        acquisition = self._acquisition
+        released = acquisition is not None and acquisition.released is not None
+        return self._lost_reason is None and not released and self.valid_for() > 0.0
+
+    def _extend_check(self) -> None:
+        if self._lost_reason is not None:
+            raise self._lost_error()
+        acquisition = self._acquisition
+        if acquisition is None or acquisition.released is not None:
+            raise ConfigError(f"extend(): the lease of {self._name!r} was released")
+
+    def _release_check(self) -> bool:
+        """Whether a release is still to be sent (False: released already)."""
+        acquisition = self._acquisition
+        return acquisition is not None and acquisition.released is None
 
     def check(self) -> None:
         """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
@@ -147,6 +173,42 @@ class Lease(_LeaseBase):
         #: Set when the lease is lost (``await lease.lost.wait()``).
         self.lost = lost
 
+    async def extend(self) -> None:
+        """Renews the lease now (a manual extend; with ``auto_renew=False`` the only
+        renewal there is) and waits for the server's answer: on return
+        :attr:`valid_until_ns` has moved to a validity measured from this renewal's
+        send. The TTL is the lock's. A renewal already in flight answers for this one;
+        a renewal failing in transport is retried until the validity deadline.
+
+        Raises:
+            LockLost: the lease was lost, or is lost meanwhile (the server refused the
+                renewal: ``"renew_rejected"``; no confirmation before the deadline:
+                ``"expired"``).
+            ConfigError: the lease was released.
+        """
+        self._extend_check()
+        acquisition: Any = self._acquisition
+        await acquisition.driver.extend_and_wait(acquisition)
+
+    async def release(self) -> None:
+        """Releases the lock (owner-checked on the server); what ``async with`` does on
+        exit and :meth:`fencepost.Lock.release` does for the caller's latest lease. A
+        second call does nothing.
+
+        Raises:
+            LockLost: the lease was lost while held, or the server no longer held it
+                for this owner at release (reason ``"not_held_at_release"``).
+        """
+        if not self._release_check():
+            return
+        acquisition: Any = self._acquisition
+        acquisition.body_task = None
+        if self._lost_reason is not None:
+            acquisition.driver.mark_released(acquisition)
+            raise self._lost_error()
+        # The release completes in the driver whatever happens to this await.
+        await acquisition.driver.release_lease(acquisition)
+
 
 class SyncLease(_LeaseBase):
     """A held lock, from ``with lock as lease`` or ``lock.acquire_sync()``.
@@ -187,6 +249,29 @@ class SyncLease(_LeaseBase):
             if self._lost_reason is not None:
                 event.set()
         return event
+
+    def extend(self) -> None:
+        """Blocking :meth:`Lease.extend`: renews now and blocks until the server's
+        answer; same errors."""
+        self._extend_check()
+        acquisition: Any = self._acquisition
+        acquisition.driver.extend_and_wait(acquisition)
+
+    def release(self) -> None:
+        """Releases the lock (owner-checked), blocking until the outcome; what ``with``
+        does on exit. A second call does nothing.
+
+        Raises:
+            LockLost: as :meth:`Lease.release`.
+        """
+        if not self._release_check():
+            return
+        acquisition: Any = self._acquisition
+        acquisition.driver.mark_released(acquisition)
+        if self._lost_reason is not None:
+            acquisition.driver.release(acquisition)  # a no-op once the machine ended it
+            raise self._lost_error()
+        acquisition.driver.release_and_wait(acquisition)
 
     def _set_lost(self, reason: str) -> None:
         """Marks the lease lost (driver's lock held) and sets :attr:`lost` if made."""

@@ -12,13 +12,14 @@ import numbers
 import sys
 from datetime import timedelta
 from types import TracebackType
-from typing import Optional, Type, Union
+import threading
+from typing import Any, Dict, List, Optional, Type, Union
 
 from . import _core
 from ._backend import Backend
-from ._driver import AsyncAcquisition, SyncAcquisition, _Outcome
+from ._driver import AsyncAcquisition, SyncAcquisition
 from ._lease import Lease, SyncLease
-from .errors import ConfigError, LockLost
+from .errors import AcquireTimeout, ConfigError, LockLost
 
 __all__ = ["Lock", "Lease", "SyncLease", "Seconds"]
 
@@ -61,11 +62,34 @@ def _optional_seconds_to_ns(param: str, value: object) -> Optional[int]:
     return None if value is None else _seconds_to_ns(param, value)
 
 
+def _count(param: str, value: object) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ConfigError(f"{param} must be None or an int in 0 ..= 2**32 - 1, got {value!r}")
+    return value
+
+
+#: ``timeout`` left out: the lock's own ``acquire_timeout``.
+_LOCK_TIMEOUT: Any = object()
+
+
+def _caller() -> object:
+    """Who holds a lease from a shared Lock: the running asyncio task, else the thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return task if task is not None else threading.get_ident()
+
+
 class Lock:
     """A distributed lock named ``name`` on ``backend``.
 
-    One ``Lock`` object holds at most one lease at a time; create one per concurrent
-    user (they are cheap: every ``Lock`` on a backend shares its lock machine).
+    A ``Lock`` is a shareable description (name and options): every ``with`` /
+    ``acquire()`` makes its own lease, so one object may serve any number of tasks and
+    threads at once (each then waits its turn: a lease is exclusive whoever asks).
+    Every ``Lock`` on a backend shares its lock machine.
 
     Use ``async with lock as lease:`` (asyncio) or ``with lock as lease:`` (threads), or
     the explicit ``await lock.acquire()`` / ``await lock.release()`` and
@@ -87,12 +111,17 @@ class Lock:
             tokens are durable rows and need no opt-in.
         accept_failover_risk: the explicit opt-in described above.
         acquire_timeout: seconds to keep trying; ``None`` waits forever, ``0`` tries
-            exactly once. Forever includes a server that cannot be reached: requests
-            keep being retried with backoff, and the outage is logged on the
+            exactly once; ``acquire(timeout=...)`` overrides it for one call. Forever
+            includes a server that cannot be reached: requests keep being retried with
+            backoff, and the outage is logged on the
             ``fencepost`` logger (a WARNING at the first failed request, then at most
             every 5 s with the count, and one when the server answers again). Set a
             timeout to get :class:`~fencepost.errors.AcquireTimeout` instead (its
             message carries the last transport error).
+        retry_count: how many times to retry after the first attempt (node-redlock's
+            ``retryCount``); ``None`` is no limit, ``0`` tries once. The acquisition
+            ends (``AcquireTimeout``) at whichever of it and ``acquire_timeout`` runs
+            out first.
         retry_base: first backoff step, seconds; step n is
             ``min(retry_max, retry_base * 2**n)`` with full jitter.
         retry_max: largest backoff step, seconds.
@@ -121,6 +150,7 @@ class Lock:
         purpose: str = "efficiency",
         accept_failover_risk: bool = False,
         acquire_timeout: Optional[Seconds] = None,
+        retry_count: Optional[int] = None,
         retry_base: Seconds = 0.01,
         retry_max: Seconds = 0.5,
         renew_every: Optional[Seconds] = None,
@@ -141,6 +171,7 @@ class Lock:
             "purpose": purpose,
             "accept_failover_risk": accept_failover_risk,
             "acquire_timeout": _optional_seconds_to_ns("acquire_timeout", acquire_timeout),
+            "retry_count": _count("retry_count", retry_count),
             "retry_base": _seconds_to_ns("retry_base", retry_base),
             "retry_max": _seconds_to_ns("retry_max", retry_max),
             "renew_every": _optional_seconds_to_ns("renew_every", renew_every),
@@ -152,7 +183,12 @@ class Lock:
         self._backend = backend
         self._name = name
         self._options = options
-        self._acquisition: Optional[Union[AsyncAcquisition, SyncAcquisition]] = None
+        #: Leases from ``acquire()`` not yet released, newest last: what ``release()``
+        #: ends (from any task or thread, as with any explicit lock).
+        self._explicit: List[Union[Lease, SyncLease]] = []
+        #: Leases of ``with`` blocks in progress, per caller (its asyncio task, or its
+        #: thread), newest last: each exit ends its own.
+        self._scoped: Dict[object, List[Union[Lease, SyncLease]]] = {}
 
     @property
     def name(self) -> str:
@@ -166,84 +202,116 @@ class Lock:
 
     @property
     def lease(self) -> Optional[Union[Lease, SyncLease]]:
-        """The current lease while this object holds one (possibly lost), else None."""
-        acquisition = self._acquisition
-        return None if acquisition is None else acquisition.lease
+        """The newest lease of the calling task's (or thread's) ``with`` block on this
+        object, else the newest from :meth:`acquire` / :meth:`acquire_sync` not yet
+        released (possibly lost), else None."""
+        stack = self._scoped.get(_caller()) or self._explicit
+        return stack[-1] if stack else None
 
-    def _claim(self) -> None:
-        if self._acquisition is not None:
-            raise ConfigError(
-                f"this Lock object already holds (or is acquiring) {self._name!r}; "
-                "release it first, or create one Lock per concurrent user"
-            )
+    def _options_for(self, timeout: object) -> _core.LockOptionsSpec:
+        if timeout is _LOCK_TIMEOUT:
+            return self._options
+        options = dict(self._options)
+        options["acquire_timeout"] = _optional_seconds_to_ns("timeout", timeout)
+        _core.check_lock_options(self._name, options, backend=self._backend._machine_spec())  # type: ignore[arg-type]
+        return options  # type: ignore[return-value]
+
+    def _push_scoped(self, lease: Union[Lease, SyncLease]) -> None:
+        self._scoped.setdefault(_caller(), []).append(lease)
+
+    def _pop_scoped(self) -> Optional[Any]:
+        """The caller's newest ``with`` lease, taken off its stack."""
+        key = _caller()
+        stack = self._scoped.get(key)
+        if not stack:
+            return None
+        lease = stack.pop()
+        if not stack:
+            del self._scoped[key]
+        return lease
+
+    def _pop_explicit(self, kind: type) -> Optional[Any]:
+        """The newest lease of ``kind`` from ``acquire()``, taken off the list."""
+        for i in range(len(self._explicit) - 1, -1, -1):
+            if isinstance(self._explicit[i], kind):
+                return self._explicit.pop(i)
+        return None
 
     # -- asyncio --
 
-    async def acquire(self) -> Lease:
+    async def acquire(self, *, timeout: Optional[Seconds] = _LOCK_TIMEOUT) -> Lease:
         """Acquires the lock, waiting as the options say; renews it on the running
-        event loop until :meth:`release`.
+        event loop until the lease is released (:meth:`release`, ``lease.release()``).
 
-        Without ``async with`` nothing is cancelled on loss: watch ``lease.lost`` or
-        call ``lease.check()``. If the awaiting task is cancelled, the acquisition is
-        cancelled too (the lock is released if the server had already granted it) and
-        ``CancelledError`` propagates.
+        Each call makes its own lease (a ``Lock`` is a description: it may be shared
+        by any number of tasks and threads at once). Without ``async with`` nothing is
+        cancelled on loss: watch ``lease.lost`` or call ``lease.check()``. If the
+        awaiting task is cancelled, the acquisition is cancelled too (the lock is
+        released if the server had already granted it) and ``CancelledError``
+        propagates. A lease dropped without a release is released when it is
+        garbage-collected, with a ``ResourceWarning`` (this object keeps the leases it
+        handed out until they are released).
+
+        Args:
+            timeout: this call's acquire timeout, seconds, over the lock's
+                ``acquire_timeout``: ``None`` waits forever, ``0`` tries once.
 
         Raises:
-            AcquireTimeout: the acquire timeout passed.
+            AcquireTimeout: the acquire timeout passed (or ``retry_count`` ran out).
             ProtocolError: the server's reply made no sense.
             BackendError: the backend is closed, or was closed while waiting.
-            ConfigError: this object already holds the lock, or the backend does not
-                support asyncio (e.g. a sync ``redis.Redis`` client).
+            ConfigError: a bad ``timeout``, or the backend does not support asyncio
+                (e.g. a sync ``redis.Redis`` client).
         """
-        self._claim()
+        lease = await self._acquire(timeout)
+        self._explicit.append(lease)
+        return lease
+
+    async def _acquire(self, timeout: object) -> Lease:
+        options = self._options_for(timeout)
         driver = self._backend._async_driver()
         acquisition = AsyncAcquisition(driver, self._name)
-        self._acquisition = acquisition
+        # Cancelled: the driver cancels the acquisition before CancelledError
+        # propagates (releasing what the server may have granted).
+        lease = await driver.acquire(acquisition, options)
+        acquisition.acquired = None  # the lease lives as long as its holders keep it
+        return lease
+
+    async def try_acquire(self) -> Optional[Lease]:
+        """One attempt (redis-py's ``blocking=False``): the lease, or None when another
+        owner holds the lock. Raises as :meth:`acquire` otherwise (a server that cannot
+        be reached is an ``AcquireTimeout`` with its ``last_error``)."""
         try:
-            # Cancelled: the driver cancels the acquisition before CancelledError
-            # propagates (releasing what the server may have granted).
-            return await driver.acquire(acquisition, self._options)
-        except BaseException:
-            self._acquisition = None
+            return await self.acquire(timeout=0)
+        except AcquireTimeout as exc:
+            if exc.last_error is None:
+                return None
             raise
 
     async def release(self) -> None:
-        """Releases the lock (owner-checked on the server).
+        """Releases the newest lease :meth:`acquire` handed out and nobody released yet
+        (owner-checked on the server); ``lease.release()`` releases a given one.
 
         Raises:
             LockLost: the lease was lost while held, or the server no longer held it
                 for this owner at release (reason ``"not_held_at_release"``).
-            ConfigError: this object holds no lease.
+            ConfigError: no such lease.
         """
-        acquisition = self._acquisition
-        if not isinstance(acquisition, AsyncAcquisition) or acquisition.lease is None:
+        lease = self._pop_explicit(Lease)
+        if lease is None:
             raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}")
-        self._acquisition = None
-        await self._release_async(acquisition)
-
-    async def _release_async(self, acquisition: AsyncAcquisition) -> None:
-        acquisition.body_task = None
-        lease = acquisition.lease
-        if lease is None:  # pragma: no cover - callers check
-            return
-        if lease.lost_reason is not None:
-            raise lease._lost_error()
-        acquisition.released = acquisition.driver.loop.create_future()
-        # The release completes in the driver whatever happens to this await (if it is
-        # cancelled, the machine retries the interrupted release request).
-        await acquisition.driver.release_and_wait(acquisition)
+        await lease.release()
 
     async def __aenter__(self) -> Lease:
         """``async with lock as lease``: acquires (as :meth:`acquire`) and arranges for
         the body task to be cancelled if the lease is lost. Raises as :meth:`acquire`,
         and LockLost if the lease was lost before the body started."""
-        lease = await self.acquire()
+        lease = await self._acquire(_LOCK_TIMEOUT)
         if lease.lost_reason is not None:  # lost before the body could start
-            self._acquisition = None
             raise lease._lost_error()
-        acquisition = self._acquisition
-        if isinstance(acquisition, AsyncAcquisition):
-            acquisition.body_task = asyncio.current_task()
+        self._push_scoped(lease)
+        acquisition: AsyncAcquisition = lease._acquisition
+        acquisition.body_task = asyncio.current_task()
         return lease
 
     async def __aexit__(
@@ -256,13 +324,15 @@ class Lock:
         instead of the CancelledError the body received (a cancellation from elsewhere
         still propagates as CancelledError). Raises LockLost if the release found the
         lock no longer held."""
-        acquisition = self._acquisition
-        if not isinstance(acquisition, AsyncAcquisition) or acquisition.lease is None:
-            return None  # released inside the body
-        self._acquisition = None
+        lease: Optional[Lease] = self._pop_scoped()
+        if lease is None:  # pragma: no cover - every __aenter__ pushed one
+            return None
+        acquisition: AsyncAcquisition = lease._acquisition
+        if acquisition.released is not None:
+            return None  # released inside the body (lease.release())
         task, acquisition.body_task = acquisition.body_task, None
-        lease = acquisition.lease
         if lease.lost_reason is not None:
+            acquisition.driver.mark_released(acquisition)
             if isinstance(exc, LockLost):
                 return None  # the body saw it first (lease.check())
             ours = acquisition.cancelled_body and task is not None
@@ -275,59 +345,62 @@ class Lock:
             if exc_type is asyncio.CancelledError:
                 raise lease._lost_error() from None
             raise lease._lost_error()
-        await self._release_async(acquisition)
+        await lease.release()
         return None
 
     # -- threads --
 
-    def acquire_sync(self) -> SyncLease:
+    def acquire_sync(self, *, timeout: Optional[Seconds] = _LOCK_TIMEOUT) -> SyncLease:
         """Blocking :meth:`acquire`: renewal runs on a daemon driver thread. If
         interrupted (``KeyboardInterrupt``), the acquisition is cancelled first.
+        ``timeout`` as for :meth:`acquire`.
 
         Raises:
             AcquireTimeout, ProtocolError, BackendError: as :meth:`acquire`.
-            ConfigError: this object already holds the lock, or the backend does not
-                support blocking use (e.g. a ``redis.asyncio.Redis`` client).
+            ConfigError: a bad ``timeout``, or the backend does not support blocking
+                use (e.g. a ``redis.asyncio.Redis`` client).
         """
-        self._claim()
+        lease = self._acquire_sync(timeout)
+        self._explicit.append(lease)
+        return lease
+
+    def _acquire_sync(self, timeout: object) -> SyncLease:
+        options = self._options_for(timeout)
         driver = self._backend._sync_driver()
         acquisition = SyncAcquisition(driver, self._name)
-        self._acquisition = acquisition
+        # Interrupted: the driver cancels the acquisition before re-raising.
+        lease = driver.acquire(acquisition, options)
+        acquisition.acquired.forget()
+        return lease
+
+    def try_acquire_sync(self) -> Optional[SyncLease]:
+        """Blocking :meth:`try_acquire`: the lease, or None when another owner holds
+        the lock."""
         try:
-            # Interrupted: the driver cancels the acquisition before re-raising.
-            return driver.acquire(acquisition, self._options)
-        except BaseException:
-            self._acquisition = None
+            return self.acquire_sync(timeout=0)
+        except AcquireTimeout as exc:
+            if exc.last_error is None:
+                return None
             raise
 
     def release_sync(self) -> None:
-        """Blocking :meth:`release`; same errors."""
-        acquisition = self._acquisition
-        if not isinstance(acquisition, SyncAcquisition) or acquisition.lease is None:
+        """Blocking :meth:`release` (of the newest lease :meth:`acquire_sync` handed
+        out); same errors."""
+        lease = self._pop_explicit(SyncLease)
+        if lease is None:
             raise ConfigError(
                 f"release_sync(): this Lock object holds no blocking lease of {self._name!r}"
             )
-        self._acquisition = None
-        self._release_sync(acquisition)
-
-    def _release_sync(self, acquisition: SyncAcquisition) -> None:
-        lease = acquisition.lease
-        if lease is None:  # pragma: no cover - callers check
-            return
-        acquisition.released = _Outcome()
-        if lease.lost_reason is not None:
-            acquisition.driver.release(acquisition)  # a no-op once the machine ended it
-            raise lease._lost_error()
-        acquisition.driver.release_and_wait(acquisition)
+        lease.release()
 
     def __enter__(self) -> SyncLease:
         """``with lock as lease``: acquires (as :meth:`acquire_sync`). Raises as
         :meth:`acquire_sync`, and LockLost if the lease was lost before the body
         started."""
-        lease = self.acquire_sync()
+        lease = self._acquire_sync(_LOCK_TIMEOUT)
         if lease.lost_reason is not None:  # lost before the body could start
-            self._acquisition = None
             raise lease._lost_error()
+        self._push_scoped(lease)
         return lease
 
     def __exit__(
@@ -339,15 +412,16 @@ class Lock:
         """Releases the lock; raises LockLost if the lease was lost during the body (or
         the release found it no longer held). An exception from the body propagates
         unchanged otherwise."""
-        acquisition = self._acquisition
-        if not isinstance(acquisition, SyncAcquisition) or acquisition.lease is None:
-            return None  # released inside the body
-        self._acquisition = None
-        lease = acquisition.lease
+        lease: Optional[SyncLease] = self._pop_scoped()
+        if lease is None:  # pragma: no cover - every __enter__ pushed one
+            return None
+        if lease._acquisition.released is not None:
+            return None  # released inside the body (lease.release())
         lease._poke()
         if lease.lost_reason is not None and isinstance(exc, LockLost):
+            lease._acquisition.driver.mark_released(lease._acquisition)
             return None  # the body saw it first (lease.check())
-        self._release_sync(acquisition)
+        lease.release()
         return None
 
     def __repr__(self) -> str:

@@ -1,0 +1,144 @@
+'use strict'
+// The lock API beside the peers' (node-redlock, redis-py Lock, python-redis-lock): manual
+// extend, the local "still mine?" view, try-once and per-call timeouts, a retry count,
+// dropped leases, and a release whose reply was lost. In-memory backend. Mirrors
+// tests/python/test_lock_api.py.
+
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const { spawnSync } = require('node:child_process')
+const path = require('node:path')
+
+const { fencepost, sleep, waitUntil } = require('./impl')
+
+const { Lock, MemoryBackend, ConfigError, LockLostError, AcquireTimeoutError } = fencepost
+
+/** Runs every request; the first release's reply is lost on the way back. */
+class LostReleaseReply extends MemoryBackend {
+  constructor () { super(); this.lost = 0 }
+  async execute (request, options) {
+    const value = await super.execute(request, options)
+    if (request.operation === 'release' && this.lost === 0) {
+      this.lost++
+      throw new Error('connection reset after the release ran')
+    }
+    return value
+  }
+}
+
+test('a release whose reply was lost is a release, not a loss', async () => {
+  const backend = new LostReleaseReply()
+  const lease = await new Lock(backend, 'job', { ttlMs: 5_000 }).acquire()
+  await lease.release() // its reply lost; the retry finds the key gone
+  assert.equal(backend.lost, 1)
+  assert.equal(lease.lostReason, null)
+  assert.equal(backend.server.lockOwner('job'), null)
+  backend.close()
+})
+
+test('extend renews now and moves the validity; a deleted key rejects it', async () => {
+  const backend = new MemoryBackend()
+  const lease = await new Lock(backend, 'job', { ttlMs: 1_000, autoRenew: false }).acquire()
+  const first = lease.validUntilMs
+  await sleep(200)
+  await lease.extend()
+  assert.ok(lease.validUntilMs - first > 150, `${lease.validUntilMs - first}`)
+  assert.equal(lease.held, true)
+  backend.server.deleteLock('job') // an operator deletes the key
+  await assert.rejects(lease.extend(), (e) => e instanceof LockLostError && e.reason === 'renew_rejected')
+  assert.equal(lease.held, false)
+  await assert.rejects(lease.extend(), LockLostError)
+  backend.close()
+})
+
+test('extend of a released lease is a ConfigError', async () => {
+  const backend = new MemoryBackend()
+  const lease = await new Lock(backend, 'job', { ttlMs: 5_000 }).acquire()
+  await lease.release()
+  assert.equal(lease.held, false)
+  await assert.rejects(lease.extend(), (e) => e instanceof ConfigError && /released/.test(e.message))
+  backend.close()
+})
+
+test('tryAcquire resolves null while held; timeoutMs overrides the wait for one call', async () => {
+  const backend = new MemoryBackend()
+  const lock = new Lock(backend, 'job', { ttlMs: 5_000 }) // waits forever by default
+  const held = await lock.acquire()
+  const started = performance.now()
+  assert.equal(await lock.tryAcquire(), null)
+  await assert.rejects(lock.acquire({ timeoutMs: 50 }), AcquireTimeoutError)
+  assert.ok(performance.now() - started < 1_000)
+  await assert.rejects(lock.acquire({ timeoutMs: -1 }), ConfigError)
+  await held.release()
+  const again = await lock.tryAcquire()
+  assert.equal(again.token, held.token + 1n)
+  await again.release()
+  backend.close()
+})
+
+test('retryCount bounds the attempts', async () => {
+  const backend = new MemoryBackend()
+  const held = await new Lock(backend, 'job', { ttlMs: 5_000 }).acquire()
+  let calls = 0
+  const execute = backend.execute.bind(backend)
+  backend.execute = (request, options) => {
+    if (request.operation === 'acquire') calls++
+    return execute(request, options)
+  }
+  const lock = new Lock(backend, 'job', { ttlMs: 5_000, retryCount: 2, retryBaseMs: 1, retryMaxMs: 2 })
+  await assert.rejects(lock.acquire(), AcquireTimeoutError)
+  assert.equal(calls, 3) // the first attempt and 2 retries
+  assert.throws(() => new Lock(backend, 'job', { retryCount: -1 }), (e) => e instanceof ConfigError && /retryCount/.test(e.message))
+  assert.throws(() => new Lock(backend, 'job', { retryCount: 1.5 }), ConfigError)
+  await held.release()
+  backend.close()
+})
+
+test('a dropped lease warns and is released when collected (node --expose-gc)', () => {
+  const script = `
+    const { fencepost, waitUntil } = require(${JSON.stringify(path.join(__dirname, 'impl.js'))})
+    const warnings = []
+    process.on('warning', (w) => warnings.push(w))
+    ;(async () => {
+      const backend = new fencepost.MemoryBackend()
+      await (async () => { await new fencepost.Lock(backend, 'job', { ttlMs: 5000 }).acquire() })()
+      for (let i = 0; i < 10 && warnings.length === 0; i++) {
+        global.gc()
+        await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      await waitUntil(() => backend.server.lockOwner('job') === null, 2000)
+      const kept = await new fencepost.Lock(backend, 'job', { ttlMs: 5000, acquireTimeoutMs: 0 }).acquire()
+      await kept.release()
+      global.gc()
+      await new Promise((resolve) => setTimeout(resolve, 10))
+      backend.close()
+      console.log(JSON.stringify({ warnings: warnings.map((w) => [w.name, w.code, w.message]), token: String(kept.token) }))
+    })().catch((e) => { console.error(e); process.exit(1) })
+  `
+  const child = spawnSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 20_000, env: process.env })
+  assert.equal(child.status, 0, child.stderr)
+  const out = JSON.parse(child.stdout.trim().split('\n').pop())
+  assert.equal(out.token, '2') // the dropped lease (token 1) was released
+  assert.equal(out.warnings.length, 1, JSON.stringify(out.warnings))
+  const [name, code, message] = out.warnings[0]
+  assert.equal(name, 'ResourceWarning')
+  assert.equal(code, 'FENCEPOST_LEASE_DROPPED')
+  assert.match(message, /garbage-collected while held/)
+})
+
+test('a Lock is a shareable description: concurrent using() calls each get their own lease', async () => {
+  const backend = new MemoryBackend()
+  const lock = new Lock(backend, 'job', { ttlMs: 5_000, retryBaseMs: 1, retryMaxMs: 5 })
+  let inside = 0
+  const tokens = await Promise.all([1, 2, 3].map(() => lock.using(async (signal, lease) => {
+    inside++
+    assert.equal(inside, 1)
+    await sleep(10)
+    inside--
+    return lease.token
+  })))
+  assert.deepEqual([...tokens].sort(), [1n, 2n, 3n])
+  backend.close()
+})
+
+void waitUntil
