@@ -606,7 +606,7 @@ class PostgresBackend(Backend):
                 dead, self._conn = conn, psycopg.connect(**_reconnect_args(conn, deadline_ns))
                 self._replacement = self._conn
                 _log.warning(
-                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "the PostgreSQL connection was dropped (%s); fencepost "
                     "connected again with its parameters", _describe(dead)
                 )
                 if dead is not self._given:
@@ -628,7 +628,7 @@ class PostgresBackend(Backend):
                 self._replacement = fresh
                 self._replacement_loop = asyncio.get_running_loop()
                 _log.warning(
-                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "the PostgreSQL connection was dropped (%s); fencepost "
                     "connected again with its parameters", _describe(dead)
                 )
                 if dead is not self._given:
@@ -843,7 +843,7 @@ def _warn_release(request: _core.Request, exc: BaseException) -> None:
         stmt = request.body
         name = stmt.params[0] if isinstance(stmt, _core.SqlStatement) and stmt.params else "?"
         _log.warning(
-            "fencepost: releasing PostgreSQL lock %r failed (%s: %s); it is retried, and "
+            "releasing PostgreSQL lock %r failed (%s: %s); it is retried, and "
             "if no attempt gets through the lease stays on the server until its TTL",
             name, type(exc).__name__, exc,
         )
