@@ -1002,8 +1002,10 @@ def xact_lock(
     granted while no lease of the name is live, ``token + 1`` on the name's row of
     ``lease_table`` in the same transaction — and gives the fencing token. Leaving
     commits (the work and the token bump together; the lock ends) or, if the block
-    raised, rolls back (a rolled-back token is handed out again: nothing written with
-    it survived).
+    raised, rolls back. A rolled-back token is handed out again to the next holder, so
+    the token fences writes *inside this transaction* only: never use it for writes
+    outside it (another table through another connection, Redis, a file), where a
+    write made with it would survive the rollback and carry the next holder's token.
 
     It tries **exactly once**: when the lock is held — by another transaction, a
     session lock or a live lease row of the same name — it rolls back and raises
