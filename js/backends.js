@@ -65,9 +65,10 @@ function createBackends (native, LockMachine, fence) {
         LockMachine._checkAcquire(this._machineOptions(), name, options)
       } catch (error) {
         if (!(error instanceof ConfigError) || error.kind !== 'unsafe_purpose') throw error
-        // the core names its protocol ('redis'); say which backend the caller used
-        const i = error.message.indexOf(' is unsafe: ')
-        throw new ConfigError(`a correctness lock on ${this._label()}${error.message.slice(i)}`, { kind: error.kind, option: error.option })
+        // the core names its protocol ('redis') twice; say which backend the caller used,
+        // and "its" tokens after that
+        const rest = error.message.slice(error.message.indexOf(' fencing tokens ') + ' fencing tokens '.length)
+        throw new ConfigError(`a correctness lock on ${this._label()} is unsafe: its fencing tokens ${rest}`, { kind: error.kind, option: error.option })
       }
     }
 

@@ -160,9 +160,10 @@ function abortSignal (value, what) {
  * at 1n; 0n is what a fresh fence (or an absent etcd key) holds, so a write with it would be
  * refused by the Redis script, or pass on etcd with no holder at all. */
 function fencingToken (value) {
-  token(value)
-  if (value === 0n) throw new ConfigError('token must be a fencing token of a lease (a bigint >= 1n), got 0n')
-  return value
+  if (typeof value === 'bigint' && (value < 1n || value > 0xffff_ffff_ffff_ffffn)) {
+    throw new ConfigError(`token must be a fencing token of a lease (a bigint in 1n ..= 2n ** 64n - 1n), got ${value}n`)
+  }
+  return token(value)
 }
 
 module.exports = { describe, string, boolean, millis, id, token, fencingToken, plainObject, lockOptions, abortSignal }

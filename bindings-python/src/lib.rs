@@ -151,12 +151,22 @@ fn arg_u64(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
 /// and 0 is what a fresh fence (or an absent etcd key) holds, so a write with 0 would be
 /// refused by the Redis script or, on etcd, pass without any holder.
 fn arg_token(value: &Bound<'_, PyAny>) -> PyResult<FencingToken> {
-    match arg_u64(value, "token")? {
-        0 => Err(config_error(
-            value.py(),
-            "token must be a fencing token of a lease (an int >= 1), got 0",
+    let py = value.py();
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(config_error(
+            py,
+            format!("token must be an int, got {}", describe(value)),
+        ));
+    }
+    match value.extract::<u64>() {
+        Ok(n) if n >= 1 => Ok(FencingToken(n)),
+        _ => Err(config_error(
+            py,
+            format!(
+                "token must be a fencing token of a lease (an int in 1 ..= 2**64 - 1), got {}",
+                describe(value)
+            ),
         )),
-        n => Ok(FencingToken(n)),
     }
 }
 

@@ -487,7 +487,7 @@ test('error classes: one base, stable codes, names, fields', () => {
   }
   assert.ok(new ClockError('x') instanceof ConfigError)
   const lost = new LockLostError('report', 7n, 'renew_rejected')
-  assert.equal(lost.message, 'lock "report" (fencing token 7) was lost: the server refused the renewal: the lock key was deleted or is held by another owner')
+  assert.equal(lost.message, 'lock "report" (fencing token 7) was lost: the server refused the renewal: it no longer held the lock for this owner')
 })
 
 // ---- fencing --------------------------------------------------------------------------------

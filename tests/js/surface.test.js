@@ -133,7 +133,10 @@ test('requests that get replies warn of nothing', async () => {
 // ---- token 0 and the unsafe-purpose message ------------------------------------------------
 
 test('the fenced helpers refuse token 0n before anything is sent', async () => {
-  assert.throws(() => redisFencedSet('d', 'f', 0n, 'v'), (e) => e instanceof ConfigError && /a bigint >= 1n\), got 0n/.test(e.message))
+  const range = /token must be a fencing token of a lease \(a bigint in 1n \.\.= 2n \*\* 64n - 1n\), got /
+  for (const bad of [0n, -1n, 2n ** 64n]) { // 0n is refused, so the range the message quotes starts at 1n
+    assert.throws(() => redisFencedSet('d', 'f', bad, 'v'), (e) => e instanceof ConfigError && range.test(e.message) && e.message.endsWith(`got ${bad}n`))
+  }
   assert.throws(() => etcdFencedTxn('fencepost/', 'ledger', '0'.repeat(31) + '1', 0n, [['k', 'v']]), ConfigError)
   assert.equal(redisFencedSet('d', 'f', 1n, 'v').args[0], '1')
   const backend = new MemoryBackend()
@@ -155,7 +158,8 @@ test('the unsafe-purpose error names the backend and the JavaScript option', () 
       assert.ok(e instanceof ConfigError)
       assert.equal(e.kind, 'unsafe_purpose')
       assert.ok(e.message.startsWith(`a correctness lock on ${label}`), e.message)
-      assert.match(e.message, / is unsafe: redis fencing tokens can go backwards/)
+      assert.match(e.message, / is unsafe: its fencing tokens can go backwards when a replica is promoted/)
+      assert.doesNotMatch(e.message, /redis fencing tokens/)
       assert.match(e.message, /acceptFailoverRisk: true/)
       assert.doesNotMatch(e.message, /ZooKeeper|accept-failover-risk|accept_failover_risk| on redis /)
       return true

@@ -291,10 +291,11 @@ def test_twenty_threads_renew_and_release_every_lease(client: redis.Redis, prefi
 
 def test_close_releases_every_held_lock_on_redis(client: redis.Redis, prefix: str) -> None:
     backend = RedisBackend(client, key_prefix=prefix)
-    for i in range(5):
-        fencepost.Lock(backend, f"c{i}", ttl=30.0).acquire_sync()
+    # kept: a lease collected while held is released on its own
+    leases = [fencepost.Lock(backend, f"c{i}", ttl=30.0).acquire_sync() for i in range(5)]
     assert len(list(client.scan_iter(match=prefix + "*:lock"))) == 5
     backend.close()
+    assert all(lease.lost_reason == "closed" for lease in leases)
     assert wait_until(lambda: list(client.scan_iter(match=prefix + "*:lock")) == [], timeout=2.0), list(
         client.scan_iter(match=prefix + "*:lock")
     )

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from typing import Iterator, List, Tuple
 
 import pytest
@@ -66,7 +67,7 @@ def test_an_unreachable_redis_is_logged_at_once_and_then_at_most_every_interval(
     assert 0.9 < time.monotonic() - started < 3.0
     assert "Connection" in str(info.value)  # the last transport error, in the message
     messages = reach_messages(caplog)
-    assert messages[0].startswith("fencepost: RedisBackend cannot reach its server: ")
+    assert messages[0].startswith("RedisBackend cannot reach its server: ")
     assert "acquire_timeout" in messages[0]
     # every failed attempt counts, but only about one report per 0.4 s follows
     later = messages[1:]
@@ -91,7 +92,7 @@ async def test_an_unreachable_etcd_is_logged_at_once_on_asyncio(
         with pytest.raises(AcquireTimeout):
             await lock.acquire()
         messages = reach_messages(caplog)
-        assert messages and messages[0].startswith("fencepost: EtcdBackend cannot reach its server: ")
+        assert messages and messages[0].startswith("EtcdBackend cannot reach its server: ")
         backend.close()
 
 
@@ -149,13 +150,13 @@ async def test_a_server_that_comes_back_is_logged_as_reachable_again(
             if reach_messages(caplog):
                 break
             await asyncio.sleep(0.01)
-        assert reach_messages(caplog)[0].startswith("fencepost: RedisBackend cannot reach")
+        assert reach_messages(caplog)[0].startswith("RedisBackend cannot reach")
         await forwarder.start()
         lease = await asyncio.wait_for(acquiring, 5.0)
         assert lease.token >= 1
         back = [m for m in reach_messages(caplog) if "again" in m]
         assert len(back) == 1 and back[0].startswith(
-            "fencepost: RedisBackend reaches its server again, after "
+            "RedisBackend reaches its server again, after "
         ), reach_messages(caplog)
         assert backend._reachability.failures == 0
         await lock.release()
@@ -209,7 +210,7 @@ def test_fenced_set_with_token_0_is_a_config_error_before_anything_is_sent() -> 
     client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
     backend = RedisBackend(client)
     key = f"fptest:{uuid.uuid4().hex[:12]}"
-    with pytest.raises(ConfigError, match=r"token must be a fencing token of a lease \(an int >= 1\), got 0"):
+    with pytest.raises(ConfigError, match=r"token must be a fencing token of a lease \(an int in 1 \.\.= 2\*\*64 - 1\), got 0"):
         backend.fenced_set_sync(f"{key}:data", f"{key}:fence", 0, "v")
     assert client.exists(f"{key}:data", f"{key}:fence") == 0
     backend.fenced_set_sync(f"{key}:data", f"{key}:fence", 1, "v")  # token 1 is a lease's
@@ -222,8 +223,12 @@ def test_fenced_set_with_token_0_is_a_config_error_before_anything_is_sent() -> 
 def test_the_fenced_helpers_refuse_token_0_and_negative_tokens() -> None:
     with pytest.raises(ConfigError, match="got 0"):
         _core.redis_fenced_set("d", "f", 0, "v")
-    with pytest.raises(ConfigError, match="token must be an integer in 0 ..= 2\\*\\*64 - 1"):
-        _core.redis_fenced_set("d", "f", -1, "v")
+    # 0 is refused, so the range the message quotes starts at 1
+    for bad in (-1, 2**64):
+        with pytest.raises(ConfigError, match=r"token must be a fencing token of a lease \(an int in 1 \.\.= 2\*\*64 - 1\), got "):
+            _core.redis_fenced_set("d", "f", bad, "v")
+    with pytest.raises(ConfigError, match="token must be an int, got 1.0"):
+        _core.redis_fenced_set("d", "f", 1.0, "v")
     owner = "0" * 31 + "1"
     with pytest.raises(ConfigError, match="got 0"):
         _core.etcd_fenced_txn("fencepost/", "ledger", owner, 0, [("k", "v")])
@@ -243,7 +248,8 @@ def test_the_unsafe_purpose_error_names_the_backend_and_the_python_option(make, 
         fencepost.Lock(backend, "money", purpose="correctness")
     text = str(info.value)
     assert text.startswith(f"a correctness lock on {label}"), text
-    assert " is unsafe: redis fencing tokens can go backwards" in text
+    assert " is unsafe: its fencing tokens can go backwards" in text
+    assert "redis fencing tokens" not in text
     assert "accept_failover_risk=True" in text
     assert "ZooKeeper" not in text and "accept-failover-risk" not in text and " on redis " not in text
     assert info.value.kind == "unsafe_purpose"
@@ -297,6 +303,20 @@ async def test_redis_backend_from_url_for_asyncio_closes_on_aclose() -> None:
     assert not any(c.is_connected for c in pool._available_connections)  # disconnected
 
 
+def test_close_with_no_loop_running_warns_that_an_owned_asyncio_client_stays_open() -> None:
+    pytest.importorskip("redis")
+    from fencepost.redis import RedisBackend
+
+    backend = RedisBackend.from_url(f"redis://127.0.0.1:{dead_port()}/0", asyncio=True)  # connects lazily
+    with pytest.warns(ResourceWarning, match=r"could not be closed: call `await backend\.aclose\(\)`"):
+        backend.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend.close()  # idempotent: nothing left to warn about
+        blocking = RedisBackend.from_url(f"redis://127.0.0.1:{dead_port()}/0")
+        blocking.close()  # a blocking client closes at once
+
+
 @needs_etcd
 def test_etcd_backend_from_url_takes_comma_separated_members() -> None:
     from fencepost.etcd import EtcdBackend
@@ -323,6 +343,38 @@ def test_backend_from_url_builds_a_postgres_pool_backend() -> None:
     assert pool.closed
     with pytest.raises(ConfigError, match="AsyncConnectionPool"):
         fencepost.backend_from_url(str(PG_URL), asyncio=True)
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("psycopg", "psycopg.conninfo", "psycopg_pool"):
+        monkeypatch.setitem(sys.modules, module, None)  # `import` raises ImportError
+    for mode in ("lease", "session"):
+        with pytest.raises(ConfigError, match=r"pip install 'fencepost\[postgres\]'"):
+            fencepost.backend_from_url("postgresql://127.0.0.1:1/db", mode=mode)
+
+
+@needs_pg
+@pytest.mark.parametrize("asyncio_", [False, True])
+async def test_a_postgres_session_url_gets_a_connect_timeout_unless_it_sets_one(asyncio_: bool) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict
+
+    default = fencepost.backend_from_url(str(PG_URL), mode="session", asyncio=asyncio_)
+    sep = "&" if "?" in str(PG_URL) else "?"
+    own = fencepost.backend_from_url(f"{PG_URL}{sep}connect_timeout=3", mode="session", asyncio=asyncio_)
+    try:
+        for backend, want in ((default, "5"), (own, "3")):
+            if asyncio_:  # a connection the backend's factory makes
+                aconn = await backend._connect()  # type: ignore[attr-defined]
+                dsn = aconn.info.dsn
+                await aconn.close()
+            else:  # a connection of the conninfo each lock connects with
+                with psycopg.connect(backend._conninfo) as conn:  # type: ignore[attr-defined]
+                    dsn = conn.info.dsn
+            assert conninfo_to_dict(dsn)["connect_timeout"] == want
+    finally:
+        default.close()
+        own.close()
 
 
 @pytest.fixture

@@ -106,7 +106,8 @@ def backend_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Back
     * ``postgresql://``, ``postgres://`` — :class:`fencepost.postgres.PostgresBackend`
       in lease mode on a ``psycopg_pool.ConnectionPool(url, kwargs={"autocommit":
       True})`` (a pool: a dropped connection is replaced on the next request); with
-      ``mode="session"`` each lock connects with ``url`` itself. ``options`` go to the
+      ``mode="session"`` each lock connects with ``url`` itself, with libpq's
+      ``connect_timeout=5`` (seconds) unless ``url`` sets one. ``options`` go to the
       backend (``mode``, ``lease_table``, ``token_table``, ``namespace``). Lease mode
       with ``asyncio=True`` is refused: open an ``AsyncConnectionPool`` yourself (it
       must be opened on your event loop).
@@ -120,7 +121,8 @@ def backend_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Back
 
     Raises:
         ConfigError: ``url`` is not a str or has another scheme (the message lists the
-            known ones), a client library is missing, or what the chosen constructor
+            known ones), a client library is missing (the message names the ``pip
+            install 'fencepost[…]'`` that brings it), or what the chosen constructor
             raises.
     """
     if not isinstance(url, str):
@@ -142,19 +144,37 @@ def backend_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Back
     raise ConfigError(f"the backend URL must start with {_SCHEMES}, got {shown!r}")
 
 
+#: libpq ``connect_timeout`` (whole seconds) of the session-mode connections a
+#: PostgreSQL URL makes when it sets none: a blocking connect cannot be cancelled, so it
+#: needs a bound of its own (below the default ttl/3 of 10 s).
+_PG_CONNECT_TIMEOUT_S = 5
+
+_PG_MISSING = "a PostgreSQL URL needs psycopg 3 and psycopg-pool: pip install 'fencepost[postgres]'"
+
+
 def _postgres_from_url(url: str, *, asyncio: bool, mode: str = "lease", **options: Any) -> Backend:
     from .postgres import PostgresBackend
 
+    if mode not in ("lease", "session"):
+        raise ConfigError(f"mode must be 'lease' or 'session', got {mode!r}", option="mode")
+    try:
+        import psycopg
+        import psycopg.conninfo
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(_PG_MISSING) from exc
     if mode == "session":
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"not a PostgreSQL connection URL: {exc}") from None
+        if "connect_timeout" not in given:
+            url = psycopg.conninfo.make_conninfo(url, connect_timeout=_PG_CONNECT_TIMEOUT_S)
         if asyncio:
-            import psycopg
-
+            session_url = url
             return PostgresBackend(
-                mode="session", connect=lambda: psycopg.AsyncConnection.connect(url), **options
+                mode="session", connect=lambda: psycopg.AsyncConnection.connect(session_url), **options
             )
         return PostgresBackend(mode="session", conninfo=url, **options)
-    if mode != "lease":
-        raise ConfigError(f"mode must be 'lease' or 'session', got {mode!r}", option="mode")
     if asyncio:
         raise ConfigError(
             "a PostgreSQL lease backend for asyncio needs a pool opened on your event loop: "
@@ -164,7 +184,7 @@ def _postgres_from_url(url: str, *, asyncio: bool, mode: str = "lease", **option
     try:
         import psycopg_pool
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigError("a PostgreSQL URL needs psycopg_pool: pip install 'fencepost[postgres]'") from exc
+        raise ConfigError(_PG_MISSING) from exc
     pool = psycopg_pool.ConnectionPool(url, kwargs={"autocommit": True}, open=True)
     try:
         backend = PostgresBackend(pool, **options)

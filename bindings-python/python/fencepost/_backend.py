@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Union
 
 from . import _core
@@ -79,10 +80,12 @@ class Backend:
         except ConfigError as exc:
             if exc.kind != "unsafe_purpose":
                 raise
-            # the core names its protocol ("redis"); say which backend the caller used
+            # the core names its protocol ("redis") twice; say which backend the caller
+            # used, and "its" tokens after that
             _, sep, rest = str(exc).partition(" is unsafe: ")
+            _, _, rest = rest.partition(" fencing tokens ")
             raise ConfigError(
-                f"a correctness lock on {self._label()}{sep}{rest}",
+                f"a correctness lock on {self._label()}{sep}its fencing tokens {rest}",
                 kind=exc.kind,
                 option=exc.option,
             ) from None
@@ -218,6 +221,12 @@ class Backend:
         ``"closed"`` (``lease.check()`` raises :class:`~fencepost.errors.LockLost`), and
         pending acquisitions fail with :class:`~fencepost.errors.BackendError`. The
         client passed to the backend is not closed: its owner closes it. Idempotent.
+
+        A client the backend made itself (``from_url``, :func:`fencepost.backend_from_url`)
+        is closed too; an asyncio one closes on the running loop (:meth:`aclose` waits
+        for that). Called with no running loop, an asyncio client's close cannot run:
+        it is dropped with a :class:`ResourceWarning` naming ``await backend.aclose()``,
+        the call that closes it.
         """
         with self._state:
             if self._closed:
@@ -242,11 +251,19 @@ class Backend:
             pending = closer()
             if inspect.isawaitable(pending):
                 # an asyncio client closes on its loop: after this call returns, there
-                # (awaited by aclose()); without a running loop its sockets go with it
+                # (awaited by aclose()); without a running loop its sockets are left
+                # to the garbage collector, which the caller should hear about
                 loop = _running_loop()
                 if loop is None:
                     if inspect.iscoroutine(pending):
                         pending.close()
+                    warnings.warn(
+                        f"{self._label()}.close() ran with no event loop running, so the "
+                        "asyncio client it made could not be closed: call `await "
+                        "backend.aclose()` on the client's loop instead",
+                        ResourceWarning,
+                        stacklevel=2,
+                    )
                     continue
                 future = asyncio.ensure_future(pending)
                 self._closes_pending.add(future)

@@ -127,7 +127,7 @@ class Reachability:
             failures, elapsed = self._failures, now - self._since
         if first:
             _log.warning(
-                "fencepost: %s cannot reach its server: %s (locks keep retrying until "
+                "%s cannot reach its server: %s (locks keep retrying until "
                 "their acquire_timeout; repeated at most every %g s while it lasts)",
                 self._label,
                 message,
@@ -135,7 +135,7 @@ class Reachability:
             )
         else:
             _log.warning(
-                "fencepost: %s still cannot reach its server: %d failed requests in "
+                "%s still cannot reach its server: %d failed requests in "
                 "%.1f s (%d since the last report); last: %s",
                 self._label,
                 failures,
@@ -153,7 +153,7 @@ class Reachability:
             elapsed = time.monotonic() - self._since
         if failures:
             _log.warning(
-                "fencepost: %s reaches its server again, after %d failed requests in %.1f s",
+                "%s reaches its server again, after %d failed requests in %.1f s",
                 self._label,
                 failures,
                 elapsed,
@@ -982,7 +982,7 @@ class _DaemonPool:
             try:
                 fn()
             except Exception:  # pragma: no cover - a bug; keep the worker alive
-                _log.exception("fencepost: request worker failed")
+                _log.exception("request worker failed")
 
 
 class ThreadDriver:

@@ -18,8 +18,8 @@ __all__ = ["Lease", "SyncLease", "lost_error"]
 #: core's ``LOST_REASONS`` (tests/python/test_imports.py checks they agree).
 _LOST_WHY = {
     "expired": "its validity deadline passed without a confirmed renewal",
-    "renew_rejected": "the server refused the renewal: the lock key was deleted or "
-    "is held by another owner",
+    "renew_rejected": "the server refused the renewal: it no longer held the lock for "
+    "this owner",
     "not_held_at_release": "the server no longer held it for this owner when it was "
     "released",
     "closed": "its backend was closed while it was held",

@@ -606,7 +606,7 @@ class PostgresBackend(Backend):
                 dead, self._conn = conn, psycopg.connect(**_reconnect_args(conn, deadline_ns))
                 self._replacement = self._conn
                 _log.warning(
-                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "the PostgreSQL connection was dropped (%s); fencepost "
                     "connected again with its parameters", _describe(dead)
                 )
                 if dead is not self._given:
@@ -628,7 +628,7 @@ class PostgresBackend(Backend):
                 self._replacement = fresh
                 self._replacement_loop = asyncio.get_running_loop()
                 _log.warning(
-                    "fencepost: the PostgreSQL connection was dropped (%s); fencepost "
+                    "the PostgreSQL connection was dropped (%s); fencepost "
                     "connected again with its parameters", _describe(dead)
                 )
                 if dead is not self._given:
@@ -843,7 +843,7 @@ def _warn_release(request: _core.Request, exc: BaseException) -> None:
         stmt = request.body
         name = stmt.params[0] if isinstance(stmt, _core.SqlStatement) and stmt.params else "?"
         _log.warning(
-            "fencepost: releasing PostgreSQL lock %r failed (%s: %s); it is retried, and "
+            "releasing PostgreSQL lock %r failed (%s: %s); it is retried, and "
             "if no attempt gets through the lease stays on the server until its TTL",
             name, type(exc).__name__, exc,
         )
@@ -1002,8 +1002,10 @@ def xact_lock(
     granted while no lease of the name is live, ``token + 1`` on the name's row of
     ``lease_table`` in the same transaction — and gives the fencing token. Leaving
     commits (the work and the token bump together; the lock ends) or, if the block
-    raised, rolls back (a rolled-back token is handed out again: nothing written with
-    it survived).
+    raised, rolls back. A rolled-back token is handed out again to the next holder, so
+    the token fences writes *inside this transaction* only: never use it for writes
+    outside it (another table through another connection, Redis, a file), where a
+    write made with it would survive the rollback and carry the next holder's token.
 
     It tries **exactly once**: when the lock is held — by another transaction, a
     session lock or a live lease row of the same name — it rolls back and raises
