@@ -568,7 +568,7 @@ class PostgresBackend(Backend):
             namespace=self.namespace,
         )
 
-    def _lock_state(self, name: str, force: bool, reply: object) -> bool:
+    def _lock_state(self, name: str, force: bool, reply: Any) -> bool:
         lease, pid = _core.read_lock_state(reply)  # ProtocolError
         if force and not lease and pid is not None:
             raise ConfigError(
