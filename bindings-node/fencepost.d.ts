@@ -198,11 +198,35 @@ export declare abstract class Backend {
    * owner closes it. Idempotent.
    */
   close(): void
+  /**
+   * Whether lock `name` is held now, as the server answers: any holder's lease is live
+   * (Redis: the lease key lives, or a fair reservation; etcd: a contender's key lives).
+   * One round trip, for monitoring and operators: the answer may be stale on arrival.
+   *
+   * @throws BackendError (`ERR_BACKEND`) when the server could not be reached.
+   * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
+   * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string.
+   */
+  isLocked(name: string): Promise<boolean>
+  /**
+   * Frees lock `name` whoever holds it, for an operator or a stuck job (python-redis-lock's
+   * `reset()`); resolves to whether a holder's lease was freed. The token counter is never
+   * touched: the next grant's token is higher than every earlier one. On a fair Redis
+   * backend the first live waiter is granted the lock and woken at once, as a release does;
+   * on etcd the holder's lease is revoked and the next contender's watch fires. The freed
+   * holder learns it at its next renewal (`LockLostError`, reason `'renew_rejected'`).
+   *
+   * @throws BackendError (`ERR_BACKEND`) when the server could not be reached (the lock
+   *   may or may not have been freed).
+   * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
+   * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string.
+   */
+  forceRelease(name: string): Promise<boolean>
 }
 
 /** The Lua scripts fencepost runs on Redis (`acquire_fair` and `release_fair` on a fair
- * backend). */
-export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair'
+ * backend; `is_locked` and `force_release` for `isLocked` / `forceRelease`). */
+export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair' | 'is_locked' | 'force_release'
 
 /** A Redis script call as data, as the lock machine and `redisFencedSet` emit it: run
  * `EVALSHA sha1 keys.length ...keys ...args`, or `EVAL` with the source on `NOSCRIPT`. */

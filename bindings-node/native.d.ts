@@ -150,10 +150,19 @@ export declare function etcdFencedTxn(keyPrefix: string, name: string, ownerId: 
 export declare function etcdHolderKey(keyPrefix: string, name: string, ownerId: string): string
 
 /**
+ * The etcd range finding who holds lock `name` (the key with the lowest create
+ * revision under its prefix), as a gateway call. Read it with `readEtcdHolder`.
+ */
+export declare function etcdHolderRange(keyPrefix: string, name: string): { backend: 'etcd', call: 'range', path: string, body: string }
+
+/**
  * The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
  * positive int64), as a bigint.
  */
 export declare function etcdLeaseId(ownerId: string): bigint
+
+/** The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call. */
+export declare function etcdLeaseRevoke(lease: bigint): { backend: 'etcd', call: 'lease_revoke', path: string, body: string }
 
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
@@ -168,14 +177,40 @@ export declare function lockKey(keyPrefix: string, name: string): string
 export declare function readEtcdFencedTxn(name: string, token: bigint, reply: unknown): { ok: boolean, revision?: bigint, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }
 
 /**
+ * Reads the reply of `etcdHolderRange`: `{ ok: true, token, lease }` (bigints; `token`
+ * null when nobody holds the lock) or `{ ok: false, protocol: message }`.
+ */
+export declare function readEtcdHolder(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, protocol?: string }
+
+/**
+ * Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` (false: the lease was gone
+ * already) or `{ ok: false, protocol: message }`.
+ */
+export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
+
+/**
  * Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,
  * `{ ok: false, stale: { resource, token, highest, message } }` when refused,
  * `{ ok: false, protocol: message }` for a reply of another shape (an error reply too).
  */
 export declare function readRedisFencedSet(resource: string, token: bigint, reply: unknown): { ok: boolean, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }
 
+/**
+ * Reads the reply of `redisOperator`: `{ ok: true, value }` (1 → true, 0 → false) or
+ * `{ ok: false, protocol: message }` for any other reply (an error reply too).
+ */
+export declare function readRedisFlag(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
+
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): { script: string, sha1: string, keys: string[], args: string[] }
+
+/**
+ * The operator script call `{ script, sha1, keys, args }` for lock `name`: with
+ * `force` false "is it locked?" (`is_locked`), with `force` true the reset
+ * (`force_release`: frees the lock whoever holds it, keeps the token counter and, with
+ * `fair`, grants the lock to the first live waiter). Read the reply with `readRedisFlag`.
+ */
+export declare function redisOperator(keyPrefix: string, name: string, fair: boolean, force: boolean): { script: string, sha1: string, keys: string[], args: string[] }
 
 /**
  * Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,

@@ -25,7 +25,7 @@
 
 const check = require('./check')
 const { Driver, Reachability, now, describeError, singleUseSignals } = require('./driver')
-const { BackendError, ConfigError, FencepostError } = require('./errors')
+const { BackendError, ConfigError, FencepostError, ProtocolError, translate } = require('./errors')
 const { Lease } = require('./lock')
 
 function createBackends (native, LockMachine, fence) {
@@ -79,6 +79,40 @@ function createBackends (native, LockMachine, fence) {
      */
     execute (request) { // eslint-disable-line no-unused-vars
       throw new ConfigError(`${this.constructor.name} does not implement execute()`)
+    }
+
+    /**
+     * Whether lock `name` is held now, as the server answers (any holder's lease is live).
+     * Resolves to a boolean; rejects with BackendError (the server could not be reached),
+     * ProtocolError (an error reply or a reply of the wrong shape), ConfigError (a name
+     * that is not a string).
+     */
+    async isLocked (name) { // eslint-disable-line no-unused-vars
+      throw new ConfigError(`${this.constructor.name} does not implement isLocked(); MemoryBackend, RedisBackend, UpstashRedisBackend and EtcdBackend do`)
+    }
+
+    /**
+     * Frees lock `name` whoever holds it (an operator's reset); resolves to whether a
+     * holder's lease was freed. Errors as `isLocked`.
+     */
+    async forceRelease (name) { // eslint-disable-line no-unused-vars
+      throw new ConfigError(`${this.constructor.name} does not implement forceRelease(); MemoryBackend, RedisBackend, UpstashRedisBackend and EtcdBackend do`)
+    }
+
+    /** Reads an operator reply `{ ok, value | protocol }` of the native readers. */
+    _operatorResult (what, name, result) {
+      if (result.ok) return result
+      throw new ProtocolError(`${what}(${JSON.stringify(name)}): ${result.protocol}`)
+    }
+
+    /** `run()`'s reply, a transport failure as BackendError naming the call. */
+    async _operatorReply (what, name, run) {
+      try {
+        return await run()
+      } catch (error) {
+        if (error instanceof FencepostError) throw error
+        throw new BackendError(`${what}(${JSON.stringify(name)}) failed: ${describeError(error)}`, { cause: error })
+      }
     }
 
     /**
@@ -142,6 +176,33 @@ function createBackends (native, LockMachine, fence) {
         throw new BackendError(`fenced SET of ${JSON.stringify(dataKey)} failed: ${error && error.message}`, { cause: error })
       }
       fence.readRedisFencedSet(dataKey, token, reply)
+    }
+
+    /**
+     * Whether lock `name` is held now: true while its lease key lives (on a fair backend
+     * also while it is reserved for a woken waiter). One round trip, for monitoring and
+     * operators; the answer may be stale on arrival, never a substitute for acquiring.
+     */
+    async isLocked (name) {
+      return this._operator('isLocked', name, false)
+    }
+
+    /**
+     * Frees lock `name` whoever holds it (python-redis-lock's `reset()`): deletes its
+     * lease key, never the token counter, so the next grant's token is higher than every
+     * earlier one; on a fair backend the first live waiter is granted the lock and woken
+     * at once, as a release does. Resolves to whether a lease was freed. The freed holder
+     * learns it at its next renewal (LockLostError, reason 'renew_rejected').
+     */
+    async forceRelease (name) {
+      return this._operator('forceRelease', name, true)
+    }
+
+    async _operator (what, name, force) {
+      check.string(name, 'lock name')
+      const command = translate(() => native.redisOperator(this._keyPrefix, name, this._fair, force))
+      const reply = await this._operatorReply(what, name, () => this.execute(command))
+      return this._operatorResult(what, name, native.readRedisFlag(reply)).value
     }
   }
 
@@ -1054,6 +1115,35 @@ function createBackends (native, LockMachine, fence) {
         throw new BackendError(`fenced etcd transaction for lock ${JSON.stringify(lease.name)} failed (it may or may not have been applied): ${describeError(error)}`, { cause: error })
       }
       return fence.readEtcdFencedTxn(lease.name, lease.token, reply)
+    }
+
+    /**
+     * Whether lock `name` is held now: true while any contender's key (and so its lease)
+     * lives under the lock's prefix; the lowest create revision holds the lock.
+     */
+    async isLocked (name) {
+      return (await this._holder('isLocked', name)).token !== null
+    }
+
+    /**
+     * Frees lock `name` whoever holds it by revoking the holder's lease: etcd deletes its
+     * key, the next contender's watch fires and it acquires with a later revision as its
+     * token. Resolves to whether a lease was revoked. The freed holder learns it at its
+     * next keep-alive (LockLostError, reason 'renew_rejected').
+     */
+    async forceRelease (name) {
+      const holder = await this._holder('forceRelease', name)
+      if (holder.token === null) return false
+      const call = translate(() => native.etcdLeaseRevoke(holder.lease))
+      const reply = await this._operatorReply('forceRelease', name, () => this._post(call.path, call.body, deadlineSignal(now() + this._requestTimeoutMs)))
+      return this._operatorResult('forceRelease', name, native.readEtcdRevoke(reply)).value
+    }
+
+    async _holder (what, name) {
+      check.string(name, 'lock name')
+      const call = translate(() => native.etcdHolderRange(this._keyPrefix, name))
+      const reply = await this._operatorReply(what, name, () => this._post(call.path, call.body, deadlineSignal(now() + this._requestTimeoutMs)))
+      return this._operatorResult(what, name, native.readEtcdHolder(reply))
     }
 
     close () {

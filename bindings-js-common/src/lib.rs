@@ -32,7 +32,7 @@ use std::fmt;
 use fencepost_core::backends::etcd::{
     self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
 };
-use fencepost_core::backends::redis::RedisBackend as RedisSettings;
+use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings};
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
 use fencepost_core::text::number;
@@ -1093,6 +1093,64 @@ pub fn read_etcd_fenced_txn(name: &str, token: u64, reply: &str) -> JsOut<'stati
         Ok(_) => protocol("unknown fenced transaction outcome".to_owned()),
         Err(e) => protocol(e.to_string()),
     }
+}
+
+/// `redisOperator`: the operator query (`force` false: "is it locked?") or reset
+/// (`force` true) of lock `name`, for [`script_call`].
+pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -> RedisCommand {
+    let settings = RedisSettings { key_prefix, fair };
+    if force {
+        settings.force_release(name)
+    } else {
+        settings.is_locked(name)
+    }
+}
+
+/// `readRedisFlag`: `{ ok: true, value }` or `{ ok: false, protocol }`.
+pub fn read_redis_flag(reply: &RedisValue) -> JsOut<'static> {
+    flag(redis::read_redis_flag(reply))
+}
+
+fn flag(read: core::result::Result<bool, fencepost_core::ProtocolError>) -> JsOut<'static> {
+    match read {
+        Ok(value) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("value", JsOut::Bool(value)),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `etcdHolderRange`: the range finding who holds lock `name`.
+pub fn etcd_holder_range(key_prefix: String, name: &str) -> JsOut<'static> {
+    etcd_call(RequestBody::Etcd(
+        EtcdSettings { key_prefix }.holder_range(name),
+    ))
+}
+
+/// `readEtcdHolder`: `{ ok: true, token, lease }` (`token` null when nobody holds the
+/// lock) or `{ ok: false, protocol }`.
+pub fn read_etcd_holder(reply: &str) -> JsOut<'static> {
+    match etcd::read_etcd_holder(reply) {
+        Ok(Some(h)) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("token", JsOut::Token(h.token.get())),
+            ("lease", JsOut::Int(h.lease)),
+        ]),
+        Ok(None) => JsOut::Object(vec![("ok", JsOut::Bool(true)), ("token", JsOut::Null)]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `etcdLeaseRevoke`: the revoke of lease `id`.
+pub fn etcd_lease_revoke(id: i64) -> JsOut<'static> {
+    etcd_call(RequestBody::Etcd(EtcdRequest::LeaseRevoke { id }))
+}
+
+/// `readEtcdRevoke`: `{ ok: true, value }` (false: the lease was gone) or
+/// `{ ok: false, protocol }`.
+pub fn read_etcd_revoke(reply: &str) -> JsOut<'static> {
+    flag(etcd::read_etcd_revoke(reply))
 }
 
 /// `coreNames`: the names the JavaScript layer shows for the codes of

@@ -713,6 +713,60 @@ pub fn read_etcd_fenced_txn<'env>(
     to_js(env, &outcome)
 }
 
+/// The operator script call `{ script, sha1, keys, args }` for lock `name`: with
+/// `force` false "is it locked?" (`is_locked`), with `force` true the reset
+/// (`force_release`: frees the lock whoever holds it, keeps the token counter and, with
+/// `fair`, grants the lock to the first live waiter). Read the reply with `readRedisFlag`.
+#[napi(ts_return_type = "{ script: string, sha1: string, keys: string[], args: string[] }")]
+pub fn redis_operator<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    name: String,
+    fair: bool,
+    force: bool,
+) -> napi::Result<Unknown<'env>> {
+    let cmd = common::redis_operator(key_prefix, &name, fair, force);
+    to_js(env, &common::script_call(&cmd))
+}
+
+/// Reads the reply of `redisOperator`: `{ ok: true, value }` (1 → true, 0 → false) or
+/// `{ ok: false, protocol: message }` for any other reply (an error reply too).
+#[napi(ts_return_type = "{ ok: boolean, value?: boolean, protocol?: string }")]
+pub fn read_redis_flag<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    let reply = to_redis_value(env, reply, 0);
+    to_js(env, &common::read_redis_flag(&reply))
+}
+
+/// The etcd range finding who holds lock `name` (the key with the lowest create
+/// revision under its prefix), as a gateway call. Read it with `readEtcdHolder`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'range', path: string, body: string }")]
+pub fn etcd_holder_range(env: &Env, key_prefix: String, name: String) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::etcd_holder_range(key_prefix, &name))
+}
+
+/// Reads the reply of `etcdHolderRange`: `{ ok: true, token, lease }` (bigints; `token`
+/// null when nobody holds the lock) or `{ ok: false, protocol: message }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, token?: bigint | null, lease?: bigint, protocol?: string }"
+)]
+pub fn read_etcd_holder<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    to_js(env, &common::read_etcd_holder(&etcd_reply_text(reply)))
+}
+
+/// The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'lease_revoke', path: string, body: string }")]
+pub fn etcd_lease_revoke<'env>(env: &'env Env, lease: BigInt) -> napi::Result<Unknown<'env>> {
+    let id = i64::try_from(self::token(env, &lease)?).unwrap_or(i64::MAX);
+    to_js(env, &common::etcd_lease_revoke(id))
+}
+
+/// Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` (false: the lease was gone
+/// already) or `{ ok: false, protocol: message }`.
+#[napi(ts_return_type = "{ ok: boolean, value?: boolean, protocol?: string }")]
+pub fn read_etcd_revoke<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    to_js(env, &common::read_etcd_revoke(&etcd_reply_text(reply)))
+}
+
 /// Version of the fencepost-core crate compiled into this addon.
 #[napi]
 pub fn core_version() -> &'static str {

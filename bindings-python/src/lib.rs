@@ -27,7 +27,7 @@ use fencepost_core::backends::etcd::{
 use fencepost_core::backends::postgres::{
     self as pg, PostgresBackend as PgSettings, SqlReply, SqlStatement, SqlValue,
 };
-use fencepost_core::backends::redis::{RedisBackend as RedisSettings, RedisBlpop};
+use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
@@ -1729,6 +1729,132 @@ fn read_redis_fenced_set(
     }
 }
 
+/// The operator query "is lock `name` locked?" as a `Command` (script "is_locked").
+/// Read its reply with `read_redis_flag`: True while a lease (or a fair reservation)
+/// lives.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn redis_is_locked(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..RedisSettings::default()
+    };
+    Ok(Command {
+        cmd: settings.is_locked(&arg_str(name, "name")?),
+    })
+}
+
+/// The operator reset of lock `name` as a `Command` (script "force_release"): frees
+/// the lock whoever holds it, keeps the token counter and, with `fair`, grants the lock
+/// to the first live waiter as a release does. Read its reply with `read_redis_flag`:
+/// True if a lease was freed.
+///
+/// Errors: `ConfigError` for arguments of the wrong type.
+#[pyfunction]
+fn redis_force_release(
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    fair: bool,
+) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        fair,
+    };
+    Ok(Command {
+        cmd: settings.force_release(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `redis_is_locked` or `redis_force_release`: 1 → True, 0 → False.
+///
+/// Errors: `ProtocolError` for an error reply or any other reply.
+#[pyfunction]
+fn read_redis_flag(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<bool> {
+    redis::read_redis_flag(&to_redis_value(reply, 0)).map_err(|e| protocol_error(py, &e))
+}
+
+/// The operator query "who holds lock `name`?" on etcd: a range read of the key with
+/// the lowest create revision under the lock's prefix. Read it with `read_etcd_holder`.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn etcd_holder_range(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    Ok(EtcdCall {
+        req: settings.holder_range(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `etcd_holder_range`: `(token, lease_id)` of the holder, or None
+/// when nobody holds the lock.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_holder(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<(u64, i64)>> {
+    match etcd::read_etcd_holder(&etcd_reply_text(reply)) {
+        Ok(holder) => Ok(holder.map(|h| (h.token.get(), h.lease))),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// The revoke of etcd lease `lease_id` (the operator's reset of the lock that lease
+/// holds: etcd deletes its key). Read it with `read_etcd_revoke`.
+#[pyfunction]
+fn etcd_lease_revoke(lease_id: i64) -> EtcdCall {
+    EtcdCall {
+        req: EtcdRequest::LeaseRevoke { id: lease_id },
+    }
+}
+
+/// Reads the reply of `etcd_lease_revoke`: True when revoked, False when the lease was
+/// gone already.
+///
+/// Errors: `ProtocolError` for another error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_revoke(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<bool> {
+    etcd::read_etcd_revoke(&etcd_reply_text(reply)).map_err(|e| protocol_error(py, &e))
+}
+
+/// The operator statement for lock `name` on PostgreSQL: with `force` False, "is it
+/// locked?"; with `force` True, the reset of a live lease row (owner and expiry
+/// cleared, the token kept). Both report a session holding the name's advisory lock.
+/// Read the reply with `read_lock_state`.
+///
+/// Errors: `ConfigError` for a name that is not a str, or a table name that is not a
+/// plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (name, *, force, lease_table = None, token_table = None, namespace = None))]
+fn lock_state_statement(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    force: bool,
+    lease_table: Option<&Bound<'_, PyAny>>,
+    token_table: Option<&Bound<'_, PyAny>>,
+    namespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, lease_table, token_table, namespace)?;
+    Ok(Sql {
+        stmt: pg::lock_state_statement(&settings, &arg_str(name, "name")?, force),
+    })
+}
+
+/// Reads the reply of `lock_state_statement`: `(lease, advisory_pid)`: whether a live
+/// lease row was found (or freed), and the server pid of a session holding the name's
+/// advisory lock (None when none does).
+///
+/// Errors: `ProtocolError` for a server error (a missing table says to run the
+/// migration) or rows of another shape.
+#[pyfunction]
+fn read_lock_state(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<(bool, Option<i64>)> {
+    match pg::read_lock_state(&to_sql_reply(reply)) {
+        Ok(state) => Ok((state.lease, state.advisory_pid)),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
 /// "renew", "release", "fenced_set", "acquire_fair", "release_fair".
 #[pyfunction]
@@ -1866,6 +1992,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sql_fenced_update, m)?)?;
     m.add_function(wrap_pyfunction!(redis_fenced_set, m)?)?;
     m.add_function(wrap_pyfunction!(read_redis_fenced_set, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_is_locked, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_force_release, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_flag, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_holder_range, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_holder, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_lease_revoke, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_revoke, m)?)?;
+    m.add_function(wrap_pyfunction!(lock_state_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(read_lock_state, m)?)?;
     m.add_function(wrap_pyfunction!(redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(lock_key, m)?)?;
     m.add_function(wrap_pyfunction!(token_key, m)?)?;

@@ -762,6 +762,59 @@ pub fn read_redis_fenced_set(
     to_js(&common::read_redis_fenced_set(&resource, token, &reply))
 }
 
+/// The operator script call for lock `name`: `force` false "is it locked?", true the
+/// reset (frees the lock whoever holds it, keeps the token counter; `fair`: grants the
+/// lock to the first live waiter). Read the reply with `readRedisFlag`.
+#[wasm_bindgen(js_name = redisOperator)]
+pub fn redis_operator(
+    key_prefix: JsValue,
+    name: JsValue,
+    fair: bool,
+    force: bool,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let name = string(&name, "lock name")?;
+    to_js(&common::script_call(&common::redis_operator(
+        key_prefix, &name, fair, force,
+    )))
+}
+
+/// Reads the reply of `redisOperator`: `{ ok: true, value }` or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readRedisFlag)]
+pub fn read_redis_flag(reply: JsValue) -> Result<JsValue, JsValue> {
+    to_js(&common::read_redis_flag(&to_redis_value(&reply, 0)))
+}
+
+/// The etcd range finding who holds lock `name`, as a gateway call (`readEtcdHolder`).
+#[wasm_bindgen(js_name = etcdHolderRange)]
+pub fn etcd_holder_range(key_prefix: JsValue, name: JsValue) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    to_js(&common::etcd_holder_range(
+        key_prefix,
+        &string(&name, "lock name")?,
+    ))
+}
+
+/// Reads the reply of `etcdHolderRange`: `{ ok: true, token, lease }` (`token` null when
+/// nobody holds the lock) or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readEtcdHolder)]
+pub fn read_etcd_holder(reply: JsValue) -> Result<JsValue, JsValue> {
+    to_js(&common::read_etcd_holder(&etcd_reply_text(&reply)))
+}
+
+/// The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call.
+#[wasm_bindgen(js_name = etcdLeaseRevoke)]
+pub fn etcd_lease_revoke(lease: JsValue) -> Result<JsValue, JsValue> {
+    let id = i64::try_from(self::token(&lease)?).unwrap_or(i64::MAX);
+    to_js(&common::etcd_lease_revoke(id))
+}
+
+/// Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readEtcdRevoke)]
+pub fn read_etcd_revoke(reply: JsValue) -> Result<JsValue, JsValue> {
+    to_js(&common::read_etcd_revoke(&etcd_reply_text(&reply)))
+}
+
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
 /// fenced_set, acquire_fair, release_fair }`.
 #[wasm_bindgen(js_name = redisScripts)]

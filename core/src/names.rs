@@ -77,6 +77,8 @@ names!("Redis script", RedisScript {
     FencedSet => "fenced_set",
     AcquireFair => "acquire_fair",
     ReleaseFair => "release_fair",
+    IsLocked => "is_locked",
+    ForceRelease => "force_release",
 });
 
 names!("purpose", Purpose {

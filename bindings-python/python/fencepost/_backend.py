@@ -323,6 +323,94 @@ class Backend:
             raise BackendError(f"fenced SET of {data_key!r} failed: {exc}") from exc
         _core.read_redis_fenced_set(data_key, token, reply)
 
+    # -- operator queries: is it locked? free it --
+
+    def _operator_command(self, name: str, force: bool) -> _core.Command:
+        if force:
+            return _core.redis_force_release(self.key_prefix, name, bool(getattr(self, "fair", False)))
+        return _core.redis_is_locked(self.key_prefix, name)
+
+    def _operator_reply(self, name: str, force: bool, reply: object) -> bool:
+        return _core.read_redis_flag(reply)  # ProtocolError
+
+    def _operator_failed(self, name: str, force: bool, exc: Exception) -> BackendError:
+        what = "force_release" if force else "is_locked"
+        return BackendError(f"{what}({name!r}) failed: {exc}")
+
+    async def is_locked(self, name: str) -> bool:
+        """Whether lock ``name`` is held now, as the server answers: True while any
+        holder's lease lives (whoever holds it, this process or another; on a fair
+        Redis lock also while the lock is reserved for a woken waiter). One round trip;
+        the answer may be stale by the time it arrives, so it is for monitoring and
+        operators, never a substitute for acquiring.
+
+        Raises:
+            BackendError: the server could not be reached.
+            ProtocolError: the server answered with an error or a reply of the wrong
+                shape.
+            ConfigError: ``name`` is not a str, or a backend without asyncio support.
+        """
+        command = self._operator_command(name, False)
+        try:
+            reply = await self._execute_async(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, False, exc) from exc
+        return self._operator_reply(name, False, reply)
+
+    def is_locked_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`is_locked`; same arguments and errors."""
+        command = self._operator_command(name, False)
+        try:
+            reply = self._execute_sync(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, False, exc) from exc
+        return self._operator_reply(name, False, reply)
+
+    async def force_release(self, name: str) -> bool:
+        """Frees lock ``name`` whoever holds it: the operator's reset of a stuck job's
+        lock (python-redis-lock's ``reset()``). Returns True if a holder's lease was
+        freed, False if nobody held the lock.
+
+        The fencing-token counter is never touched: the next grant's token is higher
+        than every earlier one, so a fence refuses the freed holder's writes once the
+        new holder has written. On a fair Redis lock the first live waiter is granted
+        the lock and woken at once, exactly as a release does. The freed holder finds
+        out at its next renewal: its lease ends with
+        :class:`~fencepost.errors.LockLost` (reason ``"renew_rejected"``), as when its
+        key vanished; until then it still believes it holds the lock, which is what
+        fencing tokens are for.
+
+        Raises:
+            BackendError: the server could not be reached (the lock may or may not have
+                been freed).
+            ProtocolError: the server answered with an error or a reply of the wrong
+                shape.
+            ConfigError: ``name`` is not a str, or a backend without asyncio support.
+        """
+        command = self._operator_command(name, True)
+        try:
+            reply = await self._execute_async(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, True, exc) from exc
+        return self._operator_reply(name, True, reply)
+
+    def force_release_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`force_release`; same arguments and errors."""
+        command = self._operator_command(name, True)
+        try:
+            reply = self._execute_sync(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, True, exc) from exc
+        return self._operator_reply(name, True, reply)
+
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
     try:

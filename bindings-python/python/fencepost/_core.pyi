@@ -480,6 +480,20 @@ def read_redis_fenced_set(resource: str, token: int, reply: object) -> None:
     Raises: StaleToken when refused, ProtocolError for a reply of another shape,
     ConfigError for arguments of the wrong type."""
 
+def redis_is_locked(key_prefix: str, name: str) -> Command:
+    """The operator query "is lock ``name`` locked?" (script ``"is_locked"``); read its
+    reply with :func:`read_redis_flag`. Raises: ConfigError for arguments not str."""
+
+def redis_force_release(key_prefix: str, name: str, fair: bool) -> Command:
+    """The operator reset of lock ``name`` (script ``"force_release"``): frees it
+    whoever holds it, keeps the token counter, and with ``fair`` grants the lock to the
+    first live waiter as a release does. Read with :func:`read_redis_flag` (True: a
+    lease was freed). Raises: ConfigError for arguments of the wrong type."""
+
+def read_redis_flag(reply: object) -> bool:
+    """Reads the reply of :func:`redis_is_locked` / :func:`redis_force_release`: 1 is
+    True, 0 False. Raises: ProtocolError for an error reply or any other reply."""
+
 def redis_scripts() -> Dict[str, Tuple[str, str]]:
     """Every Redis script: name → (sha1, Lua source). Names: ``"acquire"``,
     ``"renew"``, ``"release"``, ``"fenced_set"``, ``"acquire_fair"``,
@@ -534,6 +548,40 @@ def read_xact_lock(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) ->
     Raises: ProtocolError for a server error (a missing table says to run the
     migration), a server session another client holds the lock on (a
     transaction-pooling proxy), or rows of another shape."""
+
+def lock_state_statement(
+    name: str,
+    *,
+    force: bool,
+    lease_table: Optional[str] = None,
+    token_table: Optional[str] = None,
+    namespace: Optional[str] = None,
+) -> SqlStatement:
+    """The operator statement for lock ``name``: ``force=False`` asks whether it is
+    locked; ``force=True`` frees a live lease row (owner and expiry cleared, the token
+    kept). Both report a session holding the name's advisory lock. Read with
+    :func:`read_lock_state`. Raises: ConfigError for a bad name or table name."""
+
+def read_lock_state(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -> Tuple[bool, Optional[int]]:
+    """Reads the reply of :func:`lock_state_statement`: ``(lease, advisory_pid)``:
+    whether a live lease row was found (or freed), and the server pid of a session
+    holding the name's advisory lock, or None. Raises: ProtocolError for a server error
+    or rows of another shape."""
+
+def etcd_holder_range(key_prefix: str, name: str) -> EtcdCall:
+    """The operator query "who holds lock ``name``?": the key with the lowest create
+    revision under the lock's prefix. Read with :func:`read_etcd_holder`."""
+
+def read_etcd_holder(reply: Union[str, bytes]) -> Optional[Tuple[int, int]]:
+    """Reads the reply of :func:`etcd_holder_range`: ``(token, lease_id)`` of the
+    holder, or None when nobody holds the lock. Raises: ProtocolError."""
+
+def etcd_lease_revoke(lease_id: int) -> EtcdCall:
+    """The revoke of lease ``lease_id``: the operator's reset of the lock it holds."""
+
+def read_etcd_revoke(reply: Union[str, bytes]) -> bool:
+    """Reads the reply of :func:`etcd_lease_revoke`: True when revoked, False when the
+    lease was gone already. Raises: ProtocolError."""
 
 def etcd_holder_key(key_prefix: str, name: str, owner_id: str) -> str:
     """The etcd key the acquisition ``owner_id`` puts for lock ``name``

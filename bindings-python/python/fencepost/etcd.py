@@ -461,6 +461,69 @@ class EtcdBackend(Backend):
             raise BackendError(f"fenced etcd transaction for {lease.name!r} failed: {exc}") from exc
         return int(_core.read_etcd_fenced_txn(lease.name, lease.token, reply))
 
+    # -- operator queries: the holder is the lowest key; freeing it revokes its lease --
+
+    async def is_locked(self, name: str) -> bool:
+        """Whether lock ``name`` is held now: True while any contender's key (and so
+        its lease) lives under the lock's prefix; the one with the lowest create
+        revision holds the lock. See :meth:`fencepost.Backend.is_locked` for the
+        errors."""
+        return await self._holder_async(name, "is_locked") is not None
+
+    def is_locked_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`is_locked`; same arguments and errors."""
+        return self._holder_sync(name, "is_locked") is not None
+
+    async def force_release(self, name: str) -> bool:
+        """Frees lock ``name`` whoever holds it by revoking the holder's lease (etcd
+        deletes its key; the next contender's watch fires and it acquires, with a later
+        revision as its token). Returns True if a lease was revoked. The freed holder
+        learns it at its next keep-alive (``LockLost``, reason ``"renew_rejected"``).
+        Errors as :meth:`fencepost.Backend.force_release`."""
+        holder = await self._holder_async(name, "force_release")
+        if holder is None:
+            return False
+        try:
+            reply = str(await self._execute_async(_core.etcd_lease_revoke(holder[1])))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"force_release({name!r}) failed: {exc}") from exc
+        return _core.read_etcd_revoke(reply)
+
+    def force_release_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`force_release`; same arguments and errors."""
+        holder = self._holder_sync(name, "force_release")
+        if holder is None:
+            return False
+        try:
+            reply = str(self._execute_sync(_core.etcd_lease_revoke(holder[1])))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"force_release({name!r}) failed: {exc}") from exc
+        return _core.read_etcd_revoke(reply)
+
+    async def _holder_async(self, name: str, what: str) -> Optional[Tuple[int, int]]:
+        call = _core.etcd_holder_range(self.key_prefix, name)
+        try:
+            reply = str(await self._execute_async(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+        return _core.read_etcd_holder(reply)
+
+    def _holder_sync(self, name: str, what: str) -> Optional[Tuple[int, int]]:
+        call = _core.etcd_holder_range(self.key_prefix, name)
+        try:
+            reply = str(self._execute_sync(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+        return _core.read_etcd_holder(reply)
+
     async def fenced_set(
         self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
     ) -> None:

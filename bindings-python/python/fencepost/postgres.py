@@ -557,6 +557,102 @@ class PostgresBackend(Backend):
             "fenced_set_sync is a Redis helper; on PostgreSQL use fencepost.postgres.fenced_update_sync"
         )
 
+    # -- operator queries: is it locked? free it --
+
+    def _lock_state_stmt(self, name: str, force: bool) -> _core.SqlStatement:
+        return _core.lock_state_statement(
+            name,
+            force=force,
+            lease_table=self.lease_table,
+            token_table=self.token_table,
+            namespace=self.namespace,
+        )
+
+    def _lock_state(self, name: str, force: bool, reply: Any) -> bool:
+        lease, pid = _core.read_lock_state(reply)  # ProtocolError
+        if force and not lease and pid is not None:
+            raise ConfigError(
+                f"lock {name!r} is held by a PostgreSQL advisory lock (session mode or "
+                f"xact_lock) of server process {pid}: only its own session can free an "
+                "advisory lock. End that session with SELECT pg_terminate_backend("
+                f"{pid}) (the holder's next heartbeat then reports the loss), or use lease "
+                "rows (mode='lease'), which force_release frees",
+                kind="unsupported",
+            )
+        return lease or (not force and pid is not None)
+
+    async def is_locked(self, name: str) -> bool:
+        """Whether lock ``name`` is held now, as the server answers: a live lease row
+        (expiry on the server's clock), or a session holding the name's advisory lock
+        (session mode, :func:`xact_lock`; read from ``pg_locks``). Runs on the pool or
+        connection given (session mode without one: a connection opened for the query
+        and closed). See :meth:`fencepost.Backend.is_locked` for the errors."""
+        stmt = self._lock_state_stmt(name, False)
+        return self._lock_state(name, False, await self._operator_async(stmt, name, "is_locked"))
+
+    def is_locked_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`is_locked`; same arguments and errors."""
+        stmt = self._lock_state_stmt(name, False)
+        return self._lock_state(name, False, self._operator_sync(stmt, name, "is_locked"))
+
+    async def force_release(self, name: str) -> bool:
+        """Frees lock ``name``'s live lease row whoever holds it (owner and expiry
+        cleared; the token kept, so the next grant's token is higher than every earlier
+        one). Returns True if a lease was freed. The freed holder learns it at its next
+        renewal (``LockLost``, reason ``"renew_rejected"``).
+
+        Raises:
+            ConfigError: (``kind="unsupported"``) the name is held by an advisory lock
+                (session mode or :func:`xact_lock`): only its session can free it; the
+                message names the server process to end with ``pg_terminate_backend``.
+            BackendError, ProtocolError: as :meth:`fencepost.Backend.force_release`.
+        """
+        stmt = self._lock_state_stmt(name, True)
+        return self._lock_state(name, True, await self._operator_async(stmt, name, "force_release"))
+
+    def force_release_sync(self, name: str) -> bool:
+        """Blocking form of :meth:`force_release`; same arguments and errors."""
+        stmt = self._lock_state_stmt(name, True)
+        return self._lock_state(name, True, self._operator_sync(stmt, name, "force_release"))
+
+    def _operator_sync(self, stmt: _core.SqlStatement, name: str, what: str) -> object:
+        if not self.supports_sync:
+            raise self._mode_error("sync")
+        try:
+            if self._pool is not None:
+                with self._pool.connection() as conn:
+                    return _execute_sync(conn, stmt)
+            if self._conn is not None:
+                return _execute_sync(self._single_sync(None), stmt)
+            conn = self._open_sync()
+            try:
+                return _execute_sync(conn, stmt)
+            finally:
+                conn.close()
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+
+    async def _operator_async(self, stmt: _core.SqlStatement, name: str, what: str) -> object:
+        if not self.supports_async:
+            raise self._mode_error("async")
+        try:
+            if self._pool is not None:
+                async with self._pool.connection() as conn:
+                    return await _execute_async(conn, stmt)
+            if self._conn is not None:
+                return await _execute_async(await self._single_async(None), stmt)
+            conn = await self._open_async()
+            try:
+                return await _execute_async(conn, stmt)
+            finally:
+                await _close_async(conn)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+
     # -- connections --
 
     def _open_sync(self) -> Any:

@@ -419,6 +419,77 @@ pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
     Ok(EtcdFenced::Refused { holder })
 }
 
+/// Who holds a lock, as [`EtcdBackend::holder_range`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EtcdHolder {
+    /// The holder's fencing token (its key's create revision).
+    pub token: FencingToken,
+    /// The holder's lease id (from its key, see [`EtcdBackend::holder_key`]):
+    /// [`EtcdRequest::LeaseRevoke`] of it is the operator's reset.
+    pub lease: i64,
+}
+
+impl EtcdBackend {
+    /// The operator query "who holds `name`?": the key with the lowest create
+    /// revision under [`EtcdBackend::lock_prefix`] (the holder; any key there is a
+    /// live lease). Read it with [`read_etcd_holder`]. To free the lock whoever holds
+    /// it, revoke the holder's lease ([`EtcdRequest::LeaseRevoke`], read with
+    /// [`read_etcd_revoke`]): etcd deletes its key, the next contender's watch fires,
+    /// and its token (a later revision) is above every earlier one; the freed holder
+    /// learns it at its next keep-alive (`Lost { RenewRejected }`).
+    pub fn holder_range(&self, name: &str) -> EtcdRequest {
+        EtcdRequest::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0))
+    }
+}
+
+/// Reads the reply of [`EtcdBackend::holder_range`]: the holder, or `None` when no key
+/// lives under the lock's prefix.
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_etcd_holder(reply: &str) -> Result<Option<EtcdHolder>, ProtocolError> {
+    let v = parse(reply).map_err(|e| match e {
+        ReadError::Protocol(p) => p,
+        ReadError::Ambiguous(m) => protocol(m),
+    })?;
+    let shape = || {
+        protocol(format!(
+            "holder range: expected a range reply, got {reply:.200}"
+        ))
+    };
+    header_revision(&v).ok_or_else(shape)?;
+    let Some(kv) = v
+        .get("kvs")
+        .and_then(Value::as_array)
+        .and_then(|k| k.first())
+    else {
+        return Ok(None);
+    };
+    let token = int_field(kv, "create_revision").and_then(|r| u64::try_from(r).ok());
+    let lease = kv_key(kv)
+        .and_then(|k| k.rsplit('/').next().map(str::to_owned))
+        .and_then(|hex| i64::from_str_radix(&hex, 16).ok());
+    match (token, lease) {
+        (Some(t), Some(lease)) => Ok(Some(EtcdHolder {
+            token: FencingToken(t),
+            lease,
+        })),
+        _ => Err(shape()),
+    }
+}
+
+/// Reads the reply of a [`EtcdRequest::LeaseRevoke`]: `true` when the lease was
+/// revoked, `false` when it was gone already.
+///
+/// Errors: [`ProtocolError`] for another error reply or a reply of another shape.
+pub fn read_etcd_revoke(reply: &str) -> Result<bool, ProtocolError> {
+    match read_owner_check(reply) {
+        Ok(Read::NotHeld) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(ReadError::Protocol(p)) => Err(p),
+        Err(ReadError::Ambiguous(m)) => Err(protocol(m)),
+    }
+}
+
 // ---- per-lock progress ------------------------------------------------------------
 
 /// What a release's delete transaction found.

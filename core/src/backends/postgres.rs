@@ -389,6 +389,80 @@ pub fn read_xact_lock(reply: &SqlReply) -> Result<Option<FencingToken>, Protocol
     }
 }
 
+/// What an operator statement ([`lock_state_statement`]) found for a lock name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgLockState {
+    /// A live lease row: held (the query), or freed by this statement (the reset).
+    pub lease: bool,
+    /// The server process id of a session holding the name's advisory lock (session
+    /// mode or `xact_lock`), if any.
+    pub advisory_pid: Option<i64>,
+}
+
+/// The operator statement for `name`: with `force` false, "is it locked?"; with
+/// `force` true, the reset: frees a live lease row whoever holds it (owner and expiry
+/// cleared, the token kept, so the next grant's token is above every earlier one; the
+/// holder's next renewal finds it gone: `Lost { RenewRejected }`). Either way the reply
+/// also names a session holding the name's advisory lock, which only that session can
+/// free. Read it with [`read_lock_state`].
+pub fn lock_state_statement(backend: &PostgresBackend, name: &str, force: bool) -> SqlStatement {
+    let live = "name = $1::text AND owner IS NOT NULL AND expires_at > clock_timestamp()";
+    let l = &backend.lease_table;
+    let lease = if force {
+        format!(
+            "WITH freed AS (UPDATE {l} SET owner = NULL, expires_at = NULL WHERE {live} \
+             RETURNING token) SELECT EXISTS (SELECT 1 FROM freed)"
+        )
+    } else {
+        format!("SELECT EXISTS (SELECT 1 FROM {l} WHERE {live})")
+    };
+    SqlStatement {
+        sql: format!(
+            "{lease}, (SELECT pid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2::bigint LIMIT 1)"
+        ),
+        params: vec![
+            SqlValue::Text(name.to_owned()),
+            SqlValue::Int(advisory_key(&backend.namespace, name)),
+        ],
+        connection: PgConnection::Any,
+    }
+}
+
+/// Reads the reply of [`lock_state_statement`].
+///
+/// Errors: [`ProtocolError`] for a server error (with its SQLSTATE) or rows of
+/// another shape.
+pub fn read_lock_state(reply: &SqlReply) -> Result<PgLockState, ProtocolError> {
+    let shape = |what: String| ProtocolError {
+        backend: "postgres".to_owned(),
+        message: what,
+    };
+    match reply {
+        SqlReply::Rows { rows } => match rows.as_slice() {
+            [row] => match row.as_slice() {
+                [SqlValue::Bool(lease), SqlValue::Null] => Ok(PgLockState {
+                    lease: *lease,
+                    advisory_pid: None,
+                }),
+                [SqlValue::Bool(lease), SqlValue::Int(pid)] => Ok(PgLockState {
+                    lease: *lease,
+                    advisory_pid: Some(*pid),
+                }),
+                _ => Err(shape(format!(
+                    "lock state: expected (bool, pid or NULL), got {row:?}"
+                ))),
+            },
+            _ => Err(shape(format!("lock state: expected one row, got {rows:?}"))),
+        },
+        SqlReply::Error { sqlstate, message } => Err(match server_error(sqlstate, message) {
+            ReadError::Protocol(p) => p,
+            ReadError::Ambiguous(m) => shape(m),
+        }),
+    }
+}
+
 /// Rows if this session holds the advisory lock whose key is parameter `key` (pg_locks
 /// shows a bigint key as classid = high 32 bits, objid = low 32 bits, objsubid = 1).
 fn held_sql(key: &str) -> String {

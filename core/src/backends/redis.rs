@@ -88,6 +88,15 @@ pub enum RedisScript {
     /// per hand-off). A waiter whose presence is the older `1` (an earlier fencepost) is
     /// only woken, with the lock reserved (`r:<waiter>`) for `claim_ms`. `1`; else `0`.
     ReleaseFair,
+    /// Operator query. `KEYS = [lock]`: `1` if the lease key lives (a holder's lease,
+    /// or a fair reservation for a woken waiter), else `0`.
+    IsLocked,
+    /// Operator reset. `KEYS = [lock]`, `ARGV = []` (plain), or `KEYS = [lock, queue,
+    /// token]`, `ARGV = [claim_ms, alive_prefix, wake_prefix]` (fair): deletes the lease
+    /// key whoever holds it, never the token counter; fair, it then grants the lock to
+    /// the first live waiter exactly as `ReleaseFair` does. `1` if a lease was
+    /// deleted, else `0` (nothing else changes).
+    ForceRelease,
 }
 
 // The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
@@ -173,6 +182,36 @@ end
 return 1
 "#;
 
+const IS_LOCKED_LUA: &str = "return redis.call('EXISTS', KEYS[1])\n";
+
+// The hand-off loop is RELEASE_FAIR_LUA's, with the token key at KEYS[3] and the
+// arguments shifted by one (no owner).
+const FORCE_RELEASE_LUA: &str = r#"if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+if #KEYS == 1 then return 1 end
+while true do
+  local head = redis.call('ZPOPMIN', KEYS[2])
+  if #head == 0 then break end
+  local waiter = head[1]
+  local alive = redis.call('GET', ARGV[2] .. waiter)
+  if alive and string.sub(alive, 1, 2) == 't:' then
+    local ttl = string.sub(alive, 3)
+    redis.call('SET', KEYS[1], waiter, 'PX', ttl)
+    redis.call('INCR', KEYS[3])
+    local token = redis.call('GET', KEYS[3])
+    redis.call('DEL', ARGV[2] .. waiter)
+    redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token)
+    redis.call('PEXPIRE', ARGV[3] .. waiter, ttl)
+    break
+  elseif alive then
+    redis.call('SET', KEYS[1], 'r:' .. waiter, 'PX', ARGV[1])
+    redis.call('RPUSH', ARGV[3] .. waiter, '1')
+    redis.call('PEXPIRE', ARGV[3] .. waiter, ARGV[1])
+    break
+  end
+end
+return 1
+"#;
+
 const FENCED_SET_LUA: &str = r#"local function lower(a, b)
   if #a ~= #b then return #a < #b end
   return a < b
@@ -192,13 +231,15 @@ return {1, token}
 
 impl RedisScript {
     /// Every script, for hosts that preload them with `SCRIPT LOAD`.
-    pub const ALL: [RedisScript; 6] = [
+    pub const ALL: [RedisScript; 8] = [
         RedisScript::Acquire,
         RedisScript::Renew,
         RedisScript::Release,
         RedisScript::FencedSet,
         RedisScript::AcquireFair,
         RedisScript::ReleaseFair,
+        RedisScript::IsLocked,
+        RedisScript::ForceRelease,
     ];
 
     /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
@@ -210,12 +251,14 @@ impl RedisScript {
             RedisScript::FencedSet => FENCED_SET_LUA,
             RedisScript::AcquireFair => ACQUIRE_FAIR_LUA,
             RedisScript::ReleaseFair => RELEASE_FAIR_LUA,
+            RedisScript::IsLocked => IS_LOCKED_LUA,
+            RedisScript::ForceRelease => FORCE_RELEASE_LUA,
         }
     }
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
-        static SHAS: [OnceLock<String>; 6] = [const { OnceLock::new() }; 6];
+        static SHAS: [OnceLock<String>; 8] = [const { OnceLock::new() }; 8];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
@@ -271,6 +314,47 @@ impl RedisBackend {
 
     fn tagged(&self, name: &str, suffix: &str) -> String {
         format!("{}{{{}}}:{}", self.key_prefix, name, suffix)
+    }
+
+    /// The operator query "is `name` locked?" ([`RedisScript::IsLocked`]); read its
+    /// reply with [`read_redis_flag`]: `true` while a lease (or a fair reservation)
+    /// lives.
+    pub fn is_locked(&self, name: &str) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::IsLocked,
+            keys: vec![self.lock_key(name)],
+            args: vec![],
+        }
+    }
+
+    /// The operator reset of `name` ([`RedisScript::ForceRelease`]): frees the lock
+    /// whoever holds it, keeps the token counter (the next grant's token is above every
+    /// earlier one) and, fair, grants the lock to the first live waiter as a release
+    /// does. Read its reply with [`read_redis_flag`]: `true` if a lease was freed. The
+    /// freed holder learns it at its next renewal (`Lost { RenewRejected }`).
+    pub fn force_release(&self, name: &str) -> RedisCommand {
+        if !self.fair {
+            return RedisCommand {
+                script: RedisScript::ForceRelease,
+                keys: vec![self.lock_key(name)],
+                args: vec![],
+            };
+        }
+        // the claim window of an older waiter: the default park, as a release's
+        let claim_ms = crate::LockOptions::default().retry_max.as_millis();
+        RedisCommand {
+            script: RedisScript::ForceRelease,
+            keys: vec![
+                self.lock_key(name),
+                self.tagged(name, "queue"),
+                self.token_key(name),
+            ],
+            args: vec![
+                claim_ms.to_string(),
+                self.tagged(name, "alive:"),
+                self.tagged(name, "wake:"),
+            ],
+        }
     }
 
     /// How long a queued waiter stays in line without asking again: its longest park
@@ -497,6 +581,21 @@ fn read_wake_up(v: &RedisValue) -> Result<Option<FencingToken>, ReadError> {
             _ => Ok(None),
         },
         _ => Ok(None),
+    }
+}
+
+/// Reads the reply of [`RedisBackend::is_locked`] or [`RedisBackend::force_release`]:
+/// `1` is `true`, `0` is `false`.
+///
+/// Errors: [`ProtocolError`] for an error reply or any other reply.
+pub fn read_redis_flag(v: &RedisValue) -> Result<bool, ProtocolError> {
+    match as_int(v) {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(ProtocolError {
+            backend: "redis".to_owned(),
+            message: format!("operator script: expected 1 or 0, got {v:?}"),
+        }),
     }
 }
 

@@ -48,6 +48,51 @@ impl MemoryRedis {
         }
     }
 
+    /// The fair hand-off of a freed lock: grants it to the first live waiter of `queue`
+    /// (token `INCR`ed, `g:<token>` pushed to its wake list), or reserves it for an
+    /// older waiter for `claim`, as the release script does.
+    #[allow(clippy::too_many_arguments)]
+    fn hand_off(
+        &mut self,
+        now: Instant,
+        lock: &str,
+        queue: &str,
+        token_key: &str,
+        claim: core::time::Duration,
+        alive_prefix: &str,
+        wake_prefix: &str,
+    ) -> Result<(), RedisValue> {
+        loop {
+            let head = match self.zsets.get_mut(queue) {
+                Some(z) if !z.is_empty() => z.remove(0).1,
+                _ => return Ok(()),
+            };
+            let alive_key = format!("{alive_prefix}{head}");
+            let alive = self.get(now, &alive_key).map(str::to_owned);
+            let wake = format!("{wake_prefix}{head}");
+            if let Some(ttl) = alive.as_deref().and_then(|a| a.strip_prefix("t:")) {
+                // grant in the release: the waiter's BLPOP reply is its grant
+                let Some(ttl) = parse_ms(ttl) else {
+                    return Err(RedisValue::Error("ERR invalid expire time".to_owned()));
+                };
+                self.set(lock, &head, Some(now + ttl));
+                let token = self.incr(now, token_key);
+                self.keys.remove(&alive_key);
+                let list = self.lists.entry(wake).or_default();
+                list.0.push_back(format!("g:{token}"));
+                list.1 = Some(now + ttl);
+                return Ok(());
+            }
+            if alive.is_some() {
+                self.set(lock, &format!("r:{head}"), Some(now + claim));
+                let list = self.lists.entry(wake).or_default();
+                list.0.push_back("1".to_owned());
+                list.1 = Some(now + claim);
+                return Ok(());
+            }
+        }
+    }
+
     /// Runs one script call at `now`.
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
@@ -57,6 +102,10 @@ impl MemoryRedis {
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
             RedisScript::AcquireFair => keys.len() == 6 && args.len() == 3,
             RedisScript::ReleaseFair => keys.len() == 4 && args.len() == 4,
+            RedisScript::IsLocked => keys.len() == 1 && args.is_empty(),
+            RedisScript::ForceRelease => {
+                (keys.len() == 1 && args.is_empty()) || (keys.len() == 3 && args.len() == 3)
+            }
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -164,33 +213,27 @@ impl MemoryRedis {
                     return RedisValue::Int(0);
                 }
                 self.keys.remove(&keys[0]);
-                loop {
-                    let head = match self.zsets.get_mut(&keys[1]) {
-                        Some(z) if !z.is_empty() => z.remove(0).1,
-                        _ => break,
+                let (queue, token) = (&keys[1], &keys[3]);
+                match self.hand_off(now, &keys[0], queue, token, claim, &args[2], &args[3]) {
+                    Ok(()) => RedisValue::Int(1),
+                    Err(e) => e,
+                }
+            }
+            RedisScript::IsLocked => RedisValue::Int(i64::from(self.get(now, &keys[0]).is_some())),
+            RedisScript::ForceRelease => {
+                if self.get(now, &keys[0]).is_none() {
+                    return RedisValue::Int(0);
+                }
+                self.keys.remove(&keys[0]);
+                if keys.len() == 3 {
+                    let Some(claim) = parse_ms(&args[0]) else {
+                        return RedisValue::Error("ERR invalid expire time".to_owned());
                     };
-                    let alive_key = format!("{}{head}", args[2]);
-                    let alive = self.get(now, &alive_key).map(str::to_owned);
-                    let wake = format!("{}{head}", args[3]);
-                    if let Some(ttl) = alive.as_deref().and_then(|a| a.strip_prefix("t:")) {
-                        // grant in the release: the waiter's BLPOP reply is its grant
-                        let Some(ttl) = parse_ms(ttl) else {
-                            return RedisValue::Error("ERR invalid expire time".to_owned());
-                        };
-                        self.set(&keys[0], &head, Some(now + ttl));
-                        let token = self.incr(now, &keys[3]);
-                        self.keys.remove(&alive_key);
-                        let list = self.lists.entry(wake).or_default();
-                        list.0.push_back(format!("g:{token}"));
-                        list.1 = Some(now + ttl);
-                        break;
-                    }
-                    if alive.is_some() {
-                        self.set(&keys[0], &format!("r:{head}"), Some(now + claim));
-                        let list = self.lists.entry(wake).or_default();
-                        list.0.push_back("1".to_owned());
-                        list.1 = Some(now + claim);
-                        break;
+                    let (queue, token) = (&keys[1], &keys[2]);
+                    if let Err(e) =
+                        self.hand_off(now, &keys[0], queue, token, claim, &args[1], &args[2])
+                    {
+                        return e;
                     }
                 }
                 RedisValue::Int(1)
