@@ -1089,6 +1089,7 @@ pub fn read_etcd_fenced_txn(name: &str, token: u64, reply: &str) -> JsOut<'stati
             resource: name.to_owned(),
             token: FencingToken(token),
             highest: holder.unwrap_or(FencingToken(0)),
+            reason: Default::default(),
         }),
         Ok(_) => protocol("unknown fenced transaction outcome".to_owned()),
         Err(e) => protocol(e.to_string()),
