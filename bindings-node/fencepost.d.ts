@@ -277,14 +277,19 @@ export declare abstract class RedisProtocolBackend extends Backend {
    * has seen (checked and written atomically by one script); the fence then remembers
    * `token`. Put both keys in one hash slot on Redis Cluster.
    *
-   * @throws StaleTokenError (`ERR_STALE_TOKEN`) when a newer holder has written.
+   * With `options.ownerId` (`lease.ownerId`) the owner-bound rule: the fence records the
+   * owner with its highest token and refuses that token from any other owner; without it
+   * the token-only rule, which is weaker (a token granted twice writes twice).
+   *
+   * @throws StaleTokenError (`ERR_STALE_TOKEN`) when a newer holder has written, or
+   *   another owner wrote with this token (`reason` `'duplicate_grant'`).
    * @throws BackendError (`ERR_BACKEND`) when the server could not be reached (the write
    *   may or may not have happened).
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
    * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint in 1n ..= 2n ** 64n - 1n
    *   (0n is no lease's token), before anything is sent.
    */
-  fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): Promise<void>
+  fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, options?: FencedSetOptions): Promise<void>
   /** Whether locks on this backend hand off fairly (the `fair` option). */
   readonly fair: boolean
   /**
@@ -617,14 +622,26 @@ export declare function readEtcdFencedTxn(name: string, token: bigint, reply: st
 
 // ---- fencing --------------------------------------------------------------------------------
 
+/** Options of `RedisProtocolBackend.fencedSet`. */
+export interface FencedSetOptions {
+  /** The writer's `lease.ownerId` (32 hex digits): the owner-bound rule. */
+  ownerId?: string | null
+}
+
 /** An in-memory fence for resources your process guards itself: the highest token accepted
- * per resource. The same token as the highest passes (one lease may write many times). */
+ * per resource, with the owner id that wrote with it. The same token as the highest passes
+ * again from its recorded owner (owner-bound rule, `check(r, t, ownerId)`), or from anyone
+ * (token-only rule, `check(r, t)`: weaker, a token granted twice passes twice). */
 export declare class Fence {
   constructor()
-  /** Accepts a write to `resource` carrying `token` and remembers the token.
-   * @throws StaleTokenError (`ERR_STALE_TOKEN`) if a higher token was accepted before.
-   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint. */
-  check(resource: string, token: bigint): void
+  /** Accepts a write to `resource` carrying `token` and remembers the token (with
+   * `ownerId`, recorded with that owner).
+   * @throws StaleTokenError (`ERR_STALE_TOKEN`) if a higher token was accepted before
+   *   (`reason` `'superseded'`) or, with `ownerId`, the same token from another owner
+   *   (`'duplicate_grant'`, after a `FENCEPOST_DUPLICATE_GRANT` process warning).
+   * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint or an owner id that
+   *   is not 32 hex digits. */
+  check(resource: string, token: bigint, ownerId?: string | null): void
   /** The highest token accepted for `resource`, or `null`. */
   highest(resource: string): bigint | null
 }
@@ -633,6 +650,9 @@ export interface SqlFencedUpdateOptions {
   /** `'dollar'` (`$1` id, `$2` token, `$3…` the columns in order: node-postgres; default)
    * or `'pyformat'` (`%(id)s`, `%(token)s`, `%(column)s`). */
   style?: 'dollar' | 'pyformat'
+  /** The owner column (`text NOT NULL DEFAULT ''`): the owner-bound rule, run with
+   * `[id, lease.token, lease.ownerId, ...values]` (`$3` / `%(owner)s` is the owner). */
+  ownerColumn?: string | null
 }
 
 /**
@@ -643,6 +663,10 @@ export interface SqlFencedUpdateOptions {
  *
  * Run it with `[id, lease.token, ...values]`; **zero rows updated means the token is
  * stale** (or the row does not exist). The token column is a `bigint NOT NULL` starting at 0.
+ * That is the token-only rule, which is weaker: two holders of one token both write. With
+ * `ownerColumn` the owner-bound rule: `SET "c1" = $4, …, "token_column" = $2,
+ * "owner_column" = $3 WHERE "id_column" = $1 AND ("token_column" < $2 OR ("token_column" =
+ * $2 AND "owner_column" = $3))`.
  *
  * @throws ConfigError for a name that is not a plain SQL identifier (names are quoted,
  *   never taken from user data).
@@ -657,10 +681,11 @@ export declare function sqlFencedUpdate(
 
 /** The fenced Redis SET as a script call (run it yourself, or use
  * `RedisProtocolBackend.fencedSet`): writes `value` to `dataKey` unless `token` is lower than
- * the highest token stored at `fenceKey`.
+ * the highest token stored at `fenceKey` or, with `ownerId` (owner-bound rule), equal to it
+ * and recorded with another owner.
  * @throws ConfigError for a token that is not a bigint in 1n ..= 2n ** 64n - 1n (0n is no
  * lease's token). */
-export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): RedisScriptCall
+export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, ownerId?: string | null): RedisScriptCall
 
 /** Reads the reply of `redisFencedSet`: returns when the write happened.
  * @throws StaleTokenError when it was refused; ProtocolError for any other reply. */
@@ -723,7 +748,9 @@ export declare class AcquireTimeoutError extends FencepostError {
   readonly lastError: string | null
 }
 
-/** A fenced write was refused: a newer lock holder has written since this lease began. */
+/** A fenced write was refused: a newer lock holder has written since this lease began
+ * (`reason` `'superseded'`), or another owner wrote with the same token: the lock server
+ * granted it twice (`'duplicate_grant'`, owner-bound rule). */
 export declare class StaleTokenError extends FencepostError {
   readonly code: 'ERR_STALE_TOKEN'
   readonly resource: string
@@ -731,6 +758,7 @@ export declare class StaleTokenError extends FencepostError {
   readonly token: bigint
   /** The highest token the resource had accepted. */
   readonly highest: bigint
+  readonly reason: 'superseded' | 'duplicate_grant'
 }
 
 /** The lock server's reply made no sense for its request (wrong shape, an error reply

@@ -15,10 +15,11 @@ export declare class Fence {
   constructor()
   /**
    * Accepts a write to `resource` carrying `token` (and remembers it): returns `null`.
-   * Refuses a token lower than one accepted before: returns
-   * `{ resource, token, highest, message }`.
+   * Refuses a token lower than one accepted before or, with `owner` (owner-bound
+   * rule), the same token from another owner: returns
+   * `{ resource, token, highest, reason, message }`.
    */
-  check(resource: string, token: bigint): { resource: string, token: bigint, highest: bigint, message: string } | null
+  check(resource: string, token: bigint, owner?: string | undefined | null): { resource: string, token: bigint, highest: bigint, reason: string, message: string } | null
   /** The highest token accepted for `resource`, or `null`. */
   highest(resource: string): bigint | null
 }
@@ -193,7 +194,7 @@ export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: b
  * `{ ok: false, stale: { resource, token, highest, message } }` when refused,
  * `{ ok: false, protocol: message }` for a reply of another shape (an error reply too).
  */
-export declare function readRedisFencedSet(resource: string, token: bigint, reply: unknown): { ok: boolean, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }
+export declare function readRedisFencedSet(resource: string, token: bigint, reply: unknown): { ok: boolean, stale?: { resource: string, token: bigint, highest: bigint, reason: string, message: string }, protocol?: string }
 
 /**
  * Reads the reply of `redisOperator`: `{ ok: true, value }` (1 → true, 0 → false) or
@@ -202,7 +203,7 @@ export declare function readRedisFencedSet(resource: string, token: bigint, repl
 export declare function readRedisFlag(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
 
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
-export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string): { script: string, sha1: string, keys: string[], args: string[] }
+export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
 
 /**
  * The operator script call `{ script, sha1, keys, args }` for lock `name`: with
@@ -234,9 +235,10 @@ export interface ScriptCall {
 
 /**
  * The SQL of a fenced conditional update. `style` `"dollar"` (node-postgres: `$1` id,
- * `$2` token, `$3…` columns) or `"pyformat"`. Zero rows updated means a stale token.
+ * `$2` token, `$3` owner with `ownerColumn`, then the columns) or `"pyformat"`. Zero
+ * rows updated means a refusal.
  */
-export declare function sqlFencedUpdate(table: string, idColumn: string, tokenColumn: string, columns: Array<string>, style: string): string
+export declare function sqlFencedUpdate(table: string, idColumn: string, tokenColumn: string, columns: Array<string>, style: string, ownerColumn?: string | undefined | null): string
 
 /** The fencing-token counter key of lock `name` under `keyPrefix`. */
 export declare function tokenKey(keyPrefix: string, name: string): string

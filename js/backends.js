@@ -162,12 +162,17 @@ function createBackends (native, LockMachine, fence) {
 
     /**
      * Writes `value` to `dataKey` unless `token` is lower than the highest token
-     * `fenceKey` has seen (one atomic script); the fence then remembers `token`.
-     * Rejects with StaleTokenError, BackendError (the server could not be reached: the
-     * write may or may not have happened) or ProtocolError.
+     * `fenceKey` has seen (one atomic script); the fence then remembers `token`. With
+     * `options.ownerId` (`lease.ownerId`) the owner-bound rule: the fence records the
+     * owner with its highest token and refuses that token from any other owner (a token
+     * granted twice writes once); without it the token-only rule, which is weaker.
+     * Rejects with StaleTokenError (`reason` 'superseded' or 'duplicate_grant'),
+     * BackendError (the server could not be reached: the write may or may not have
+     * happened) or ProtocolError.
      */
-    async fencedSet (dataKey, fenceKey, token, value) {
-      const command = fence.redisFencedSet(dataKey, fenceKey, token, value)
+    async fencedSet (dataKey, fenceKey, token, value, options) {
+      const o = check.plainObject(options, 'fencedSet options')
+      const command = fence.redisFencedSet(dataKey, fenceKey, token, value, o.ownerId)
       let reply
       try {
         reply = await this.execute(command)

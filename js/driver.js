@@ -382,4 +382,4 @@ class Driver {
   }
 }
 
-module.exports = { Driver, Reachability, now, describeError, singleUseSignals }
+module.exports = { Driver, Reachability, now, describeError, singleUseSignals, emitWarning }

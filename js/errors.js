@@ -64,12 +64,16 @@ class AcquireTimeoutError extends FencepostError {
 }
 AcquireTimeoutError.prototype.code = 'ERR_ACQUIRE_TIMEOUT'
 
+/** A fenced write was refused. `reason`: 'superseded' (a lower token than the
+ * resource's `highest`) or 'duplicate_grant' (owner-bound rule: the same token from
+ * another owner, so the lock server granted it twice). */
 class StaleTokenError extends FencepostError {
-  constructor (message, resource, token, highest) {
+  constructor (message, resource, token, highest, reason = 'superseded') {
     super(message)
     this.resource = resource
     this.token = token
     this.highest = highest
+    this.reason = reason
   }
 }
 StaleTokenError.prototype.code = 'ERR_STALE_TOKEN'

@@ -1,26 +1,46 @@
 'use strict'
-// The resource side of fencing: refuse writes that carry an old fencing token. A write
-// with the same token as the highest seen is accepted (one lease may write many times);
-// only a lower one is stale. On etcd the fence is etcd itself: a transaction guarded by the
-// holder key's create revision. Shared word for word by the napi and WASM packages.
+// The resource side of fencing: refuse writes that carry an old fencing token. Owner-bound
+// rule (an owner id given): the highest token is accepted again only from the owner that
+// wrote with it, so a token the lock server granted twice writes once. Token-only rule (no
+// owner id; weaker): the highest token is accepted from anyone. On etcd the fence is etcd
+// itself: a transaction guarded by the holder key's create revision, which is the holder's
+// own key, so it is owner-bound already. Shared word for word by the napi and WASM packages.
 
 const check = require('./check')
+const { emitWarning } = require('./driver')
 const { ConfigError, ProtocolError, StaleTokenError, translate } = require('./errors')
 
+/** The StaleTokenError of a refusal `{ resource, token, highest, reason, message }`; a
+ * duplicate grant is also told as a process warning (FENCEPOST_DUPLICATE_GRANT). */
+function refusal (s) {
+  if (s.reason === 'duplicate_grant') emitWarning(s.message, 'FENCEPOST_DUPLICATE_GRANT')
+  return new StaleTokenError(s.message, s.resource, s.token, s.highest, s.reason)
+}
+
+function optionalOwner (ownerId) {
+  return ownerId === undefined || ownerId === null ? null : check.string(ownerId, 'ownerId')
+}
+
 function createFence (native) {
-  /** An in-memory fence: the highest token accepted per resource. */
+  /** An in-memory fence: the highest token accepted per resource, with the owner id that
+   * wrote with it. */
   class Fence {
     constructor () {
       this._fence = new native.Fence()
     }
 
     /** Accepts a write to `resource` carrying `token` (a bigint) and remembers the token;
-     * throws StaleTokenError if a higher token was accepted before. */
-    check (resource, token) {
+     * throws StaleTokenError if a higher token was accepted before (`reason`
+     * 'superseded'). With `ownerId` (`lease.ownerId`, 32 hex digits) the owner-bound
+     * rule: the token is recorded with the owner and the same token from another owner is
+     * refused too ('duplicate_grant', after a FENCEPOST_DUPLICATE_GRANT warning). Without
+     * it the token-only rule, which is weaker: a token granted twice passes twice. */
+    check (resource, token, ownerId) {
       check.string(resource, 'resource')
       check.token(token)
-      const stale = translate(() => this._fence.check(resource, token))
-      if (stale !== null) throw new StaleTokenError(stale.message, stale.resource, stale.token, stale.highest)
+      const owner = optionalOwner(ownerId)
+      const stale = translate(() => this._fence.check(resource, token, owner))
+      if (stale !== null) throw refusal(stale)
     }
 
     /** The highest token accepted for `resource`, or null. */
@@ -30,12 +50,16 @@ function createFence (native) {
   }
 
   /**
-   * The SQL of a fenced conditional update:
-   * `UPDATE "table" SET "c" = $3, …, "token_column" = $2 WHERE "id_column" = $1 AND
-   * "token_column" <= $2`. Run it with [id, token, ...values]; zero rows updated means
-   * the token is stale, or no row has that id (it never inserts: select the row to tell
-   * them apart). The token column: `bigint NOT NULL DEFAULT 0`. `style` 'dollar'
-   * (node-postgres, default) or 'pyformat'.
+   * The SQL of a fenced conditional update. Token-only (weaker: a token granted twice
+   * passes twice): `UPDATE "table" SET "c" = $3, …, "token_column" = $2 WHERE "id_column"
+   * = $1 AND "token_column" <= $2`, run with [id, token, ...values]. Owner-bound
+   * (`options.ownerColumn`): `UPDATE "table" SET "c" = $4, …, "token_column" = $2,
+   * "owner_column" = $3 WHERE "id_column" = $1 AND ("token_column" < $2 OR
+   * ("token_column" = $2 AND "owner_column" = $3))`, run with [id, token, ownerId,
+   * ...values]. Zero rows updated means a refusal, or no row has that id (it never
+   * inserts: select the row to tell them apart). The columns: `bigint NOT NULL DEFAULT 0`
+   * and `text NOT NULL DEFAULT ''`. `style` 'dollar' (node-postgres, default) or
+   * 'pyformat'.
    */
   function sqlFencedUpdate (table, idColumn, tokenColumn, columns, options) {
     check.string(table, 'table')
@@ -45,34 +69,35 @@ function createFence (native) {
     columns.forEach((c, i) => check.string(c, `columns[${i}]`))
     const o = check.plainObject(options, 'options')
     const style = o.style === undefined ? 'dollar' : check.string(o.style, 'style')
-    return translate(() => native.sqlFencedUpdate(table, idColumn, tokenColumn, columns, style))
+    const ownerColumn = o.ownerColumn === undefined || o.ownerColumn === null ? null : check.string(o.ownerColumn, 'ownerColumn')
+    return translate(() => native.sqlFencedUpdate(table, idColumn, tokenColumn, columns, style, ownerColumn))
   }
 
   /**
    * The fenced Redis SET as a script call `{ script, sha1, keys, args }` (run it with
    * EVALSHA, or `backend.fencedSet`): writes `value` to `dataKey` unless `token` is lower
-   * than the highest token stored at `fenceKey`. Put both keys in one hash slot on Redis
+   * than the highest token stored at `fenceKey` or, with `ownerId` (owner-bound rule),
+   * equal to it and recorded with another owner. Put both keys in one hash slot on Redis
    * Cluster (`{tag}`).
    */
-  function redisFencedSet (dataKey, fenceKey, token, value) {
+  function redisFencedSet (dataKey, fenceKey, token, value, ownerId) {
     check.string(dataKey, 'dataKey')
     check.string(fenceKey, 'fenceKey')
     check.fencingToken(token)
     check.string(value, 'value')
-    return translate(() => native.redisFencedSet(dataKey, fenceKey, token, value))
+    const owner = optionalOwner(ownerId)
+    return translate(() => native.redisFencedSet(dataKey, fenceKey, token, value, owner))
   }
 
   /** Reads the reply of `redisFencedSet`: returns when written; throws StaleTokenError
-   * when refused, ProtocolError for any other reply (an error reply too). */
+   * when refused (`reason` 'superseded' or 'duplicate_grant'), ProtocolError for any
+   * other reply (an error reply too). */
   function readRedisFencedSet (resource, token, reply) {
     check.string(resource, 'resource')
     check.token(token)
     const result = translate(() => native.readRedisFencedSet(resource, token, reply))
     if (result.ok) return
-    if (result.stale) {
-      const s = result.stale
-      throw new StaleTokenError(s.message, s.resource, s.token, s.highest)
-    }
+    if (result.stale) throw refusal(result.stale)
     throw new ProtocolError(result.protocol)
   }
 

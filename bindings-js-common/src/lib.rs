@@ -39,7 +39,7 @@ use fencepost_core::text::number;
 use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, Input, Instant, LockId, LockOptions, LostReason,
     Machine, Operation, Output, OwnerId, Purpose, RedisCommand, RedisScript, RedisValue, Reply,
-    RequestBody, RequestId, StaleToken, UsageError,
+    RequestBody, RequestId, StaleReason, StaleToken, UsageError,
 };
 use serde::de::{self, value::MapDeserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
@@ -949,14 +949,35 @@ fn etcd_call(body: RequestBody) -> JsOut<'static> {
     JsOut::Object(o)
 }
 
-/// A stale write `{ resource, token, highest, message }`.
+/// A stale write `{ resource, token, highest, reason, message }` (`reason`
+/// `"superseded"` or `"duplicate_grant"`).
 pub fn stale(stale: &StaleToken) -> JsOut<'static> {
+    let reason = match stale.reason {
+        StaleReason::Superseded => "superseded",
+        StaleReason::DuplicateGrant => "duplicate_grant",
+    };
     JsOut::Object(vec![
         ("resource", JsOut::Text(Cow::Owned(stale.resource.clone()))),
         ("token", JsOut::Token(stale.token.get())),
         ("highest", JsOut::Token(stale.highest.get())),
+        ("reason", JsOut::Text(Cow::Borrowed(reason))),
         ("message", JsOut::Text(Cow::Owned(stale.to_string()))),
     ])
+}
+
+/// `Fence.check`: `null` when accepted, the [`stale`] object when refused; with `owner`
+/// (32 hex digits) the owner-bound rule, without it the token-only rule.
+pub fn fence_check(
+    fence: &mut fence::Fence,
+    resource: &str,
+    token: u64,
+    owner: Option<&str>,
+) -> Result<JsOut<'static>> {
+    let checked = match owner.map(owner_id).transpose()? {
+        Some(o) => fence.check_owned(resource, FencingToken(token), o),
+        None => fence.check(resource, FencingToken(token)),
+    };
+    Ok(checked.err().map_or(JsOut::Null, |e| stale(&e)))
 }
 
 fn refused(stale_token: &StaleToken) -> JsOut<'static> {
@@ -980,16 +1001,33 @@ pub fn sql_fenced_update(
     token_column: &str,
     columns: &[String],
     style: &str,
+    owner_column: Option<&str>,
 ) -> Result<String> {
     let style = param_style(style)?;
     let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-    fence::sql_fenced_update(table, id_column, token_column, &columns, style)
-        .map_err(|e| JsError::config(e.to_string()))
+    match owner_column {
+        Some(o) => {
+            fence::sql_fenced_update_owned(table, id_column, token_column, o, &columns, style)
+        }
+        None => fence::sql_fenced_update(table, id_column, token_column, &columns, style),
+    }
+    .map_err(|e| JsError::config(e.to_string()))
 }
 
-/// `redisFencedSet`: the command, for [`script_call`].
-pub fn redis_fenced_set(data_key: &str, fence_key: &str, token: u64, value: &str) -> RedisCommand {
-    fence::redis_fenced_set(data_key, fence_key, FencingToken(token), value)
+/// `redisFencedSet`: the command, for [`script_call`]; with `owner` (32 hex digits) the
+/// owner-bound rule.
+pub fn redis_fenced_set(
+    data_key: &str,
+    fence_key: &str,
+    token: u64,
+    value: &str,
+    owner: Option<&str>,
+) -> Result<RedisCommand> {
+    let token = FencingToken(token);
+    Ok(match owner.map(owner_id).transpose()? {
+        Some(o) => fence::redis_fenced_set_owned(data_key, fence_key, token, o, value),
+        None => fence::redis_fenced_set(data_key, fence_key, token, value),
+    })
 }
 
 /// `readRedisFencedSet`: `{ ok: true }`, `{ ok: false, stale }` or `{ ok: false, protocol }`.
@@ -1089,6 +1127,7 @@ pub fn read_etcd_fenced_txn(name: &str, token: u64, reply: &str) -> JsOut<'stati
             resource: name.to_owned(),
             token: FencingToken(token),
             highest: holder.unwrap_or(FencingToken(0)),
+            reason: Default::default(),
         }),
         Ok(_) => protocol("unknown fenced transaction outcome".to_owned()),
         Err(e) => protocol(e.to_string()),

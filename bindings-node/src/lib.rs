@@ -545,22 +545,22 @@ impl Fence {
     }
 
     /// Accepts a write to `resource` carrying `token` (and remembers it): returns `null`.
-    /// Refuses a token lower than one accepted before: returns
-    /// `{ resource, token, highest, message }`.
+    /// Refuses a token lower than one accepted before or, with `owner` (owner-bound
+    /// rule), the same token from another owner: returns
+    /// `{ resource, token, highest, reason, message }`.
     #[napi(
-        ts_return_type = "{ resource: string, token: bigint, highest: bigint, message: string } | null"
+        ts_return_type = "{ resource: string, token: bigint, highest: bigint, reason: string, message: string } | null"
     )]
     pub fn check<'env>(
         &mut self,
         env: &'env Env,
         resource: String,
         token: BigInt,
+        owner: Option<String>,
     ) -> napi::Result<Unknown<'env>> {
-        let token = fencepost_core::FencingToken(self::token(env, &token)?);
-        match self.inner.check(&resource, token) {
-            Ok(()) => to_js(env, &JsOut::Null),
-            Err(stale) => to_js(env, &common::stale(&stale)),
-        }
+        let token = self::token(env, &token)?;
+        let out = common::fence_check(&mut self.inner, &resource, token, owner.as_deref());
+        to_js(env, &js(env, out)?)
     }
 
     /// The highest token accepted for `resource`, or `null`.
@@ -577,7 +577,8 @@ impl Default for Fence {
 }
 
 /// The SQL of a fenced conditional update. `style` `"dollar"` (node-postgres: `$1` id,
-/// `$2` token, `$3…` columns) or `"pyformat"`. Zero rows updated means a stale token.
+/// `$2` token, `$3` owner with `ownerColumn`, then the columns) or `"pyformat"`. Zero
+/// rows updated means a refusal.
 #[napi]
 pub fn sql_fenced_update(
     env: Env,
@@ -586,8 +587,16 @@ pub fn sql_fenced_update(
     token_column: String,
     columns: Vec<String>,
     style: String,
+    owner_column: Option<String>,
 ) -> napi::Result<String> {
-    let sql = common::sql_fenced_update(&table, &id_column, &token_column, &columns, &style);
+    let sql = common::sql_fenced_update(
+        &table,
+        &id_column,
+        &token_column,
+        &columns,
+        &style,
+        owner_column.as_deref(),
+    );
     js(&env, sql)
 }
 
@@ -599,17 +608,18 @@ pub fn redis_fenced_set<'env>(
     fence_key: String,
     token: BigInt,
     value: String,
+    owner: Option<String>,
 ) -> napi::Result<Unknown<'env>> {
     let token = self::token(env, &token)?;
-    let cmd = common::redis_fenced_set(&data_key, &fence_key, token, &value);
-    to_js(env, &common::script_call(&cmd))
+    let cmd = common::redis_fenced_set(&data_key, &fence_key, token, &value, owner.as_deref());
+    to_js(env, &common::script_call(&js(env, cmd)?))
 }
 
 /// Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,
 /// `{ ok: false, stale: { resource, token, highest, message } }` when refused,
 /// `{ ok: false, protocol: message }` for a reply of another shape (an error reply too).
 #[napi(
-    ts_return_type = "{ ok: boolean, stale?: { resource: string, token: bigint, highest: bigint, message: string }, protocol?: string }"
+    ts_return_type = "{ ok: boolean, stale?: { resource: string, token: bigint, highest: bigint, reason: string, message: string }, protocol?: string }"
 )]
 pub fn read_redis_fenced_set<'env>(
     env: &'env Env,

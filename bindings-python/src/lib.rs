@@ -105,11 +105,44 @@ fn stale_token_error(py: Python<'_>, err: fencepost_core::StaleToken) -> PyErr {
     let filled = kwargs
         .set_item("resource", &err.resource)
         .and_then(|()| kwargs.set_item("token", err.token.get()))
-        .and_then(|()| kwargs.set_item("highest", err.highest.get()));
-    match filled {
-        Ok(()) => fp_error(py, "StaleToken", err.to_string(), Some(&kwargs)),
-        Err(e) => e,
+        .and_then(|()| kwargs.set_item("highest", err.highest.get()))
+        .and_then(|()| kwargs.set_item("reason", reason_name(err.reason)));
+    if let Err(e) = filled {
+        return e;
     }
+    if err.reason == fence::StaleReason::DuplicateGrant {
+        if let Err(e) = warn_duplicate_grant(py, &err.to_string()) {
+            return e; // the warnings filter turned it into an error
+        }
+    }
+    fp_error(py, "StaleToken", err.to_string(), Some(&kwargs))
+}
+
+fn reason_name(reason: fence::StaleReason) -> &'static str {
+    match reason {
+        fence::StaleReason::Superseded => "superseded",
+        fence::StaleReason::DuplicateGrant => "duplicate_grant",
+    }
+}
+
+/// `warnings.warn(message, fencepost.errors.DuplicateGrantWarning)`: a fence refused the
+/// same token from a second owner, so the lock server granted it twice.
+fn warn_duplicate_grant(py: Python<'_>, message: &str) -> PyResult<()> {
+    let category = py
+        .import("fencepost.errors")?
+        .getattr("DuplicateGrantWarning")?;
+    let text = std::ffi::CString::new(message).unwrap_or_default();
+    PyErr::warn(py, &category, &text, 1)
+}
+
+fn arg_owner(
+    py: Python<'_>,
+    owner_id: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<fencepost_core::OwnerId>> {
+    owner_id
+        .filter(|o| !o.is_none())
+        .map(|o| owner_from_hex(py, o))
+        .transpose()
 }
 
 // ---- argument conversion ----------------------------------------------------------------
@@ -1589,8 +1622,10 @@ impl MemoryRedis {
 
 // ---- fence --------------------------------------------------------------------------
 
-/// An in-memory fence: keeps the highest fencing token accepted per resource and
-/// refuses lower ones (equal tokens pass: one lease may write many times).
+/// An in-memory fence: keeps the highest fencing token accepted per resource, with the
+/// owner id that wrote with it, and refuses lower ones. The highest token passes again
+/// from its recorded owner (owner-bound rule, `check(..., owner_id)`), or from anyone
+/// (token-only rule, `check(resource, token)`: weaker, a token granted twice passes).
 #[pyclass(module = "fencepost._core")]
 struct Fence {
     inner: fence::Fence,
@@ -1606,22 +1641,39 @@ impl Fence {
         }
     }
 
-    /// Accepts a write to `resource` carrying `token` and remembers the token.
+    /// Accepts a write to `resource` carrying `token` and remembers the token; with
+    /// `owner_id` (the lease's, 32 hex digits) under the owner-bound rule: the token is
+    /// recorded with the owner, and the same token from another owner is refused.
     ///
-    /// Errors: `StaleToken` (attributes resource, token, highest) when a higher token
-    /// was accepted before; `ConfigError` for a resource that is not a str or a token
-    /// that is not a non-negative int.
+    /// Errors: `StaleToken` (attributes resource, token, highest, reason) when a higher
+    /// token was accepted before (`reason` "superseded") or, with `owner_id`, the same
+    /// token from another owner ("duplicate_grant", after a `DuplicateGrantWarning`);
+    /// `ConfigError` for a resource that is not a str, a token that is not a
+    /// non-negative int or an owner id that is not 32 hex digits.
+    #[pyo3(signature = (resource, token, owner_id = None))]
     fn check(
         &mut self,
         py: Python<'_>,
         resource: &Bound<'_, PyAny>,
         token: &Bound<'_, PyAny>,
+        owner_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let resource = arg_str(resource, "resource")?;
         let token = FencingToken(arg_u64(token, "token")?);
-        self.inner
-            .check(&resource, token)
-            .map_err(|e| stale_token_error(py, e))
+        let checked = match arg_owner(py, owner_id)? {
+            Some(owner) => self.inner.check_owned(&resource, token, owner),
+            None => self.inner.check(&resource, token),
+        };
+        checked.map_err(|e| stale_token_error(py, e))
+    }
+
+    /// The owner id recorded with the highest token of `resource`, or None (nothing
+    /// accepted, or the highest token came from a token-only write).
+    ///
+    /// Errors: `ConfigError` for a resource that is not a str.
+    fn owner(&self, resource: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let resource = arg_str(resource, "resource")?;
+        Ok(self.inner.owner(&resource).map(|o| o.to_string()))
     }
 
     /// The highest token accepted for `resource`, or None.
@@ -1633,17 +1685,21 @@ impl Fence {
     }
 }
 
-/// The SQL text of a fenced conditional update:
-/// `UPDATE "table" SET "c" = …, "token_column" = <token> WHERE "id_column" = <id> AND
-/// "token_column" <= <token>`. With style "pyformat" the parameters are `%(id)s`,
-/// `%(token)s` and `%(<column>)s` (the default); with "dollar", `$1` (id), `$2` (token), `$3…`
-/// (columns in order). Zero rows updated means the token is stale.
+/// The SQL text of a fenced conditional update. Token-only (no `owner_column`; weaker:
+/// a token granted twice passes): `UPDATE "table" SET "c" = …, "token_column" = <token>
+/// WHERE "id_column" = <id> AND "token_column" <= <token>`. Owner-bound (`owner_column`
+/// given): also sets `"owner_column" = <owner>` and the condition is `("token_column" <
+/// <token> OR ("token_column" = <token> AND "owner_column" = <owner>))`. With style
+/// "pyformat" the parameters are `%(id)s`, `%(token)s`, `%(owner)s` and `%(<column>)s`
+/// (the default); with "dollar", `$1` (id), `$2` (token), then `$3` (owner, owner-bound
+/// only) and the columns in order. Zero rows updated means a refusal (or no such row).
 ///
-/// Errors: `ConfigError` for a name that is not a plain SQL identifier or a bad style.
+/// Errors: `ConfigError` for a name that is not a plain SQL identifier, a column that
+/// the guard sets itself or a bad style.
 #[pyfunction]
 #[pyo3(
-    signature = (table, id_column, token_column, columns, style = None),
-    text_signature = "(table, id_column, token_column, columns, style='pyformat')"
+    signature = (table, id_column, token_column, columns, style = None, owner_column = None),
+    text_signature = "(table, id_column, token_column, columns, style='pyformat', owner_column=None)"
 )]
 fn sql_fenced_update(
     py: Python<'_>,
@@ -1652,7 +1708,12 @@ fn sql_fenced_update(
     token_column: &Bound<'_, PyAny>,
     columns: &Bound<'_, PyAny>,
     style: Option<&Bound<'_, PyAny>>,
+    owner_column: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
+    let owner_column = owner_column
+        .filter(|o| !o.is_none())
+        .map(|o| arg_str(o, "owner_column"))
+        .transpose()?;
     let table = arg_str(table, "table")?;
     let id_column = arg_str(id_column, "id_column")?;
     let token_column = arg_str(token_column, "token_column")?;
@@ -1683,36 +1744,55 @@ fn sql_fenced_update(
         }
     };
     let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-    fence::sql_fenced_update(&table, &id_column, &token_column, &columns, style)
-        .map_err(|e| config_error(py, e.to_string()))
+    match owner_column {
+        Some(owner_column) => fence::sql_fenced_update_owned(
+            &table,
+            &id_column,
+            &token_column,
+            &owner_column,
+            &columns,
+            style,
+        ),
+        None => fence::sql_fenced_update(&table, &id_column, &token_column, &columns, style),
+    }
+    .map_err(|e| config_error(py, e.to_string()))
 }
 
 /// The fenced Redis SET as a `Command`: writes `value` to `data_key` unless `token` is
-/// lower than the highest token stored at `fence_key`. `value` is a str or UTF-8 bytes.
+/// lower than the highest token stored at `fence_key`; with `owner_id` (the lease's, 32
+/// hex digits) under the owner-bound rule, also unless the same token was recorded with
+/// another owner (without it, token-only: weaker). `value` is a str or UTF-8 bytes.
 ///
 /// Errors: `ConfigError` naming the argument: keys that are not str, a value that is
-/// neither str nor UTF-8 bytes, a token that is not an int >= 1.
+/// neither str nor UTF-8 bytes, a token that is not an int >= 1, an owner id that is
+/// not 32 hex digits.
 #[pyfunction]
+#[pyo3(signature = (data_key, fence_key, token, value, owner_id = None))]
 fn redis_fenced_set(
+    py: Python<'_>,
     data_key: &Bound<'_, PyAny>,
     fence_key: &Bound<'_, PyAny>,
     token: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
+    owner_id: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Command> {
     let data_key = arg_str(data_key, "data_key")?;
     let fence_key = arg_str(fence_key, "fence_key")?;
     let token = arg_token(token)?;
     let value = arg_text(value, "value")?;
-    Ok(Command {
-        cmd: fence::redis_fenced_set(&data_key, &fence_key, token, &value),
-    })
+    let cmd = match arg_owner(py, owner_id)? {
+        Some(owner) => fence::redis_fenced_set_owned(&data_key, &fence_key, token, owner, &value),
+        None => fence::redis_fenced_set(&data_key, &fence_key, token, &value),
+    };
+    Ok(Command { cmd })
 }
 
 /// Reads the reply of `redis_fenced_set` for `resource`: returns None when the write
 /// was accepted.
 ///
-/// Errors: `StaleToken` when refused; `ProtocolError` for a reply of another shape
-/// (including an error reply).
+/// Errors: `StaleToken` when refused (`reason` "superseded" or "duplicate_grant", the
+/// latter after a `DuplicateGrantWarning`); `ProtocolError` for a reply of another
+/// shape (including an error reply).
 #[pyfunction]
 fn read_redis_fenced_set(
     py: Python<'_>,

@@ -685,13 +685,24 @@ impl Fence {
     /// Accepts a write to `resource` carrying `token` (and remembers it): returns `null`.
     /// Refuses a token lower than one accepted before: returns
     /// `{ resource, token, highest, message }`.
-    pub fn check(&mut self, resource: JsValue, token: JsValue) -> Result<JsValue, JsValue> {
+    /// With `owner` (32 hex digits; `null`/`undefined` for none) the owner-bound rule:
+    /// the same token from another owner is refused too (`reason` `"duplicate_grant"`).
+    pub fn check(
+        &mut self,
+        resource: JsValue,
+        token: JsValue,
+        owner: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let resource = string(&resource, "resource")?;
-        let token = fencepost_core::FencingToken(self::token(&token)?);
-        match self.inner.check(&resource, token) {
-            Ok(()) => Ok(JsValue::NULL),
-            Err(stale) => to_js(&common::stale(&stale)),
-        }
+        let token = self::token(&token)?;
+        let owner = optional_string(&owner, "ownerId")?;
+        let out = js(common::fence_check(
+            &mut self.inner,
+            &resource,
+            token,
+            owner.as_deref(),
+        ))?;
+        to_js(&out)
     }
 
     /// The highest token accepted for `resource` (a bigint), or `null`.
@@ -716,18 +727,21 @@ pub fn sql_fenced_update(
     token_column: JsValue,
     columns: JsValue,
     style: JsValue,
+    owner_column: JsValue,
 ) -> Result<String, JsValue> {
     let table = string(&table, "table")?;
     let id_column = string(&id_column, "idColumn")?;
     let token_column = string(&token_column, "tokenColumn")?;
     let columns = string_array(&columns, "columns")?;
     let style = string(&style, "style")?;
+    let owner_column = optional_string(&owner_column, "ownerColumn")?;
     js(common::sql_fenced_update(
         &table,
         &id_column,
         &token_column,
         &columns,
         &style,
+        owner_column.as_deref(),
     ))
 }
 
@@ -738,12 +752,20 @@ pub fn redis_fenced_set(
     fence_key: JsValue,
     token: JsValue,
     value: JsValue,
+    owner: JsValue,
 ) -> Result<JsValue, JsValue> {
     let data_key = string(&data_key, "dataKey")?;
     let fence_key = string(&fence_key, "fenceKey")?;
     let token = self::token(&token)?;
     let value = string(&value, "value")?;
-    let cmd = common::redis_fenced_set(&data_key, &fence_key, token, &value);
+    let owner = optional_string(&owner, "ownerId")?;
+    let cmd = js(common::redis_fenced_set(
+        &data_key,
+        &fence_key,
+        token,
+        &value,
+        owner.as_deref(),
+    ))?;
     to_js(&common::script_call(&cmd))
 }
 

@@ -158,7 +158,7 @@ pub use backends::{
 };
 pub use error::{EntropyError, ProtocolError, UsageError};
 pub use event::{AcquireFailedReason, Event, LostReason};
-pub use fence::{Fence, StaleToken};
+pub use fence::{Fence, StaleReason, StaleToken};
 pub use machine::{Input, Machine, Output, Request};
 pub use options::{LockOptions, Purpose, MAX_TTL};
 pub use time::Instant;

@@ -481,3 +481,57 @@ test('the runner itself: times, ranges, owner placeholders, lossless tokens', ()
     { request: { id: 2, lock: 1, operation: 'wait', deadline_ms: 30, wait_key: 'k', wait_timeout_ms: 7 } }
   )
 })
+
+// ---- fence vectors (tests/scenarios/fence/*.json, README "Fence vectors") ----------------
+// Every write through `Fence` and through the fenced-SET script on `MemoryServer`: a write
+// with an `owner` uses the owner-bound rule, one without it the token-only rule.
+
+const FENCE_VECTORS = vectorsIn(path.join(SCENARIO_DIR, 'fence'))
+
+/** What a fence answered, in the vectors' vocabulary. */
+function fenceOutcome (write) {
+  try {
+    write()
+    return 'accepted'
+  } catch (error) {
+    if (!(error instanceof fencepost.StaleTokenError)) throw error
+    return { refused: error.reason, highest: error.highest }
+  }
+}
+
+test('at least 3 fence vectors', () => {
+  assert.ok(FENCE_VECTORS.length >= 3, `fence vectors: ${FENCE_VECTORS.length}`)
+})
+
+for (const file of FENCE_VECTORS) {
+  test(`fence vector ${path.basename(file, '.json')}`, async () => {
+    const vector = parseJson(fs.readFileSync(file, 'utf8'))
+    assert.equal(vector.name, path.basename(file, '.json'))
+    const fence = new fencepost.Fence()
+    const server = new fencepost.MemoryServer()
+    const warned = []
+    const onWarning = (w) => { if (w.code === 'FENCEPOST_DUPLICATE_GRANT') warned.push(w) }
+    const proc = globalThis.process
+    const hooks = proc !== undefined && typeof proc.on === 'function'
+    if (hooks) proc.on('warning', onWarning)
+    try {
+      for (const [i, w] of vector.writes.entries()) {
+        const token = BigInt(w.token)
+        const expect = typeof w.expect === 'string' ? w.expect : { refused: w.expect.refused, highest: BigInt(w.expect.highest) }
+        const inMemory = fenceOutcome(() => fence.check(w.resource, token, w.owner))
+        assert.deepEqual(inMemory, expect, `${vector.name} write ${i}: Fence`)
+        const command = fencepost.redisFencedSet(w.resource, `fence:${w.resource}`, token, 'v', w.owner)
+        const reply = server.execute(command)
+        const scripted = fenceOutcome(() => fencepost.readRedisFencedSet(w.resource, token, reply))
+        assert.deepEqual(scripted, expect, `${vector.name} write ${i}: MemoryServer`)
+      }
+    } finally {
+      if (hooks) {
+        await new Promise((resolve) => setTimeout(resolve, 0)) // warnings are emitted on the next tick
+        proc.off('warning', onWarning)
+      }
+    }
+    const duplicates = vector.writes.filter((w) => w.expect.refused === 'duplicate_grant').length
+    if (hooks) assert.equal(warned.length, duplicates * 2, 'one FENCEPOST_DUPLICATE_GRANT warning per duplicate-grant refusal')
+  })
+}

@@ -280,28 +280,43 @@ class Backend:
     # -- fenced writes --
 
     async def fenced_set(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Writes ``value`` to ``data_key`` unless ``token`` is lower than the highest
         token ``fence_key`` has seen (checked and written atomically by the core's
         ``fenced_set`` script); the fence then remembers ``token``.
 
+        With ``owner_id`` (``lease.owner_id``) the owner-bound rule: the fence records
+        the owner with its highest token and refuses that token from any other owner,
+        so a token the server granted twice (failover, restart without persistence)
+        writes once. Without it the token-only rule, which is weaker: two holders of one
+        token both write.
+
         ``value`` is a ``str`` or UTF-8 ``bytes`` (the script's arguments are text:
         arbitrary binary values are refused with ConfigError).
 
         Raises:
-            StaleToken: a newer lock holder has already written (attributes
-                ``resource`` = ``data_key``, ``token``, ``highest``).
+            StaleToken: a newer lock holder has already written, or (``owner_id``)
+                another owner wrote with this token (attributes ``resource`` =
+                ``data_key``, ``token``, ``highest``, ``reason`` ``"superseded"`` or
+                ``"duplicate_grant"``, the latter after a DuplicateGrantWarning).
             BackendError: the server could not be reached (the write may or may not
                 have happened).
             ProtocolError: the server answered with an error or a reply of the wrong
                 shape.
             ConfigError: an argument of the wrong type (keys that are not str, a value
-                that is neither str nor UTF-8 bytes, a token that is not an int >= 0),
+                that is neither str nor UTF-8 bytes, a token that is not an int >= 0, an
+                owner id that is not 32 hex digits),
                 named in the message, or a backend without asyncio support. Raised
                 before anything is sent.
         """
-        command = _core.redis_fenced_set(data_key, fence_key, token, value)
+        command = _core.redis_fenced_set(data_key, fence_key, token, value, owner_id)
         try:
             reply = await self._execute_async(command)
         except ConfigError:
@@ -311,10 +326,16 @@ class Backend:
         _core.read_redis_fenced_set(data_key, token, reply)
 
     def fenced_set_sync(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Blocking form of :meth:`fenced_set`; same arguments and errors."""
-        command = _core.redis_fenced_set(data_key, fence_key, token, value)
+        command = _core.redis_fenced_set(data_key, fence_key, token, value, owner_id)
         try:
             reply = self._execute_sync(command)
         except ConfigError:

@@ -436,14 +436,25 @@ class MemoryRedis:
 @final
 @final
 class Fence:
-    """In-memory fence: the highest token accepted per resource; lower tokens are
-    refused, equal ones pass (one lease may write many times)."""
+    """In-memory fence: the highest token accepted per resource, with the owner id that
+    wrote with it; lower tokens are refused. The highest token passes again only from
+    its recorded owner (owner-bound, ``check(r, t, owner_id)``) or from anyone
+    (token-only, ``check(r, t)``: weaker, a token granted twice passes)."""
 
     def __init__(self) -> None: ...
-    def check(self, resource: str, token: int) -> None:
-        """Accepts a write to ``resource`` with ``token`` and remembers the token.
+    def check(self, resource: str, token: int, owner_id: Optional[str] = None) -> None:
+        """Accepts a write to ``resource`` with ``token`` and remembers the token; with
+        ``owner_id`` (``lease.owner_id``) records it and refuses the same token from
+        another owner.
 
-        Raises: StaleToken (``resource``, ``token``, ``highest``), ConfigError."""
+        Raises: StaleToken (``resource``, ``token``, ``highest``, ``reason``
+        ``"superseded"`` or ``"duplicate_grant"``, the latter after a
+        DuplicateGrantWarning), ConfigError."""
+    def owner(self, resource: str) -> Optional[str]:
+        """Owner id recorded with the highest token of ``resource``, or None (nothing
+        accepted, or a token-only write).
+
+        Raises: ConfigError for a resource that is not a str."""
     def highest(self, resource: str) -> Optional[int]:
         """Highest token accepted for ``resource``, or None.
 
@@ -455,30 +466,42 @@ def sql_fenced_update(
     token_column: str,
     columns: List[str],
     style: Literal["pyformat", "dollar"] = "pyformat",
+    owner_column: Optional[str] = None,
 ) -> str:
-    """SQL of a fenced conditional update: ``UPDATE "table" SET "c" = …, "token_column" =
-    <token> WHERE "id_column" = <id> AND "token_column" <= <token>``. Parameters:
-    ``%(id)s``, ``%(token)s``, ``%(<column>)s`` (pyformat) or ``$1`` id, ``$2`` token,
-    ``$3…`` columns (dollar). Zero rows updated means the token is stale, or that no
-    row has that id (it never inserts; :func:`fencepost.postgres.fenced_update_sync`
-    tells them apart). The token column: ``bigint NOT NULL DEFAULT 0``.
+    """SQL of a fenced conditional update. Token-only (weaker: a token granted twice
+    passes): ``UPDATE "table" SET "c" = …, "token_column" = <token> WHERE "id_column" =
+    <id> AND "token_column" <= <token>``. Owner-bound (``owner_column``): also sets
+    ``"owner_column" = <owner>``, condition ``("token_column" < <token> OR
+    ("token_column" = <token> AND "owner_column" = <owner>))``. Parameters: ``%(id)s``,
+    ``%(token)s``, ``%(owner)s``, ``%(<column>)s`` (pyformat) or ``$1`` id, ``$2``
+    token, ``$3`` owner (owner-bound only), then the columns (dollar). Zero rows updated
+    means a refusal, or that no row has that id (it never inserts;
+    :func:`fencepost.postgres.fenced_update_sync` tells them apart). The columns:
+    ``bigint NOT NULL DEFAULT 0`` and ``text NOT NULL DEFAULT ''``.
 
-    Raises: ConfigError for a name that is not a plain SQL identifier, or a bad style."""
+    Raises: ConfigError for a name that is not a plain SQL identifier, a column the
+    guard sets itself, or a bad style."""
 
 def redis_fenced_set(
-    data_key: str, fence_key: str, token: int, value: Union[str, bytes, bytearray]
+    data_key: str,
+    fence_key: str,
+    token: int,
+    value: Union[str, bytes, bytearray],
+    owner_id: Optional[str] = None,
 ) -> Command:
     """The fenced Redis SET: writes ``value`` (str or UTF-8 bytes) to ``data_key`` unless
-    ``token`` is lower than the highest token stored at ``fence_key``.
+    ``token`` is lower than the highest token stored at ``fence_key`` or, with
+    ``owner_id`` (owner-bound), equal to it and recorded with another owner.
 
     Raises: ConfigError naming the argument (keys not str, a value neither str nor
-    UTF-8 bytes, a token not an int >= 0)."""
+    UTF-8 bytes, a token not an int >= 0, an owner id not 32 hex digits)."""
 
 def read_redis_fenced_set(resource: str, token: int, reply: object) -> None:
     """Reads the reply of :func:`redis_fenced_set`; returns when the write was accepted.
 
-    Raises: StaleToken when refused, ProtocolError for a reply of another shape,
-    ConfigError for arguments of the wrong type."""
+    Raises: StaleToken when refused (``reason`` ``"superseded"`` or
+    ``"duplicate_grant"``), ProtocolError for a reply of another shape, ConfigError for
+    arguments of the wrong type."""
 
 def redis_is_locked(key_prefix: str, name: str) -> Command:
     """The operator query "is lock ``name`` locked?" (script ``"is_locked"``); read its

@@ -30,6 +30,7 @@ __all__ = [
     "LockLost",
     "AcquireTimeout",
     "StaleToken",
+    "DuplicateGrantWarning",
     "ProtocolError",
     "BackendError",
 ]
@@ -143,24 +144,38 @@ class AcquireTimeout(FencepostError):
 
 class StaleToken(FencepostError):
     """A fenced write was refused: its token is lower than one the resource already
-    accepted, so a newer lock holder has written since this lease was granted.
+    accepted, so a newer lock holder has written since this lease was granted
+    (``reason`` ``"superseded"``), or, under the owner-bound rule, equal to the highest
+    one but from another owner: the lock server granted that token twice
+    (``"duplicate_grant"``: a failover, a transaction pooler, a restart without
+    persistence).
 
     Attributes:
         resource: the fenced resource (key or name).
         token: the refused token.
         highest: the highest token the resource had accepted.
+        reason: ``"superseded"`` or ``"duplicate_grant"``.
     """
 
     code = "ERR_STALE_TOKEN"
 
-    def __init__(self, message: str, *, resource: str, token: int, highest: int) -> None:
+    def __init__(
+        self, message: str, *, resource: str, token: int, highest: int, reason: str = "superseded"
+    ) -> None:
         super().__init__(message)
         self.resource = resource
         self.token = token
         self.highest = highest
+        self.reason = reason
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class DuplicateGrantWarning(RuntimeWarning):
+    """Warned (``warnings.warn``) when a fence refuses a token that another owner already
+    wrote with: the lock server handed one token out twice. The refusal that follows
+    is a :class:`StaleToken` with ``reason == "duplicate_grant"``."""
 
 
 class ProtocolError(FencepostError):

@@ -525,13 +525,25 @@ class EtcdBackend(Backend):
         return _core.read_etcd_holder(reply)
 
     async def fenced_set(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Not available on etcd: use :meth:`fenced_txn`, which needs the lease."""
         raise ConfigError("EtcdBackend has no fenced_set: use fenced_txn(lease, puts=[(key, value)])")
 
     def fenced_set_sync(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Not available on etcd: use :meth:`fenced_txn_sync`, which needs the lease."""
         raise ConfigError(

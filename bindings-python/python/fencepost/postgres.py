@@ -51,6 +51,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -73,7 +74,7 @@ from typing import (
 from . import _core
 from ._backend import Backend
 from ._driver import AsyncDriver
-from .errors import AcquireTimeout, BackendError, ConfigError, StaleToken
+from .errors import AcquireTimeout, BackendError, ConfigError, DuplicateGrantWarning, StaleToken
 
 if TYPE_CHECKING:
     from ._core import PostgresSpec, SqlValue
@@ -544,13 +545,25 @@ class PostgresBackend(Backend):
     # -- fenced writes: Redis only --
 
     async def fenced_set(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Not on PostgreSQL: use :func:`fenced_update`. Raises ConfigError."""
         raise ConfigError("fenced_set is a Redis helper; on PostgreSQL use fencepost.postgres.fenced_update")
 
     def fenced_set_sync(
-        self, data_key: str, fence_key: str, token: int, value: Union[str, bytes]
+        self,
+        data_key: str,
+        fence_key: str,
+        token: int,
+        value: Union[str, bytes],
+        *,
+        owner_id: Optional[str] = None,
     ) -> None:
         """Not on PostgreSQL: use :func:`fenced_update_sync`. Raises ConfigError."""
         raise ConfigError(
@@ -1136,22 +1149,46 @@ def xact_lock(
 
 
 def _fenced(
-    table: str, id_column: str, token_column: str, values: Mapping[str, Any], row_id: Any, token: int
+    table: str,
+    id_column: str,
+    token_column: str,
+    values: Mapping[str, Any],
+    row_id: Any,
+    token: int,
+    owner_column: Optional[str],
+    owner_id: Optional[str],
 ) -> Tuple[str, Dict[str, Any], str]:
     # 0 is what a fresh row's token column holds: a write with it would pass with no lease
     if isinstance(token, bool) or not isinstance(token, int) or token < 1:
         raise ConfigError(f"token must be a fencing token of a lease (an int >= 1), got {token!r}")
     if not isinstance(values, Mapping):
         raise ConfigError(f"values must be a mapping of column to value, got {values!r}")
-    sql = _core.sql_fenced_update(table, id_column, token_column, list(values), "pyformat")
+    if (owner_column is None) != (owner_id is None):
+        raise ConfigError(
+            "owner_column and owner_id go together (the owner-bound rule); give both, or "
+            f"neither for the token-only rule; got owner_column={owner_column!r}, owner_id={owner_id!r}"
+        )
+    if owner_id is not None and not (
+        isinstance(owner_id, str) and len(owner_id) == 32 and all(c in "0123456789abcdefABCDEF" for c in owner_id)
+    ):
+        raise ConfigError(f"owner_id must be 32 hex digits (lease.owner_id), got {owner_id!r}")
+    sql = _core.sql_fenced_update(
+        table, id_column, token_column, list(values), "pyformat", owner_column
+    )
     params: Dict[str, Any] = dict(values)
     params.update(id=row_id, token=token)
+    columns = f'"{token_column}"'
+    if owner_column is not None:
+        params["owner"] = owner_id
+        columns += f', "{owner_column}"'
     # names were checked by sql_fenced_update: plain identifiers, quoted the same way
-    current = f'SELECT "{token_column}" FROM "{table}" WHERE "{id_column}" = %(id)s'
+    current = f'SELECT {columns} FROM "{table}" WHERE "{id_column}" = %(id)s'
     return sql, params, current
 
 
-def _stale(table: str, row_id: Any, token: int, found: Optional[Sequence[Any]]) -> Exception:
+def _stale(
+    table: str, row_id: Any, token: int, owner_id: Optional[str], found: Optional[Sequence[Any]]
+) -> Exception:
     resource = f"{table}:{row_id}"
     if found is None:
         return LookupError(f"fenced update of {resource}: no row has that id")
@@ -1160,6 +1197,16 @@ def _stale(table: str, row_id: Any, token: int, found: Optional[Sequence[Any]]) 
         return ConfigError(
             f"fenced update of {resource}: the token column holds {highest!r}; make it "
             "bigint NOT NULL DEFAULT 0"
+        )
+    if owner_id is not None and highest == token:
+        message = (
+            f"fencing token {token} for {resource!r} was granted twice: the row carries it "
+            f"from owner {found[1]!r} (the lock server handed it out again: a failover, a "
+            "transaction pooler or a restart without persistence)"
+        )
+        warnings.warn(message, DuplicateGrantWarning, stacklevel=3)
+        return StaleToken(
+            message, resource=resource, token=token, highest=highest, reason="duplicate_grant"
         )
     return StaleToken(
         f"stale fencing token {token} for {resource!r}: the row already carries token {highest}",
@@ -1178,6 +1225,8 @@ def fenced_update_sync(
     row_id: Any,
     token: int,
     values: Mapping[str, Any],
+    owner_column: Optional[str] = None,
+    owner_id: Optional[str] = None,
 ) -> None:
     """Updates row ``row_id`` of ``table`` with ``values`` only if ``token`` is not lower
     than the row's ``token_column`` (:func:`fencepost.sql_fenced_update`), and stores
@@ -1185,9 +1234,19 @@ def fenced_update_sync(
     one is open).
 
     The table is yours; give it a token column that holds every fencing token (64-bit,
-    never NULL) and starts below the first one (tokens start at 1)::
+    never NULL) and starts below the first one (tokens start at 1), and for the
+    owner-bound rule an owner column::
 
-        ALTER TABLE jobs ADD COLUMN last_token bigint NOT NULL DEFAULT 0;
+        ALTER TABLE jobs ADD COLUMN last_token bigint NOT NULL DEFAULT 0,
+                         ADD COLUMN last_owner text NOT NULL DEFAULT '';
+
+    With ``owner_column`` and ``owner_id`` (``lease.owner_id``) the owner-bound rule:
+    the update also stores the owner and passes only if ``last_token < token OR
+    (last_token = token AND last_owner = owner)``, so a token the lock server granted
+    twice (a failover, a transaction pooler, a restart without persistence) writes for
+    one owner only. Without them the token-only rule (``last_token <= token``), which
+    is weaker: two holders of one token both write; keep it for tables that cannot
+    take the column. Use one rule per table.
 
     The row must exist: a fenced update never inserts. When the ``UPDATE`` matches no
     row, a second ``SELECT`` tells the two causes apart: a row with a higher token
@@ -1195,22 +1254,27 @@ def fenced_update_sync(
     ``LookupError``: insert the row first, with token 0).
 
     Raises:
-        StaleToken: zero rows updated: the row carries a higher token (attributes
-            ``resource`` = ``"table:row_id"``, ``token``, ``highest``).
+        StaleToken: zero rows updated: the row carries a higher token (``reason``
+            ``"superseded"``) or, owner-bound, this token from another owner
+            (``"duplicate_grant"``, after a DuplicateGrantWarning); attributes
+            ``resource`` = ``"table:row_id"``, ``token``, ``highest``, ``reason``.
         LookupError: no row has that id (not a :class:`~fencepost.errors.FencepostError`:
             the caller's data is missing, the lock is not at fault).
         ConfigError: a name that is not a plain identifier, a column named like the id
-            or token parameters, a token that is not an int >= 1 (0 is a fresh row's
+            or token parameters, ``owner_column`` without ``owner_id`` or the reverse, an
+            owner id that is not 32 hex digits, a token that is not an int >= 1 (0 is a fresh row's
             value, not a lease's token), a token column
             holding something other than an integer (NULL: make it ``bigint NOT NULL
             DEFAULT 0``).
         psycopg.Error: the server refused the statement.
     """
-    sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
+    sql, params, current = _fenced(
+        table, id_column, token_column, values, row_id, token, owner_column, owner_id
+    )
     cursor = conn.execute(sql, params, prepare=False)
     if cursor.rowcount == 0:
         found = conn.execute(current, {"id": row_id}, prepare=False).fetchone()
-        raise _stale(table, row_id, token, found)
+        raise _stale(table, row_id, token, owner_id, found)
 
 
 async def fenced_update(
@@ -1222,14 +1286,19 @@ async def fenced_update(
     row_id: Any,
     token: int,
     values: Mapping[str, Any],
+    owner_column: Optional[str] = None,
+    owner_id: Optional[str] = None,
 ) -> None:
     """:func:`fenced_update_sync` on a ``psycopg.AsyncConnection``; same arguments, table
-    (a ``bigint NOT NULL DEFAULT 0`` token column on an existing row) and errors
-    (:class:`~fencepost.errors.StaleToken` for a higher token, ``LookupError`` for a
-    missing row)."""
-    sql, params, current = _fenced(table, id_column, token_column, values, row_id, token)
+    (a ``bigint NOT NULL DEFAULT 0`` token column on an existing row, a ``text NOT NULL
+    DEFAULT ''`` owner column for the owner-bound rule) and errors
+    (:class:`~fencepost.errors.StaleToken` for a higher token or a duplicate grant,
+    ``LookupError`` for a missing row)."""
+    sql, params, current = _fenced(
+        table, id_column, token_column, values, row_id, token, owner_column, owner_id
+    )
     cursor = await conn.execute(sql, params, prepare=False)
     if cursor.rowcount == 0:
         found = await (await conn.execute(current, {"id": row_id}, prepare=False)).fetchone()
-        raise _stale(table, row_id, token, found)
+        raise _stale(table, row_id, token, owner_id, found)
 

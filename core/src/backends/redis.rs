@@ -69,9 +69,12 @@ pub enum RedisScript {
     Renew,
     /// `KEYS = [lock]`, `ARGV = [owner]`: `DEL` if the owner matches; `1` or `0`.
     Release,
-    /// `KEYS = [data, fence]`, `ARGV = [token, value]`: writes `value` to `data` unless
-    /// `token` is lower than the highest token the `fence` key has seen. Returns
-    /// `{1, token}` when written, `{0, highest}` when the token is stale.
+    /// `KEYS = [data, fence]`, `ARGV = [token, value]` (token-only rule) or
+    /// `[token, value, owner]` (owner-bound rule): writes `value` to `data` unless
+    /// `token` is lower than the highest token the `fence` key has seen or, with an
+    /// owner, equal to it but recorded with another owner. The fence key holds
+    /// `<token>` or `<token>:<owner>`. Returns `{1, token}` when written, `{0, highest}`
+    /// when the token is lower, `{2, highest}` when the token was granted twice.
     FencedSet,
     /// Fair acquire. `KEYS = [lock, token, queue, seq, alive, wake]`,
     /// `ARGV = [owner, ttl_ms, presence_ms]`. Ours already: as `Acquire`. Free, or
@@ -212,19 +215,25 @@ end
 return 1
 "#;
 
+// The fence key holds `<token>` (token-only write) or `<token>:<owner>` (owner-bound
+// write, ARGV[3] = the owner id).
 const FENCED_SET_LUA: &str = r#"local function lower(a, b)
   if #a ~= #b then return #a < #b end
   return a < b
 end
-local token = ARGV[1]
+local token, owner = ARGV[1], ARGV[3]
 if not string.match(token, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR fencing token must be a positive integer')
 end
-local highest = redis.call('GET', KEYS[2]) or '0'
-if lower(token, highest) then
-  return {0, highest}
+if owner == '' then return redis.error_reply('ERR owner id must not be empty') end
+local highest, holder = string.match(redis.call('GET', KEYS[2]) or '0', '^([0-9]+):?(.*)$')
+if not highest then return redis.error_reply('ERR the fence key holds no fencing token') end
+if lower(token, highest) then return {0, highest} end
+if token ~= highest then
+  redis.call('SET', KEYS[2], owner and (token .. ':' .. owner) or token)
+elseif owner and holder ~= owner then
+  return {2, highest}
 end
-redis.call('SET', KEYS[2], token)
 redis.call('SET', KEYS[1], ARGV[2])
 return {1, token}
 "#;

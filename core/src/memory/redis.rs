@@ -97,7 +97,8 @@ impl MemoryRedis {
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
         let arity_ok = match cmd.script {
-            RedisScript::Acquire | RedisScript::FencedSet => keys.len() == 2 && args.len() == 2,
+            RedisScript::Acquire => keys.len() == 2 && args.len() == 2,
+            RedisScript::FencedSet => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
             RedisScript::AcquireFair => keys.len() == 6 && args.len() == 3,
@@ -242,14 +243,19 @@ impl MemoryRedis {
                 let Ok(token) = args[0].parse::<i64>() else {
                     return RedisValue::Error("ERR fencing token is not an integer".to_owned());
                 };
-                let highest = self
-                    .get(now, &keys[1])
-                    .and_then(|t| t.parse::<i64>().ok())
-                    .unwrap_or(0);
+                let owner = args.get(2);
+                let held = self.get(now, &keys[1]).unwrap_or("0");
+                let (highest, holder) = held.split_once(':').unwrap_or((held, ""));
+                let highest = highest.parse::<i64>().unwrap_or(0);
                 if token < highest {
                     return RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(highest)]);
                 }
-                self.set(&keys[1], &args[0], None);
+                if token > highest {
+                    let record = owner.map_or(args[0].clone(), |o| format!("{}:{o}", args[0]));
+                    self.set(&keys[1], &record, None);
+                } else if owner.is_some_and(|o| o != holder) {
+                    return RedisValue::Array(vec![RedisValue::Int(2), RedisValue::Int(highest)]);
+                }
                 self.set(&keys[0], &args[1], None);
                 RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
             }
