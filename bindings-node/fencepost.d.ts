@@ -141,7 +141,9 @@ export declare class Lease implements AsyncDisposable {
   readonly token: bigint
   /** This acquisition's owner id: 32 lowercase hex digits, the value in the lock key. */
   readonly ownerId: string
-  /** Aborted the moment the lease is lost, with the `LockLostError` as its `reason`. */
+  /** Aborted the moment the lease is lost, with the `LockLostError` as its `reason`.
+   * Taking it keeps the lease alive until it is released or lost (never collected under
+   * work the signal guards). */
   readonly signal: AbortSignal
   /** Whether the lease has been lost. */
   readonly lost: boolean
@@ -161,8 +163,9 @@ export declare class Lease implements AsyncDisposable {
    * Renews now (a manual extend; with `autoRenew: false` the only renewal there is) and
    * resolves once the server confirmed it (`validUntilMs` has moved). The TTL is the
    * lock's. Rejects with LockLostError (`'renew_rejected'`, `'expired'`) if the lease is
-   * lost, ConfigError (`ERR_CONFIG`) if it was released. A lease nobody references is
-   * released when collected, with a `ResourceWarning` (`FENCEPOST_LEASE_DROPPED`).
+   * lost, ConfigError (`ERR_CONFIG`) if it was released. A lease nobody references (and
+   * whose `signal` was never taken) is released when collected, with a `ResourceWarning`
+   * (`FENCEPOST_LEASE_DROPPED`).
    */
   extend(): Promise<void>
   /** Throws the `LockLostError` if the lease has been lost (due timers delivered first).

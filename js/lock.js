@@ -54,6 +54,8 @@ class Acquisition {
     this.released = null
     /** extend() calls waiting for the next renewal's outcome */
     this.extended = []
+    /** the lease, strongly, once its signal was taken (see Lease.signal) */
+    this.pinned = null
   }
 
   get lease () {
@@ -150,11 +152,16 @@ class Lease {
   get token () { return this._token }
   /** This acquisition's owner id: 32 lowercase hex digits, the lock key's value. */
   get ownerId () { return this._ownerId }
-  /** Aborted when the lease is lost; its `reason` is the LockLostError. */
+  /** Aborted when the lease is lost; its `reason` is the LockLostError. Taking it keeps
+   * the lease alive until it is released or lost: work guarded by the signal (a fetch,
+   * a listener awaiting it) may be all that still refers to the lease, and a lock must
+   * not be released under it. */
   get signal () {
     if (this._controller === null) {
       this._controller = new AbortController()
       if (this._lostError !== null) this._controller.abort(this._lostError)
+      // the driver holds the acquisition while the lock is live
+      this._acquisition.pinned = this
     }
     return this._controller.signal
   }

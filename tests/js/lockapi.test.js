@@ -126,6 +126,35 @@ test('a dropped lease warns and is released when collected (node --expose-gc)', 
   assert.match(message, /garbage-collected while held/)
 })
 
+test('a lease whose signal was taken is never collected while held (node --expose-gc)', () => {
+  const script = `
+    const { fencepost } = require(${JSON.stringify(path.join(__dirname, 'impl.js'))})
+    const warnings = []
+    process.on('warning', (w) => warnings.push(w))
+    ;(async () => {
+      const backend = new fencepost.MemoryBackend()
+      // only a listener on the signal refers to the lease (what a guarded fetch does)
+      let heard = null
+      await (async () => {
+        const lease = await new fencepost.Lock(backend, 'job', { ttlMs: 5000 }).acquire()
+        lease.signal.addEventListener('abort', (e) => { heard = e.target.reason.code })
+      })()
+      for (let i = 0; i < 10; i++) {
+        global.gc()
+        await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      const owner = backend.server.lockOwner('job')
+      backend.close()
+      await new Promise((resolve) => setTimeout(resolve, 10))
+      console.log(JSON.stringify({ warnings: warnings.map((w) => w.code), held: owner !== null, heard }))
+    })().catch((e) => { console.error(e); process.exit(1) })
+  `
+  const child = spawnSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 20_000, env: process.env })
+  assert.equal(child.status, 0, child.stderr)
+  const out = JSON.parse(child.stdout.trim().split('\n').pop())
+  assert.deepEqual(out, { warnings: [], held: true, heard: 'ERR_LOCK_LOST' }) // lost only at close()
+})
+
 test('a Lock is a shareable description: concurrent using() calls each get their own lease', async () => {
   const backend = new MemoryBackend()
   const lock = new Lock(backend, 'job', { ttlMs: 5_000, retryBaseMs: 1, retryMaxMs: 5 })
