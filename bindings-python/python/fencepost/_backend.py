@@ -358,6 +358,26 @@ class Backend:
         what = "force_release" if force else "is_locked"
         return BackendError(f"{what}({name!r}) failed: {exc}")
 
+    async def _run_operator_async(self, name: str, force: bool) -> bool:
+        command = self._operator_command(name, force)
+        try:
+            reply = await self._execute_async(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, force, exc) from exc
+        return self._operator_reply(name, force, reply)
+
+    def _run_operator_sync(self, name: str, force: bool) -> bool:
+        command = self._operator_command(name, force)
+        try:
+            reply = self._execute_sync(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._operator_failed(name, force, exc) from exc
+        return self._operator_reply(name, force, reply)
+
     async def is_locked(self, name: str) -> bool:
         """Whether lock ``name`` is held now, as the server answers: True while any
         holder's lease lives (whoever holds it, this process or another; on a fair
@@ -371,25 +391,11 @@ class Backend:
                 shape.
             ConfigError: ``name`` is not a str, or a backend without asyncio support.
         """
-        command = self._operator_command(name, False)
-        try:
-            reply = await self._execute_async(command)
-        except (ConfigError, BackendError):
-            raise
-        except Exception as exc:
-            raise self._operator_failed(name, False, exc) from exc
-        return self._operator_reply(name, False, reply)
+        return await self._run_operator_async(name, False)
 
     def is_locked_sync(self, name: str) -> bool:
         """Blocking form of :meth:`is_locked`; same arguments and errors."""
-        command = self._operator_command(name, False)
-        try:
-            reply = self._execute_sync(command)
-        except (ConfigError, BackendError):
-            raise
-        except Exception as exc:
-            raise self._operator_failed(name, False, exc) from exc
-        return self._operator_reply(name, False, reply)
+        return self._run_operator_sync(name, False)
 
     async def force_release(self, name: str) -> bool:
         """Frees lock ``name`` whoever holds it: the operator's reset of a stuck job's
@@ -412,25 +418,11 @@ class Backend:
                 shape.
             ConfigError: ``name`` is not a str, or a backend without asyncio support.
         """
-        command = self._operator_command(name, True)
-        try:
-            reply = await self._execute_async(command)
-        except (ConfigError, BackendError):
-            raise
-        except Exception as exc:
-            raise self._operator_failed(name, True, exc) from exc
-        return self._operator_reply(name, True, reply)
+        return await self._run_operator_async(name, True)
 
     def force_release_sync(self, name: str) -> bool:
         """Blocking form of :meth:`force_release`; same arguments and errors."""
-        command = self._operator_command(name, True)
-        try:
-            reply = self._execute_sync(command)
-        except (ConfigError, BackendError):
-            raise
-        except Exception as exc:
-            raise self._operator_failed(name, True, exc) from exc
-        return self._operator_reply(name, True, reply)
+        return self._run_operator_sync(name, True)
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:

@@ -240,6 +240,18 @@ def _watch(acquisition: Union["AsyncAcquisition", "SyncAcquisition"], lease: Any
     finalizer.atexit = False  # at exit, backend.close() (or the TTL) ends it
 
 
+def settle_all(waiting: "list[Any]", error: Optional[BaseException]) -> None:
+    """Resolves (``error`` None) or fails each unsettled one of ``waiting``: asyncio
+    futures or :class:`_Outcome` values, which share ``done``/``set_result``/``set_exception``."""
+    for pending in waiting:
+        if pending.done():
+            continue
+        if error is None:
+            pending.set_result(None)
+        else:
+            pending.set_exception(error)
+
+
 def describe_exception(exc: BaseException) -> str:
     """``"TypeName: message"`` for transport-error reports."""
     text = str(exc)
@@ -326,13 +338,7 @@ class AsyncAcquisition:
     def _extended(self, error: Optional[BaseException]) -> None:
         """Settles the ``extend()`` calls waiting for the next renewal's outcome."""
         waiting, self.extended = self.extended, []
-        for future in waiting:
-            if future.done():
-                continue
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+        settle_all(waiting, error)
 
     def wake_caller(self) -> None:
         """Wakes the caller serving this acquisition's requests (a request was queued
@@ -472,13 +478,7 @@ class SyncAcquisition:
 
     def _extended(self, error: Optional[BaseException]) -> None:
         waiting, self.extended = self.extended, []
-        for outcome in waiting:
-            if outcome.done():
-                continue
-            if error is None:
-                outcome.set_result(None)
-            else:
-                outcome.set_exception(error)
+        settle_all(waiting, error)
 
     def on_event(self, event: _core.Event) -> None:
         if isinstance(event, _core.Acquired):

@@ -188,7 +188,8 @@ return 1
 const IS_LOCKED_LUA: &str = "return redis.call('EXISTS', KEYS[1])\n";
 
 // The hand-off loop is RELEASE_FAIR_LUA's, with the token key at KEYS[3] and the
-// arguments shifted by one (no owner).
+// arguments shifted by one (no owner); a change to one belongs in both (scripts cannot
+// share code; MemoryRedis runs both through one `hand_off`).
 const FORCE_RELEASE_LUA: &str = r#"if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 if #KEYS == 1 then return 1 end
 while true do
