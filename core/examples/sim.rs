@@ -3,17 +3,23 @@
 //!
 //! usage: cargo run --release -p fencepost-core --example sim -- \
 //!            [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace]
+//!            [--fence token|owner|both]
 //!
 //! Schedule `i` of a run uses seed `S + i`; `--trace --schedules 1 --seed X` prints the
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
-//! etcd-drift-beyond (`--mix etcd` runs every etcd mix).
+//! etcd-drift-beyond (`--mix etcd` runs every etcd mix). `--fence` picks the resource's
+//! rule (`token`: the highest token from anyone, the default; `owner`: the owner-bound
+//! rule; `both`: each mix once per rule). Columns: writes the resource accepted with a
+//! token another owner had written with, writes it accepted out of grant order (with the same token as the later grant's / a higher one) and refused
+//! writes of the newest grant (the new holder locked out by a higher token it has never
+//! seen).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
 
-use fencepost_core::sim::{Faults, Property, SimConfig, Simulation};
+use fencepost_core::sim::{Faults, FenceRule, Property, SimConfig, Simulation};
 
 fn mixes() -> Vec<(&'static str, SimConfig)> {
     vec![
@@ -62,6 +68,7 @@ struct Args {
     mix: String,
     threads: u64,
     trace: bool,
+    fences: Vec<FenceRule>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -71,6 +78,7 @@ fn parse() -> Result<Args, String> {
         mix: "every".into(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         trace: false,
+        fences: vec![FenceRule::TokenOnly],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,6 +101,14 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e| format!("--threads: {e}"))?
             }
             "--trace" => a.trace = true,
+            "--fence" => {
+                a.fences = match value("--fence")?.as_str() {
+                    "token" => vec![FenceRule::TokenOnly],
+                    "owner" => vec![FenceRule::OwnerBound],
+                    "both" => vec![FenceRule::TokenOnly, FenceRule::OwnerBound],
+                    other => return Err(format!("--fence: {other:?} is not token, owner or both")),
+                }
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -106,6 +122,10 @@ struct Tally {
     steps: u64,
     grants: u64,
     refused: u64,
+    shared: u64,
+    same_token: u64,
+    higher_token: u64,
+    newest_refused: u64,
     violations: BTreeMap<Property, (u64, u64)>, // (unexplained, explained)
     first_unexplained: Option<(u64, String)>,
 }
@@ -114,7 +134,7 @@ fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: sim [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace]");
+            eprintln!("{e}\nusage: sim [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace] [--fence token|owner|both]");
             return ExitCode::from(2);
         }
     };
@@ -124,6 +144,15 @@ fn main() -> ExitCode {
             args.mix == "every"
                 || args.mix == *name
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
+        })
+        .flat_map(|(name, cfg)| {
+            args.fences.iter().map(move |&rule| {
+                let name = match rule {
+                    FenceRule::TokenOnly => name.to_owned(),
+                    FenceRule::OwnerBound => format!("{name}/owner"),
+                };
+                (name, cfg.clone().fenced(rule))
+            })
         })
         .collect();
     if selected.is_empty() {
@@ -147,8 +176,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:<16} {:>10} {:>11} {:>12} {:>9} {:>9}  violations (unexplained / explained by model breach)",
-        "mix", "schedules", "sched/s", "steps/s", "grants", "refused"
+        "{:<22} {:>10} {:>9} {:>11} {:>9} {:>9} {:>8} {:>13} {:>8}  violations (unexplained / explained by model breach)",
+        "mix", "schedules", "sched/s", "steps/s", "grants", "refused", "shared", "out-of-order", "newest"
     );
     let mut failed = false;
     for (name, cfg) in selected {
@@ -168,6 +197,10 @@ fn main() -> ExitCode {
                             tally.steps += out.steps;
                             tally.grants += out.grants;
                             tally.refused += out.writes_refused;
+                            tally.shared += out.shared_token_accepted;
+                            tally.same_token += out.out_of_order_same_token;
+                            tally.higher_token += out.out_of_order_higher_token;
+                            tally.newest_refused += out.newest_grant_refused;
                             for v in &out.violations {
                                 let e = tally.violations.entry(v.property).or_default();
                                 if v.explained_by_breach {
@@ -197,6 +230,10 @@ fn main() -> ExitCode {
             total.steps += t.steps;
             total.grants += t.grants;
             total.refused += t.refused;
+            total.shared += t.shared;
+            total.same_token += t.same_token;
+            total.higher_token += t.higher_token;
+            total.newest_refused += t.newest_refused;
             for (p, (u, e)) in t.violations {
                 let x = total.violations.entry(p).or_default();
                 x.0 += u;
@@ -214,12 +251,15 @@ fn main() -> ExitCode {
             })
             .collect();
         println!(
-            "{name:<16} {:>10} {:>11.0} {:>12.0} {:>9} {:>9}  {}",
+            "{name:<22} {:>10} {:>9.0} {:>11.0} {:>9} {:>9} {:>8} {:>13} {:>8}  {}",
             total.schedules,
             total.schedules as f64 / secs,
             total.steps as f64 / secs,
             total.grants,
             total.refused,
+            total.shared,
+            format!("{}/{}", total.same_token, total.higher_token),
+            total.newest_refused,
             v.join("  ")
         );
         if let Some((seed, what)) = total.first_unexplained {

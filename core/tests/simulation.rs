@@ -4,7 +4,7 @@
 
 use std::time::Instant as WallClock;
 
-use fencepost_core::sim::{Faults, Outcome, Property, SimConfig, Simulation};
+use fencepost_core::sim::{Faults, FenceRule, Outcome, Property, SimConfig, Simulation};
 
 /// Schedules per fault mix in `cargo test` (`FENCEPOST_SIM_SCHEDULES` overrides).
 fn budget() -> u64 {
@@ -67,6 +67,32 @@ fn run_mix_n(name: &str, cfg: SimConfig, expect_clean: bool, schedules: u64) -> 
         t.explained
     );
     t
+}
+
+/// Redis without persistence hands tokens out again. Under the token-only rule the
+/// resource then accepts writes with one token from two owners, some after a later
+/// grant's write; the owner-bound rule accepts none of them (`docs/SIMULATION.md`,
+/// "Owner-bound fences").
+#[test]
+fn owner_bound_fence_accepts_no_token_from_two_owners_after_restarts() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    let schedules = budget().min(2_000);
+    let (mut token_only, mut owner_bound) = ((0, 0), (0, 0));
+    for seed in 0..schedules {
+        let a = Simulation::new(cfg.clone(), seed).run();
+        let b = Simulation::new(cfg.clone().fenced(FenceRule::OwnerBound), seed).run();
+        token_only.0 += a.shared_token_accepted;
+        token_only.1 += a.out_of_order_same_token;
+        owner_bound.0 += b.shared_token_accepted;
+        owner_bound.1 += b.out_of_order_same_token;
+        assert_eq!(
+            a.grants, b.grants,
+            "seed {seed}: the fence does not change the schedule"
+        );
+    }
+    eprintln!("server-restarts, {schedules} schedules: shared-token writes accepted, out of grant order: token-only {token_only:?}, owner-bound {owner_bound:?}");
+    assert!(token_only.0 > 0 && token_only.1 > 0, "{token_only:?}");
+    assert_eq!(owner_bound, (0, 0));
 }
 
 #[test]

@@ -21,7 +21,14 @@ import pytest
 
 import fencepost
 from fencepost import _core
-from fencepost.errors import AcquireTimeout, ConfigError, LockLost, ProtocolError, StaleToken
+from fencepost.errors import (
+    AcquireTimeout,
+    ConfigError,
+    DuplicateGrantWarning,
+    LockLost,
+    ProtocolError,
+    StaleToken,
+)
 from fencepost.postgres import (
     PostgresBackend,
     advisory_key,
@@ -593,6 +600,58 @@ def test_session_locks_through_transaction_pooling_are_refused_not_shared(name: 
             with pytest.raises(AcquireTimeout):
                 with xact_lock(c2, name):
                     pass
+
+
+@needs_bouncer
+def test_a_duplicate_grant_behind_a_pooler_writes_once_through_an_owner_bound_fence(name: str, migrated: None) -> None:
+    """The hazard fencepost's session mode refuses, produced on purpose: a plain session
+    advisory lock (``pg_try_advisory_lock``, as a lock without a per-session owner record
+    takes it) through PgBouncer in transaction mode "succeeds" for three clients on one
+    server session, and all three read the same token. The token-only fenced update lets
+    all three write; the owner-bound one lets the first owner write and refuses the other
+    two as a duplicate grant, with a DuplicateGrantWarning."""
+    url = single_session_url()
+    key = advisory_key("fencepost", name)
+    owners = [uuid.uuid4().hex for _ in range(3)]
+    sql(
+        "CREATE TABLE IF NOT EXISTS fp_owned_jobs (id bigint PRIMARY KEY, body text, "
+        "last_token bigint NOT NULL DEFAULT 0, last_owner text NOT NULL DEFAULT '')"
+    )
+    token_only_row, owner_bound_row = (uuid.uuid4().int % 2**62 for _ in range(2))
+    sql("INSERT INTO fp_owned_jobs (id, body) VALUES (%s, 'new'), (%s, 'new')", token_only_row, owner_bound_row)
+    sql("INSERT INTO fencepost_tokens (name, token) VALUES (%s, 7)", name)
+    holders = [psycopg.connect(url, autocommit=True) for _ in owners]
+    try:
+        tokens = []
+        for conn in holders:
+            # transaction pooling: every client's statement lands on the one server session
+            assert conn.execute("SELECT pg_try_advisory_lock(%s)", (key,), prepare=False).fetchone() == (True,)
+            row = conn.execute("SELECT token FROM fencepost_tokens WHERE name = %s", (name,), prepare=False).fetchone()
+            tokens.append(row[0] if row else None)
+        assert tokens == [7, 7, 7]
+        for conn, owner in zip(holders, owners):
+            fenced_update_sync(conn, "fp_owned_jobs", id_column="id", token_column="last_token",
+                               row_id=token_only_row, token=7, values={"body": owner})
+        assert sql("SELECT body FROM fp_owned_jobs WHERE id = %s", token_only_row) == [(owners[2],)]
+        refused = []
+        for conn, owner in zip(holders, owners):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    fenced_update_sync(conn, "fp_owned_jobs", id_column="id", token_column="last_token",
+                                       owner_column="last_owner", owner_id=owner,
+                                       row_id=owner_bound_row, token=7, values={"body": owner})
+                except StaleToken as e:
+                    assert (e.token, e.highest) == (7, 7)
+                    assert any(issubclass(w.category, DuplicateGrantWarning) for w in caught), caught
+                    refused.append(e.reason)
+        assert refused == ["duplicate_grant", "duplicate_grant"]
+        assert sql("SELECT body, last_owner FROM fp_owned_jobs WHERE id = %s", owner_bound_row) == [(owners[0], owners[0])]
+    finally:
+        holders[0].execute("SELECT pg_advisory_unlock_all()", prepare=False)
+        for conn in holders:
+            conn.close()
+    assert advisory_holders(key) == []
 
 
 # ---- one lock per name across the three modes ------------------------------------------------------

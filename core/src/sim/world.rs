@@ -194,6 +194,8 @@ pub struct SimConfig {
     pub fair: bool,
     /// Which server the clients lock on.
     pub backend: SimBackend,
+    /// The rule the fenced resource applies to each write.
+    pub fence: FenceRule,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -215,6 +217,7 @@ impl SimConfig {
             cycles_per_client: fault_free.then_some(3),
             fair: false,
             backend: SimBackend::Redis,
+            fence: FenceRule::TokenOnly,
             options,
             faults,
             #[cfg(feature = "sabotage")]
@@ -227,6 +230,12 @@ impl SimConfig {
     /// The same schedule shape on etcd.
     pub fn etcd(mut self) -> Self {
         self.backend = SimBackend::Etcd;
+        self
+    }
+
+    /// The same schedule with the resource fenced by `rule`.
+    pub fn fenced(mut self, rule: FenceRule) -> Self {
+        self.fence = rule;
         self
     }
 
@@ -249,6 +258,18 @@ pub enum SimBackend {
     Redis,
     /// [`MemoryEtcd`], the etcd backend's recipe: per-contender keys, watches, leases.
     Etcd,
+}
+
+/// The rule of the simulated resource's fence (`docs/DESIGN.md`, "Decisions about
+/// fencing").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FenceRule {
+    /// [`Fence::check`]: the highest token is accepted from anyone.
+    #[default]
+    TokenOnly,
+    /// [`Fence::check_owned`]: the highest token is accepted again only from the owner
+    /// that first wrote with it.
+    OwnerBound,
 }
 
 /// The properties the checker verifies.
@@ -295,6 +316,18 @@ pub struct Outcome {
     /// Writes the resource accepted and refused as stale.
     pub writes_accepted: u64,
     pub writes_refused: u64,
+    /// Writes the resource accepted although a write of a *later* grant had been
+    /// accepted before (grant order is the order in which the server made the grants),
+    /// by how the stale write's token compares with that later grant's: the same token
+    /// (the server granted one token to two owners) or a higher one (a stale holder's
+    /// token above the new holder's, after the counter went back).
+    pub out_of_order_same_token: u64,
+    pub out_of_order_higher_token: u64,
+    /// Writes the resource accepted with a token another owner had written with.
+    pub shared_token_accepted: u64,
+    /// Refused writes of the newest grant: the fence had seen a token at or above the
+    /// one the server just granted (tokens went back), so the new holder cannot write.
+    pub newest_grant_refused: u64,
     /// Steps the simulation took.
     pub steps: u64,
     /// The readable timeline, when tracing was on.
@@ -860,6 +893,7 @@ impl Simulation {
                                 self.checker.grant(
                                     self.now,
                                     FencingToken(*token as u64),
+                                    OwnerId::from_hex(&owner),
                                     &mut self.outcome,
                                 );
                                 self.trace(|| format!("server: grants token {token} to c{client}"));
@@ -902,7 +936,10 @@ impl Simulation {
                 client,
                 token,
                 owner,
-            } => match self.resource.check("resource", token) {
+            } => match match self.cfg.fence {
+                FenceRule::TokenOnly => self.resource.check("resource", token),
+                FenceRule::OwnerBound => self.resource.check_owned("resource", token, owner),
+            } {
                 Ok(()) => {
                     self.outcome.writes_accepted += 1;
                     self.trace(|| {
@@ -913,6 +950,9 @@ impl Simulation {
                 }
                 Err(stale) => {
                     self.outcome.writes_refused += 1;
+                    if self.checker.is_newest_grant(token, owner) {
+                        self.outcome.newest_grant_refused += 1;
+                    }
                     self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
                 }
             },
@@ -1295,7 +1335,7 @@ impl Simulation {
         if holder_rev.is_some() && holder_rev != self.etcd_holder {
             let token = FencingToken(holder_rev.unwrap_or(0) as u64);
             self.outcome.grants += 1;
-            self.checker.grant(self.now, token, &mut self.outcome);
+            self.checker.grant(self.now, token, None, &mut self.outcome);
             self.trace(|| format!("server: the key with revision {token} now holds the lock"));
         }
         self.etcd_holder = holder_rev;
@@ -1383,6 +1423,12 @@ struct Checker {
     last_accepted: Option<(FencingToken, OwnerId)>,
     /// Per token: the owner whose write the resource accepted.
     writers: BTreeMap<FencingToken, OwnerId>,
+    /// Grants so far, and the place of each in grant order by token and owner (`None`
+    /// where the server's grant names no owner id: etcd, whose tokens are unique).
+    grants_made: u64,
+    grant_order: BTreeMap<(FencingToken, Option<[u8; 16]>), u64>,
+    /// The latest grant (in grant order) whose write the resource accepted, and its token.
+    newest_accepted: Option<(u64, FencingToken)>,
     server_restarts: u32,
     idle_since: Option<Instant>,
     idle_bound: Duration,
@@ -1398,6 +1444,9 @@ impl Checker {
             last_grant: None,
             last_accepted: None,
             writers: BTreeMap::new(),
+            grants_made: 0,
+            grant_order: BTreeMap::new(),
+            newest_accepted: None,
             server_restarts: 0,
             idle_since: None,
             // the longest backoff step plus one round trip (two one-way delays)
@@ -1424,7 +1473,18 @@ impl Checker {
         self.server_restarts += 1;
     }
 
-    fn grant(&mut self, at: Instant, token: FencingToken, outcome: &mut Outcome) {
+    fn grant(
+        &mut self,
+        at: Instant,
+        token: FencingToken,
+        owner: Option<OwnerId>,
+        outcome: &mut Outcome,
+    ) {
+        self.grants_made += 1;
+        // a later grant of the same pair (the same owner given the same token again
+        // after a restart) is the one its later writes belong to
+        self.grant_order
+            .insert((token, owner.map(|o| o.0)), self.grants_made);
         if let Some(last) = self.last_grant {
             if token <= last {
                 let detail = format!("granted token {token} after token {last}");
@@ -1453,8 +1513,24 @@ impl Checker {
                 return;
             }
         }
+        if let Some(place) = self.grant_place(token, owner) {
+            if let Some((newest, newest_token)) = self.newest_accepted {
+                if place < newest && token == newest_token {
+                    outcome.out_of_order_same_token += 1;
+                } else if place < newest {
+                    outcome.out_of_order_higher_token += 1;
+                }
+            }
+            if self
+                .newest_accepted
+                .is_none_or(|(newest, _)| place > newest)
+            {
+                self.newest_accepted = Some((place, token));
+            }
+        }
         match self.writers.get(&token) {
             Some(first) if *first != owner => {
+                outcome.shared_token_accepted += 1;
                 let detail = format!("token {token} was used by two owners ({first} and {owner})");
                 self.violate(Property::S1, at, detail, outcome);
             }
@@ -1464,6 +1540,18 @@ impl Checker {
             }
         }
         self.last_accepted = Some((token, owner));
+    }
+
+    /// Where the grant that gave `owner` its `token` stands in grant order.
+    fn grant_place(&self, token: FencingToken, owner: OwnerId) -> Option<u64> {
+        let by_owner = self.grant_order.get(&(token, Some(owner.0)));
+        by_owner
+            .or_else(|| self.grant_order.get(&(token, None)))
+            .copied()
+    }
+
+    fn is_newest_grant(&self, token: FencingToken, owner: OwnerId) -> bool {
+        self.grants_made > 0 && self.grant_place(token, owner) == Some(self.grants_made)
     }
 
     fn waited(&mut self, _client: usize, since: Instant, now: Instant) {
