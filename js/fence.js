@@ -29,7 +29,8 @@ function createFence (native) {
       this._fence = new native.Fence()
     }
 
-    /** Accepts a write to `resource` carrying `token` (a bigint) and remembers the token;
+    /** Accepts a write to `resource` carrying `token` (a bigint >= 1n: 0n, no lease's
+     * token, is a ConfigError) and remembers the token;
      * throws StaleTokenError if a higher token was accepted before (`reason`
      * 'superseded'). With `ownerId` (`lease.ownerId`, 32 hex digits) the owner-bound
      * rule: the token is recorded with the owner and the same token from another owner is
@@ -37,7 +38,7 @@ function createFence (native) {
      * it the token-only rule, which is weaker: a token granted twice passes twice. */
     check (resource, token, ownerId) {
       check.string(resource, 'resource')
-      check.token(token)
+      check.fencingToken(token)
       const owner = optionalOwner(ownerId)
       const stale = translate(() => this._fence.check(resource, token, owner))
       if (stale !== null) throw refusal(stale)

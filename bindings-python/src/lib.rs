@@ -1648,8 +1648,8 @@ impl Fence {
     /// Errors: `StaleToken` (attributes resource, token, highest, reason) when a higher
     /// token was accepted before (`reason` "superseded") or, with `owner_id`, the same
     /// token from another owner ("duplicate_grant", after a `DuplicateGrantWarning`);
-    /// `ConfigError` for a resource that is not a str, a token that is not a
-    /// non-negative int or an owner id that is not 32 hex digits.
+    /// `ConfigError` for a resource that is not a str, a token that is not an int >= 1
+    /// (0 is no lease's token) or an owner id that is not 32 hex digits.
     #[pyo3(signature = (resource, token, owner_id = None))]
     fn check(
         &mut self,
@@ -1659,7 +1659,7 @@ impl Fence {
         owner_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let resource = arg_str(resource, "resource")?;
-        let token = FencingToken(arg_u64(token, "token")?);
+        let token = arg_token(token)?;
         let checked = match arg_owner(py, owner_id)? {
             Some(owner) => self.inner.check_owned(&resource, token, owner),
             None => self.inner.check(&resource, token),

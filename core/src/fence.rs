@@ -57,6 +57,10 @@ impl fmt::Display for StaleToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (token, resource, highest) = (self.token, &self.resource, self.highest);
         match self.reason {
+            StaleReason::Superseded if token.0 == 0 => write!(
+                f,
+                "fencing token 0 for {resource:?} is no lease's token (tokens start at 1)"
+            ),
             StaleReason::Superseded => write!(
                 f,
                 "stale fencing token {token} for {resource:?}: the resource has already accepted token {highest}"
@@ -86,7 +90,8 @@ impl Fence {
     /// was accepted before, and remembers `token` as the highest (with no owner). Weaker
     /// than [`Fence::check_owned`]: the same token from two holders is accepted twice.
     ///
-    /// Errors: [`StaleToken`] ([`StaleReason::Superseded`]), naming the highest token.
+    /// Errors: [`StaleToken`] ([`StaleReason::Superseded`]), naming the highest token;
+    /// token 0 (no lease's token: tokens start at 1) is always refused.
     pub fn check(&mut self, resource: &str, token: FencingToken) -> Result<(), StaleToken> {
         self.decide(resource, token, None)
     }
@@ -97,7 +102,7 @@ impl Fence {
     ///
     /// Errors: [`StaleToken`] with [`StaleReason::Superseded`] for a lower token,
     /// [`StaleReason::DuplicateGrant`] for the highest token from another owner (or one
-    /// recorded by a token-only write, which has no owner).
+    /// recorded by a token-only write, which has no owner); token 0 is always refused.
     pub fn check_owned(
         &mut self,
         resource: &str,
@@ -119,6 +124,13 @@ impl Fence {
             highest,
             reason,
         };
+        if token.0 == 0 {
+            // no lease has token 0 (tokens start at 1): it is what a fresh record holds
+            return Err(refuse(
+                self.highest(resource).unwrap_or(FencingToken(0)),
+                StaleReason::Superseded,
+            ));
+        }
         match self.highest.get_mut(resource) {
             Some((highest, _)) if token < *highest => {
                 Err(refuse(*highest, StaleReason::Superseded))
@@ -415,6 +427,19 @@ mod tests {
         assert!(err.to_string().contains("stale fencing token 33"));
         assert_eq!(fence.check("row:2", FencingToken(1)), Ok(())); // per resource
         assert_eq!(fence.highest("row:1"), Some(FencingToken(34)));
+        // no lease has token 0: a fresh resource refuses it too, under both rules
+        for refused in [
+            Fence::new().check("fresh", FencingToken(0)),
+            Fence::new().check_owned("fresh", FencingToken(0), OwnerId([1; 16])),
+        ] {
+            let err = refused.unwrap_err();
+            assert_eq!(
+                (err.reason, err.highest),
+                (StaleReason::Superseded, FencingToken(0))
+            );
+            assert!(err.to_string().contains("is no lease's token"), "{err}");
+        }
+        assert_eq!(fence.highest("fresh"), None);
     }
 
     const A: OwnerId = OwnerId([0xaa; 16]);

@@ -506,9 +506,11 @@ test('Fence refuses lower tokens, accepts equal ones, and wants bigints', () => 
   assert.equal(fence.highest('row:1'), 34n)
   assert.equal(fence.highest('nothing'), null)
   fence.check('max', 2n ** 64n - 1n)
-  for (const bad of [5, 5.5, '5', -1n, 2n ** 64n, null]) {
+  for (const bad of [5, 5.5, '5', -1n, 0n, 2n ** 64n, null]) {
     assert.throws(() => fence.check('row:1', bad), ConfigError, String(bad))
   }
+  // 0n is no lease's token: a fresh fence would take it from anyone
+  assert.throws(() => new Fence().check('fresh', 0n), /fencing token of a lease \(a bigint in 1n/)
   assert.throws(() => fence.check('row:1', 5), /must be a bigint fencing token, got 5 \(number\) \(write 5n/)
 })
 

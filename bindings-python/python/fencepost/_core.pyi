@@ -449,7 +449,8 @@ class Fence:
 
         Raises: StaleToken (``resource``, ``token``, ``highest``, ``reason``
         ``"superseded"`` or ``"duplicate_grant"``, the latter after a
-        DuplicateGrantWarning), ConfigError."""
+        DuplicateGrantWarning), ConfigError (a token that is not an int >= 1: 0 is no
+        lease's token)."""
     def owner(self, resource: str) -> Optional[str]:
         """Owner id recorded with the highest token of ``resource``, or None (nothing
         accepted, or a token-only write).
