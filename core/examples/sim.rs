@@ -9,17 +9,19 @@
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
 //! etcd-drift-beyond (`--mix etcd` runs every etcd mix). `--fence` picks the resource's
-//! rule (`token`: the highest token from anyone, the default; `owner`: the owner-bound
-//! rule; `both`: each mix once per rule). Columns: writes the resource accepted with a
-//! token another owner had written with, writes it accepted out of grant order (with the same token as the later grant's / a higher one) and refused
-//! writes of the newest grant (the new holder locked out by a higher token it has never
-//! seen).
+//! rule: `token` (the highest token from anyone, the default), `owner` (the owner-bound
+//! rule), `both` (token-only, with an owner-bound fence beside it on the same writes,
+//! printed as a second line `MIX/owner`). Columns: writes the fence refused, accepted with
+//! a token another owner had written with ("shared"), accepted out of grant order (with
+//! the same token as the later grant's / a higher one), and refused writes of the newest
+//! grant ("newest": the new holder locked out because the fence saw a token at or above
+//! its own).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
 
-use fencepost_core::sim::{Faults, FenceRule, Property, SimConfig, Simulation};
+use fencepost_core::sim::{Faults, FenceCounts, FenceRule, Property, SimConfig, Simulation};
 
 fn mixes() -> Vec<(&'static str, SimConfig)> {
     vec![
@@ -68,7 +70,8 @@ struct Args {
     mix: String,
     threads: u64,
     trace: bool,
-    fences: Vec<FenceRule>,
+    fence: FenceRule,
+    compare: Option<FenceRule>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -78,7 +81,8 @@ fn parse() -> Result<Args, String> {
         mix: "every".into(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         trace: false,
-        fences: vec![FenceRule::TokenOnly],
+        fence: FenceRule::TokenOnly,
+        compare: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -102,10 +106,10 @@ fn parse() -> Result<Args, String> {
             }
             "--trace" => a.trace = true,
             "--fence" => {
-                a.fences = match value("--fence")?.as_str() {
-                    "token" => vec![FenceRule::TokenOnly],
-                    "owner" => vec![FenceRule::OwnerBound],
-                    "both" => vec![FenceRule::TokenOnly, FenceRule::OwnerBound],
+                (a.fence, a.compare) = match value("--fence")?.as_str() {
+                    "token" => (FenceRule::TokenOnly, None),
+                    "owner" => (FenceRule::OwnerBound, None),
+                    "both" => (FenceRule::TokenOnly, Some(FenceRule::OwnerBound)),
                     other => return Err(format!("--fence: {other:?} is not token, owner or both")),
                 }
             }
@@ -117,15 +121,49 @@ fn parse() -> Result<Args, String> {
 }
 
 #[derive(Default)]
-struct Tally {
-    schedules: u64,
-    steps: u64,
-    grants: u64,
+struct Writes {
     refused: u64,
     shared: u64,
     same_token: u64,
     higher_token: u64,
     newest_refused: u64,
+}
+
+impl Writes {
+    fn add(&mut self, c: &FenceCounts) {
+        self.refused += c.refused;
+        self.shared += c.shared_token_accepted;
+        self.same_token += c.out_of_order_same_token;
+        self.higher_token += c.out_of_order_higher_token;
+        self.newest_refused += c.newest_grant_refused;
+    }
+
+    fn merge(&mut self, o: &Writes) {
+        self.refused += o.refused;
+        self.shared += o.shared;
+        self.same_token += o.same_token;
+        self.higher_token += o.higher_token;
+        self.newest_refused += o.newest_refused;
+    }
+
+    fn columns(&self) -> String {
+        format!(
+            "{:>9} {:>8} {:>13} {:>8}",
+            self.refused,
+            self.shared,
+            format!("{}/{}", self.same_token, self.higher_token),
+            self.newest_refused
+        )
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    schedules: u64,
+    steps: u64,
+    grants: u64,
+    fence: Writes,
+    compared: Writes,
     violations: BTreeMap<Property, (u64, u64)>, // (unexplained, explained)
     first_unexplained: Option<(u64, String)>,
 }
@@ -145,14 +183,12 @@ fn main() -> ExitCode {
                 || args.mix == *name
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
         })
-        .flat_map(|(name, cfg)| {
-            args.fences.iter().map(move |&rule| {
-                let name = match rule {
-                    FenceRule::TokenOnly => name.to_owned(),
-                    FenceRule::OwnerBound => format!("{name}/owner"),
-                };
-                (name, cfg.clone().fenced(rule))
-            })
+        .map(|(name, cfg)| {
+            let cfg = cfg.fenced(args.fence);
+            match args.compare {
+                Some(rule) => (name, cfg.compared_with(rule)),
+                None => (name, cfg),
+            }
         })
         .collect();
     if selected.is_empty() {
@@ -196,11 +232,10 @@ fn main() -> ExitCode {
                             tally.schedules += 1;
                             tally.steps += out.steps;
                             tally.grants += out.grants;
-                            tally.refused += out.writes_refused;
-                            tally.shared += out.shared_token_accepted;
-                            tally.same_token += out.out_of_order_same_token;
-                            tally.higher_token += out.out_of_order_higher_token;
-                            tally.newest_refused += out.newest_grant_refused;
+                            tally.fence.add(&out.fence);
+                            if let Some((_, c)) = &out.compared {
+                                tally.compared.add(c);
+                            }
                             for v in &out.violations {
                                 let e = tally.violations.entry(v.property).or_default();
                                 if v.explained_by_breach {
@@ -229,11 +264,8 @@ fn main() -> ExitCode {
             total.schedules += t.schedules;
             total.steps += t.steps;
             total.grants += t.grants;
-            total.refused += t.refused;
-            total.shared += t.shared;
-            total.same_token += t.same_token;
-            total.higher_token += t.higher_token;
-            total.newest_refused += t.newest_refused;
+            total.fence.merge(&t.fence);
+            total.compared.merge(&t.compared);
             for (p, (u, e)) in t.violations {
                 let x = total.violations.entry(p).or_default();
                 x.0 += u;
@@ -251,17 +283,30 @@ fn main() -> ExitCode {
             })
             .collect();
         println!(
-            "{name:<22} {:>10} {:>9.0} {:>11.0} {:>9} {:>9} {:>8} {:>13} {:>8}  {}",
+            "{:<22} {:>10} {:>9.0} {:>11.0} {:>9} {}  {}",
+            match (args.fence, args.compare) {
+                (FenceRule::OwnerBound, None) => format!("{name}/owner"),
+                _ => name.to_owned(),
+            },
             total.schedules,
             total.schedules as f64 / secs,
             total.steps as f64 / secs,
             total.grants,
-            total.refused,
-            total.shared,
-            format!("{}/{}", total.same_token, total.higher_token),
-            total.newest_refused,
+            total.fence.columns(),
             v.join("  ")
         );
+        if args.compare.is_some() {
+            // the same schedules and writes, judged by the comparison fence
+            println!(
+                "{:<22} {:>10} {:>9} {:>11} {:>9} {}",
+                format!("{name}/owner"),
+                total.schedules,
+                "",
+                "",
+                total.grants,
+                total.compared.columns()
+            );
+        }
         if let Some((seed, what)) = total.first_unexplained {
             failed = true;
             println!("  first unexplained violation: seed {seed}: {what}\n  replay: scripts/sim --mix {name} --seed {seed} --trace");

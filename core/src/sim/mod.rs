@@ -8,5 +8,6 @@ mod world;
 
 pub use crate::memory::{etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, WATCH_TIMEOUT_REPLY};
 pub use world::{
-    Faults, FenceRule, Outcome, Property, SimBackend, SimConfig, Simulation, Violation, LOCK_NAME,
+    Faults, FenceCounts, FenceRule, Outcome, Property, SimBackend, SimConfig, Simulation,
+    Violation, LOCK_NAME,
 };

@@ -196,6 +196,9 @@ pub struct SimConfig {
     pub backend: SimBackend,
     /// The rule the fenced resource applies to each write.
     pub fence: FenceRule,
+    /// A second fence with this rule sees the same writes and decides nothing (writers
+    /// never learn its answer), so one run measures two rules on the same schedules.
+    pub compare_fence: Option<FenceRule>,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -218,6 +221,7 @@ impl SimConfig {
             fair: false,
             backend: SimBackend::Redis,
             fence: FenceRule::TokenOnly,
+            compare_fence: None,
             options,
             faults,
             #[cfg(feature = "sabotage")]
@@ -236,6 +240,12 @@ impl SimConfig {
     /// The same schedule with the resource fenced by `rule`.
     pub fn fenced(mut self, rule: FenceRule) -> Self {
         self.fence = rule;
+        self
+    }
+
+    /// The same schedule with a comparison fence under `rule` beside the resource's.
+    pub fn compared_with(mut self, rule: FenceRule) -> Self {
+        self.compare_fence = Some(rule);
         self
     }
 
@@ -270,6 +280,92 @@ pub enum FenceRule {
     /// [`Fence::check_owned`]: the highest token is accepted again only from the owner
     /// that first wrote with it.
     OwnerBound,
+}
+
+/// What one fence did with a schedule's writes, judged by grant order (the order in
+/// which the server made the grants).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FenceCounts {
+    pub accepted: u64,
+    pub refused: u64,
+    /// Accepted writes carrying a token another owner had written with.
+    pub shared_token_accepted: u64,
+    /// Writes accepted although a write of a *later* grant had been accepted before, by
+    /// how the stale write's token compares with that later grant's: the same token
+    /// (the server granted one token to two owners) or a higher one (a stale holder's
+    /// token above the new holder's, after the counter went back).
+    pub out_of_order_same_token: u64,
+    pub out_of_order_higher_token: u64,
+    /// Refused writes of the newest grant: the fence had seen a token at or above the
+    /// one the server just granted (tokens went back), so the new holder cannot write.
+    pub newest_grant_refused: u64,
+}
+
+/// A fence with its rule and what it saw, in grant order.
+#[derive(Debug)]
+struct Resource {
+    rule: FenceRule,
+    fence: Fence,
+    /// The first owner that wrote with each token.
+    writers: BTreeMap<FencingToken, OwnerId>,
+    /// The latest grant (in grant order) whose write was accepted, and its token.
+    newest_accepted: Option<(u64, FencingToken)>,
+    counts: FenceCounts,
+}
+
+impl Resource {
+    fn new(rule: FenceRule) -> Self {
+        Resource {
+            rule,
+            fence: Fence::new(),
+            writers: BTreeMap::new(),
+            newest_accepted: None,
+            counts: FenceCounts::default(),
+        }
+    }
+
+    /// Decides a write whose grant stands at `place` in grant order (`None`: unknown);
+    /// `Ok(Some(first))` when `first`, another owner, wrote with the same token before.
+    fn write(
+        &mut self,
+        token: FencingToken,
+        owner: OwnerId,
+        place: Option<u64>,
+        newest_grant: bool,
+    ) -> Result<Option<OwnerId>, crate::StaleToken> {
+        let decided = match self.rule {
+            FenceRule::TokenOnly => self.fence.check("resource", token),
+            FenceRule::OwnerBound => self.fence.check_owned("resource", token, owner),
+        };
+        if let Err(stale) = decided {
+            self.counts.refused += 1;
+            if newest_grant {
+                self.counts.newest_grant_refused += 1;
+            }
+            return Err(stale);
+        }
+        self.counts.accepted += 1;
+        if let Some(place) = place {
+            match self.newest_accepted {
+                Some((newest, newest_token)) if place < newest && token == newest_token => {
+                    self.counts.out_of_order_same_token += 1
+                }
+                Some((newest, _)) if place < newest => self.counts.out_of_order_higher_token += 1,
+                _ => self.newest_accepted = Some((place, token)),
+            }
+        }
+        match self.writers.get(&token) {
+            Some(first) if *first != owner => {
+                self.counts.shared_token_accepted += 1;
+                Ok(Some(*first))
+            }
+            Some(_) => Ok(None),
+            None => {
+                self.writers.insert(token, owner);
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// The properties the checker verifies.
@@ -316,18 +412,10 @@ pub struct Outcome {
     /// Writes the resource accepted and refused as stale.
     pub writes_accepted: u64,
     pub writes_refused: u64,
-    /// Writes the resource accepted although a write of a *later* grant had been
-    /// accepted before (grant order is the order in which the server made the grants),
-    /// by how the stale write's token compares with that later grant's: the same token
-    /// (the server granted one token to two owners) or a higher one (a stale holder's
-    /// token above the new holder's, after the counter went back).
-    pub out_of_order_same_token: u64,
-    pub out_of_order_higher_token: u64,
-    /// Writes the resource accepted with a token another owner had written with.
-    pub shared_token_accepted: u64,
-    /// Refused writes of the newest grant: the fence had seen a token at or above the
-    /// one the server just granted (tokens went back), so the new holder cannot write.
-    pub newest_grant_refused: u64,
+    /// The resource's fence, by grant order ([`SimConfig::fence`]).
+    pub fence: FenceCounts,
+    /// The comparison fence's ([`SimConfig::compare_fence`]).
+    pub compared: Option<(FenceRule, FenceCounts)>,
     /// Steps the simulation took.
     pub steps: u64,
     /// The readable timeline, when tracing was on.
@@ -480,7 +568,8 @@ pub struct Simulation {
     /// The create revision of the etcd key that held the lock at the last check.
     etcd_holder: Option<i64>,
     server_epoch: u32,
-    resource: Fence,
+    resource: Resource,
+    compared: Option<Resource>,
     /// Blocked `BLPOP`s in the order they blocked (Redis serves them FIFO).
     blocked: Vec<Blocked>,
     clients: Vec<Client>,
@@ -536,6 +625,7 @@ impl Simulation {
             etcd.revoke_lag = Duration::from_millis(rng.next_u64() % 501);
         }
         let end = Instant::ZERO + cfg.run_for;
+        let (fence, compare_fence) = (cfg.fence, cfg.compare_fence);
         Simulation {
             checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
             cfg,
@@ -552,7 +642,8 @@ impl Simulation {
             watches: Vec::new(),
             etcd_holder: None,
             server_epoch: 0,
-            resource: Fence::new(),
+            resource: Resource::new(fence),
+            compared: compare_fence.map(Resource::new),
             blocked: Vec::new(),
             clients,
             tracing: false,
@@ -611,6 +702,8 @@ impl Simulation {
             self.checker
                 .at_end(&self.clients, self.now, &mut self.outcome);
         }
+        self.outcome.fence = self.resource.counts;
+        self.outcome.compared = self.compared.map(|r| (r.rule, r.counts));
         self.outcome
     }
 
@@ -936,26 +1029,32 @@ impl Simulation {
                 client,
                 token,
                 owner,
-            } => match match self.cfg.fence {
-                FenceRule::TokenOnly => self.resource.check("resource", token),
-                FenceRule::OwnerBound => self.resource.check_owned("resource", token, owner),
-            } {
-                Ok(()) => {
-                    self.outcome.writes_accepted += 1;
-                    self.trace(|| {
-                        format!("resource: accepts c{client}'s write with token {token}")
-                    });
-                    self.checker
-                        .accepted(self.now, token, owner, &mut self.outcome);
+            } => {
+                let place = self.checker.grant_place(token, owner);
+                let newest = self.checker.is_newest_grant(place);
+                if let Some(compared) = &mut self.compared {
+                    let _ = compared.write(token, owner, place, newest);
                 }
-                Err(stale) => {
-                    self.outcome.writes_refused += 1;
-                    if self.checker.is_newest_grant(token, owner) {
-                        self.outcome.newest_grant_refused += 1;
+                match self.resource.write(token, owner, place, newest) {
+                    Ok(shared_with) => {
+                        self.outcome.writes_accepted += 1;
+                        self.trace(|| {
+                            format!("resource: accepts c{client}'s write with token {token}")
+                        });
+                        self.checker.accepted(
+                            self.now,
+                            token,
+                            owner,
+                            shared_with,
+                            &mut self.outcome,
+                        );
                     }
-                    self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
+                    Err(stale) => {
+                        self.outcome.writes_refused += 1;
+                        self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -1421,14 +1520,10 @@ struct Checker {
     fault_free: bool,
     last_grant: Option<FencingToken>,
     last_accepted: Option<(FencingToken, OwnerId)>,
-    /// Per token: the owner whose write the resource accepted.
-    writers: BTreeMap<FencingToken, OwnerId>,
     /// Grants so far, and the place of each in grant order by token and owner (`None`
     /// where the server's grant names no owner id: etcd, whose tokens are unique).
     grants_made: u64,
     grant_order: BTreeMap<(FencingToken, Option<[u8; 16]>), u64>,
-    /// The latest grant (in grant order) whose write the resource accepted, and its token.
-    newest_accepted: Option<(u64, FencingToken)>,
     server_restarts: u32,
     idle_since: Option<Instant>,
     idle_bound: Duration,
@@ -1443,10 +1538,8 @@ impl Checker {
             fault_free,
             last_grant: None,
             last_accepted: None,
-            writers: BTreeMap::new(),
             grants_made: 0,
             grant_order: BTreeMap::new(),
-            newest_accepted: None,
             server_restarts: 0,
             idle_since: None,
             // the longest backoff step plus one round trip (two one-way delays)
@@ -1494,11 +1587,14 @@ impl Checker {
         self.last_grant = Some(self.last_grant.map_or(token, |l| l.max(token)));
     }
 
+    /// A write the resource accepted; `shared_with`: another owner that wrote with the
+    /// same token before.
     fn accepted(
         &mut self,
         at: Instant,
         token: FencingToken,
         owner: OwnerId,
+        shared_with: Option<OwnerId>,
         outcome: &mut Outcome,
     ) {
         // The fence must survive whatever else happens: never explained by a breach.
@@ -1513,31 +1609,9 @@ impl Checker {
                 return;
             }
         }
-        if let Some(place) = self.grant_place(token, owner) {
-            if let Some((newest, newest_token)) = self.newest_accepted {
-                if place < newest && token == newest_token {
-                    outcome.out_of_order_same_token += 1;
-                } else if place < newest {
-                    outcome.out_of_order_higher_token += 1;
-                }
-            }
-            if self
-                .newest_accepted
-                .is_none_or(|(newest, _)| place > newest)
-            {
-                self.newest_accepted = Some((place, token));
-            }
-        }
-        match self.writers.get(&token) {
-            Some(first) if *first != owner => {
-                outcome.shared_token_accepted += 1;
-                let detail = format!("token {token} was used by two owners ({first} and {owner})");
-                self.violate(Property::S1, at, detail, outcome);
-            }
-            Some(_) => {}
-            None => {
-                self.writers.insert(token, owner);
-            }
+        if let Some(first) = shared_with {
+            let detail = format!("token {token} was used by two owners ({first} and {owner})");
+            self.violate(Property::S1, at, detail, outcome);
         }
         self.last_accepted = Some((token, owner));
     }
@@ -1550,8 +1624,9 @@ impl Checker {
             .copied()
     }
 
-    fn is_newest_grant(&self, token: FencingToken, owner: OwnerId) -> bool {
-        self.grants_made > 0 && self.grant_place(token, owner) == Some(self.grants_made)
+    /// Whether a grant at `place` is the newest the server made.
+    fn is_newest_grant(&self, place: Option<u64>) -> bool {
+        self.grants_made > 0 && place == Some(self.grants_made)
     }
 
     fn waited(&mut self, _client: usize, since: Instant, now: Instant) {
