@@ -159,6 +159,9 @@ export declare class Lease implements AsyncDisposable {
   /** Still ours by the local view: not lost, not released, before its validity deadline
    * (due timers delivered first). Sends nothing; for the server's word, `extend()`. */
   readonly held: boolean
+  /** Whether this lease was released (`release()` called, `using()` or `await using`
+   * ended); a released lease is never held again. */
+  readonly released: boolean
   /**
    * Renews now (a manual extend; with `autoRenew: false` the only renewal there is) and
    * resolves once the server confirmed it (`validUntilMs` has moved). The TTL is the
@@ -168,8 +171,9 @@ export declare class Lease implements AsyncDisposable {
    * (`FENCEPOST_LEASE_DROPPED`).
    */
   extend(): Promise<void>
-  /** Throws the `LockLostError` if the lease has been lost (due timers delivered first).
-   * Call it between steps of long synchronous work and before each protected write. */
+  /** Throws the `LockLostError` if the lease has been lost, a `ConfigError` if it was
+   * released (work under it must stop either way); due timers are delivered first. Call
+   * it between steps of long synchronous work and before each protected write. */
   check(): void
   /**
    * Releases the lock (owner-checked on the server). Idempotent: later calls return the

@@ -212,11 +212,19 @@ class Lease {
     return Math.max(0, this._validUntilMs - now())
   }
 
-  /** Throws the LockLostError if the lease has been lost (due timers delivered first).
+  /** Whether this lease was released (`release()` called, `using()` or `await using`
+   * ended); a released lease is never held again. */
+  get released () { return this._release !== null }
+
+  /** Throws the LockLostError if the lease has been lost, a ConfigError if it was
+   * released (work under it must stop either way); due timers are delivered first.
    * Call it before each step of long work and before writing to the protected resource. */
   check () {
     this._acquisition.driver.poke()
     if (this._lostError !== null) throw this._lostError
+    if (this._release !== null) {
+      throw new ConfigError(`check(): the lease of ${JSON.stringify(this.name)} (token ${this._token}n) was released; acquire the lock again before writing`)
+    }
   }
 
   /**
@@ -260,7 +268,8 @@ class Lease {
   }
 
   toString () {
-    return `Lease(${JSON.stringify(this.name)}, token ${this._token}, ${this._lostReason === null ? 'held' : `lost: ${this._lostReason}`})`
+    const state = this._lostReason !== null ? `lost: ${this._lostReason}` : this._release !== null ? 'released' : 'held'
+    return `Lease(${JSON.stringify(this.name)}, token ${this._token}, ${state})`
   }
 }
 

@@ -60,6 +60,26 @@ test('extend of a released lease is a ConfigError', async () => {
   backend.close()
 })
 
+test('a released lease fails its check and says it was released', async () => {
+  // work that goes on after the release must not take check() for a yes
+  const backend = new MemoryBackend()
+  const lock = new Lock(backend, 'job', { ttlMs: 5_000 })
+  const lease = await lock.acquire()
+  lease.check()
+  assert.equal(lease.released, false)
+  assert.equal(String(lease), 'Lease("job", token 1, held)')
+  await lease.release()
+  assert.equal(lease.released, true)
+  assert.equal(String(lease), 'Lease("job", token 1, released)')
+  assert.throws(() => lease.check(), (e) => e instanceof ConfigError && /^check\(\): the lease of "job" \(token 1n\) was released/.test(e.message))
+  // lost first, released after: the loss is what check() reports
+  const lost = await lock.acquire()
+  backend.close()
+  await assert.rejects(lost.release(), LockLostError)
+  assert.throws(() => lost.check(), LockLostError)
+  assert.equal(String(lost), 'Lease("job", token 2, lost: closed)')
+})
+
 test('tryAcquire resolves null while held; timeoutMs overrides the wait for one call', async () => {
   const backend = new MemoryBackend()
   const lock = new Lock(backend, 'job', { ttlMs: 5_000 }) // waits forever by default

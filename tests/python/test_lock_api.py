@@ -120,6 +120,31 @@ async def test_extend_of_a_released_lease_is_a_config_error() -> None:
         await lease.extend()
 
 
+async def test_a_released_lease_fails_its_check_and_says_it_was_released() -> None:
+    # work that goes on after the release must not take check() for a yes
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "job", ttl=5.0)
+    async with lock as lease:
+        lease.check()
+        assert not lease.released and repr(lease) == "<Lease 'job' token=1 held>"
+    assert lease.released and repr(lease) == "<Lease 'job' token=1 released>"
+    with pytest.raises(ConfigError, match=r"^check\(\): the lease of 'job' \(token 1\) was released"):
+        lease.check()
+    sync = lock.acquire_sync()
+    sync.release()
+    assert sync.released and repr(sync) == "<SyncLease 'job' token=2 released>"
+    with pytest.raises(ConfigError, match="was released"):
+        sync.check()
+    # lost first, released after: the loss is what check() reports
+    lost = lock.acquire_sync()
+    backend.close()
+    with pytest.raises(LockLost):
+        lost.release()
+    with pytest.raises(LockLost):
+        lost.check()
+    assert repr(lost) == "<SyncLease 'job' token=3 lost='closed'>"
+
+
 def test_sync_extend_and_held() -> None:
     backend = fencepost.MemoryBackend()
     with fencepost.Lock(backend, "job", ttl=1.0, auto_renew=False) as lease:

@@ -107,6 +107,13 @@ class _LeaseBase:
         released = acquisition is not None and acquisition.released is not None
         return self._lost_reason is None and not released and self.valid_for() > 0.0
 
+    @property
+    def released(self) -> bool:
+        """Whether this lease was released (``release()`` was called, or its ``with``
+        block exited); a released lease is never held again."""
+        acquisition = self._acquisition
+        return acquisition is not None and acquisition.released is not None
+
     def _extend_check(self) -> None:
         if self._lost_reason is not None:
             raise self._lost_error()
@@ -120,15 +127,21 @@ class _LeaseBase:
         return acquisition is not None and acquisition.released is None
 
     def check(self) -> None:
-        """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost. Due
-        timers are delivered first, so a lease past its deadline is reported lost even
-        if the driver has not woken yet (for a :class:`Lease` checked from a thread
-        other than its event loop's, the loop delivers them: see :class:`Lease`). Call
-        it before each step of long work and before writing to the protected
-        resource."""
+        """Raises :class:`~fencepost.errors.LockLost` if the lease has been lost, and
+        :class:`~fencepost.errors.ConfigError` if it was released (work under it must
+        stop either way). Due timers are delivered first, so a lease past its deadline
+        is reported lost even if the driver has not woken yet (for a :class:`Lease`
+        checked from a thread other than its event loop's, the loop delivers them: see
+        :class:`Lease`). Call it before each step of long work and before writing to
+        the protected resource."""
         self._poke()
         if self._lost_reason is not None:
             raise self._lost_error()
+        if self.released:
+            raise ConfigError(
+                f"check(): the lease of {self._name!r} (token {self._token}) was released;"
+                " acquire the lock again before writing"
+            )
 
     def _lose(self, reason: str) -> None:
         if self._lost_reason is None:
@@ -138,7 +151,10 @@ class _LeaseBase:
         return lost_error(self._name, self._token, self._lost_reason or "expired")
 
     def __repr__(self) -> str:
-        state = f"lost={self._lost_reason!r}" if self._lost_reason else "held"
+        if self._lost_reason:
+            state = f"lost={self._lost_reason!r}"
+        else:
+            state = "released" if self.released else "held"
         return f"<{type(self).__name__} {self._name!r} token={self._token} {state}>"
 
 
