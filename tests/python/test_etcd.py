@@ -117,6 +117,24 @@ def test_configuration_errors() -> None:
             backend.holder_key("report", "xyz")
 
 
+async def test_fenced_txn_refuses_a_lease_of_another_backend_before_sending() -> None:
+    # port 9 (discard) on loopback: a request reaching it would fail in transport, not
+    # with the ConfigError expected here
+    memory = fencepost.MemoryBackend()
+    with httpx.Client() as client:
+        backend = EtcdBackend(client, "http://127.0.0.1:9")
+        with fencepost.Lock(memory, "report", ttl=5.0) as sync_lease:
+            with pytest.raises(ConfigError, match=r"^lease of lock 'report' was acquired on another backend"):
+                backend.fenced_txn_sync(sync_lease, puts=[("k", "v")])
+            with pytest.raises(ConfigError, match=r"^lease must be a Lease"):
+                backend.fenced_txn_sync(object(), puts=[("k", "v")])  # type: ignore[arg-type]
+    async with httpx.AsyncClient() as aclient:
+        abackend = EtcdBackend(aclient, "http://127.0.0.1:9")
+        async with fencepost.Lock(memory, "report", ttl=5.0) as lease:
+            with pytest.raises(ConfigError, match="acquired on another backend"):
+                await abackend.fenced_txn(lease, puts=[("k", "v")])
+
+
 def test_requests_render_as_json_gateway_calls() -> None:
     machine = _core.Machine({"kind": "etcd", "key_prefix": "app/"}, seed=7)
     # ttl 2.5 s, efficiency, no timeout, retry 10-500 ms, renew ttl/3, drift 1 %, margin 2 ms

@@ -56,13 +56,13 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._backend import Backend
+from ._lease import Lease, SyncLease
 from .errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
     import httpx
 
     from ._core import EtcdSpec
-    from .lock import Lease, SyncLease
 
 __all__ = ["EtcdBackend"]
 
@@ -409,6 +409,18 @@ class EtcdBackend(Backend):
         puts: Sequence[Tuple[str, str]],
         deletes: Sequence[str],
     ) -> _core.EtcdCall:
+        if not isinstance(lease, (Lease, SyncLease)):
+            raise ConfigError(
+                "lease must be a Lease from a lock on this EtcdBackend, got "
+                f"{type(lease).__name__}"
+            )
+        acquisition = lease._acquisition
+        if acquisition is None or acquisition.driver.backend is not self:
+            # another backend's token means nothing to this cluster's keys
+            raise ConfigError(
+                f"lease of lock {lease.name!r} was acquired on another backend: fence it "
+                "with that backend"
+            )
         return _core.etcd_fenced_txn(
             self.key_prefix, lease.name, lease.owner_id, lease.token, list(puts), list(deletes)
         )
@@ -434,7 +446,8 @@ class EtcdBackend(Backend):
             BackendError: no endpoint could be reached, or the call failed in transport
                 (it may or may not have been applied).
             ProtocolError: etcd answered with an error.
-            ConfigError: an argument of the wrong type, or a backend without asyncio.
+            ConfigError: an argument of the wrong type, a lease acquired on another
+                backend, or a backend without asyncio.
         """
         call = self._fenced_call(lease, puts, deletes)
         try:
