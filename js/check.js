@@ -23,8 +23,13 @@ function describe (value) {
   }
 }
 
+// With the `u` flag a surrogate pair is one code point, so this matches lone ones only.
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u
+
 function string (value, what) {
   if (typeof value !== 'string') throw new ConfigError(`${what} must be a string, got ${describe(value)}`)
+  // the addons' UTF-8 conversion would turn it into U+FFFD: two names, one lock
+  if (LONE_SURROGATE.test(value)) throw new ConfigError(`${what} must be valid UTF-8 (no lone surrogates), got ${describe(value)}`)
   return value
 }
 

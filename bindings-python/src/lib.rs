@@ -73,12 +73,22 @@ fn config_error(py: Python<'_>, message: impl Into<String>) -> PyErr {
     fp_error(py, "ConfigError", message.into(), None)
 }
 
+/// A `ConfigError` (kind `invalid_argument`) naming the lock option it refused.
+fn option_error(py: Python<'_>, message: String, option: &str) -> PyErr {
+    let kwargs = PyDict::new(py);
+    match kwargs.set_item("option", option) {
+        Ok(()) => fp_error(py, "ConfigError", message, Some(&kwargs)),
+        Err(e) => e,
+    }
+}
+
 /// A `UsageError` as `ConfigError` (`ClockError` for time going backwards) with the
 /// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
     let (class, option) = match &err {
         UsageError::TimeWentBackwards { .. } => ("ClockError", None),
         UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
+        UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
     };
     let mut message = err.to_string();
@@ -362,7 +372,14 @@ fn serde_error(
             None => "nothing".to_owned(),
         }
     };
-    let message = match err.into_inner() {
+    let inner = err.into_inner();
+    // the lock option refused: the path's key, or the unknown field itself
+    let option = match (&inner, keys.noun) {
+        (DeserializerError::UnknownField(field, _), "lock option") => Some(field.clone()),
+        (_, "lock option") if !key.is_empty() && !key.contains('.') => Some(key.clone()),
+        _ => None,
+    };
+    let message = match inner {
         DeserializerError::UnknownField(field, expected) => format!(
             "unknown {} '{field}': use {}",
             keys.noun,
@@ -397,7 +414,10 @@ fn serde_error(
         },
         other => format!("{}: {other}", keys.show(&key)),
     };
-    config_error(py, message)
+    match option {
+        Some(option) => option_error(py, message, &option),
+        None => config_error(py, message),
+    }
 }
 
 /// Lock options from a dict of the core's `LockOptions` fields (durations in integer

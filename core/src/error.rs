@@ -29,12 +29,25 @@ pub enum UsageError {
          or set accept_failover_risk=true if you accept that risk"
     )]
     UnsafePurpose { backend: String },
-    /// The lock name is empty or too long.
-    #[error("lock name must be 1 to 1024 bytes of UTF-8, got {len} bytes")]
-    InvalidName { len: usize },
+    /// The lock name is empty, too long, or holds a NUL character (which PostgreSQL
+    /// `text` cannot store: a name must mean the same lock on every backend).
+    #[error("lock name must be 1 to 1024 bytes of UTF-8 with no NUL character, got {len} bytes{}", nul_note(.nul))]
+    InvalidName {
+        len: usize,
+        #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+        nul: bool,
+    },
     /// This machine never issued a lock with this id.
     #[error("unknown lock {lock}")]
     UnknownLock { lock: LockId },
+}
+
+fn nul_note(nul: &bool) -> &'static str {
+    if *nul {
+        " with a NUL"
+    } else {
+        ""
+    }
 }
 
 impl UsageError {

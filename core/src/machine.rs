@@ -206,7 +206,7 @@ impl Machine {
     /// Checks a lock name and options as [`Input::Acquire`] would, without acquiring:
     /// hosts call it to report bad options when a lock object is built.
     ///
-    /// Errors: [`UsageError::InvalidName`] (empty or over 1024 bytes),
+    /// Errors: [`UsageError::InvalidName`] (empty, over 1024 bytes, or with a NUL),
     /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`].
     pub fn check_acquire(&self, name: &str, options: &LockOptions) -> Result<(), UsageError> {
         self.backend.check_acquire(name, options)

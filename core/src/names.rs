@@ -197,7 +197,7 @@ mod tests {
             UsageError::UnsafePurpose {
                 backend: "redis".into(),
             },
-            UsageError::InvalidName { len: 0 },
+            UsageError::InvalidName { len: 0, nul: false },
             UsageError::UnknownLock {
                 lock: crate::LockId(1),
             },

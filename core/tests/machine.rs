@@ -593,7 +593,12 @@ fn invalid_input_is_rejected_before_anything_changes() {
     let mut m = Machine::with_seed(Backend::default(), 1);
     assert!(matches!(
         m.acquire(at(0), "", opts(1_000)),
-        Err(UsageError::InvalidName { len: 0 })
+        Err(UsageError::InvalidName { len: 0, nul: false })
+    ));
+    // NUL: PostgreSQL text cannot hold it, so no backend takes it
+    assert!(matches!(
+        m.acquire(at(0), "a\0b", opts(1_000)),
+        Err(UsageError::InvalidName { len: 3, nul: true })
     ));
     assert!(matches!(
         m.acquire(at(0), "x", opts(0)),

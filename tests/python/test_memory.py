@@ -499,11 +499,12 @@ def test_bad_options_raise_config_error_naming_the_value(kwargs: dict[str, objec
         ("cfg", {"ttl": 1.0, "renew_every": 1.0}, "invalid_option", "renew_every"),
         ("cfg", {"retry_base": 0.5, "retry_max": 0.1}, "invalid_option", "retry_max"),
         ("cfg", {"drift_factor": 0.5}, "invalid_option", "drift_factor"),
-        ("cfg", {"purpose": "correctness"}, "unsafe_purpose", None),
+        ("cfg", {"purpose": "correctness"}, "unsafe_purpose", "purpose"),
         ("", {}, "invalid_name", None),
         ("x" * 1025, {}, "invalid_name", None),
-        ("cfg", {"ttl": "1"}, "invalid_argument", None),  # refused before the core
-        ("cfg", {"purpose": "speed"}, "invalid_argument", None),
+        # refused before the core, naming the option as the core's refusals do
+        ("cfg", {"ttl": "1"}, "invalid_argument", "ttl"),
+        ("cfg", {"purpose": "speed"}, "invalid_argument", "purpose"),
     ],
 )
 def test_config_errors_carry_the_core_kind_and_option(

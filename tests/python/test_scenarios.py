@@ -470,7 +470,8 @@ def usage_error_of(error: BaseException) -> Optional[Dict[str, Any]]:
     """The Rust runner's rendering of the core's ``UsageError`` (``{"kind": k}``, plus
     ``"option"`` for ``invalid_option``) from the exception the binding raised, or
     None when it is not one: not a ConfigError, a kind the core does not have, a
-    ClockError for another kind (or the reverse), an option on another kind."""
+    ClockError for another kind (or the reverse), an option on another kind (but
+    ``unsafe_purpose``, which names ``purpose`` as JavaScript does)."""
     if not isinstance(error, ConfigError):
         return None
     kind, option = error.kind, error.option
@@ -480,6 +481,8 @@ def usage_error_of(error: BaseException) -> Optional[Dict[str, Any]]:
         return None
     if kind == "invalid_option":
         return {"kind": kind, "option": option}
+    if kind == "unsafe_purpose":
+        return {"kind": kind} if option == "purpose" else None
     return {"kind": kind} if option is None else None
 
 
@@ -783,7 +786,9 @@ def test_usage_errors_map_to_the_binding_exceptions() -> None:
     assert not match_usage_error({"kind": "invalid_option", "option": "ttl"}, name)
     assert not match_usage_error({"kind": "unknown_lock"}, Raised(ConfigError("unknown lock 9")))
     assert not match_usage_error({"kind": "time_went_backwards"}, Raised(ConfigError("x", kind="time_went_backwards")))
-    assert not match_usage_error({"kind": "unsafe_purpose"}, Raised(ConfigError("x", kind="unsafe_purpose", option="purpose")))
+    # unsafe_purpose names the option it is about, and only that one
+    assert match_usage_error({"kind": "unsafe_purpose"}, Raised(ConfigError("x", kind="unsafe_purpose", option="purpose")))
+    assert not match_usage_error({"kind": "unsafe_purpose"}, Raised(ConfigError("x", kind="unsafe_purpose", option="ttl")))
 
 
 def test_the_binding_raises_each_usage_error_kind() -> None:

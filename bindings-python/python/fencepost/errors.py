@@ -60,10 +60,12 @@ class ConfigError(FencepostError, ValueError):
             when the Python package refused it before the core saw it (a wrong type,
             NaN, a negative duration, misuse of a ``Lock`` object, a client of the
             wrong kind).
-        option: for ``kind == "invalid_option"``, the option the core refused
+        option: the lock option refused, as the ``Lock`` keyword spells it
             (``"ttl"``, ``"renew_every"``, ``"retry_base"``, ``"retry_max"``,
-            ``"drift_factor"``, ``"clock_margin"``…, the ``Lock`` keyword of the same
-            name); otherwise None.
+            ``"drift_factor"``, ``"clock_margin"``…): by the core (``kind ==
+            "invalid_option"``, a value out of range) or by the package (``kind ==
+            "invalid_argument"``, a wrong type, NaN, a negative duration); None when
+            the input was not a lock option.
     """
 
     code = "ERR_CONFIG"

@@ -38,22 +38,27 @@ def _seconds_to_ns(param: str, value: object) -> int:
         ns = (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(
-            f"{param} must be a number of seconds (float or datetime.timedelta), got {value!r}"
+            f"{param} must be a number of seconds (float or datetime.timedelta), got {value!r}",
+            option=param,
         )
     elif isinstance(value, numbers.Integral):
         ns = int(value) * 1_000_000_000
     else:
         seconds = float(value)
         if not math.isfinite(seconds):
-            raise ConfigError(f"{param} must be a finite number of seconds, got {value!r}")
-        ns = round(seconds * 1e9)
+            raise ConfigError(
+                f"{param} must be a finite number of seconds, got {value!r}", option=param
+            )
+        scaled = seconds * 1e9  # infinite for 1e300: compared below, never rounded
+        ns = round(scaled) if math.isfinite(scaled) else (_NS_MAX + 1 if scaled > 0 else -1)
     shown = repr(value) if isinstance(value, timedelta) else f"{value!r} s"
     if ns < 0:
-        raise ConfigError(f"{param} must not be negative, got {shown}")
+        raise ConfigError(f"{param} must not be negative, got {shown}", option=param)
     if ns > _NS_MAX:
         raise ConfigError(
             f"{param} is too long: durations must be below 2**64 ns (about 584 years), "
-            f"got {shown}"
+            f"got {shown}",
+            option=param,
         )
     return ns
 
@@ -66,7 +71,9 @@ def _count(param: str, value: object) -> Optional[int]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
-        raise ConfigError(f"{param} must be None or an int in 0 ..= 2**32 - 1, got {value!r}")
+        raise ConfigError(
+            f"{param} must be None or an int in 0 ..= 2**32 - 1, got {value!r}", option=param
+        )
     return value
 
 
@@ -98,7 +105,7 @@ class Lock:
     Args:
         backend: a :class:`fencepost.redis.RedisBackend`,
             :class:`fencepost.postgres.PostgresBackend` or :class:`fencepost.MemoryBackend`.
-        name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8).
+        name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8, no NUL).
         ttl: lease length the server enforces, seconds, at most 2^31 ms (~24.8 days).
             At least 1 ms, and long enough that the validity ``ttl * (1 -
             drift_factor) - clock_margin`` is positive and, with auto-renewal, above

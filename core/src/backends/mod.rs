@@ -344,15 +344,19 @@ impl Backend {
     /// Checks a lock name and options as [`crate::Input::Acquire`] would, without a
     /// machine: hosts call it to report bad options when a lock object is built.
     ///
-    /// Errors: [`crate::UsageError::InvalidName`] (empty or over 1024 bytes),
-    /// [`crate::UsageError::InvalidOption`], [`crate::UsageError::UnsafePurpose`].
+    /// Errors: [`crate::UsageError::InvalidName`] (empty, over 1024 bytes, or with a NUL
+    /// character), [`crate::UsageError::InvalidOption`], [`crate::UsageError::UnsafePurpose`].
     pub fn check_acquire(
         &self,
         name: &str,
         options: &crate::LockOptions,
     ) -> Result<(), crate::UsageError> {
-        if name.is_empty() || name.len() > 1024 {
-            return Err(crate::UsageError::InvalidName { len: name.len() });
+        let nul = name.contains('\0');
+        if name.is_empty() || name.len() > 1024 || nul {
+            return Err(crate::UsageError::InvalidName {
+                len: name.len(),
+                nul,
+            });
         }
         options.validate(self.name(), self.tokens_may_regress())
     }
