@@ -2027,33 +2027,37 @@ fn advisory_key(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResu
 /// `pg_try_advisory_xact_lock` once and, if granted while no lease row of the name is
 /// live, bumps the name's token (on its row of `lease_table`) in the same transaction.
 /// Read its reply with `read_xact_lock`. The lock ends with the transaction (commit or
-/// rollback): nothing to renew or release.
+/// rollback): nothing to renew or release. With `wait`, `pg_advisory_xact_lock`
+/// instead: it waits on the server while another transaction or session holds the
+/// name's advisory lock, up to the transaction's `lock_timeout` (then the server
+/// cancels it with SQLSTATE 55P03); a live lease row is not waited for.
 ///
-/// Errors: `ConfigError` for a name that is not a str, or a table name that is not a
-/// plain SQL identifier.
+/// Errors: `ConfigError` for a name that is not a str (kind `invalid_name` when it is
+/// empty, over 1024 bytes or holds a NUL), or a table name that is not a plain SQL
+/// identifier.
 #[pyfunction]
-#[pyo3(signature = (name, *, lease_table = None, token_table = None, namespace = None))]
+#[pyo3(signature = (name, *, wait = false, lease_table = None, token_table = None, namespace = None))]
 fn xact_lock_statement(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
+    wait: bool,
     lease_table: Option<&Bound<'_, PyAny>>,
     token_table: Option<&Bound<'_, PyAny>>,
     namespace: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Sql> {
     let settings = pg_settings(py, lease_table, token_table, namespace)?;
     let name = arg_str(name, "name")?;
-    if name.is_empty() || name.len() > 1024 {
-        return Err(config_error(
-            py,
-            format!(
-                "lock name must be 1 to 1024 bytes of UTF-8, got {} bytes",
-                name.len()
-            ),
-        ));
+    let nul = name.contains('\0');
+    if name.is_empty() || name.len() > 1024 || nul {
+        let len = name.len();
+        return Err(usage_error(py, UsageError::InvalidName { len, nul }));
     }
-    Ok(Sql {
-        stmt: pg::xact_lock_statement(&settings, &name),
-    })
+    let stmt = if wait {
+        pg::xact_lock_wait_statement(&settings, &name)
+    } else {
+        pg::xact_lock_statement(&settings, &name)
+    };
+    Ok(Sql { stmt })
 }
 
 /// Reads the reply of `xact_lock_statement` (rows, or a `SqlErrorReply`): the fencing

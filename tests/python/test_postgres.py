@@ -654,6 +654,77 @@ def test_a_duplicate_grant_behind_a_pooler_writes_once_through_an_owner_bound_fe
     assert advisory_holders(key) == []
 
 
+@needs_pg
+def test_xact_lock_with_a_timeout_waits_on_the_server_for_the_holder(name: str, migrated: None) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as a, psycopg.connect(PG_URL, autocommit=True) as b:
+        default = b.execute("SHOW lock_timeout").fetchone()
+        held = threading.Event()
+
+        def hold(seconds: float) -> None:
+            with xact_lock(a, name) as token:
+                tokens.append(token)
+                held.set()
+                time.sleep(seconds)
+
+        # granted once the holder commits, with the next token; the block runs under the
+        # caller's own lock_timeout again
+        tokens: List[int] = []
+        holder = threading.Thread(target=hold, args=(0.5,))
+        holder.start()
+        assert held.wait(5)
+        started = time.monotonic()
+        with xact_lock(b, name, timeout=5.0) as token:
+            waited = time.monotonic() - started
+            assert b.execute("SHOW lock_timeout").fetchone() == default
+        holder.join()
+        assert token == tokens[0] + 1 and 0.3 < waited < 4.0, (token, tokens, waited)
+        # held for longer than the timeout: AcquireTimeout after the timeout, not before
+        held.clear()
+        holder = threading.Thread(target=hold, args=(2.0,))
+        holder.start()
+        assert held.wait(5)
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout, match="within the timeout") as info:
+            with xact_lock(b, name, timeout=0.3):
+                pass
+        waited = time.monotonic() - started
+        holder.join()
+        assert 0.25 < waited < 1.8 and "lock timeout" in str(info.value.last_error), (waited, info.value)
+        assert b.execute("SHOW lock_timeout").fetchone() == default  # rolled back with the wait
+        # timeout=0 tries once; a live lease row is not waited for
+        with fencepost.Lock(PostgresBackend(a), name, ttl=5.0) as lease:
+            started = time.monotonic()
+            with pytest.raises(AcquireTimeout, match="lease row"):
+                with xact_lock(b, name, timeout=5.0):
+                    pass
+            assert time.monotonic() - started < 1.0
+            assert lease.token == tokens[-1] + 1
+        for bad in (-1.0, float("nan"), "1"):
+            with pytest.raises(ConfigError, match="timeout"):
+                xact_lock(b, name, timeout=bad)  # type: ignore[arg-type]
+
+
+@needs_pg
+async def test_async_xact_lock_with_a_timeout_waits_for_the_holder(name: str, migrated: None) -> None:
+    assert PG_URL
+    aconn = await psycopg.AsyncConnection.connect(PG_URL, autocommit=True)
+    try:
+        with psycopg.connect(PG_URL, autocommit=True) as a:
+            with xact_lock(a, name) as first:
+                waiter = asyncio.ensure_future(_async_xact(aconn, name, 5.0))
+                await asyncio.sleep(0.3)
+                assert not waiter.done()
+            assert await asyncio.wait_for(waiter, 5) == first + 1
+    finally:
+        await aconn.close()
+
+
+async def _async_xact(aconn: Any, name: str, timeout: float) -> int:
+    async with xact_lock(aconn, name, timeout=timeout) as token:
+        return token
+
+
 # ---- one lock per name across the three modes ------------------------------------------------------
 
 

@@ -552,6 +552,7 @@ def advisory_key(namespace: str, name: str) -> int:
 def xact_lock_statement(
     name: str,
     *,
+    wait: bool = False,
     lease_table: Optional[str] = None,
     token_table: Optional[str] = None,
     namespace: Optional[str] = None,
@@ -560,7 +561,10 @@ def xact_lock_statement(
     in the caller's transaction: one ``pg_try_advisory_xact_lock`` (it never waits) and,
     if granted while no lease row of the name is live, a bump of the name's token (on
     its row of ``lease_table``) in the same transaction. Read the reply with
-    :func:`read_xact_lock`; the lock ends with the transaction.
+    :func:`read_xact_lock`; the lock ends with the transaction. With ``wait=True``,
+    ``pg_advisory_xact_lock`` instead: it waits on the server while another transaction
+    or session holds the name's advisory lock, up to the transaction's ``lock_timeout``
+    (SQLSTATE 55P03 after it); a live lease row is not waited for.
 
     Raises: ConfigError (a name that is not a str of 1 to 1024 bytes, a bad table
     name)."""

@@ -75,6 +75,7 @@ from . import _core
 from ._backend import Backend
 from ._driver import AsyncDriver
 from .errors import AcquireTimeout, BackendError, ConfigError, DuplicateGrantWarning, StaleToken
+from .lock import Seconds, _seconds_to_ns
 
 if TYPE_CHECKING:
     from ._core import PostgresSpec, SqlValue
@@ -532,11 +533,12 @@ class PostgresBackend(Backend):
 
     # -- transaction-level locks --
 
-    def xact_lock(self, conn: Any, name: str) -> XactLock:
+    def xact_lock(self, conn: Any, name: str, *, timeout: Optional[Seconds] = 0) -> XactLock:
         """:func:`xact_lock` with this backend's token table and namespace."""
         return xact_lock(
             conn,
             name,
+            timeout=timeout,
             lease_table=self.lease_table,
             token_table=self.token_table,
             namespace=self.namespace,
@@ -997,12 +999,28 @@ class XactLock:
     """
 
     def __init__(
-        self, conn: Any, name: str, *, lease_table: str, token_table: str, namespace: str
+        self,
+        conn: Any,
+        name: str,
+        *,
+        timeout: Optional[Seconds],
+        lease_table: str,
+        token_table: str,
+        namespace: str,
     ) -> None:
         self._conn = conn
         self._name = name
+        ns = None if timeout is None else _seconds_to_ns("timeout", timeout)
+        #: ``lock_timeout`` for the server-side wait ("0": none), or None to try once.
+        self._lock_timeout: Optional[str] = (
+            "0" if ns is None else None if ns == 0 else f"{max(1, -(-ns // 1_000_000))}ms"
+        )
         self._stmt = _core.xact_lock_statement(
-            name, lease_table=lease_table, token_table=token_table, namespace=namespace
+            name,
+            wait=self._lock_timeout is not None,
+            lease_table=lease_table,
+            token_table=token_table,
+            namespace=namespace,
         )
         self._tx: Any = None
         #: The fencing token once granted.
@@ -1011,14 +1029,34 @@ class XactLock:
     def _granted(self, reply: Any) -> int:
         token = _core.read_xact_lock(reply)  # ProtocolError
         if token is None:
+            why = (
+                "another transaction holds it (xact_lock tries exactly once with timeout=0; "
+                "retry the transaction)"
+                if self._lock_timeout is None
+                else "a lease row of the name is live (xact_lock waits on the server for "
+                "advisory holders only; retry the transaction)"
+            )
             raise AcquireTimeout(
-                f"could not acquire lock {self._name!r}: another transaction holds it "
-                "(xact_lock tries exactly once; retry the transaction)",
-                name=self._name,
-                last_error=None,
+                f"could not acquire lock {self._name!r}: {why}", name=self._name, last_error=None
             )
         self.token = token
         return token
+
+    def _timed_out(self, exc: Exception) -> Optional[AcquireTimeout]:
+        if getattr(exc, "sqlstate", None) != "55P03":  # lock_not_available: lock_timeout
+            return None
+        return AcquireTimeout(
+            f"could not acquire lock {self._name!r} within the timeout: another transaction "
+            f"or session held it for longer (lock_timeout {self._lock_timeout})",
+            name=self._name,
+            last_error=str(exc),
+        )
+
+    def _error(self, exc: Exception) -> object:
+        error = _error_reply(exc)
+        if error is None:
+            raise BackendError(f"xact_lock({self._name!r}) failed: {exc}") from exc
+        return error
 
     def __enter__(self) -> int:
         psycopg = _psycopg()
@@ -1030,15 +1068,21 @@ class XactLock:
         self._tx = self._conn.transaction()
         self._tx.__enter__()
         try:
+            previous = None
+            if self._lock_timeout is not None:
+                previous = self._conn.execute(_SET_LOCK_TIMEOUT, (self._lock_timeout,), prepare=False).fetchone()[0]
             query, params = to_pyformat(self._stmt.sql, self._stmt.params)
             try:
                 reply: object = _rows(self._conn.execute(query, params, prepare=False))
             except psycopg.Error as exc:
-                error = _error_reply(exc)
-                if error is None:
-                    raise BackendError(f"xact_lock({self._name!r}) failed: {exc}") from exc
-                reply = error
-            return self._granted(reply)
+                timed_out = self._timed_out(exc)
+                if timed_out is not None:
+                    raise timed_out from None
+                reply = self._error(exc)
+            token = self._granted(reply)
+            if previous is not None:  # the caller's work runs under its own setting
+                self._conn.execute(_RESTORE_LOCK_TIMEOUT, (previous,), prepare=False)
+            return token
         except BaseException:
             self._tx.__exit__(*sys.exc_info())
             raise
@@ -1064,16 +1108,23 @@ class XactLock:
         self._tx = self._conn.transaction()
         await self._tx.__aenter__()
         try:
+            previous = None
+            if self._lock_timeout is not None:
+                cursor = await self._conn.execute(_SET_LOCK_TIMEOUT, (self._lock_timeout,), prepare=False)
+                previous = (await cursor.fetchone())[0]
             query, params = to_pyformat(self._stmt.sql, self._stmt.params)
             try:
                 cursor = await self._conn.execute(query, params, prepare=False)
                 reply: object = await _rows_async(cursor)
             except psycopg.Error as exc:
-                error = _error_reply(exc)
-                if error is None:
-                    raise BackendError(f"xact_lock({self._name!r}) failed: {exc}") from exc
-                reply = error
-            return self._granted(reply)
+                timed_out = self._timed_out(exc)
+                if timed_out is not None:
+                    raise timed_out from None
+                reply = self._error(exc)
+            token = self._granted(reply)
+            if previous is not None:
+                await self._conn.execute(_RESTORE_LOCK_TIMEOUT, (previous,), prepare=False)
+            return token
         except BaseException:
             await self._tx.__aexit__(*sys.exc_info())
             raise
@@ -1089,10 +1140,19 @@ class XactLock:
         return result
 
 
+#: Sets the transaction's lock_timeout for the wait (``SET LOCAL``: it ends with the
+#: transaction) and returns the value it had.
+_SET_LOCK_TIMEOUT = (
+    "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
+)
+_RESTORE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
+
+
 def xact_lock(
     conn: Any,
     name: str,
     *,
+    timeout: Optional[Seconds] = 0,
     lease_table: str = "fencepost_leases",
     token_table: str = "fencepost_tokens",
     namespace: str = "fencepost",
@@ -1116,12 +1176,17 @@ def xact_lock(
     outside it (another table through another connection, Redis, a file), where a
     write made with it would survive the rollback and carry the next holder's token.
 
-    It tries **exactly once**: when the lock is held — by another transaction, a
-    session lock or a live lease row of the same name — it rolls back and raises
-    :class:`~fencepost.errors.AcquireTimeout`. Waiting would need a backoff (or a
-    server-side wait), and fencepost makes every waiting decision in its core, whose
-    transaction-level statement is try-only; retry the whole transaction, or use a
-    lease or session lock (:class:`PostgresBackend`) to wait.
+    With ``timeout=0`` (the default) it tries **exactly once**: when the lock is held —
+    by another transaction, a session lock or a live lease row of the same name — it
+    rolls back and raises :class:`~fencepost.errors.AcquireTimeout`. With a timeout
+    (seconds, or ``None`` for no limit) it waits **on the server** while another
+    transaction or session holds the name's advisory lock: ``pg_advisory_xact_lock``
+    under the transaction's ``lock_timeout`` set to the timeout (restored to the
+    caller's value once granted, so the block's own statements run under their usual
+    setting); the server queues the waiters and grants in its lock manager's order. A
+    live *lease row* of the name is not waited for (no server-side wait can see it
+    end): it raises AcquireTimeout at once; wait with a lease or session lock
+    (:class:`PostgresBackend`) instead.
 
     **One lock per name across the three PostgreSQL modes.** Lease rows, session locks
     and transaction locks of the same name (same ``lease_table``, ``token_table`` and
@@ -1132,16 +1197,22 @@ def xact_lock(
     :class:`~fencepost.errors.ProtocolError` rather than shared.
 
     Raises:
-        AcquireTimeout: the lock is held (see above).
+        AcquireTimeout: the lock is held (see above), or was held for longer than
+            ``timeout`` (``last_error`` names the server's lock timeout).
         ProtocolError: the server refused the statement (missing tables: run the
             migration); a session lock of this name is held on the same server
             session by another client (a transaction-pooling proxy).
         BackendError: the connection failed.
-        ConfigError: a bad name or table; ``with`` on an async connection or
-            ``async with`` on a sync one.
+        ConfigError: a bad name, table or timeout (not a number of seconds, NaN,
+            negative); ``with`` on an async connection or ``async with`` on a sync one.
     """
     return XactLock(
-        conn, name, lease_table=lease_table, token_table=token_table, namespace=namespace
+        conn,
+        name,
+        timeout=timeout,
+        lease_table=lease_table,
+        token_table=token_table,
+        namespace=namespace,
     )
 
 

@@ -357,8 +357,22 @@ impl Recipe for PostgresBackend {
 /// with [`read_xact_lock`]. The lock is released by the transaction's commit or
 /// rollback; there is nothing to renew or release.
 pub fn xact_lock_statement(backend: &PostgresBackend, name: &str) -> SqlStatement {
+    xact_statement(backend, name, "pg_try_advisory_xact_lock")
+}
+
+/// [`xact_lock_statement`] that waits on the server: `pg_advisory_xact_lock` blocks
+/// while another transaction or session holds the name's advisory lock, for as long as
+/// the transaction's `lock_timeout` allows (then PostgreSQL cancels the statement with
+/// SQLSTATE `55P03`, "lock timeout"; set it with `set_config('lock_timeout', …, true)`
+/// first). A live lease row is not waited for: the reply reads as held, as the trying
+/// statement's does. Read its reply with [`read_xact_lock`].
+pub fn xact_lock_wait_statement(backend: &PostgresBackend, name: &str) -> SqlStatement {
+    xact_statement(backend, name, "pg_advisory_xact_lock")
+}
+
+fn xact_statement(backend: &PostgresBackend, name: &str, lock_fn: &str) -> SqlStatement {
     SqlStatement {
-        sql: backend.advisory_acquire_sql("pg_try_advisory_xact_lock"),
+        sql: backend.advisory_acquire_sql(lock_fn),
         params: vec![
             SqlValue::Int(advisory_key(&backend.namespace, name)),
             SqlValue::Text(name.to_owned()),
@@ -525,7 +539,7 @@ impl PostgresBackend {
             "WITH held AS (SELECT EXISTS ({held}) AS yes, {SESSION_OWNER} AS who), \
              state AS (SELECT yes AND coalesce(who, '') = $3::text AS again, \
              yes AND coalesce(who, '') <> $3::text AS shared FROM held), \
-             got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN false ELSE {try_fn}($1::bigint) END AS took), \
+             got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN false ELSE {take} END AS took), \
              bump AS (INSERT INTO {l} AS l (name, owner, token, expires_at) \
              SELECT $2::text, NULL, {floor} + 1, NULL FROM got WHERE took \
              ON CONFLICT (name) DO UPDATE SET owner = NULL, expires_at = NULL, \
@@ -538,6 +552,12 @@ impl PostgresBackend {
              {remaining}, state.shared \
              FROM state, (SELECT count(*) FROM mark) m, (SELECT count(*) FROM undo) u",
             held = held_sql("$1"),
+            take = if try_fn == "pg_advisory_xact_lock" {
+                // the blocking form returns void: taken once it returns
+                "(SELECT true FROM (SELECT pg_advisory_xact_lock($1::bigint)) AS waited)".to_owned()
+            } else {
+                format!("{try_fn}($1::bigint)")
+            },
             l = self.lease_table,
             floor = token_floor(&self.token_table, "$2"),
             undo = if session {
