@@ -61,6 +61,17 @@ export interface LockOptions {
   driftFactor?: number
   /** Safety margin subtracted from every validity, ms (default 2). */
   clockMarginMs?: number
+  /**
+   * The lowest fencing token a grant may carry: a bigint in `1n ..= 2n ** 63n - 1n` (or a
+   * safe integer); `null`/`undefined` = the server's next token (default). Redis raises
+   * its counter to `max(counter + 1, tokenFloor)` (plain and fair). For recovery after
+   * tokens went backwards (a Redis failover, a restart without persistence): a fence
+   * refused the new holder with StaleTokenError, whose `highest` is the highest token it
+   * has seen, so acquire again with `tokenFloor: err.highest + 1n`. Refused on etcd
+   * (ConfigError, `option: 'tokenFloor'`): its tokens are create revisions the server
+   * alone assigns, and they never go backwards.
+   */
+  tokenFloor?: bigint | number | null
 }
 
 export interface AcquireOptions {

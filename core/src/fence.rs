@@ -338,6 +338,7 @@ pub fn redis_fenced_set(
         script: RedisScript::FencedSet,
         keys: vec![data_key.to_owned(), fence_key.to_owned()],
         args: vec![token.to_string(), value.to_owned()],
+        wait: None,
     }
 }
 
