@@ -72,6 +72,20 @@ export interface LockOptions {
    * alone assigns, and they never go backwards.
    */
   tokenFloor?: bigint | number | null
+  /**
+   * Replica-confirmed grants (Redis only): when above 0, each acquire and renew script is
+   * followed on the same connection by `WAIT minReplicas replicaTimeoutMs`, and counts only
+   * once that many replicas acknowledged it. An unconfirmed grant is retried under the same
+   * owner id until `acquireTimeoutMs` (then released: AcquireTimeoutError); an unconfirmed
+   * renewal is retried until the validity deadline (then LockLostError, 'expired'). A
+   * failover to a replica that acknowledged keeps the lock and its token; WAIT does not
+   * make Redis linearizable, so a correctness lock still needs `acceptFailoverRisk`.
+   * Default 0 (no WAIT). ConfigError (`option: 'minReplicas'`) on etcd, MemoryBackend,
+   * UpstashRedisBackend (each REST command is a request of its own) and cluster clients.
+   */
+  minReplicas?: number
+  /** How long each WAIT may block, ms: at least 1, below the validity. Default 100. */
+  replicaTimeoutMs?: number
 }
 
 export interface AcquireOptions {
@@ -251,6 +265,10 @@ export interface RedisScriptCall {
   readonly sha1: string
   readonly keys: readonly string[]
   readonly args: readonly string[]
+  /** Replica confirmation (a lock's `minReplicas`): send `WAIT replicas timeoutMs` on the
+   * same connection right after the script (never inside MULTI, where WAIT does not
+   * block) and answer `[script reply, WAIT reply]`. Absent: the script runs alone. */
+  readonly wait?: { readonly replicas: number, readonly timeoutMs: number }
 }
 
 /**
