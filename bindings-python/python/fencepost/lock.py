@@ -168,7 +168,8 @@ class Lock:
             ``accept_failover_risk=True``. Default 0 (no ``WAIT``). ``ConfigError`` on
             PostgreSQL, etcd, :class:`~fencepost.MemoryBackend` and cluster clients.
         replica_timeout: seconds each ``WAIT`` may block: at least 1 ms, below the
-            validity; default 0.1.
+            validity; default 0.1. Keep it below the client's ``socket_timeout`` (the
+            pipeline's reply waits for it).
 
     Raises:
         ConfigError: a value of the wrong type (``ttl="1"``, ``ttl=True``), NaN,
