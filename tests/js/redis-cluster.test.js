@@ -39,8 +39,8 @@ for (const fair of [false, true]) {
     const backend = new RedisBackend(client, { keyPrefix: p, fair })
     const names = ['n0', 'n1', 'n2', 'n3', 'n4', 'n5']
     for (const name of names) {
-      const token = await new Lock(backend, name, { ttlMs: 300 }).using(async (signal, lease) => {
-        await sleep(400) // longer than the TTL: renewals keep it
+      const token = await new Lock(backend, name, { ttlMs: 1_000 }).using(async (signal, lease) => {
+        if (name === names[0]) await sleep(1_300) // longer than the TTL: renewals keep it
         lease.check()
         assert.equal(await client.get(backend.lockKey(name)), lease.ownerId)
         await backend.fencedSet(`${p}{${name}}:data`, `${p}{${name}}:fence`, lease.token, 'v', { ownerId: lease.ownerId })

@@ -69,8 +69,9 @@ def test_locks_on_a_cluster_acquire_renew_release_and_fence(
     assert len({node_of(client, backend.lock_key(n)) for n in names}) > 1
     tokens = []
     for name in names:
-        with fencepost.Lock(backend, name, ttl=0.3) as lease:
-            time.sleep(0.4)  # longer than the ttl: renewals keep it
+        with fencepost.Lock(backend, name, ttl=1.0) as lease:
+            if name == names[0]:
+                time.sleep(1.3)  # longer than the ttl: renewals keep it
             lease.check()
             assert client.get(backend.lock_key(name)) == lease.owner_id.encode()
             data, fence = f"{prefix}{{{name}}}:data", f"{prefix}{{{name}}}:fence"
@@ -108,7 +109,7 @@ async def test_asyncio_cluster_clients(nodes: List[str], prefix: str) -> None:
         backend = RedisBackend(c, key_prefix=prefix, fair=fair)
         tokens = []
         for _ in range(3):
-            async with fencepost.Lock(backend, f"a{fair}", ttl=0.3) as lease:
+            async with fencepost.Lock(backend, f"a{fair}", ttl=2.0) as lease:
                 await backend.fenced_set(f"{prefix}{{a}}:d", f"{prefix}{{a}}:f{fair}", lease.token, "v")
                 tokens.append(lease.token)
         assert tokens == [1, 2, 3]
