@@ -788,7 +788,9 @@ export declare class StaleTokenError extends FencepostError {
   readonly resource: string
   /** The refused token. */
   readonly token: bigint
-  /** The highest token the resource had accepted. */
+  /** The highest token the resource had accepted. When the holder refused is the lock's
+   * legitimate holder (tokens went backwards: a failover, a restart without persistence),
+   * release and acquire again with `tokenFloor: highest + 1n`. */
   readonly highest: bigint
   readonly reason: 'superseded' | 'duplicate_grant'
 }

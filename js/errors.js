@@ -66,7 +66,8 @@ AcquireTimeoutError.prototype.code = 'ERR_ACQUIRE_TIMEOUT'
 
 /** A fenced write was refused. `reason`: 'superseded' (a lower token than the
  * resource's `highest`) or 'duplicate_grant' (owner-bound rule: the same token from
- * another owner, so the lock server granted it twice). */
+ * another owner, so the lock server granted it twice). A legitimate holder refused
+ * because tokens went backwards acquires again with `tokenFloor: highest + 1n`. */
 class StaleTokenError extends FencepostError {
   constructor (message, resource, token, highest, reason = 'superseded') {
     super(message)
