@@ -107,6 +107,30 @@ def test_min_replicas_is_refused_where_wait_cannot_confirm_the_script(name: str)
         fencepost.Lock(fencepost.MemoryBackend(), name, min_replicas=-1)
 
 
+def test_a_fair_hand_off_is_confirmed_by_the_waiters_next_acquire(pair: Tuple[str, str], name: str) -> None:
+    """The releaser's script grants the lock to the parked waiter; the waiter counts it
+    only after its own acquire (the lock already its own) and WAIT confirm it."""
+    import threading
+
+    primary, replica = (redis.Redis.from_url(u, socket_timeout=5) for u in pair)
+    backend = RedisBackend(primary, fair=True)
+    options = dict(ttl=5.0, min_replicas=1, replica_timeout=0.5)
+    holder = fencepost.Lock(backend, name, **options).acquire_sync()  # type: ignore[arg-type]
+    got = []
+    waiter = fencepost.Lock(RedisBackend(primary, fair=True), name, **options)  # type: ignore[arg-type]
+    t = threading.Thread(target=lambda: got.append(waiter.acquire_sync()))
+    t.start()
+    assert wait_until(lambda: primary.zcard(f"fencepost:{{{name}}}:queue") == 1, timeout=3.0)
+    holder.release()
+    t.join(5.0)
+    (lease,) = got
+    assert lease.token == holder.token + 1
+    assert replica.get(backend.lock_key(name)) == lease.owner_id.encode()
+    lease.release()
+    primary.close()
+    replica.close()
+
+
 def test_after_a_failover_a_confirmed_lease_holds_and_the_token_rises(pair: Tuple[str, str], name: str) -> None:
     """Last in the module: it kills the primary. A's confirmed grant is on the promoted
     replica, so B is refused until A's lease runs out, then gets a higher token."""
