@@ -61,6 +61,31 @@ export interface LockOptions {
   driftFactor?: number
   /** Safety margin subtracted from every validity, ms (default 2). */
   clockMarginMs?: number
+  /**
+   * The lowest fencing token a grant may carry: a bigint in `1n ..= 2n ** 63n - 1n` (or a
+   * safe integer); `null`/`undefined` = the server's next token (default). Redis raises
+   * its counter to `max(counter + 1, tokenFloor)` (plain and fair). For recovery after
+   * tokens went backwards (a Redis failover, a restart without persistence): a fence
+   * refused the new holder with StaleTokenError, whose `highest` is the highest token it
+   * has seen, so acquire again with `tokenFloor: err.highest + 1n`. Refused on etcd
+   * (ConfigError, `option: 'tokenFloor'`): its tokens are create revisions the server
+   * alone assigns, and they never go backwards.
+   */
+  tokenFloor?: bigint | number | null
+  /**
+   * Replica-confirmed grants (Redis only): when above 0, each acquire and renew script is
+   * followed on the same connection by `WAIT minReplicas replicaTimeoutMs`, and counts only
+   * once that many replicas acknowledged it. An unconfirmed grant is retried under the same
+   * owner id until `acquireTimeoutMs` (then released: AcquireTimeoutError); an unconfirmed
+   * renewal is retried until the validity deadline (then LockLostError, 'expired'). A
+   * failover to a replica that acknowledged keeps the lock and its token; WAIT does not
+   * make Redis linearizable, so a correctness lock still needs `acceptFailoverRisk`.
+   * Default 0 (no WAIT). ConfigError (`option: 'minReplicas'`) on etcd, MemoryBackend,
+   * UpstashRedisBackend (each REST command is a request of its own) and cluster clients.
+   */
+  minReplicas?: number
+  /** How long each WAIT may block, ms: at least 1, below the validity. Default 100. */
+  replicaTimeoutMs?: number
 }
 
 export interface AcquireOptions {
@@ -244,6 +269,10 @@ export interface RedisScriptCall {
   readonly sha1: string
   readonly keys: readonly string[]
   readonly args: readonly string[]
+  /** Replica confirmation (a lock's `minReplicas`): send `WAIT replicas timeoutMs` on the
+   * same connection right after the script (never inside MULTI, where WAIT does not
+   * block) and answer `[script reply, WAIT reply]`. Absent: the script runs alone. */
+  readonly wait?: { readonly replicas: number, readonly timeoutMs: number }
 }
 
 /**
@@ -763,7 +792,9 @@ export declare class StaleTokenError extends FencepostError {
   readonly resource: string
   /** The refused token. */
   readonly token: bigint
-  /** The highest token the resource had accepted. */
+  /** The highest token the resource had accepted. When the holder refused is the lock's
+   * legitimate holder (tokens went backwards: a failover, a restart without persistence),
+   * release and acquire again with `tokenFloor: highest + 1n`. */
   readonly highest: bigint
   readonly reason: 'superseded' | 'duplicate_grant'
 }

@@ -70,7 +70,15 @@ function createBackends (native, LockMachine, fence) {
         const rest = error.message.slice(error.message.indexOf(' fencing tokens ') + ' fencing tokens '.length)
         throw new ConfigError(`a correctness lock on ${this._label()} is unsafe: its fencing tokens ${rest}`, { kind: error.kind, option: error.option })
       }
+      const noWait = options.minReplicas > 0 ? this._cannotWait() : null
+      if (noWait !== null) {
+        throw new ConfigError(`minReplicas: ${noWait}; leave it 0`, { kind: 'invalid_option', option: 'minReplicas' })
+      }
     }
+
+    /** Why this backend cannot confirm grants with WAIT on the connection that ran the
+     * script (a sentence), or null when it can. */
+    _cannotWait () { return null }
 
     /**
      * Runs one request of the lock machine; returns the server's reply as the client
@@ -334,6 +342,8 @@ function createBackends (native, LockMachine, fence) {
     _label () {
       return 'MemoryBackend (an in-process stand-in for Redis, with its token rules)'
     }
+
+    _cannotWait () { return 'MemoryBackend has no replicas to confirm a grant' }
   }
 
   // ---- Redis clients -----------------------------------------------------------------------
@@ -377,7 +387,8 @@ function createBackends (native, LockMachine, fence) {
       return {
         kind: 'node-redis',
         evalsha: (c) => client.evalSha(c.sha1, { keys: c.keys, arguments: c.args }),
-        eval: (c) => client.eval(scripts[c.script].source, { keys: c.keys, arguments: c.args })
+        eval: (c) => client.eval(scripts[c.script].source, { keys: c.keys, arguments: c.args }),
+        wait: (w) => client.sendCommand(['WAIT', String(w.replicas), String(w.timeoutMs)])
       }
     }
     if (client !== null && typeof client === 'object' && typeof client.evalsha === 'function' && typeof client.eval === 'function') {
@@ -385,7 +396,8 @@ function createBackends (native, LockMachine, fence) {
       return {
         kind: 'ioredis',
         evalsha: (c) => client.evalsha(c.sha1, c.keys.length, ...c.keys, ...c.args),
-        eval: (c) => client.eval(scripts[c.script].source, c.keys.length, ...c.keys, ...c.args)
+        eval: (c) => client.eval(scripts[c.script].source, c.keys.length, ...c.keys, ...c.args),
+        wait: (w) => client.call('WAIT', String(w.replicas), String(w.timeoutMs))
       }
     }
     return null
@@ -622,10 +634,28 @@ function createBackends (native, LockMachine, fence) {
           return Promise.reject(error)
         }
       }
+      if (command.wait !== undefined) return this._confirmed(command)
       return attempt(() => this._runner.evalsha(command)).then(undefined, (error) => {
         if (!isNoScript(error)) return errorReply(error)
         return attempt(() => this._runner.eval(command)).then(undefined, errorReply)
       })
+    }
+
+    /** The script, then `WAIT replicas timeoutMs` issued in the same tick on the same
+     * client (one connection, commands in order; never MULTI, where WAIT does not block):
+     * resolves `[script reply, WAIT reply]`. */
+    _confirmed (command) {
+      const both = (run) => Promise.all([
+        attempt(() => run(command)).then(undefined, errorReply),
+        attempt(() => this._runner.wait(command.wait)).then(undefined, errorReply)
+      ])
+      return both(this._runner.evalsha).then((reply) => isNoScript(reply[0]) ? both(this._runner.eval) : reply)
+    }
+
+    _cannotWait () {
+      return this._client.isCluster === true || typeof this._client.getMasters === 'function' || Array.isArray(this._client.masters)
+        ? 'a cluster client routes WAIT (it has no key) to any node, not to the one that ran the script: use a client of the slot\'s primary'
+        : null
     }
 
     /** `BLPOP key timeoutMs/1000` on a blocking connection; `signal` abandons it (the
@@ -736,6 +766,10 @@ function createBackends (native, LockMachine, fence) {
 
     /** The REST endpoint. */
     get url () { return this._url }
+
+    _cannotWait () {
+      return 'the REST protocol runs every command as a request of its own, and Redis\' WAIT counts only the writes of the connection it runs on: nothing ties it to the script\'s; use RedisBackend on a direct connection'
+    }
 
     async execute (command, options) {
       if (command !== null && typeof command === 'object' && command.backend === 'redis_blpop') {

@@ -74,11 +74,11 @@ function plainObject (value, what) {
   return value
 }
 
-const DURATION_OPTIONS = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs']
+const DURATION_OPTIONS = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs', 'replicaTimeoutMs']
 const OPTIONAL_DURATION_OPTIONS = ['acquireTimeoutMs', 'renewEveryMs']
 const BOOLEAN_OPTIONS = ['acceptFailoverRisk', 'autoRenew']
 const KNOWN_OPTIONS = new Set([
-  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor', 'retryCount'
+  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor', 'retryCount', 'tokenFloor', 'minReplicas'
 ])
 
 function suggestion (key) {
@@ -136,12 +136,27 @@ function lockOptions (options) {
     }
     out.retryCount = given.retryCount
   }
+  if (given.minReplicas !== undefined && given.minReplicas !== null) {
+    if (!Number.isInteger(given.minReplicas) || given.minReplicas < 0 || given.minReplicas > 2 ** 32 - 1) {
+      throw new ConfigError(`minReplicas must be an integer in 0 ..= 2**32 - 1 (replicas that must confirm each grant and renewal), got ${describe(given.minReplicas)}`, { option: 'minReplicas' })
+    }
+    out.minReplicas = given.minReplicas
+  }
   if (given.driftFactor !== undefined && given.driftFactor !== null) {
     // NaN passes the type check: the core refuses it naming the allowed range.
     if (typeof given.driftFactor !== 'number') {
       throw new ConfigError(`driftFactor must be a number (a fraction, 0.01 = 1 %), got ${describe(given.driftFactor)}`, { option: 'driftFactor' })
     }
     out.driftFactor = given.driftFactor
+  }
+  if (given.tokenFloor !== undefined && given.tokenFloor !== null) {
+    // A decimal string, as tokens travel: a bigint above 2 ** 53 stays exact. The range
+    // is the core's.
+    const floor = given.tokenFloor
+    if (!(typeof floor === 'bigint' || Number.isSafeInteger(floor)) || floor < 0 || BigInt(floor) > 0xffff_ffff_ffff_ffffn) {
+      throw new ConfigError(`tokenFloor must be a bigint in 1n ..= 2n ** 63n - 1n (or a safe integer), got ${describe(floor)}`, { option: 'tokenFloor' })
+    }
+    out.tokenFloor = String(floor)
   }
   return out
 }

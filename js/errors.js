@@ -66,7 +66,8 @@ AcquireTimeoutError.prototype.code = 'ERR_ACQUIRE_TIMEOUT'
 
 /** A fenced write was refused. `reason`: 'superseded' (a lower token than the
  * resource's `highest`) or 'duplicate_grant' (owner-bound rule: the same token from
- * another owner, so the lock server granted it twice). */
+ * another owner, so the lock server granted it twice). A legitimate holder refused
+ * because tokens went backwards acquires again with `tokenFloor: highest + 1n`. */
 class StaleTokenError extends FencepostError {
   constructor (message, resource, token, highest, reason = 'superseded') {
     super(message)
@@ -97,7 +98,10 @@ const JS_OPTION = {
   renew_every: 'renewEveryMs',
   auto_renew: 'autoRenew',
   drift_factor: 'driftFactor',
-  clock_margin: 'clockMarginMs'
+  clock_margin: 'clockMarginMs',
+  token_floor: 'tokenFloor',
+  min_replicas: 'minReplicas',
+  replica_timeout: 'replicaTimeoutMs'
 }
 
 /** Core messages name options the Rust/Python way (or neutrally, `accept-failover-risk`);
@@ -106,7 +110,7 @@ function jsWords (text) {
   return String(text)
     .replace(/\b(accept|auto|renew|retry|acquire|clock|drift)-(failover-risk|renew|every|base|max|timeout|margin|factor)\b/g, (w) => w.replace(/-/g, '_'))
     .replace(/\b(accept_failover_risk|auto_renew)=(true|false)\b/g, (_, name, value) => `${JS_OPTION[name]}: ${value}`)
-    .replace(/\b(accept_failover_risk|auto_renew|renew_every|retry_base|retry_max|acquire_timeout|clock_margin|drift_factor)\b/g, (name) => JS_OPTION[name])
+    .replace(/\b(accept_failover_risk|auto_renew|renew_every|retry_base|retry_max|acquire_timeout|clock_margin|drift_factor|token_floor|min_replicas|replica_timeout)\b/g, (name) => JS_OPTION[name])
 }
 
 // napi-rs's own codes for an argument of the wrong type (the JavaScript half checks types

@@ -41,7 +41,7 @@ function createDecoder (native) {
           const deadlineMs = flat[i + 4]
           const body = flat[i + 5]
           i += 6
-          if (body === 0) {
+          if (body === 0 || body === 4) {
             const [script, sha1] = scripts[flat[i]]
             const nKeys = flat[i + 1]
             const keys = strings(flat, i + 2, nKeys)
@@ -49,7 +49,12 @@ function createDecoder (native) {
             const nArgs = flat[i]
             const args = strings(flat, i + 1, nArgs)
             i += 1 + nArgs
-            outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'redis', script, sha1, keys, args })
+            const request = { type: 'request', id, lock, operation, deadlineMs, backend: 'redis', script, sha1, keys, args }
+            if (body === 4) { // WAIT on the same connection right after the script
+              request.wait = { replicas: flat[i], timeoutMs: flat[i + 1] }
+              i += 2
+            }
+            outputs.push(request)
           } else if (body === 1) {
             outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'redis_blpop', key: flat[i], timeoutMs: flat[i + 1] })
             i += 2

@@ -451,12 +451,18 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
         .map_err(|e: DecodeError| e.about(given))
     }
 
+    /// A duration in nanoseconds, or a token (`tokenFloor`) as its decimal string.
     fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.value {
-            CoreValue::Nanos(n) => visitor
+        let n = match &self.value {
+            CoreValue::Nanos(n) => Some(*n),
+            CoreValue::Text(s) => s.parse().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) => visitor
                 .visit_u64(n)
                 .map_err(|e: DecodeError| e.about(self.given)),
-            _ => Err(self.wrong_type(&visitor)),
+            None => Err(self.wrong_type(&visitor)),
         }
     }
 
@@ -632,7 +638,8 @@ fn decode_error(fields: &[(String, Primitive)], e: DecodeError) -> JsError {
 
 /// Lock options in the JavaScript spelling (`ttlMs`, `purpose`, `acceptFailoverRisk`,
 /// `acquireTimeoutMs`, `retryBaseMs`, `retryMaxMs`, `renewEveryMs`, `autoRenew`,
-/// `driftFactor`, `clockMarginMs`) as the core's [`LockOptions`]; absent ones take the
+/// `driftFactor`, `clockMarginMs`, `tokenFloor` as a decimal string) as the core's
+/// [`LockOptions`]; absent ones take the
 /// core's defaults (`acquireTimeoutMs`: wait forever, `renewEveryMs`: ttl / 3). Only
 /// types are checked here: every range is the core's ([`Backend::check_acquire`]).
 pub fn lock_options(fields: Vec<(String, Primitive)>) -> Result<LockOptions> {

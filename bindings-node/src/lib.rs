@@ -480,6 +480,7 @@ impl MemoryRedis {
             script: js(env, common::script(&command.script))?,
             keys: command.keys,
             args: command.args,
+            wait: None,
         };
         to_js(env, &common::redis_value(&self.inner.eval(now, &cmd)))
     }

@@ -783,6 +783,11 @@ impl Command {
     fn args(&self) -> Vec<String> {
         self.cmd.args.clone()
     }
+    /// `(replicas, timeout_ms)` of a `WAIT` to send right after the script, or None.
+    #[getter]
+    fn wait(&self) -> Option<(u32, u64)> {
+        self.cmd.wait.map(|w| (w.replicas, w.timeout_ms))
+    }
     fn __repr__(&self) -> String {
         format!(
             "Command(script={:?}, keys={:?}, args={:?})",
@@ -1150,6 +1155,13 @@ impl Request {
     fn args(&self) -> PyResult<Vec<String>> {
         Ok(self.redis()?.args.clone())
     }
+    /// Replica confirmation: `(replicas, timeout_ms)` for a `WAIT replicas timeout_ms`
+    /// to send right after the script on the same connection (a pipeline, not
+    /// `MULTI`), replying `[script reply, WAIT reply]`; None when the script runs alone.
+    #[getter]
+    fn wait(&self) -> PyResult<Option<(u32, u64)>> {
+        Ok(self.redis()?.wait.map(|w| (w.replicas, w.timeout_ms)))
+    }
     fn __repr__(&self) -> String {
         let what = match &self.body {
             RequestBody::Redis(cmd) => {
@@ -1366,7 +1378,10 @@ impl Machine {
     /// the core's defaults: `ttl` (30 s), `purpose` ("efficiency" or "correctness"),
     /// `accept_failover_risk`, `acquire_timeout` (None waits forever, 0 tries once),
     /// `retry_base`, `retry_max`, `renew_every` (None: every ttl/3), `auto_renew`,
-    /// `drift_factor`, `clock_margin`.
+    /// `drift_factor`, `clock_margin`, `token_floor` (None, or the lowest token a grant
+    /// may carry: an int in 1 ..= 2**63 - 1; refused on etcd), `min_replicas` (0, or the
+    /// replicas whose `WAIT` must confirm each grant and renewal; Redis only),
+    /// `replica_timeout` (each `WAIT`'s bound, 100 ms).
     ///
     /// Errors: `ConfigError` naming the bad option (an unknown key, a wrong type, or out
     /// of the range the core accepts), or an unsafe purpose; `ClockError`.

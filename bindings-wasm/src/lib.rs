@@ -619,6 +619,7 @@ impl MemoryRedis {
             script: js(common::script(&string(&script, "script")?))?,
             keys: string_array(&keys, "keys")?,
             args: string_array(&args, "args")?,
+            wait: None,
         };
         to_js(&common::redis_value(&self.inner.eval(now, &cmd)))
     }

@@ -43,7 +43,8 @@ pub enum StaleReason {
 
 /// A write was refused: its token is lower than one the resource already accepted, or
 /// (owner-bound rule) equal to it but from another owner; `reason` says which.
-/// `highest` is the resource's highest token.
+/// `highest` is the resource's highest token: a legitimate holder refused because tokens went
+/// backwards acquires again with [`crate::LockOptions::token_floor`] = `highest + 1`.
 #[derive(Clone, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StaleToken {
     pub resource: String,
@@ -350,6 +351,7 @@ pub fn redis_fenced_set(
         script: RedisScript::FencedSet,
         keys: vec![data_key.to_owned(), fence_key.to_owned()],
         args: vec![token.to_string(), value.to_owned()],
+        wait: None,
     }
 }
 

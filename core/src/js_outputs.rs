@@ -13,6 +13,8 @@
 //!                 1 (redis_blpop), key, timeoutMs
 //!                 2 (etcd), call, path, body, timeoutMs | null
 //!                 3 (a backend the JavaScript bindings do not carry: SQL)
+//!                 4 (redis, then WAIT on the same connection), as 0, then
+//!                   replicas, timeoutMs
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
@@ -71,13 +73,17 @@ pub fn encode_output<'a, E>(
             push(Number(ns_to_ms(req.deadline.as_nanos())))?;
             match &req.body {
                 RequestBody::Redis(cmd) => {
-                    push(Number(0.0))?;
+                    push(Number(if cmd.wait.is_some() { 4.0 } else { 0.0 }))?;
                     push(Number(script_index(cmd.script)))?;
                     for list in [&cmd.keys, &cmd.args] {
                         push(Number(list.len() as f64))?;
                         for item in list {
                             push(text(item))?;
                         }
+                    }
+                    if let Some(w) = cmd.wait {
+                        push(Number(f64::from(w.replicas)))?;
+                        push(Number(w.timeout_ms as f64))?;
                     }
                 }
                 // Fair hand-off: `BLPOP key timeoutMs/1000` on a connection of its own;

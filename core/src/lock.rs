@@ -286,6 +286,9 @@ fn step_cx<'a>(
         retry_max_ms: u64::try_from(options.retry_max.as_millis()).unwrap_or(u64::MAX),
         renew_session: false,
         sent_at,
+        token_floor: options.token_floor,
+        min_replicas: options.min_replicas,
+        replica_timeout_ms: options.replica_timeout_ms(),
         part,
     }
 }

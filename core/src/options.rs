@@ -58,6 +58,26 @@ pub struct LockOptions {
     /// Safety margin subtracted from every validity (Redlock's default 2 ms).
     #[serde(with = "serde_nanos")]
     pub clock_margin: Duration,
+    /// The lowest fencing token a grant of this acquisition may carry: Redis raises its
+    /// counter to `max(counter + 1, floor)`, PostgreSQL takes `greatest(…, floor)`;
+    /// `None` (default) asks for no floor. 1 ..= 2^63 − 1 (the servers' signed 64-bit
+    /// counters). For recovery after tokens went backwards: a fence refused the new
+    /// holder with `StaleToken { highest }`, so acquire again with `highest + 1`.
+    /// Safe on any grant: a counter only moves up. etcd assigns its revisions itself
+    /// and refuses a floor ([`crate::Backend::check_acquire`]).
+    pub token_floor: Option<crate::FencingToken>,
+    /// Replica-confirmed grants (Redis only): when above 0, every acquire and renew
+    /// script is followed, on the same connection, by `WAIT min_replicas
+    /// replica_timeout`, and its outcome counts only once that many replicas
+    /// acknowledged it. Unconfirmed is ambiguous: an acquire is retried under the same
+    /// owner id (and released if it never is), a renewal is retried until the validity
+    /// deadline. Default 0 (no `WAIT`). What this does and does not protect: DESIGN.md,
+    /// "Decisions about Redis".
+    pub min_replicas: u32,
+    /// How long each `WAIT` may block: 1 ms ..< the validity; sent rounded up to whole
+    /// ms. Default 100 ms. Only read when `min_replicas` is above 0.
+    #[serde(with = "serde_nanos")]
+    pub replica_timeout: Duration,
 }
 
 /// The longest TTL accepted: 2^31 ms (about 24.8 days).
@@ -77,6 +97,9 @@ impl Default for LockOptions {
             auto_renew: true,
             drift_factor: 0.01,
             clock_margin: Duration::from_millis(2),
+            token_floor: None,
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(100),
         }
     }
 }
@@ -103,6 +126,11 @@ impl LockOptions {
     /// The renew interval in effect: `renew_every`, or `ttl / 3`.
     pub fn renew_interval(&self) -> Duration {
         self.renew_every.unwrap_or(self.ttl / 3)
+    }
+
+    /// The replica timeout as `WAIT` receives it: whole milliseconds, rounded up.
+    pub fn replica_timeout_ms(&self) -> u64 {
+        u64::try_from(self.replica_timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
     }
 
     /// The TTL as the server receives it: whole milliseconds, rounded up.
@@ -187,6 +215,26 @@ impl LockOptions {
                 ),
             ));
         }
+        if self.min_replicas > 0
+            && (self.replica_timeout < Duration::from_millis(1) || self.replica_timeout >= validity)
+        {
+            // WAIT 0 blocks forever; a WAIT past the validity confirms a lease already gone
+            return Err(UsageError::option(
+                "replica_timeout",
+                format!(
+                    "must be at least 1 ms and below the validity {validity:?} (ttl {:?} less drift and margin), got {:?}",
+                    self.ttl, self.replica_timeout
+                ),
+            ));
+        }
+        if let Some(floor) = self.token_floor {
+            if floor.0 == 0 || floor.0 > i64::MAX as u64 {
+                return Err(UsageError::option(
+                    "token_floor",
+                    format!("must be in 1 ..= 2^63 - 1, got {floor}"),
+                ));
+            }
+        }
         if self.purpose == Purpose::Correctness && tokens_may_regress && !self.accept_failover_risk
         {
             return Err(UsageError::UnsafePurpose {
@@ -266,6 +314,38 @@ mod tests {
         assert!(!text.contains("ZooKeeper"), "{text}"); // not a backend
         assert_eq!(o.validate("etcd", false), Ok(()));
         o.accept_failover_risk = true;
+        assert_eq!(o.validate("redis", true), Ok(()));
+    }
+
+    #[test]
+    fn token_floor_fits_the_servers_signed_counters() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        for bad in [0, 1 << 63] {
+            o.token_floor = Some(crate::FencingToken(bad));
+            let err = o.validate("redis", true).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("token_floor: must be in 1 ..= 2^63 - 1, got {bad}")
+            );
+        }
+        o.token_floor = Some(crate::FencingToken(i64::MAX as u64));
+        assert_eq!(o.validate("redis", true), Ok(()));
+    }
+
+    #[test]
+    fn replica_timeout_must_be_positive_and_inside_the_validity() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        o.min_replicas = 1;
+        for bad in [ms(0), ms(988)] {
+            o.replica_timeout = bad;
+            let err = o.validate("redis", true).unwrap_err();
+            assert!(err.to_string().starts_with("replica_timeout: "), "{err}");
+        }
+        o.replica_timeout = Duration::from_micros(1_500);
+        assert_eq!(o.validate("redis", true), Ok(()));
+        assert_eq!(o.replica_timeout_ms(), 2); // WAIT takes whole ms, rounded up
+        o.min_replicas = 0; // no WAIT: the timeout is not read
+        o.replica_timeout = ms(0);
         assert_eq!(o.validate("redis", true), Ok(()));
     }
 

@@ -87,7 +87,7 @@ fn ms_to_ns(ms: f64) -> u64 {
 
 /// Options are core `LockOptions` fields; `x_ms` stands for the duration field `x`.
 /// The scenario's options apply over `LockOptions::default()`, a step's over those.
-const OPTION_FIELDS: [&str; 11] = [
+const OPTION_FIELDS: [&str; 14] = [
     "ttl_ms",
     "acquire_timeout_ms",
     "retry_count",
@@ -99,6 +99,9 @@ const OPTION_FIELDS: [&str; 11] = [
     "clock_margin_ms",
     "purpose",
     "accept_failover_risk",
+    "token_floor",
+    "min_replicas",
+    "replica_timeout_ms",
 ];
 
 fn lock_options(layers: &[&Map<String, Value>]) -> Result<LockOptions, String> {
@@ -283,7 +286,7 @@ fn render(output: &Output) -> Value {
                     r.body
                 )
             };
-            json!({ "request": {
+            let mut request = json!({
                 "id": r.id.0,
                 "lock": r.lock.0,
                 "operation": serde_name(&r.operation),
@@ -291,7 +294,11 @@ fn render(output: &Output) -> Value {
                 "script": serde_name(&cmd.script),
                 "keys": cmd.keys,
                 "args": cmd.args,
-            }})
+            });
+            if let Some(w) = cmd.wait {
+                request["wait"] = json!({ "replicas": w.replicas, "timeout_ms": w.timeout_ms });
+            }
+            json!({ "request": request })
         }
         Output::Event { lock, event } => render_event(*lock, event),
         Output::Timeout(at) => json!({ "next_timeout_ms": ns_to_ms(at.as_nanos()) }),
@@ -490,7 +497,7 @@ fn mismatch(
 
 /// Compact JSON with keys in the README's order, for messages.
 fn show(v: &Value) -> String {
-    const ORDER: [&str; 16] = [
+    const ORDER: [&str; 19] = [
         "type",
         "request",
         "event",
@@ -502,6 +509,9 @@ fn show(v: &Value) -> String {
         "script",
         "keys",
         "args",
+        "wait",
+        "replicas",
+        "timeout_ms",
         "token",
         "valid_until_ms",
         "reason",

@@ -62,6 +62,15 @@ async function smoke (dir) {
     assert.ok(performance.now() - released < 500, 'handed off at once, not after the 1 s park')
     assert.ok(second.token > first.token, 'tokens rise')
     await second.release()
+
+    // WAIT on the script's connection: a lone server has no replica, so minReplicas 1 is
+    // never confirmed, the acquisition times out and its grant is released
+    await assert.rejects(
+      new Lock(backend, 'wait', { ttlMs: 5_000, minReplicas: 1, replicaTimeoutMs: 10, acquireTimeoutMs: 1_000 }).acquire(),
+      (e) => e.code === 'ERR_ACQUIRE_TIMEOUT' && /WAIT confirmed the grant on 0 of 1/.test(e.message)
+    )
+    for (let i = 0; i < 100 && await get(`${prefix}{wait}:lock`) !== null; i++) await sleep(10)
+    assert.equal(await get(`${prefix}{wait}:lock`), null, 'the unconfirmed grant was released')
   } finally {
     backend.close()
     fair.close()
@@ -79,7 +88,7 @@ async function main () {
     assert.equal(version.split('.')[0], major, `${alias}: expected ${name} ${major}.x, got ${version}`)
     const started = performance.now()
     await smoke(dir)
-    console.log(`${name} ${version}: acquire, renew, fenced write, release, fair hand-off ok in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+    console.log(`${name} ${version}: acquire, renew, fenced write, release, fair hand-off, WAIT ok in ${((performance.now() - started) / 1000).toFixed(1)} s`)
   }
 }
 

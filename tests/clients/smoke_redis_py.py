@@ -134,6 +134,51 @@ async def async_smoke(url: str, prefix: str) -> None:
         await client.aclose() if hasattr(client, "aclose") else await client.close()
 
 
+def wait_smoke(url: str, prefix: str) -> None:
+    """WAIT in one pipeline after the script, blocking and asyncio: a lone server has no
+    replica, so min_replicas=1 is never confirmed, and the unconfirmed grant is released."""
+    from fencepost.errors import AcquireTimeout
+
+    plain = redis.Redis.from_url(url, socket_timeout=2)
+    options = dict(ttl=5.0, min_replicas=1, replica_timeout=0.01, acquire_timeout=1.0)
+
+    def refused(exc: AcquireTimeout) -> None:
+        check("WAIT confirmed the grant on 0 of 1" in str(exc), f"the timeout names WAIT: {exc}")
+
+    def released(name: str) -> bool:
+        return plain.get(f"{prefix}{{{name}}}:lock") is None
+
+    backend = RedisBackend(redis.Redis.from_url(url, socket_timeout=2), key_prefix=prefix)
+    try:
+        fencepost.Lock(backend, "wait", **options).acquire_sync()  # type: ignore[arg-type]
+        raise AssertionError("a grant no replica confirmed was acquired")
+    except AcquireTimeout as exc:
+        refused(exc)
+    for _ in range(100):
+        if released("wait"):
+            break
+        time.sleep(0.01)
+    check(released("wait"), "the unconfirmed grant was released (blocking client)")
+    backend.close()
+
+    async def in_loop() -> None:  # the cleanup release runs on the loop: keep it running
+        backend = RedisBackend(redis.asyncio.Redis.from_url(url, socket_timeout=2), key_prefix=prefix)
+        try:
+            await fencepost.Lock(backend, "await", **options).acquire()  # type: ignore[arg-type]
+            raise AssertionError("a grant no replica confirmed was acquired")
+        except AcquireTimeout as exc:
+            refused(exc)
+        for _ in range(100):
+            if released("await"):
+                break
+            await asyncio.sleep(0.01)
+        check(released("await"), "the unconfirmed grant was released (asyncio client)")
+        await backend.aclose()
+
+    asyncio.run(in_loop())
+    plain.close()
+
+
 def main() -> None:
     major = int(sys.argv[1])
     have = int(redis.__version__.split(".")[0])
@@ -144,6 +189,7 @@ def main() -> None:
     sync_smoke(url, prefix + "s:")
     sync_fair_handoff(url, prefix + "sf:")
     asyncio.run(async_smoke(url, prefix + "a:"))
+    wait_smoke(url, prefix + "w:")
     parsed = urlparse(url)
     probe = RedisBackend(redis.Redis(host=parsed.hostname or "127.0.0.1", port=parsed.port or 6379, socket_timeout=1))
     bound = probe._sync_call_limit_s()
@@ -155,7 +201,7 @@ def main() -> None:
     probe.close()
     check(from_url == 4.0, f"bound for from_url(url, socket_timeout=2): {from_url} s, expected 4.0 s")
     print(
-        f"redis-py {redis.__version__}: acquire, renew, fenced write, release, fair hand-off "
+        f"redis-py {redis.__version__}: acquire, renew, fenced write, release, fair hand-off, WAIT "
         f"(threads and asyncio) ok in {time.monotonic() - started:.1f} s; "
         f"bound for redis.Redis(host=…, socket_timeout=1): {bound} s, for from_url(url, socket_timeout=2): {from_url} s"
     )

@@ -1,7 +1,8 @@
 'use strict'
 // A process that contends for one Redis lock (forked by redis.test.js, like a separate
 // service would be). Arguments: url, key prefix, lock name, rounds, client
-// ('ioredis' | 'node-redis'), and optionally 'fair' for fair hand-off and the longest pause
+// ('ioredis' | 'node-redis' | 'ioredis-cluster': url is then a Redis Cluster node, and the
+// fenced keys share a hash tag, one script touching both), and optionally 'fair' for fair hand-off and the longest pause
 // between sections in ms (default 4; 0 asks again at once).
 //
 // It connects, tells the parent it is ready, waits for 'go', then `rounds` times: takes the
@@ -16,6 +17,11 @@ const HOLD_MS = 1 // inside the critical section
 const PAUSE_MS = 4 // at most, between sections by default: lets the others in
 
 async function connect (url, kind) {
+  if (kind === 'ioredis-cluster') {
+    const { hostname, port } = new URL(url)
+    const client = new (devRequire('ioredis').Cluster)([{ host: hostname, port: Number(port) }])
+    return { client, log: (key, value) => client.rpush(key, value), close: () => client.quit() }
+  }
   if (kind === 'ioredis') {
     const IORedis = devRequire('ioredis')
     const client = new IORedis(url, { maxRetriesPerRequest: 2 })
@@ -39,7 +45,8 @@ async function main () {
   for (let i = 0; i < rounds; i++) {
     await lock.using(async (signal, lease) => {
       const start = process.hrtime.bigint()
-      await backend.fencedSet(`${prefix}data`, `${prefix}fence`, lease.token, `${process.pid}:${i}`)
+      const tag = kind === 'ioredis-cluster' ? '{fenced}' : ''
+      await backend.fencedSet(`${prefix}${tag}data`, `${prefix}${tag}fence`, lease.token, `${process.pid}:${i}`)
       await sleep(HOLD_MS)
       lease.check()
       const end = process.hrtime.bigint()

@@ -133,6 +133,8 @@ test('EtcdBackend: configuration errors name the option; correctness locks need 
   const lock = new Lock(backend, 'money', { purpose: 'correctness', ttlMs: 2_500 })
   assert.equal(lock.backend, backend)
   assert.throws(() => new Lock(backend, 'money', { ttlMs: 0 }), (e) => e instanceof ConfigError && e.option === 'ttlMs')
+  // its tokens are create revisions the server alone assigns: a floor is refused, never ignored
+  assert.throws(() => new Lock(backend, 'money', { tokenFloor: 42n }), (e) => e instanceof ConfigError && e.option === 'tokenFloor' && /tokenFloor: not supported on etcd/.test(e.message))
   backend.close()
 })
 

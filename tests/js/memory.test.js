@@ -53,6 +53,16 @@ test('acquire and release give strictly increasing bigint tokens', async () => {
   backend.close()
 })
 
+test('tokenFloor: each grant is max(counter + 1, floor), as real Redis counts it', async () => {
+  const backend = new MemoryBackend()
+  const tokens = []
+  for (const tokenFloor of [undefined, 10n, 3, 12n]) {
+    tokens.push(await new Lock(backend, 'report', { ttlMs: 5_000, tokenFloor }).using(async (signal, lease) => lease.token))
+  }
+  assert.deepEqual(tokens, [1n, 10n, 11n, 12n])
+  backend.close()
+})
+
 test('release is idempotent and Symbol.asyncDispose releases', async () => {
   const backend = new MemoryBackend()
   const lock = new Lock(backend, 'r', { ttlMs: 5_000 })

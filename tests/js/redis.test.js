@@ -323,3 +323,72 @@ test('bad input is refused with ConfigError before any Redis traffic', { skip },
     await done()
   }
 })
+
+// ---- token floor: liveness after tokens went backwards -------------------------------------------
+
+for (const kind of Object.keys(CLIENTS)) {
+  for (const fair of [false, true]) {
+    test(`${kind}${fair ? ', fair' : ''}: tokenFloor recovers a holder the fence refused after the counter regressed`, { skip }, async () => {
+      const { redis, prefix, done } = await admin()
+      try {
+        await withClient(kind, async (client) => {
+          const backend = new RedisBackend(client, { keyPrefix: prefix, fair })
+          const [data, fenceKey] = [`${prefix}row`, `${prefix}row:fence`]
+          await redis.set(backend.tokenKey('floor'), '4')
+          await new Lock(backend, 'floor', { ttlMs: 5_000 }).using(async (signal, a) => {
+            assert.equal(a.token, 5n)
+            await backend.fencedSet(data, fenceKey, a.token, 'a', { ownerId: a.ownerId })
+          })
+          await redis.del(backend.tokenKey('floor')) // a restart without persistence
+          const refused = await new Lock(backend, 'floor', { ttlMs: 5_000 }).using(async (signal, b) => {
+            assert.equal(b.token, 1n)
+            return backend.fencedSet(data, fenceKey, b.token, 'b', { ownerId: b.ownerId }).then(() => null, (e) => e)
+          })
+          assert.ok(refused instanceof StaleTokenError)
+          assert.equal(refused.highest, 5n)
+          const token = await new Lock(backend, 'floor', { ttlMs: 5_000, tokenFloor: refused.highest + 1n }).using(async (signal, b) => {
+            await backend.fencedSet(data, fenceKey, b.token, 'b', { ownerId: b.ownerId })
+            return b.token
+          })
+          assert.equal(token, 6n)
+          // a floor below the counter changes nothing: max(counter + 1, floor); numbers work too
+          assert.equal(await new Lock(backend, 'floor', { ttlMs: 5_000, tokenFloor: 2 }).using(async (s, c) => c.token), 7n)
+          assert.equal(await redis.get(data), 'b')
+          backend.close()
+        })
+      } finally {
+        await done()
+      }
+    })
+  }
+}
+
+test('a fair waiter with a tokenFloor is handed the floor by the release', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  try {
+    await withClient('ioredis', async (client) => {
+      const backend = new RedisBackend(client, { keyPrefix: prefix, fair: true })
+      const holder = await new Lock(backend, 'ff', { ttlMs: 5_000 }).acquire()
+      assert.equal(holder.token, 1n)
+      const waiting = new Lock(backend, 'ff', { ttlMs: 5_000, tokenFloor: 2n ** 60n }).acquire()
+      assert.ok(await waitUntil(async () => (await redis.zcard(`${prefix}{ff}:queue`)) === 1, 2_000))
+      await holder.release()
+      const lease = await waiting
+      assert.equal(lease.token, 2n ** 60n) // above 2^53: exact, as a string all the way
+      await lease.release()
+      backend.close()
+    })
+  } finally {
+    await done()
+  }
+})
+
+test('a bad tokenFloor is a ConfigError naming tokenFloor', { skip }, async () => {
+  await withClient('ioredis', async (client) => {
+    const backend = new RedisBackend(client)
+    for (const [floor, message] of [[0n, /tokenFloor: must be in 1 \.\.= 2\^63 - 1, got 0/], [2n ** 63n, /tokenFloor: must be in/], [-1n, /tokenFloor must be a bigint/], [1.5, /tokenFloor must be a bigint/], ['5', /tokenFloor must be a bigint/]]) {
+      assert.throws(() => new Lock(backend, 'cfg', { tokenFloor: floor }), (e) => e instanceof ConfigError && message.test(e.message) && e.option === 'tokenFloor', String(floor))
+    }
+    backend.close()
+  })
+})

@@ -67,7 +67,10 @@ const OPTIONS = {
   drift_factor: 'driftFactor',
   clock_margin_ms: 'clockMarginMs',
   purpose: 'purpose',
-  accept_failover_risk: 'acceptFailoverRisk'
+  accept_failover_risk: 'acceptFailoverRisk',
+  token_floor: 'tokenFloor',
+  min_replicas: 'minReplicas',
+  replica_timeout_ms: 'replicaTimeoutMs'
 }
 /** JavaScript option → the core's option name in a usage error. */
 const CORE_OPTION = Object.fromEntries(Object.entries(OPTIONS).map(([v, js]) => [js, v.replace(/_ms$/, '')]))
@@ -257,7 +260,8 @@ function renderOutput (o) {
         deadline_ms: o.deadlineMs,
         script: o.script,
         keys: [...o.keys],
-        args: [...o.args]
+        args: [...o.args],
+        ...(o.wait === undefined ? {} : { wait: { replicas: o.wait.replicas, timeout_ms: o.wait.timeoutMs } })
       }
     }
   }

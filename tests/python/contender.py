@@ -32,22 +32,28 @@ def run(
     use_async: bool,
     fair: bool = False,
     pause_s: float = PAUSE_S,
+    cluster: bool = False,
 ) -> None:
     """Takes lock ``name`` ``rounds`` times; raises (non-zero exit) on any failure.
     ``fair`` turns on fair hand-off; ``pause_s`` bounds the random pause between
-    sections (0: ask again at once, the hardest case for fairness)."""
+    sections (0: ask again at once, the hardest case for fairness). ``cluster``: ``url``
+    is a Redis Cluster node, reached with ``RedisCluster`` clients; the fenced keys
+    then share a hash tag (one script touches both)."""
     import redis
+    import redis.cluster
 
     import fencepost
     from fencepost.redis import RedisBackend
 
     options: dict[str, Any] = dict(ttl=2.0, acquire_timeout=30.0, retry_base=0.002, retry_max=0.02)
-    data_key, fence_key, log_key = f"{prefix}data", f"{prefix}fence", f"{prefix}log"
+    tag = "{fenced}" if cluster else ""
+    data_key, fence_key, log_key = f"{prefix}{tag}data", f"{prefix}{tag}fence", f"{prefix}log"
+    sync_client = redis.cluster.RedisCluster.from_url if cluster else redis.Redis.from_url
     if not go.wait(30):
         raise RuntimeError("no start signal")
 
     if not use_async:
-        client = redis.Redis.from_url(url, socket_timeout=5)
+        client = sync_client(url, socket_timeout=5)
         backend = RedisBackend(client, key_prefix=prefix, fair=fair)
         lock = fencepost.Lock(backend, name, **options)
         for i in range(rounds):
@@ -65,9 +71,11 @@ def run(
 
     async def main() -> None:
         import redis.asyncio
+        import redis.asyncio.cluster
 
-        client = redis.asyncio.Redis.from_url(url, socket_timeout=5)
-        log = redis.Redis.from_url(url, socket_timeout=5)
+        async_client = redis.asyncio.cluster.RedisCluster.from_url if cluster else redis.asyncio.Redis.from_url
+        client = async_client(url, socket_timeout=5)
+        log = sync_client(url, socket_timeout=5)
         backend = RedisBackend(client, key_prefix=prefix, fair=fair)
         lock = fencepost.Lock(backend, name, **options)
         for i in range(rounds):

@@ -108,6 +108,10 @@ def test_configuration_errors() -> None:
         assert backend.supports_sync and not backend.supports_async
         # etcd revisions never go backwards: correctness locks need no opt-in
         fencepost.Lock(backend, "money", purpose="correctness")
+        # its tokens are create revisions the server alone assigns: no floor, never ignored
+        with pytest.raises(ConfigError, match="token_floor: not supported on etcd") as info:
+            fencepost.Lock(backend, "money", token_floor=42)
+        assert info.value.option == "token_floor"
         with pytest.raises(ConfigError, match="fenced_txn"):
             backend.fenced_set_sync("k", "f", 1, "v")
         owner = "00" * 8 + "ff" * 8

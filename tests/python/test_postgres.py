@@ -810,3 +810,20 @@ async def test_fenced_update_refuses_token_0_before_anything_is_sent(job: int) -
     finally:
         await aconn.close()
     assert sql("SELECT body, last_token FROM fp_jobs WHERE id = %s", job) == [("new", 0)]
+
+
+@needs_pg
+@pytest.mark.parametrize("mode", ["lease", "session"])
+def test_token_floor_is_greatest_of_next_token_and_floor(name: str, migrated: None, mode: str) -> None:
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        backend = PostgresBackend(conn) if mode == "lease" else PostgresBackend(mode="session", conninfo=PG_URL)
+        tokens = []
+        for floor in (None, 40, 3):
+            with fencepost.Lock(backend, name, ttl=5.0, acquire_timeout=2.0, token_floor=floor) as lease:
+                tokens.append(lease.token)
+        first = tokens[0]
+        assert tokens == [first, max(first + 1, 40), max(first + 1, 40) + 1]
+        ((row,),) = sql("SELECT token FROM fencepost_leases WHERE name = %s", name)
+        assert row == tokens[-1]
+        backend.close()

@@ -379,3 +379,74 @@ def test_tokens_above_2_pow_53_come_back_exact(client: redis.Redis, prefix: str,
     else:
         lock.release_sync()
     backend.close()
+
+
+# ---- token floor: liveness after tokens went backwards ----------------------------------
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_token_floor_recovers_a_holder_the_fence_refused_after_a_regression(
+    client: redis.Redis, prefix: str, fair: bool
+) -> None:
+    """A writes with token 5; the counter is lost (a restart without persistence); B is
+    granted 1, which the fence refuses with highest 5; B acquires again with
+    token_floor=highest + 1 and gets 6, which the fence accepts."""
+    backend = RedisBackend(client, key_prefix=prefix, fair=fair)
+    data, fence = prefix + "row", prefix + "row:fence"
+    client.set(backend.token_key("floor"), 4)
+    with fencepost.Lock(backend, "floor", ttl=5.0) as a:
+        assert a.token == 5
+        backend.fenced_set_sync(data, fence, a.token, "a", owner_id=a.owner_id)
+    client.delete(backend.token_key("floor"))
+    with fencepost.Lock(backend, "floor", ttl=5.0) as b:
+        assert b.token == 1
+        with pytest.raises(StaleToken) as refused:
+            backend.fenced_set_sync(data, fence, b.token, "b", owner_id=b.owner_id)
+    highest = refused.value.highest
+    assert highest == 5
+    with fencepost.Lock(backend, "floor", ttl=5.0, token_floor=highest + 1) as b:
+        assert b.token == 6
+        backend.fenced_set_sync(data, fence, b.token, "b", owner_id=b.owner_id)
+    # a floor below the counter changes nothing: max(counter + 1, floor)
+    with fencepost.Lock(backend, "floor", ttl=5.0, token_floor=2) as c:
+        assert c.token == 7
+    assert client.get(data) == b"b"
+
+
+def test_a_fair_waiter_with_a_token_floor_is_handed_the_floor(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix, fair=True)
+    holder = fencepost.Lock(backend, "ff", ttl=5.0)
+    assert holder.acquire_sync().token == 1
+    waiter = fencepost.Lock(RedisBackend(client, key_prefix=prefix, fair=True), "ff", ttl=5.0, token_floor=100)
+    got = []
+    t = threading.Thread(target=lambda: got.append(waiter.acquire_sync().token))
+    t.start()
+    assert wait_until(lambda: client.zcard(f"{prefix}{{ff}}:queue") == 1, timeout=2.0)
+    holder.release_sync()  # the hand-off's INCR reaches the floor the waiter raised to
+    t.join(5.0)
+    assert got == [100]
+    waiter.release_sync()
+
+
+def test_the_memory_backend_counts_a_token_floor_as_real_redis_does(client: redis.Redis, prefix: str) -> None:
+    real, memory = RedisBackend(client, key_prefix=prefix), fencepost.MemoryBackend()
+    tokens = {}
+    for name, backend in (("real", real), ("memory", memory)):
+        got = []
+        for floor in (None, 10, 3, 12):
+            with fencepost.Lock(backend, "same", ttl=5.0, token_floor=floor) as lease:
+                got.append(lease.token)
+        tokens[name] = got
+    assert tokens["real"] == tokens["memory"] == [1, 10, 11, 12]
+
+
+def test_a_bad_token_floor_is_a_config_error_before_any_traffic(client: redis.Redis, prefix: str) -> None:
+    backend = RedisBackend(client, key_prefix=prefix)
+    for floor, match in ((0, "token_floor: must be in 1 ..= 2\\^63 - 1, got 0"), (2**63, "2\\^63 - 1"),
+                         (-1, "token_floor must be None or an int"), (True, "token_floor must be None"),
+                         ("5", "token_floor must be None")):
+        with pytest.raises(ConfigError, match=match) as info:
+            fencepost.Lock(backend, "cfg", token_floor=floor)  # type: ignore[arg-type]
+        if floor == 0:
+            assert info.value.option == "token_floor"
+    assert client.exists(backend.lock_key("cfg"), backend.token_key("cfg")) == 0

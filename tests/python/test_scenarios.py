@@ -131,6 +131,9 @@ OPTION_FIELDS = (
     "clock_margin_ms",
     "purpose",
     "accept_failover_risk",
+    "token_floor",
+    "min_replicas",
+    "replica_timeout_ms",
 )
 
 #: The core's ``LockOptions::default()`` (README, "Options"), as ``Machine.acquire``
@@ -147,6 +150,9 @@ DEFAULT_OPTIONS: Dict[str, Any] = {
     "auto_renew": True,
     "drift_factor": 0.01,
     "clock_margin_ns": 2_000_000,
+    "token_floor": None,
+    "min_replicas": 0,
+    "replica_timeout_ns": 100_000_000,
 }
 
 def core_options(options: Dict[str, Any]) -> Any:
@@ -191,6 +197,14 @@ def lock_options(*layers: Dict[str, Any]) -> Dict[str, Any]:
             elif key == "retry_count":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                     raise VectorError(f"options: retry_count must be null or a count, got {value!r}")
+                out[key] = value
+            elif key == "min_replicas":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise VectorError(f"options: min_replicas must be a count, got {value!r}")
+                out[key] = value
+            elif key == "token_floor":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                    raise VectorError(f"options: token_floor must be null or a token, got {value!r}")
                 out[key] = value
             elif key == "drift_factor":
                 if not is_number(value):
@@ -368,17 +382,18 @@ def render_request(r: _core.Request) -> Dict[str, Any]:
         if r.operation == "wait":
             out["wait_timeout_ms"] = spec["timeout_ms"]
         return {"request": out}
-    return {
-        "request": {
-            "id": r.id,
-            "lock": r.lock,
-            "operation": r.operation,
-            "deadline_ms": ns_to_ms(r.deadline_ns),
-            "script": r.script,
-            "keys": list(r.keys),
-            "args": list(r.args),
-        }
+    request: Dict[str, Any] = {
+        "id": r.id,
+        "lock": r.lock,
+        "operation": r.operation,
+        "deadline_ms": ns_to_ms(r.deadline_ns),
+        "script": r.script,
+        "keys": list(r.keys),
+        "args": list(r.args),
     }
+    if r.wait is not None:
+        request["wait"] = {"replicas": r.wait[0], "timeout_ms": r.wait[1]}
+    return {"request": request}
 
 
 def render_event(e: _core.Event) -> Dict[str, Any]:
@@ -551,6 +566,9 @@ SHOW_ORDER = (
     "script",
     "keys",
     "args",
+    "wait",
+    "replicas",
+    "timeout_ms",
     "token",
     "valid_until_ms",
     "reason",

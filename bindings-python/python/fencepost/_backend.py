@@ -89,6 +89,14 @@ class Backend:
                 kind=exc.kind,
                 option=exc.option,
             ) from None
+        cannot = self._cannot_wait() if options.get("min_replicas") else None
+        if cannot is not None:
+            raise ConfigError(f"min_replicas: {cannot}; leave it 0", kind="invalid_option", option="min_replicas")
+
+    def _cannot_wait(self) -> Optional[str]:
+        """Why this backend cannot confirm grants with ``WAIT`` on the connection that
+        ran the script (a sentence), or None when it can."""
+        return None
 
     def _own(self, closer: Callable[[], object]) -> None:
         """Makes :meth:`close` call ``closer`` (the close of a client this backend

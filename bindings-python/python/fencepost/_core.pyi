@@ -96,7 +96,12 @@ class LockOptionsSpec(TypedDict, total=False):
     * ``renew_every`` — renew interval; None means ttl / 3 (default);
     * ``auto_renew`` — renew automatically (True);
     * ``drift_factor`` — clock-rate bound, a fraction in ``[0, 0.5)`` (0.01);
-    * ``clock_margin`` — subtracted from every validity (2 ms)."""
+    * ``clock_margin`` — subtracted from every validity (2 ms);
+    * ``token_floor`` — the lowest token a grant may carry, an int in 1 ..= 2**63 - 1,
+      or None (default); refused on etcd;
+    * ``min_replicas`` — replicas whose ``WAIT`` must confirm each grant and renewal
+      (0: none, default; Redis only);
+    * ``replica_timeout`` — how long each ``WAIT`` may block (100 ms)."""
 
     ttl: int
     purpose: str
@@ -109,6 +114,9 @@ class LockOptionsSpec(TypedDict, total=False):
     auto_renew: bool
     drift_factor: float
     clock_margin: int
+    token_floor: Optional[int]
+    min_replicas: int
+    replica_timeout: int
 
 class RedisErrorReply(Exception):
     """An error reply of a Redis server (``-ERR …``, ``-LOADING …``) carried as a value:
@@ -135,6 +143,11 @@ class Command:
     @property
     def args(self) -> List[str]:
         """``ARGV``, in order."""
+    @property
+    def wait(self) -> Optional[Tuple[int, int]]:
+        """``(replicas, timeout_ms)`` of a ``WAIT`` to send right after the script on the
+        same connection (a pipeline, not ``MULTI``), replying ``[script reply, WAIT
+        reply]``; None when the script runs alone."""
 
 @final
 class SqlErrorReply:
@@ -259,6 +272,11 @@ class Request:
     @property
     def args(self) -> List[str]:
         """``ARGV``, in order."""
+    @property
+    def wait(self) -> Optional[Tuple[int, int]]:
+        """``(replicas, timeout_ms)`` of a ``WAIT`` to send right after the script on the
+        same connection (a pipeline, not ``MULTI``), replying ``[script reply, WAIT
+        reply]``; None when the script runs alone."""
 
 @disjoint_base
 class Event:

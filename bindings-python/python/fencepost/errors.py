@@ -155,7 +155,9 @@ class StaleToken(FencepostError):
     Attributes:
         resource: the fenced resource (key or name).
         token: the refused token.
-        highest: the highest token the resource had accepted.
+        highest: the highest token the resource had accepted. A legitimate holder
+            refused because tokens went backwards (a failover, a restart without
+            persistence) releases and acquires again with ``token_floor=highest + 1``.
         reason: ``"superseded"`` or ``"duplicate_grant"``.
     """
 

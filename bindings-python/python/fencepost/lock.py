@@ -77,6 +77,21 @@ def _count(param: str, value: object) -> Optional[int]:
     return value
 
 
+def _token_floor(value: object) -> Optional[int]:
+    # the range is the core's; only the type is checked here
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ConfigError(f"token_floor must be None or an int in 1 ..= 2**63 - 1, got {value!r}")
+    return value
+
+
+def _min_replicas(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ConfigError(f"min_replicas must be an int in 0 ..= 2**32 - 1, got {value!r}")
+    return value
+
+
 #: ``timeout`` left out: the lock's own ``acquire_timeout``.
 _LOCK_TIMEOUT: Any = object()
 
@@ -139,13 +154,36 @@ class Lock:
         drift_factor: bound on clock-rate difference with the server, a fraction in
             ``[0, 0.5)`` (0.01 = 1 %).
         clock_margin: seconds subtracted from every validity (default 2 ms).
+        token_floor: the lowest fencing token a grant may carry, an int in
+            ``1 ..= 2**63 - 1``, or ``None`` (default: the server's next token). Redis
+            raises its counter to ``max(counter + 1, token_floor)`` (plain and fair);
+            PostgreSQL lease rows and session locks take ``greatest(next, token_floor)``.
+            For recovery after tokens went backwards (a Redis failover or a restart
+            without persistence): a fence refused the new holder with
+            :class:`~fencepost.errors.StaleToken`, whose ``highest`` is the highest
+            token it has seen, so acquire again with ``token_floor=err.highest + 1``.
+            Refused on etcd (``ConfigError``): its tokens are create revisions the
+            server alone assigns, and they never go backwards.
+        min_replicas: replica-confirmed grants (Redis only): when above 0, each acquire
+            and renew script is followed on the same connection by ``WAIT min_replicas
+            replica_timeout``, and counts only once that many replicas acknowledged it.
+            An unconfirmed grant is retried under the same owner id until
+            ``acquire_timeout`` (then released); an unconfirmed renewal is retried until
+            the validity deadline (then the lease is lost). A failover to a replica that
+            acknowledged keeps the lock and its token; it does not make Redis
+            linearizable (see the README), so a correctness lock still needs
+            ``accept_failover_risk=True``. Default 0 (no ``WAIT``). ``ConfigError`` on
+            PostgreSQL, etcd, :class:`~fencepost.MemoryBackend` and cluster clients.
+        replica_timeout: seconds each ``WAIT`` may block: at least 1 ms, below the
+            validity; default 0.1. Keep it below the client's ``socket_timeout`` (the
+            pipeline's reply waits for it).
 
     Raises:
         ConfigError: a value of the wrong type (``ttl="1"``, ``ttl=True``), NaN,
             infinite, negative or unrepresentable (2**64 ns and more) durations, or any
             option the core rejects (``ttl=0``, ``renew_every >= ttl``, a correctness
-            lock without the opt-in, an empty name). Raised here, before any request
-            is sent.
+            lock without the opt-in, an empty name, ``token_floor=0``, a token floor on
+            etcd). Raised here, before any request is sent.
     """
 
     def __init__(
@@ -164,6 +202,9 @@ class Lock:
         auto_renew: bool = True,
         drift_factor: float = 0.01,
         clock_margin: Seconds = 0.002,
+        token_floor: Optional[int] = None,
+        min_replicas: int = 0,
+        replica_timeout: Seconds = 0.1,
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigError(
@@ -185,6 +226,9 @@ class Lock:
             "auto_renew": auto_renew,
             "drift_factor": drift_factor,
             "clock_margin": _seconds_to_ns("clock_margin", clock_margin),
+            "token_floor": _token_floor(token_floor),
+            "min_replicas": _min_replicas(min_replicas),
+            "replica_timeout": _seconds_to_ns("replica_timeout", replica_timeout),
         }
         backend._check_lock_options(name, options)
         self._backend = backend

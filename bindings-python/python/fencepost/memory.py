@@ -161,6 +161,9 @@ class MemoryBackend(Backend):
             is not a MemoryServer.
     """
 
+    def _cannot_wait(self) -> Optional[str]:
+        return "MemoryBackend has no replicas to confirm a grant"
+
     def __init__(
         self,
         *,

@@ -284,6 +284,12 @@ class RedisBackend(Backend):
             except self._response_error as exc:
                 return _error_reply(exc, self._codes)
         keys, args = command.keys, command.args
+        wait = command.wait
+        if wait is not None:
+            reply = await self._confirmed(command, command.script_sha).execute(raise_on_error=False)
+            if isinstance(reply[0], self._no_script):
+                reply = await self._confirmed(command, None).execute(raise_on_error=False)
+            return self._confirmed_reply(reply)
         try:
             try:
                 return await self._client.evalsha(
@@ -307,6 +313,11 @@ class RedisBackend(Backend):
             except self._response_error as exc:
                 return _error_reply(exc, self._codes)
         keys, args = command.keys, command.args
+        if command.wait is not None:
+            reply = self._confirmed(command, command.script_sha).execute(raise_on_error=False)
+            if isinstance(reply[0], self._no_script):
+                reply = self._confirmed(command, None).execute(raise_on_error=False)
+            return self._confirmed_reply(reply)
         try:
             try:
                 return self._client.evalsha(command.script_sha, len(keys), *keys, *args)
@@ -314,6 +325,33 @@ class RedisBackend(Backend):
                 return self._client.eval(command.script_source, len(keys), *keys, *args)
         except self._response_error as exc:
             return _error_reply(exc, self._codes)
+
+    def _confirmed(self, command: CommandLike, sha: Optional[str]) -> Any:
+        """The script (``EVALSHA``, or ``EVAL`` without ``sha``) and ``WAIT`` in one
+        pipeline: one connection, in order, not ``MULTI`` (where ``WAIT`` does not
+        block)."""
+        keys, args, wait = command.keys, command.args, command.wait
+        assert wait is not None
+        pipe = self._client.pipeline(transaction=False)
+        if sha is not None:
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        else:
+            pipe.eval(command.script_source, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", wait[0], wait[1])
+        return pipe
+
+    def _confirmed_reply(self, reply: List[Any]) -> object:
+        # error replies come back as exception values (raise_on_error=False); a
+        # transport failure raises from execute()
+        return [_error_reply(r, self._codes) if isinstance(r, self._response_error) else r for r in reply]
+
+    def _cannot_wait(self) -> Optional[str]:
+        if type(self._client).__name__ == "RedisCluster":
+            return (
+                "a RedisCluster client routes WAIT (it has no key) to any node, not to the one that "
+                "ran the script: use a client of the slot's primary"
+            )
+        return None
 
     def __repr__(self) -> str:
         kind = "asyncio" if self._is_async else "blocking"

@@ -15,7 +15,7 @@ use crate::{FencingToken, Instant, OwnerId};
 pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
-pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
+pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, RedisWait};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +157,12 @@ pub(crate) struct StepCx<'a> {
     pub renew_session: bool,
     /// When the request being read was sent.
     pub sent_at: Instant,
+    /// The lowest token a grant may carry ([`crate::LockOptions::token_floor`]).
+    pub token_floor: Option<FencingToken>,
+    /// Replicas that must confirm a grant or renewal (0: none) and how long their `WAIT`
+    /// may block ([`crate::LockOptions::min_replicas`]).
+    pub min_replicas: u32,
+    pub replica_timeout_ms: u64,
     /// Which request of a fanned-out step a reply answers, from 0.
     #[allow(dead_code)] // read by the first quorum recipe (Redlock)
     pub part: u16,
@@ -328,6 +334,9 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     retry_max_ms: 0,
     renew_session: false,
     sent_at: Instant::ZERO,
+    token_floor: None,
+    min_replicas: 0,
+    replica_timeout_ms: 0,
     part: 0,
 };
 
@@ -345,7 +354,9 @@ impl Backend {
     /// machine: hosts call it to report bad options when a lock object is built.
     ///
     /// Errors: [`crate::UsageError::InvalidName`] (empty, over 1024 bytes, or with a NUL
-    /// character), [`crate::UsageError::InvalidOption`], [`crate::UsageError::UnsafePurpose`].
+    /// character), [`crate::UsageError::InvalidOption`] (also `token_floor` on etcd, whose tokens
+    /// are create revisions the server alone assigns, and `min_replicas` on any server
+    /// but Redis), [`crate::UsageError::UnsafePurpose`].
     pub fn check_acquire(
         &self,
         name: &str,
@@ -358,7 +369,25 @@ impl Backend {
                 nul,
             });
         }
-        options.validate(self.name(), self.tokens_may_regress())
+        options.validate(self.name(), self.tokens_may_regress())?;
+        if options.min_replicas > 0 && !matches!(self, Backend::Redis(_)) {
+            return Err(crate::UsageError::option(
+                "min_replicas",
+                format!(
+                    "applies to Redis only (its WAIT command); {} replicates its grants itself: leave it 0",
+                    self.name()
+                ),
+            ));
+        }
+        if options.token_floor.is_some() && matches!(self, Backend::Etcd(_)) {
+            return Err(crate::UsageError::option(
+                "token_floor",
+                "not supported on etcd: its tokens are the key's create revision, which \
+                 the etcd server alone assigns (and which never goes backwards); leave it unset"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).

@@ -182,7 +182,29 @@ impl PostgresBackend {
         )
     }
 
-    pub(crate) fn acquire(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> SqlStatement {
+    /// The grant statement; with `floor`, a new grant's token is at least `floor`
+    /// (`greatest(…, floor)`, the floor as the last parameter).
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        floor: Option<FencingToken>,
+    ) -> SqlStatement {
+        let mut statement = self.acquire_without_floor(name, owner, ttl_ms, floor.is_some());
+        if let Some(floor) = floor {
+            statement.params.push(SqlValue::Int(floor.0 as i64)); // ≤ 2^63 − 1: validated
+        }
+        statement
+    }
+
+    fn acquire_without_floor(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        floored: bool,
+    ) -> SqlStatement {
         match self.mode {
             PgMode::Lease => SqlStatement {
                 // One statement: take a free, expired or already-ours row; a new grant
@@ -199,7 +221,7 @@ impl PostgresBackend {
                      ELSE pg_try_advisory_xact_lock($4::bigint) END AS free), \
                      attempt AS (\
                      INSERT INTO {l} AS l (name, owner, token, expires_at) \
-                     SELECT $1::text, $2::text, {floor} + 1, clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                     SELECT $1::text, $2::text, {next}, clock_timestamp() + $3::bigint * interval '1 millisecond' \
                      FROM gate WHERE free \
                      ON CONFLICT (name) DO UPDATE SET \
                      owner = EXCLUDED.owner, \
@@ -210,7 +232,7 @@ impl PostgresBackend {
                      SELECT (SELECT token FROM attempt), {remaining}",
                     held = session_owner("$4"),
                     l = self.lease_table,
-                    floor = token_floor(&self.token_table, "$1"),
+                    next = next_token(token_floor(&self.token_table, "$1"), floored.then_some("$5")),
                     remaining = remaining_ms(&self.lease_table, "$1"),
                 ),
                 params: vec![
@@ -225,7 +247,7 @@ impl PostgresBackend {
                 // Advisory locks stack per session: a retry on a session that already
                 // holds the lock for this owner must not take it twice, nor bump the
                 // token again (idempotent, DESIGN.md rule 5).
-                sql: self.advisory_acquire_sql("pg_try_advisory_lock"),
+                sql: self.advisory_acquire_sql("pg_try_advisory_lock", floored.then_some("$4")),
                 params: vec![
                     SqlValue::Int(advisory_key(&self.namespace, name)),
                     SqlValue::Text(name.to_owned()),
@@ -307,7 +329,7 @@ impl Recipe for PostgresBackend {
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Sql(match step {
-            Step::Acquire => self.acquire(name, owner, cx.ttl_ms),
+            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor),
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             Step::Release(_) | Step::Cleanup => self.release(name, owner),
             Step::Wait { .. } => return Phrased::Nothing,
@@ -372,7 +394,7 @@ pub fn xact_lock_wait_statement(backend: &PostgresBackend, name: &str) -> SqlSta
 
 fn xact_statement(backend: &PostgresBackend, name: &str, lock_fn: &str) -> SqlStatement {
     SqlStatement {
-        sql: backend.advisory_acquire_sql(lock_fn),
+        sql: backend.advisory_acquire_sql(lock_fn, None),
         params: vec![
             SqlValue::Int(advisory_key(&backend.namespace, name)),
             SqlValue::Text(name.to_owned()),
@@ -506,6 +528,16 @@ fn token_floor(token_table: &str, name_param: &str) -> String {
     format!("coalesce((SELECT token FROM {token_table} WHERE name = {name_param}::text), 0)")
 }
 
+/// The token a new grant inserts: one above the token table's floor, or the caller's
+/// floor (parameter `floor_param`) if that is higher. The upsert then takes
+/// `greatest(row + 1, this)`: `max(counter + 1, floor)`.
+fn next_token(table_floor: String, floor_param: Option<&str>) -> String {
+    match floor_param {
+        Some(p) => format!("greatest({table_floor} + 1, {p}::bigint)"),
+        None => format!("{table_floor} + 1"),
+    }
+}
+
 /// The remaining milliseconds of name `name_param`'s live lease row, or NULL.
 fn remaining_ms(lease_table: &str, name_param: &str) -> String {
     format!(
@@ -533,7 +565,7 @@ impl PostgresBackend {
     ///
     /// Returns one row: (token or NULL, the live lease's remaining ms or NULL,
     /// shared session).
-    fn advisory_acquire_sql(&self, try_fn: &str) -> String {
+    fn advisory_acquire_sql(&self, try_fn: &str, floor_param: Option<&str>) -> String {
         let session = try_fn == "pg_try_advisory_lock";
         format!(
             "WITH held AS (SELECT EXISTS ({held}) AS yes, {SESSION_OWNER} AS who), \
@@ -541,7 +573,7 @@ impl PostgresBackend {
              yes AND coalesce(who, '') <> $3::text AS shared FROM held), \
              got AS (SELECT CASE WHEN (SELECT yes FROM held) THEN false ELSE {take} END AS took), \
              bump AS (INSERT INTO {l} AS l (name, owner, token, expires_at) \
-             SELECT $2::text, NULL, {floor} + 1, NULL FROM got WHERE took \
+             SELECT $2::text, NULL, {next}, NULL FROM got WHERE took \
              ON CONFLICT (name) DO UPDATE SET owner = NULL, expires_at = NULL, \
              token = greatest(l.token + 1, EXCLUDED.token) \
              WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() RETURNING token), \
@@ -559,7 +591,7 @@ impl PostgresBackend {
                 format!("{try_fn}($1::bigint)")
             },
             l = self.lease_table,
-            floor = token_floor(&self.token_table, "$2"),
+            next = next_token(token_floor(&self.token_table, "$2"), floor_param),
             undo = if session {
                 "pg_advisory_unlock($1::bigint)"
             } else {
@@ -728,7 +760,7 @@ mod tests {
     fn statements_carry_values_as_parameters_only() {
         let b = PostgresBackend::default();
         let evil = "x'; DROP TABLE fencepost_leases; --";
-        let s = b.acquire(evil, &OwnerId([1; 16]), 1_000);
+        let s = b.acquire(evil, &OwnerId([1; 16]), 1_000, None);
         assert!(!s.sql.contains(evil));
         assert_eq!(s.params[0], SqlValue::Text(evil.to_owned()));
         assert_eq!(s.connection, PgConnection::Any);
@@ -737,7 +769,9 @@ mod tests {
             ..PostgresBackend::default()
         };
         assert_eq!(
-            session.acquire("r", &OwnerId([1; 16]), 1_000).connection,
+            session
+                .acquire("r", &OwnerId([1; 16]), 1_000, None)
+                .connection,
             PgConnection::Dedicated
         );
         // every mode takes the name's advisory key, and the advisory modes its owner
@@ -748,7 +782,7 @@ mod tests {
         );
         let owner = OwnerId([1; 16]);
         for stmt in [
-            session.acquire("r", &owner, 1_000),
+            session.acquire("r", &owner, 1_000, None),
             session.renew("r", &owner, 1_000),
             session.release("r", &owner),
         ] {

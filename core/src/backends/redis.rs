@@ -60,9 +60,12 @@ impl Default for RedisBackend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisScript {
-    /// `KEYS = [lock, token]`, `ARGV = [owner, ttl_ms]`. Free: `SET lock owner NX PX
-    /// ttl_ms` + `INCR token`, return `{1, token}`. Already ours: `PEXPIRE`, return
-    /// `{1, token}` (idempotent retry). Held by another: `{0, pttl}`.
+    /// `KEYS = [lock, token]`, `ARGV = [owner, ttl_ms]` or `[owner, ttl_ms, floor]`.
+    /// Free: `SET lock owner NX PX ttl_ms`, then the token counter becomes
+    /// `max(counter + 1, floor)` (plain `INCR` without a floor), return `{1, token}`.
+    /// Already ours: `PEXPIRE`, return `{1, token}` (idempotent retry). Held by
+    /// another: `{0, pttl}`. A floor that is not a positive decimal integer is an
+    /// error reply.
     Acquire,
     /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
     /// Never re-creates a missing key (DESIGN.md rule 3).
@@ -77,9 +80,11 @@ pub enum RedisScript {
     /// when the token is lower, `{2, highest}` when the token was granted twice.
     FencedSet,
     /// Fair acquire. `KEYS = [lock, token, queue, seq, alive, wake]`,
-    /// `ARGV = [owner, ttl_ms, presence_ms]`. Ours already: as `Acquire`. Free, or
-    /// reserved for this owner: take it, leave the queue, `{1, token}`. Held by
-    /// another: join the queue (once, FIFO), refresh presence (`alive` = `t:<ttl_ms>`,
+    /// `ARGV = [owner, ttl_ms, presence_ms]` or `[owner, ttl_ms, presence_ms, floor]`.
+    /// Ours already: as `Acquire`. Free, or reserved for this owner: take it, leave
+    /// the queue, token `max(counter + 1, floor)`, `{1, token}`. Held by another: raise
+    /// the counter to at least `floor - 1` (so a hand-off's `INCR` reaches the floor),
+    /// join the queue (once, FIFO), refresh presence (`alive` = `t:<ttl_ms>`,
     /// the TTL a release grants this waiter), clear the wake list (anything in it
     /// predates this moment: a grant it carried has expired), `{0, pttl}`.
     AcquireFair,
@@ -105,17 +110,31 @@ pub enum RedisScript {
 // The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
 // are always returned as the counter's string (`GET`), never through a Lua number: Lua
 // numbers are doubles, which round above 2^53 and print as `1e+14` from 10^14 on (a
-// counter seeded from a clock gets there).
-const ACQUIRE_LUA: &str = r#"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('INCR', KEYS[2])
-  return {1, redis.call('GET', KEYS[2])}
+// counter seeded from a clock gets there). For the same reason a token floor (the last
+// ARGV, optional) is compared with the counter as a string of digits, length first, and
+// the counter is raised with `SET`, never through a Lua number. A queued fair waiter
+// raises the counter to `floor - 1` at once, so the `INCR` of a hand-off grant reaches
+// the floor; raising a counter is always safe (tokens only move up).
+const ACQUIRE_LUA: &str = r#"local floor = ARGV[3]
+if floor and not string.match(floor, '^[1-9][0-9]*$') then
+  return redis.error_reply('ERR token floor must be a positive integer')
+end
+local function next_token()
+  local counter = redis.call('GET', KEYS[2]) or '0'
+  if floor and (#counter < #floor or (#counter == #floor and counter < floor)) then
+    redis.call('SET', KEYS[2], floor)
+  else
+    redis.call('INCR', KEYS[2])
+  end
+  return redis.call('GET', KEYS[2])
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, next_token()}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local token = redis.call('GET', KEYS[2])
-  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
-  return {1, token}
+  return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
@@ -132,22 +151,35 @@ end
 return 0
 "#;
 
-const ACQUIRE_FAIR_LUA: &str = r#"local holder = redis.call('GET', KEYS[1])
+const ACQUIRE_FAIR_LUA: &str = r#"local floor = ARGV[4]
+if floor and not string.match(floor, '^[1-9][0-9]*$') then
+  return redis.error_reply('ERR token floor must be a positive integer')
+end
+local function below_floor()
+  local counter = redis.call('GET', KEYS[2]) or '0'
+  return floor and (#counter < #floor or (#counter == #floor and counter < floor))
+end
+local function next_token()
+  if below_floor() then redis.call('SET', KEYS[2], floor) else redis.call('INCR', KEYS[2]) end
+  return redis.call('GET', KEYS[2])
+end
+local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local token = redis.call('GET', KEYS[2])
-  if not token then redis.call('INCR', KEYS[2]); token = redis.call('GET', KEYS[2]) end
-  return {1, token}
+  return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 if (not holder) or holder == 'r:' .. ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('DEL', KEYS[5], KEYS[6])
-  redis.call('INCR', KEYS[2])
-  return {1, redis.call('GET', KEYS[2])}
+  return {1, next_token()}
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
+end
+if below_floor() then
+  redis.call('SET', KEYS[2], floor)
+  redis.call('DECR', KEYS[2])
 end
 redis.call('SET', KEYS[5], 't:' .. ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[6])
@@ -274,7 +306,8 @@ impl RedisScript {
     }
 }
 
-/// One script call: `EVALSHA sha1 len(keys) keys… args…`.
+/// One script call: `EVALSHA sha1 len(keys) keys… args…`, and with `wait` a `WAIT`
+/// right after it on the same connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RedisCommand {
     /// Which script.
@@ -283,6 +316,22 @@ pub struct RedisCommand {
     pub keys: Vec<String>,
     /// `ARGV`.
     pub args: Vec<String>,
+    /// Replica confirmation ([`crate::LockOptions::min_replicas`]): send `WAIT replicas
+    /// timeout_ms` on the same connection right after the script (a pipeline; never
+    /// inside `MULTI`, where `WAIT` does not block) and reply `[script reply, WAIT
+    /// reply]`. `WAIT` counts the replicas that acknowledged every earlier write *of
+    /// its connection*, so on another connection it would confirm nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<RedisWait>,
+}
+
+/// `WAIT numreplicas timeout` after a script ([`RedisCommand::wait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisWait {
+    /// How many replicas must acknowledge.
+    pub replicas: u32,
+    /// How long `WAIT` may block, ms; at least 1 (0 would block forever).
+    pub timeout_ms: u64,
 }
 
 /// A blocking pop a parked waiter waits on: `BLPOP key timeout` with the timeout in
@@ -334,6 +383,7 @@ impl RedisBackend {
             script: RedisScript::IsLocked,
             keys: vec![self.lock_key(name)],
             args: vec![],
+            wait: None,
         }
     }
 
@@ -348,6 +398,7 @@ impl RedisBackend {
                 script: RedisScript::ForceRelease,
                 keys: vec![self.lock_key(name)],
                 args: vec![],
+                wait: None,
             };
         }
         // the claim window of an older waiter: the default park, as a release's
@@ -364,6 +415,7 @@ impl RedisBackend {
                 self.tagged(name, "alive:"),
                 self.tagged(name, "wake:"),
             ],
+            wait: None,
         }
     }
 
@@ -374,6 +426,20 @@ impl RedisBackend {
     }
 
     pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        retry_max_ms: u64,
+        floor: Option<FencingToken>,
+    ) -> RedisCommand {
+        let mut cmd = self.acquire_without_floor(name, owner, ttl_ms, retry_max_ms);
+        // the optional last ARGV: scripts called without it ask for no floor
+        cmd.args.extend(floor.map(|f| f.to_string()));
+        cmd
+    }
+
+    fn acquire_without_floor(
         &self,
         name: &str,
         owner: &OwnerId,
@@ -397,12 +463,14 @@ impl RedisBackend {
                     ttl_ms.to_string(),
                     Self::presence_ms(retry_max_ms).to_string(),
                 ],
+                wait: None,
             };
         }
         RedisCommand {
             script: RedisScript::Acquire,
             keys: vec![self.lock_key(name), self.token_key(name)],
             args: vec![owner.to_string(), ttl_ms.to_string()],
+            wait: None,
         }
     }
 
@@ -419,6 +487,7 @@ impl RedisBackend {
             script: RedisScript::Renew,
             keys: vec![self.lock_key(name)],
             args: vec![owner.to_string(), ttl_ms.to_string()],
+            wait: None,
         }
     }
 
@@ -439,12 +508,14 @@ impl RedisBackend {
                     self.tagged(name, "alive:"),
                     self.tagged(name, "wake:"),
                 ],
+                wait: None,
             };
         }
         RedisCommand {
             script: RedisScript::Release,
             keys: vec![self.lock_key(name)],
             args: vec![owner.to_string()],
+            wait: None,
         }
     }
 }
@@ -462,8 +533,8 @@ impl Recipe for RedisBackend {
 
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
-        Phrased::One(RequestBody::Redis(match step {
-            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms),
+        let mut cmd = match step {
+            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, cx.token_floor),
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             // a fair release hands the lock to the first live waiter for one park
             Step::Release(_) | Step::Cleanup => self.release(name, owner, cx.retry_max_ms),
@@ -471,13 +542,22 @@ impl Recipe for RedisBackend {
                 Some(blpop) => return Phrased::One(RequestBody::RedisBlpop(blpop)),
                 None => return Phrased::Nothing,
             },
-        }))
+        };
+        // grants and renewals count once replicas confirm them; a release needs none (a
+        // replica promoted without it frees the lock at the TTL)
+        if cx.min_replicas > 0 && matches!(step, Step::Acquire | Step::Renew) {
+            cmd.wait = Some(RedisWait {
+                replicas: cx.min_replicas,
+                timeout_ms: cx.replica_timeout_ms.max(1),
+            });
+        }
+        Phrased::One(RequestBody::Redis(cmd))
     }
 
     fn read(
         &self,
         step: Step,
-        _cx: &StepCx<'_>,
+        cx: &StepCx<'_>,
         _progress: &mut Progress,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
@@ -485,7 +565,13 @@ impl Recipe for RedisBackend {
             Reply::Redis(v) => Some(v),
             _ => None,
         })?;
-        match step {
+        let confirmed = matches!(step, Step::Acquire | Step::Renew) && cx.min_replicas > 0;
+        let (v, acks) = if confirmed {
+            read_confirmed(v)?
+        } else {
+            (v, None)
+        };
+        let read = match step {
             Step::Acquire => read_acquire(v).map(|read| match read {
                 Read::Contended { remaining, .. } => Read::Contended {
                     remaining,
@@ -493,9 +579,49 @@ impl Recipe for RedisBackend {
                 },
                 other => other,
             }),
+            // a hand-off grant was never confirmed: the next acquire (already ours) is
+            Step::Wait { .. } if cx.min_replicas > 0 => read_wait(v).map(|_| Read::Done),
             Step::Wait { .. } => read_wait(v),
             Step::Renew | Step::Release(_) | Step::Cleanup => read_owner_check(v),
+        }?;
+        match (read, acks) {
+            (Read::Granted { .. } | Read::Done, Some(n)) if n < i64::from(cx.min_replicas) => {
+                Err(ReadError::Ambiguous(format!(
+                    "redis: WAIT confirmed the {} on {n} of {} replicas within {} ms",
+                    if step == Step::Acquire {
+                        "grant"
+                    } else {
+                        "renewal"
+                    },
+                    cx.min_replicas,
+                    cx.replica_timeout_ms
+                )))
+            }
+            (read, _) => Ok(read),
         }
+    }
+}
+
+/// A script's reply followed by its `WAIT`'s: `[script reply, replicas]`. An error reply
+/// in either place is the server's (a `WAIT` refused on a replica, `NOSCRIPT`, …).
+fn read_confirmed(v: &RedisValue) -> Result<(&RedisValue, Option<i64>), ReadError> {
+    match v {
+        RedisValue::Error(e) => Err(server_error(e)),
+        RedisValue::Array(items) => match items.as_slice() {
+            [_, RedisValue::Error(e)] => Err(server_error(e)),
+            [script, acks] => match as_int(acks) {
+                Some(n) => Ok((script, Some(n))),
+                None => Err(protocol(format!(
+                    "WAIT after a script: expected a count of replicas, got {acks:?}"
+                ))),
+            },
+            _ => Err(protocol(format!(
+                "a script followed by WAIT: expected [script reply, replicas], got {v:?}"
+            ))),
+        },
+        _ => Err(protocol(format!(
+            "a script followed by WAIT: expected [script reply, replicas], got {v:?}"
+        ))),
     }
 }
 
@@ -646,7 +772,7 @@ mod tests {
     fn names_travel_as_keys_never_inside_the_script() {
         let b = RedisBackend::default();
         let evil = "x') redis.call('FLUSHALL') --";
-        let cmd = b.acquire(evil, &OwnerId([7; 16]), 1_000, 500);
+        let cmd = b.acquire(evil, &OwnerId([7; 16]), 1_000, 500, None);
         assert_eq!(cmd.script.source(), ACQUIRE_LUA);
         assert!(cmd.keys[0].contains(evil));
         assert_eq!(cmd.args, vec!["07".repeat(16), "1000".to_owned()]);
@@ -692,6 +818,57 @@ mod tests {
             read_acquire(&Error("WRONGTYPE Operation against a key".into())),
             Err(ReadError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn a_script_and_its_wait_reply_as_a_pair() {
+        use RedisValue::*;
+        let script = Array(vec![Int(1), Data("7".into())]);
+        let pair = Array(vec![script.clone(), Int(2)]);
+        assert_eq!(read_confirmed(&pair).unwrap(), (&script, Some(2)));
+        let refused = Array(vec![
+            script.clone(),
+            Error("ERR WAIT cannot be used with replica instances".into()),
+        ]);
+        assert!(matches!(
+            read_confirmed(&refused),
+            Err(ReadError::Protocol(_))
+        ));
+        assert!(matches!(
+            read_confirmed(&Error("LOADING x".into())),
+            Err(ReadError::Ambiguous(_))
+        ));
+        // a bare script reply (the host sent no WAIT) is refused, not read as a count
+        for garbage in [Array(vec![Int(1)]), Int(1), Array(vec![script, Nil])] {
+            assert!(
+                matches!(read_confirmed(&garbage), Err(ReadError::Protocol(_))),
+                "{garbage:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_redis_backends_refuse_replica_confirmation_and_etcd_a_floor() {
+        let mut o = crate::LockOptions::ttl(core::time::Duration::from_secs(10));
+        o.min_replicas = 1;
+        let pg = crate::Backend::Postgres(Default::default());
+        let err = pg.check_acquire("r", &o).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("min_replicas: applies to Redis only"),
+            "{err}"
+        );
+        assert_eq!(crate::Backend::default().check_acquire("r", &o), Ok(()));
+        o.min_replicas = 0;
+        o.token_floor = Some(FencingToken(5));
+        let etcd = crate::Backend::Etcd(Default::default());
+        let err = etcd.check_acquire("r", &o).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("token_floor: not supported on etcd"),
+            "{err}"
+        );
+        assert_eq!(pg.check_acquire("r", &o), Ok(()));
     }
 
     #[test]

@@ -33,6 +33,11 @@ impl MemoryRedis {
     /// Executes a request body at `now` and returns the reply a real server would give.
     pub fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
         match body {
+            // no replicas here: a WAIT after the script confirms on none
+            RequestBody::Redis(cmd) if cmd.wait.is_some() => Reply::Redis(RedisValue::Array(vec![
+                self.eval(now, cmd),
+                RedisValue::Int(0),
+            ])),
             RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
             // Non-blocking here: a host or simulator emulating BLPOP parks the caller
             // itself until `lpop` yields or the timeout passes.
@@ -97,11 +102,11 @@ impl MemoryRedis {
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
         let arity_ok = match cmd.script {
-            RedisScript::Acquire => keys.len() == 2 && args.len() == 2,
+            RedisScript::Acquire => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
             RedisScript::FencedSet => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
-            RedisScript::AcquireFair => keys.len() == 6 && args.len() == 3,
+            RedisScript::AcquireFair => keys.len() == 6 && (args.len() == 3 || args.len() == 4),
             RedisScript::ReleaseFair => keys.len() == 4 && args.len() == 4,
             RedisScript::IsLocked => keys.len() == 1 && args.is_empty(),
             RedisScript::ForceRelease => {
@@ -113,6 +118,19 @@ impl MemoryRedis {
                 "ERR wrong number of keys or arguments for script".to_owned(),
             );
         }
+        // the acquire scripts' optional last argument
+        let floor = match cmd.script {
+            RedisScript::Acquire => args.get(2),
+            RedisScript::AcquireFair => args.get(3),
+            _ => None,
+        };
+        let floor = match floor.map(|f| parse_floor(f)) {
+            None => None,
+            Some(Some(f)) => Some(f),
+            Some(None) => {
+                return RedisValue::Error("ERR token floor must be a positive integer".to_owned())
+            }
+        };
         match cmd.script {
             RedisScript::Acquire => {
                 let Some(ttl) = parse_ms(&args[1]) else {
@@ -123,7 +141,7 @@ impl MemoryRedis {
                         self.set_expiry(&keys[0], now + ttl);
                         let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
                             Some(t) => t,
-                            None => self.incr(now, &keys[1]),
+                            None => self.next_token(now, &keys[1], floor),
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
@@ -133,7 +151,7 @@ impl MemoryRedis {
                     }
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
-                        let token = self.incr(now, &keys[1]);
+                        let token = self.next_token(now, &keys[1], floor);
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
                 }
@@ -167,7 +185,7 @@ impl MemoryRedis {
                     self.set_expiry(&keys[0], now + ttl);
                     let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
                         Some(t) => t,
-                        None => self.incr(now, &keys[1]),
+                        None => self.next_token(now, &keys[1], floor),
                     };
                     return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
                 }
@@ -177,7 +195,7 @@ impl MemoryRedis {
                     self.zrem(&keys[2], owner);
                     self.keys.remove(&keys[4]);
                     self.lists.remove(&keys[5]);
-                    let token = self.incr(now, &keys[1]);
+                    let token = self.next_token(now, &keys[1], floor);
                     return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
                 }
                 if !self
@@ -191,6 +209,12 @@ impl MemoryRedis {
                     let entry = (seq, owner.clone());
                     let at = z.partition_point(|e| *e < entry);
                     z.insert(at, entry);
+                }
+                if let Some(f) = floor {
+                    // a hand-off grant's INCR then reaches the floor
+                    if self.counter(now, &keys[1]) < f - 1 {
+                        self.set(&keys[1], &(f - 1).to_string(), None);
+                    }
                 }
                 self.set(
                     &keys[4],
@@ -355,15 +379,31 @@ impl MemoryRedis {
         }
     }
 
-    fn incr(&mut self, now: Instant, key: &str) -> i64 {
-        let next = self
-            .get(now, key)
+    fn counter(&self, now: Instant, key: &str) -> i64 {
+        self.get(now, key)
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0)
-            + 1;
+    }
+
+    fn incr(&mut self, now: Instant, key: &str) -> i64 {
+        let next = self.counter(now, key) + 1;
         self.set(key, &next.to_string(), None);
         next
     }
+
+    /// A grant's token: `max(counter + 1, floor)`, as the acquire scripts count it.
+    fn next_token(&mut self, now: Instant, key: &str, floor: Option<i64>) -> i64 {
+        let next = (self.counter(now, key) + 1).max(floor.unwrap_or(0));
+        self.set(key, &next.to_string(), None);
+        next
+    }
+}
+
+/// A token floor as the scripts accept it: a positive decimal integer Redis can count.
+fn parse_floor(s: &str) -> Option<i64> {
+    s.parse::<i64>()
+        .ok()
+        .filter(|&f| f > 0 && !s.starts_with('+') && !s.starts_with('0'))
 }
 
 fn parse_ms(s: &str) -> Option<core::time::Duration> {
@@ -371,4 +411,79 @@ fn parse_ms(s: &str) -> Option<core::time::Duration> {
         .ok()
         .filter(|&ms| ms > 0)
         .map(core::time::Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::RedisBackend;
+    use crate::{FencingToken, OwnerId};
+
+    fn token(v: &RedisValue) -> i64 {
+        match v {
+            RedisValue::Array(items) => match items.as_slice() {
+                [RedisValue::Int(1), RedisValue::Int(t)] => *t,
+                _ => panic!("not a grant: {v:?}"),
+            },
+            _ => panic!("not a grant: {v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_token_floor_raises_the_counter_to_max_of_next_and_floor() {
+        let (mut r, b, now) = (MemoryRedis::new(), RedisBackend::default(), Instant::ZERO);
+        let (a, c) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        r.set(&b.token_key("x"), "5", None);
+        // counter 5, floor 42: max(6, 42) = 42
+        let grant = r.eval(now, &b.acquire("x", &a, 1_000, 500, Some(FencingToken(42))));
+        assert_eq!(token(&grant), 42);
+        // a retry by the same owner keeps its token
+        let again = r.eval(now, &b.acquire("x", &a, 1_000, 500, Some(FencingToken(50))));
+        assert_eq!(token(&again), 42);
+        r.eval(now, &b.release("x", &a, 500));
+        // counter 42, floor 10: max(43, 10) = 43
+        let next = r.eval(now, &b.acquire("x", &c, 1_000, 500, Some(FencingToken(10))));
+        assert_eq!(token(&next), 43);
+    }
+
+    #[test]
+    fn a_queued_fair_waiter_with_a_floor_is_handed_the_floor() {
+        let (mut r, now) = (MemoryRedis::new(), Instant::ZERO);
+        let b = RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        };
+        let (holder, waiter) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        assert_eq!(
+            token(&r.eval(now, &b.acquire("x", &holder, 1_000, 500, None))),
+            1
+        );
+        let queued = r.eval(
+            now,
+            &b.acquire("x", &waiter, 1_000, 500, Some(FencingToken(100))),
+        );
+        assert!(matches!(&queued, RedisValue::Array(v) if v[0] == RedisValue::Int(0)));
+        // the waiter raised the counter to 99; the release's INCR hands it 100
+        assert_eq!(r.get(now, &b.token_key("x")), Some("99"));
+        assert_eq!(
+            r.eval(now, &b.release("x", &holder, 500)),
+            RedisValue::Int(1)
+        );
+        let wake = b.wait("x", &waiter, 500).unwrap().key;
+        assert_eq!(r.lpop(now, &wake).as_deref(), Some("g:100"));
+    }
+
+    #[test]
+    fn a_floor_that_is_not_a_positive_integer_is_an_error_reply() {
+        let (mut r, b) = (MemoryRedis::new(), RedisBackend::default());
+        let mut cmd = b.acquire("x", &OwnerId([1; 16]), 1_000, 500, None);
+        for bad in ["0", "-1", "007", "x"] {
+            cmd.args.truncate(2);
+            cmd.args.push(bad.to_owned());
+            assert!(
+                matches!(r.eval(Instant::ZERO, &cmd), RedisValue::Error(_)),
+                "{bad}"
+            );
+        }
+    }
 }
