@@ -1,0 +1,48 @@
+"""Run by scripts/test-install in a fresh venv: the installed fencepost is the artifact
+under test (not the checkout), and the extra it was installed with brought exactly the
+client libraries it names, which the adapter then uses.
+
+Usage: python python_extras.py none|redis|postgres|etcd CHECKOUT_DIR
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import fencepost
+
+extra, checkout = sys.argv[1], pathlib.Path(sys.argv[2]).resolve()
+where = pathlib.Path(fencepost.__file__).resolve()
+if checkout in where.parents or pathlib.Path(sys.prefix).resolve() not in where.parents:
+    sys.exit(f"fencepost was imported from {where}, not from this venv ({sys.prefix})")
+
+LIBRARIES = {"redis": ["redis"], "postgres": ["psycopg", "psycopg_pool"], "etcd": ["httpx"]}
+for name, modules in LIBRARIES.items():
+    for module in modules:
+        present = importlib.util.find_spec(module) is not None
+        if present != (name == extra):
+            sys.exit(f"pip install 'fencepost[{extra}]': {module} is {'present' if present else 'missing'}")
+
+if extra == "redis":
+    import redis
+
+    from fencepost.redis import RedisBackend
+
+    RedisBackend(redis.Redis.from_url("redis://127.0.0.1:1/0")).close()
+elif extra == "postgres":
+    import psycopg
+
+    from fencepost.postgres import migration
+
+    print(f"libpq {psycopg.pq.version()} ({psycopg.pq.__impl__})")
+    assert "fencepost_leases" in migration(), migration()
+elif extra == "etcd":
+    import httpx
+
+    from fencepost.etcd import EtcdBackend
+
+    with httpx.Client() as client:
+        EtcdBackend(client, ["http://127.0.0.1:1"]).close()
+print(f"fencepost {fencepost.__version__} (core {fencepost.core_version}) from {where.parent}, extra {extra}: ok")
