@@ -3,7 +3,7 @@
 //!
 //! usage: cargo run --release -p fencepost-core --example sim -- \
 //!            [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace]
-//!            [--fence token|owner|both]
+//!            [--fence token|owner|both] [--floor]
 //!
 //! Schedule `i` of a run uses seed `S + i`; `--trace --schedules 1 --seed X` prints the
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
@@ -15,7 +15,8 @@
 //! a token another owner had written with ("shared"), accepted out of grant order (with
 //! the same token as the later grant's / a higher one), and refused writes of the newest
 //! grant ("newest": the new holder locked out because the fence saw a token at or above
-//! its own).
+//! its own). `--floor`: writers follow the token-floor recovery (a refused writer
+//! releases and asks for a token above the fence's highest next time).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -72,6 +73,7 @@ struct Args {
     trace: bool,
     fence: FenceRule,
     compare: Option<FenceRule>,
+    floor: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -83,6 +85,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         fence: FenceRule::TokenOnly,
         compare: None,
+        floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -105,6 +108,7 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e| format!("--threads: {e}"))?
             }
             "--trace" => a.trace = true,
+            "--floor" => a.floor = true,
             "--fence" => {
                 (a.fence, a.compare) = match value("--fence")?.as_str() {
                     "token" => (FenceRule::TokenOnly, None),
@@ -172,7 +176,7 @@ fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: sim [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace] [--fence token|owner|both]");
+            eprintln!("{e}\nusage: sim [--schedules N] [--seed S] [--mix NAME|every] [--threads T] [--trace] [--fence token|owner|both] [--floor]");
             return ExitCode::from(2);
         }
     };
@@ -185,6 +189,11 @@ fn main() -> ExitCode {
         })
         .map(|(name, cfg)| {
             let cfg = cfg.fenced(args.fence);
+            let cfg = if args.floor {
+                cfg.with_floor_recovery()
+            } else {
+                cfg
+            };
             match args.compare {
                 Some(rule) => (name, cfg.compared_with(rule)),
                 None => (name, cfg),
@@ -285,7 +294,9 @@ fn main() -> ExitCode {
         println!(
             "{:<22} {:>10} {:>9.0} {:>11.0} {:>9} {}  {}",
             match (args.fence, args.compare) {
+                (FenceRule::OwnerBound, None) if args.floor => format!("{name}/owner+floor"),
                 (FenceRule::OwnerBound, None) => format!("{name}/owner"),
+                _ if args.floor => format!("{name}/floor"),
                 _ => name.to_owned(),
             },
             total.schedules,

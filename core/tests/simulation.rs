@@ -97,6 +97,42 @@ fn owner_bound_fence_accepts_no_token_from_two_owners_after_restarts() {
     assert_eq!(owner_bound, (0, 0));
 }
 
+/// The token-floor recovery after restarts: a refused writer releases and comes back
+/// above the fence's highest token, so far fewer writes of the newest grant are refused,
+/// and the owner-bound fence still accepts no token from two owners.
+#[test]
+fn the_token_floor_lets_new_holders_write_again_after_restarts() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts()).fenced(FenceRule::OwnerBound);
+    let schedules = budget().min(2_000);
+    let (mut without, mut with) = (FenceCountsSum::default(), FenceCountsSum::default());
+    for seed in 0..schedules {
+        without.add(&Simulation::new(cfg.clone(), seed).run());
+        with.add(&Simulation::new(cfg.clone().with_floor_recovery(), seed).run());
+    }
+    eprintln!("server-restarts, owner-bound, {schedules} schedules: newest-grant writes refused {} without the floor, {} with it", without.newest_refused, with.newest_refused);
+    assert_eq!((with.shared, with.out_of_order), (0, 0));
+    assert!(
+        with.newest_refused * 2 < without.newest_refused,
+        "{with:?} vs {without:?}"
+    );
+}
+
+#[derive(Debug, Default)]
+struct FenceCountsSum {
+    shared: u64,
+    out_of_order: u64,
+    newest_refused: u64,
+}
+
+impl FenceCountsSum {
+    fn add(&mut self, out: &Outcome) {
+        self.shared += out.fence.shared_token_accepted;
+        self.out_of_order +=
+            out.fence.out_of_order_same_token + out.fence.out_of_order_higher_token;
+        self.newest_refused += out.fence.newest_grant_refused;
+    }
+}
+
 #[test]
 fn no_faults_all_properties_including_liveness() {
     run_mix("none", SimConfig::new(|_| Faults::none()), true);

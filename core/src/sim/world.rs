@@ -199,6 +199,11 @@ pub struct SimConfig {
     /// A second fence with this rule sees the same writes and decides nothing (writers
     /// never learn its answer), so one run measures two rules on the same schedules.
     pub compare_fence: Option<FenceRule>,
+    /// Writers follow the token-floor recovery (`docs/DESIGN.md`, "Decisions about
+    /// fencing"): a write the resource refuses tells its writer the highest token the
+    /// fence saw; the writer stops writing, releases, and its next acquire asks for a
+    /// token above that (`LockOptions::token_floor`).
+    pub floor_recovery: bool,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -222,6 +227,7 @@ impl SimConfig {
             backend: SimBackend::Redis,
             fence: FenceRule::TokenOnly,
             compare_fence: None,
+            floor_recovery: false,
             options,
             faults,
             #[cfg(feature = "sabotage")]
@@ -246,6 +252,12 @@ impl SimConfig {
     /// The same schedule with a comparison fence under `rule` beside the resource's.
     pub fn compared_with(mut self, rule: FenceRule) -> Self {
         self.compare_fence = Some(rule);
+        self
+    }
+
+    /// The same schedule with writers that recover with a token floor when refused.
+    pub fn with_floor_recovery(mut self) -> Self {
+        self.floor_recovery = true;
         self
     }
 
@@ -535,6 +547,10 @@ struct Client {
     /// Since when this client has been waiting for the lock (for S4).
     waiting_since: Option<Instant>,
     timer_local: Option<Instant>,
+    /// Token-floor recovery ([`SimConfig::floor_recovery`]): the floor its next acquire
+    /// asks for, and the token of the last write the resource refused.
+    floor: Option<FencingToken>,
+    refused: Option<FencingToken>,
 }
 
 impl Client {
@@ -614,6 +630,8 @@ impl Simulation {
                     cycles: 0,
                     waiting_since: None,
                     timer_local: None,
+                    floor: None,
+                    refused: None,
                 }
             })
             .collect();
@@ -1052,6 +1070,13 @@ impl Simulation {
                     Err(stale) => {
                         self.outcome.writes_refused += 1;
                         self.trace(|| format!("resource: refuses c{client}'s write: {stale}"));
+                        if self.cfg.floor_recovery {
+                            // the refusal names the fence's highest token (StaleToken.highest)
+                            let c = &mut self.clients[client];
+                            let floor = FencingToken(stale.highest.0.saturating_add(1));
+                            c.floor = Some(c.floor.map_or(floor, |f| f.max(floor)));
+                            c.refused = Some(token);
+                        }
                     }
                 }
             }
@@ -1194,6 +1219,7 @@ impl Simulation {
                     return; // done contending
                 }
                 let mut options = self.cfg.options.clone();
+                options.token_floor = self.clients[c].floor.take();
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
                     0 => Some(Duration::ZERO),
                     1 => Some(self.cfg.options.ttl * 2),
@@ -1236,7 +1262,8 @@ impl Simulation {
                 if !valid {
                     return; // the event telling us is on its way
                 }
-                if writes_left == 0 {
+                // refused: this lease cannot write; release and come back above the floor
+                if writes_left == 0 || self.clients[c].refused.take() == Some(token) {
                     self.trace(|| format!("c{c}: release (lock {lock})"));
                     self.clients[c].work = Work::Releasing { lock };
                     self.input(c, Input::Release { now: local, lock });
