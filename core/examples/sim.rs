@@ -170,6 +170,8 @@ struct Tally {
     compared: Writes,
     violations: BTreeMap<Property, (u64, u64)>, // (unexplained, explained)
     first_unexplained: Option<(u64, String)>,
+    /// Seeds whose resource accepted a stale holder's higher token out of grant order.
+    higher_token_seeds: Vec<u64>,
 }
 
 fn main() -> ExitCode {
@@ -242,6 +244,9 @@ fn main() -> ExitCode {
                             tally.steps += out.steps;
                             tally.grants += out.grants;
                             tally.fence.add(&out.fence);
+                            if out.fence.out_of_order_higher_token > 0 {
+                                tally.higher_token_seeds.push(seed);
+                            }
                             if let Some((_, c)) = &out.compared {
                                 tally.compared.add(c);
                             }
@@ -280,6 +285,7 @@ fn main() -> ExitCode {
                 x.0 += u;
                 x.1 += e;
             }
+            total.higher_token_seeds.extend(t.higher_token_seeds);
             if total.first_unexplained.is_none() {
                 total.first_unexplained = t.first_unexplained;
             }
@@ -317,6 +323,15 @@ fn main() -> ExitCode {
                 total.grants,
                 total.compared.columns()
             );
+        }
+        if !total.higher_token_seeds.is_empty() {
+            let seeds: Vec<String> = total
+                .higher_token_seeds
+                .iter()
+                .take(10)
+                .map(u64::to_string)
+                .collect();
+            println!("  higher-token writes out of grant order at seeds {} (replay with --trace --seed S)", seeds.join(", "));
         }
         if let Some((seed, what)) = total.first_unexplained {
             failed = true;
