@@ -4,6 +4,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+pub mod zookeeper;
 
 use core::time::Duration;
 
@@ -16,6 +17,7 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
+pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +30,9 @@ pub enum Backend {
     Postgres(PostgresBackend),
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
+    /// ZooKeeper: ephemeral sequential nodes, the session as the lease, czxids as tokens.
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(ZooKeeperBackend),
 }
 
 impl Default for Backend {
@@ -65,17 +70,21 @@ pub enum RequestBody {
     RedisBlpop(RedisBlpop),
     /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
     Etcd(EtcdRequest),
+    /// A ZooKeeper call; a `Watch` is a blocking wait.
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(ZkRequest),
 }
 
 impl RequestBody {
     /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
-    /// `"redis_blpop"` or `"etcd"`.
+    /// `"redis_blpop"`, `"etcd"` or `"zookeeper"`.
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
+            RequestBody::ZooKeeper(_) => "zookeeper",
         }
     }
 }
@@ -92,6 +101,10 @@ pub enum Reply {
     /// An etcd reply: the JSON document the v3 JSON gateway returned (or a gRPC
     /// response in the proto3 JSON mapping), error documents included.
     Etcd(String),
+    /// A ZooKeeper reply: the JSON document the adapter wrote for the call (see
+    /// [`ZkRequest`]), error documents included.
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(String),
 }
 
 // ---- the recipe seam ----------------------------------------------------------------
@@ -251,6 +264,7 @@ pub(crate) struct Unconfirmed {
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
     pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
+    pub(crate) zookeeper: Option<Box<zookeeper::ZkProgress>>,
 }
 
 /// A backend's recipe: how each step is phrased and how its replies read. It never
@@ -338,6 +352,7 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
+            Backend::ZooKeeper(_) => "zookeeper",
         }
     }
 
@@ -354,7 +369,11 @@ impl Backend {
         if name.is_empty() || name.len() > 1024 {
             return Err(crate::UsageError::InvalidName { len: name.len() });
         }
-        options.validate(self.name(), self.tokens_may_regress())
+        options.validate(self.name(), self.tokens_may_regress())?;
+        if let Backend::ZooKeeper(zk) = self {
+            zk.check_ttl(options)?;
+        }
+        Ok(())
     }
 
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).
@@ -363,7 +382,8 @@ impl Backend {
             Backend::Redis(_) => true,
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
-            Backend::Postgres(_) | Backend::Etcd(_) => false,
+            // czxids are zxids: Zab-replicated, ensemble-wide, only rising.
+            Backend::Postgres(_) | Backend::Etcd(_) | Backend::ZooKeeper(_) => false,
         }
     }
 
@@ -373,6 +393,7 @@ impl Backend {
             Backend::Redis(b) => b,
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
+            Backend::ZooKeeper(b) => b,
         }
     }
 }
