@@ -385,13 +385,13 @@ class ZooKeeperBackend(Backend):
     # -- fenced writes --
 
     def _holder_node(self, lease: Union[Lease, SyncLease]) -> Optional[str]:
-        from kazoo.exceptions import NoNodeError
+        from kazoo.exceptions import NoNodeError, SessionExpiredError
 
         path = self.lock_path(lease.name)
         prefix = self.node_prefix(lease.name, lease.owner_id)
         try:
             children = self._client.get_children(path)
-        except NoNodeError:
+        except (NoNodeError, SessionExpiredError):  # an ended session's node is gone
             return None
         for child in children:
             if child.startswith(prefix):
@@ -407,8 +407,8 @@ class ZooKeeperBackend(Backend):
         ``set_data``, ``delete``, ``check``). Returns kazoo's results of the writes.
 
         Raises:
-            StaleToken: the lease's node is gone (the lock was lost or released): nothing
-                was written. ``highest`` is 0 (ZooKeeper does not say who holds it now).
+            StaleToken: the lease's node is gone (the lock was lost or released, or
+                its session expired): nothing was written. ``highest`` is 0 (ZooKeeper does not say who holds it now).
             BackendError: the transaction failed otherwise (a write's own error, such
                 as an existing node, is in the kazoo exception raised).
         """
@@ -423,10 +423,15 @@ class ZooKeeperBackend(Backend):
         )
         if node is None:
             raise stale
+        from kazoo.exceptions import SessionExpiredError
+
         txn = self._client.transaction()
         txn.check(node, 0)
         build(txn)
-        results = txn.commit()
+        try:
+            results = txn.commit()
+        except SessionExpiredError:
+            raise stale from None
         doc = json.dumps({"results": self._results(results)})
         try:
             applied = _core.read_zookeeper_fenced(doc)

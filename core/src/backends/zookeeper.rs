@@ -42,7 +42,7 @@ use super::{
     Unconfirmed, Waiting,
 };
 use crate::error::ProtocolError;
-use crate::{FencingToken, OwnerId};
+use crate::{FencingToken, Instant, OwnerId};
 
 /// Settings of the ZooKeeper backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -339,6 +339,10 @@ pub(crate) struct ZkProgress {
     foreign: Option<String>,
     /// The predecessor to watch (full path).
     predecessor: Option<String>,
+    /// The send of the last acquire step the server answered on the node's session:
+    /// a waiter checks its place again a renew interval later (its watch lasts until
+    /// then), so a node lost with its session is noticed without polling.
+    since: Option<Instant>,
     pending: ZkStep,
 }
 
@@ -352,6 +356,7 @@ impl ZkProgress {
             session: None,
             foreign: None,
             predecessor: None,
+            since: None,
             pending: ZkStep::Create,
         }
     }
@@ -363,6 +368,7 @@ impl ZkProgress {
         self.czxid = None;
         self.session = None;
         self.predecessor = None;
+        self.since = None;
     }
 }
 
@@ -431,7 +437,13 @@ impl ZooKeeperBackend {
         }
     }
 
-    fn read_acquire(&self, name: &str, p: &mut ZkProgress, reply: &str) -> Result<Read, ReadError> {
+    fn read_acquire(
+        &self,
+        name: &str,
+        p: &mut ZkProgress,
+        sent_at: Instant,
+        reply: &str,
+    ) -> Result<Read, ReadError> {
         let v = match parse(reply) {
             Ok(v) => v,
             Err(Failed::Session) => {
@@ -457,6 +469,7 @@ impl ZooKeeperBackend {
                         p.node = Some(node.to_owned());
                         p.czxid = Some(stat.czxid);
                         p.session = Some(stat.ephemeral_owner);
+                        p.since = Some(sent_at);
                         Ok(Read::Continue)
                     }
                     _ => Err(shape(reply)),
@@ -479,6 +492,7 @@ impl ZooKeeperBackend {
                 (Some(stat), Some(session)) if stat.ephemeral_owner == session => {
                     p.czxid = Some(stat.czxid);
                     p.session = Some(session);
+                    p.since = Some(sent_at);
                     Ok(Read::Continue)
                 }
                 (Some(_), Some(_)) => {
@@ -501,6 +515,7 @@ impl ZooKeeperBackend {
                     p.forget_node();
                     return Ok(Read::Continue);
                 }
+                p.since = Some(sent_at);
                 let contenders = sorted_contenders(self.naming, &children);
                 let node = p.node.as_deref().unwrap_or_default();
                 match contenders.iter().position(|c| *c == node) {
@@ -598,6 +613,13 @@ impl Recipe for ZooKeeperBackend {
         Waiting::Notify
     }
 
+    // The client library keeps the session alive; re-listing the children at this
+    // schedule (`StepCx::renew_session` needs nothing more) confirms the node is still
+    // this session's.
+    fn session_since(&self, owner: &OwnerId, progress: &mut Progress) -> Option<Instant> {
+        progress_of(progress, owner).since
+    }
+
     fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         let p = progress_of(progress, owner);
@@ -630,7 +652,9 @@ impl Recipe for ZooKeeperBackend {
             _ => None,
         })?;
         match step {
-            Step::Acquire => self.read_acquire(cx.name, progress_of(progress, cx.owner), v),
+            Step::Acquire => {
+                self.read_acquire(cx.name, progress_of(progress, cx.owner), cx.sent_at, v)
+            }
             Step::Renew => read_renew(progress_of(progress, cx.owner), v),
             Step::Release(ending) => read_release(Some(ending), v),
             Step::Cleanup => read_release(None, v),
