@@ -73,8 +73,8 @@ _NAMINGS = ("kazoo", "curator")
 
 def _import_kazoo() -> Any:
     try:
-        import kazoo.client
-        import kazoo.exceptions
+        import kazoo.client  # type: ignore[import-untyped]
+        import kazoo.exceptions  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError("fencepost.zookeeper needs kazoo: pip install kazoo") from exc
     return kazoo
