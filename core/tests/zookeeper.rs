@@ -1,3 +1,4 @@
+#![cfg(feature = "zookeeper")]
 //! Timeline tests of the machine on the ZooKeeper recipe, with the adapter's JSON
 //! replies written out. TTL 1000 ms (the negotiated session timeout) → validity
 //! `sent + 988`, renew (an `exists` of the own node) every 333.333 ms. Session 7 is

@@ -4,6 +4,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+#[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 use core::time::Duration;
@@ -17,6 +18,7 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
+#[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
 
 /// Which server the machine talks to, with that backend's settings.
@@ -31,6 +33,7 @@ pub enum Backend {
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
     /// ZooKeeper: ephemeral sequential nodes, the session as the lease, czxids as tokens.
+    #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(ZooKeeperBackend),
 }
@@ -71,6 +74,7 @@ pub enum RequestBody {
     /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
     Etcd(EtcdRequest),
     /// A ZooKeeper call; a `Watch` is a blocking wait.
+    #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(ZkRequest),
 }
@@ -84,6 +88,7 @@ impl RequestBody {
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
             RequestBody::ZooKeeper(_) => "zookeeper",
         }
     }
@@ -103,6 +108,7 @@ pub enum Reply {
     Etcd(String),
     /// A ZooKeeper reply: the JSON document the adapter wrote for the call (see
     /// [`ZkRequest`]), error documents included.
+    #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(String),
 }
@@ -264,6 +270,7 @@ pub(crate) struct Unconfirmed {
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
     pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
+    #[cfg(feature = "zookeeper")]
     pub(crate) zookeeper: Option<Box<zookeeper::ZkProgress>>,
 }
 
@@ -352,6 +359,7 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => "zookeeper",
         }
     }
@@ -370,6 +378,7 @@ impl Backend {
             return Err(crate::UsageError::InvalidName { len: name.len() });
         }
         options.validate(self.name(), self.tokens_may_regress())?;
+        #[cfg(feature = "zookeeper")]
         if let Backend::ZooKeeper(zk) = self {
             zk.check_ttl(options)?;
         }
@@ -383,7 +392,9 @@ impl Backend {
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
             // czxids are zxids: Zab-replicated, ensemble-wide, only rising.
-            Backend::Postgres(_) | Backend::Etcd(_) | Backend::ZooKeeper(_) => false,
+            Backend::Postgres(_) | Backend::Etcd(_) => false,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => false,
         }
     }
 
@@ -393,6 +404,7 @@ impl Backend {
             Backend::Redis(b) => b,
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
+            #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(b) => b,
         }
     }
