@@ -300,7 +300,7 @@ fn contender_key(naming: ZkNaming, child: &str) -> Option<&str> {
 }
 
 /// The contenders among `children`, lowest sequence first.
-fn sorted_contenders(naming: ZkNaming, children: &[String]) -> Vec<&str> {
+pub(crate) fn sorted_contenders(naming: ZkNaming, children: &[String]) -> Vec<&str> {
     let mut c: Vec<(&str, &str)> = children
         .iter()
         .filter_map(|n| contender_key(naming, n).map(|k| (k, n.as_str())))

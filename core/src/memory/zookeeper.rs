@@ -193,9 +193,7 @@ impl MemoryZooKeeper {
         if !self.touch(now, session) {
             return error("session_expired", session);
         }
-        let stat = |n: &ZNode| {
-            json!({ "czxid": n.czxid, "version": n.version, "ephemeral_owner": n.ephemeral_owner })
-        };
+        let stat = |n: &ZNode| json!({ "czxid": n.czxid, "version": n.version, "ephemeral_owner": n.ephemeral_owner });
         let mut v = match req {
             ZkRequest::Create { path, data } => {
                 let name = self.create(path, data, session, true);
