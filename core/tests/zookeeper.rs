@@ -126,15 +126,15 @@ impl T {
 }
 
 #[test]
-fn lowest_node_holds_with_its_czxid_valid_from_the_attempts_first_send() {
+fn lowest_node_holds_with_its_czxid_valid_from_the_children_reads_send() {
     let mut t = T::new();
     t.acquire();
     let node = t.created(3);
     t.at(4);
     t.children(&[&node, "ffffffffffffffffffffffffffffffff__lock__0000000004"]);
-    // token: the czxid (16), never the sequence (3); validity from the attempt's first
-    // send (the create at 0), the conservative side of the children read's at 4:
-    // 0 + 1000·0.99 − 2 = 988
+    // token: the czxid (16), never the sequence (3); validity from the send of the
+    // children read that found the node lowest (sent at 0, when the create's reply
+    // came; answered at 4): 0 + 1000·0.99 − 2 = 988
     assert_eq!(
         t.events(),
         [Event::Acquired {
