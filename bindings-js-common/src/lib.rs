@@ -1287,7 +1287,14 @@ mod tests {
         let e = backend(Some("zookeeper"), None, None).unwrap_err();
         assert_eq!(
             e.message,
-            "kind must be 'redis' or 'etcd', got \"zookeeper\""
+            "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have no \
+             sockets to reach ZooKeeper, and the Node package has no ZooKeeper adapter): kind \
+             must be 'redis' or 'etcd'"
+        );
+        let e = backend(Some("kubernetes"), None, None).unwrap_err();
+        assert_eq!(
+            e.message,
+            "kind must be 'redis' or 'etcd', got \"kubernetes\""
         );
         assert!(backend(Some("postgres"), None, None).is_err());
     }
