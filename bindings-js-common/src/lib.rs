@@ -666,6 +666,15 @@ pub fn backend(
     let kind = kind.unwrap_or(Backend::default().name());
     if !kinds.iter().any(|b| b.name() == kind) {
         let names: Vec<&str> = kinds.iter().map(Backend::name).collect();
+        if kind == "zookeeper" {
+            // ZooKeeper speaks its own binary protocol over TCP: `fetch` cannot carry it
+            return Err(JsError::config(format!(
+                "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have \
+                 no sockets to reach ZooKeeper, and the Node package has no ZooKeeper \
+                 adapter): kind must be {}",
+                quoted(&names, "or")
+            )));
+        }
         return Err(JsError::config(format!(
             "kind must be {}, got {kind:?}",
             quoted(&names, "or")
@@ -1285,7 +1294,14 @@ mod tests {
         let e = backend(Some("zookeeper"), None, None).unwrap_err();
         assert_eq!(
             e.message,
-            "kind must be 'redis' or 'etcd', got \"zookeeper\""
+            "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have no \
+             sockets to reach ZooKeeper, and the Node package has no ZooKeeper adapter): kind \
+             must be 'redis' or 'etcd'"
+        );
+        let e = backend(Some("kubernetes"), None, None).unwrap_err();
+        assert_eq!(
+            e.message,
+            "kind must be 'redis' or 'etcd', got \"kubernetes\""
         );
         assert!(backend(Some("postgres"), None, None).is_err());
     }

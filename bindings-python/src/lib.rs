@@ -880,6 +880,95 @@ impl EtcdCall {
     }
 }
 
+/// One ZooKeeper call for the host's client (kazoo): `spec_json` is the call as JSON
+/// (`{"call": "create" | "children" | "exists" | "watch" | "delete" | "delete_owned" |
+/// "multi", …}`); answer with the JSON reply document the core's
+/// `fencepost_core::backends::zookeeper::ZkRequest` describes for it, with `"session"`
+/// (the client's session id) in every reply and `{"error": kind, …}` for a failed call.
+/// A `watch` is a blocking wait of at most `timeout_s`.
+#[pyclass(frozen, module = "fencepost._core")]
+struct ZooKeeperCall {
+    req: fencepost_core::backends::ZkRequest,
+}
+
+#[pymethods]
+impl ZooKeeperCall {
+    /// The call's name: "create", "children", "exists", "watch", "delete",
+    /// "delete_owned" or "multi".
+    #[getter]
+    fn call(&self) -> &'static str {
+        self.req.call_name()
+    }
+    /// The call and its fields as JSON.
+    #[getter]
+    fn spec_json(&self) -> String {
+        self.req.to_json()
+    }
+    /// Whether this is a blocking watch.
+    #[getter]
+    fn is_watch(&self) -> bool {
+        self.req.watch_timeout_ms().is_some()
+    }
+    /// A watch's timeout in seconds (None for other calls).
+    #[getter]
+    fn timeout_s(&self) -> Option<f64> {
+        self.req.watch_timeout_ms().map(|ms| ms as f64 / 1000.0)
+    }
+    fn __repr__(&self) -> String {
+        format!("ZooKeeperCall({})", self.req.to_json())
+    }
+}
+
+/// The path of lock `name` under `root` and the node-name prefix of `owner_id` under
+/// `naming` ("kazoo" or "curator"), as the ZooKeeper recipe writes them.
+///
+/// Errors: `ConfigError` for arguments that are not str, an unknown naming or an owner id
+/// that is not 32 hex digits.
+#[pyfunction]
+fn zookeeper_node_prefix(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    owner_id: &Bound<'_, PyAny>,
+) -> PyResult<(String, String)> {
+    use fencepost_core::backends::{ZkNaming, ZooKeeperBackend};
+    let naming = match arg_str(naming, "naming")?.as_str() {
+        "kazoo" => ZkNaming::Kazoo,
+        "curator" => ZkNaming::Curator,
+        other => {
+            return Err(config_error(
+                py,
+                format!("naming must be \"kazoo\" or \"curator\", got {other:?}"),
+            ))
+        }
+    };
+    let settings = ZooKeeperBackend {
+        root: arg_str(root, "root")?,
+        naming,
+        session_timeout_ms: None,
+    };
+    let owner = owner_from_hex(py, owner_id)?;
+    Ok((
+        settings.lock_path(&arg_str(name, "name")?),
+        settings.node_prefix(&owner),
+    ))
+}
+
+/// Reads a fenced multi's reply (`{"results": [...]}`, the check first): True when every
+/// operation ran, False when the holder node was gone or changed (nothing was written).
+///
+/// Errors: `ProtocolError` for a reply of another shape.
+#[pyfunction]
+fn read_zookeeper_fenced(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<bool> {
+    use fencepost_core::backends::zookeeper::{read_zk_fenced, ZkFenced};
+    match read_zk_fenced(&etcd_reply_text(reply)) {
+        Ok(ZkFenced::Refused) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// An etcd reply as JSON text: str or UTF-8 bytes; anything else becomes text the core
 /// reads as a protocol error (naming the type).
 fn etcd_reply_text(value: &Bound<'_, PyAny>) -> String {
@@ -1124,6 +1213,9 @@ impl Request {
             }
             RequestBody::Sql(stmt) => Ok(Py::new(py, Sql { stmt: stmt.clone() })?.into_any()),
             RequestBody::Etcd(req) => Ok(Py::new(py, EtcdCall { req: req.clone() })?.into_any()),
+            RequestBody::ZooKeeper(req) => {
+                Ok(Py::new(py, ZooKeeperCall { req: req.clone() })?.into_any())
+            }
             other => Err(config_error(
                 py,
                 format!("this build of fencepost cannot run the request body {other:?}"),
@@ -1458,6 +1550,7 @@ impl Machine {
         let reply = match self.inner.backend() {
             Backend::Postgres(_) => Reply::Sql(to_sql_reply(value)),
             Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(value)),
+            Backend::ZooKeeper(_) => Reply::ZooKeeper(etcd_reply_text(value)),
             _ => Reply::Redis(to_redis_value(value, 0)),
         };
         let result = self.inner.handle_input(fencepost_core::Input::Reply {
@@ -2097,6 +2190,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BlockingPop>()?;
     m.add_class::<Sql>()?;
     m.add_class::<EtcdCall>()?;
+    m.add_class::<ZooKeeperCall>()?;
+    m.add_function(wrap_pyfunction!(zookeeper_node_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_fenced, m)?)?;
     m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;
     m.add_class::<Acquired>()?;

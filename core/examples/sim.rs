@@ -8,7 +8,8 @@
 //! Schedule `i` of a run uses seed `S + i`; `--trace --schedules 1 --seed X` prints the
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
-//! etcd-drift-beyond (`--mix etcd` runs every etcd mix). `--fence` picks the resource's
+//! etcd-drift-beyond (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
+//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`). `--fence` picks the resource's
 //! rule: `token` (the highest token from anyone, the default), `owner` (the owner-bound
 //! rule), `both` (token-only, with an owner-bound fence beside it on the same writes,
 //! printed as a second line `MIX/owner`). Columns: writes the fence refused, accepted with
@@ -61,6 +62,31 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
         (
             "etcd-drift-beyond",
             SimConfig::new(Faults::drift_beyond).etcd(),
+        ),
+        // and on the in-memory ZooKeeper: sessions kept by pings over the same network;
+        // its "server restart" is a leader failover (data kept, sessions' timeouts reset)
+        ("zk-none", SimConfig::new(|_| Faults::none()).zookeeper()),
+        (
+            "zk-network",
+            SimConfig::new(|o| Faults::network(o.ttl)).zookeeper(),
+        ),
+        (
+            "zk-pauses",
+            SimConfig::new(|o| Faults::pauses(o.ttl)).zookeeper(),
+        ),
+        ("zk-drift", SimConfig::new(Faults::drift).zookeeper()),
+        (
+            "zk-partitions",
+            SimConfig::new(|o| Faults::partitions(o.ttl)).zookeeper(),
+        ),
+        ("zk-all", SimConfig::new(Faults::all).zookeeper()),
+        (
+            "zk-failovers",
+            SimConfig::new(|_| Faults::server_restarts()).zookeeper(),
+        ),
+        (
+            "zk-drift-beyond",
+            SimConfig::new(Faults::drift_beyond).zookeeper(),
         ),
     ]
 }
@@ -188,6 +214,7 @@ fn main() -> ExitCode {
             args.mix == "every"
                 || args.mix == *name
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
+                || (args.mix == "zk" && name.starts_with("zk-"))
         })
         .map(|(name, cfg)| {
             let cfg = cfg.fenced(args.fence);

@@ -103,6 +103,14 @@ pub fn encode_output<'a, E>(
                     push(e.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
                 }
                 RequestBody::Sql(_) => push(Number(3.0))?,
+                #[cfg(feature = "zookeeper")]
+                // ZooKeeper: the call as JSON; a watch blocks for `timeoutMs` at most
+                RequestBody::ZooKeeper(z) => {
+                    push(Number(4.0))?;
+                    push(text(z.call_name()))?;
+                    push(Text(Cow::Owned(z.to_json())))?;
+                    push(z.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
+                }
             }
         }
         Output::Event { lock, event } => {

@@ -155,11 +155,19 @@ fn etcd_reply(v: &Value) -> String {
     }
 }
 
+/// Which kind of reply a vector's backend reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Replies {
+    Redis,
+    Etcd,
+    ZooKeeper,
+}
+
 fn to_input(
     input: &StepInput,
     now: Instant,
     scenario_options: &Map<String, Value>,
-    etcd: bool,
+    replies: Replies,
 ) -> Result<Input, String> {
     Ok(match input {
         StepInput::Acquire { name, options } => Input::Acquire {
@@ -178,10 +186,11 @@ fn to_input(
         StepInput::Reply { request, reply } => Input::Reply {
             now,
             request: RequestId(*request),
-            reply: if etcd {
-                Reply::Etcd(etcd_reply(reply))
-            } else {
-                Reply::Redis(redis_value(reply)?)
+            reply: match replies {
+                Replies::Etcd => Reply::Etcd(etcd_reply(reply)),
+                // the adapter's JSON document, written like an etcd reply
+                Replies::ZooKeeper => Reply::ZooKeeper(etcd_reply(reply)),
+                Replies::Redis => Reply::Redis(redis_value(reply)?),
             },
         },
         StepInput::TransportError { request, message } => Input::TransportError {
@@ -274,6 +283,21 @@ fn render(output: &Output) -> Value {
                     "operation": serde_name(&r.operation),
                     "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
                     "etcd": serde_json::to_value(call).expect("serializable"),
+                });
+                if let Some(ms) = call.watch_timeout_ms() {
+                    out["wait_timeout_ms"] = json!(ms);
+                }
+                return json!({ "request": out });
+            }
+            if let RequestBody::ZooKeeper(call) = &r.body {
+                // ZooKeeper: the core's `ZkRequest` serde form; a watch's timeout also as
+                // `wait_timeout_ms`
+                let mut out = json!({
+                    "id": r.id.0,
+                    "lock": r.lock.0,
+                    "operation": serde_name(&r.operation),
+                    "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
+                    "zookeeper": serde_json::to_value(call).expect("serializable"),
                 });
                 if let Some(ms) = call.watch_timeout_ms() {
                     out["wait_timeout_ms"] = json!(ms);
@@ -426,12 +450,16 @@ fn replay(path: &Path) -> Result<usize, String> {
         return Err(format!("{file}: say which rules it covers in \"rules\""));
     }
     let backend = scenario.backend.clone().unwrap_or_default();
-    let etcd = matches!(backend, Backend::Etcd(_));
+    let replies = match backend {
+        Backend::Etcd(_) => Replies::Etcd,
+        Backend::ZooKeeper(_) => Replies::ZooKeeper,
+        _ => Replies::Redis,
+    };
     let mut machine = Machine::with_seed(backend, scenario.seed);
     let mut owners = Owners::default();
     for (index, step) in scenario.steps.iter().enumerate() {
         let now = Instant::from_nanos(ms_to_ns(step.at_ms));
-        let input = to_input(&step.input, now, &scenario.options, etcd)
+        let input = to_input(&step.input, now, &scenario.options, replies)
             .map_err(|e| format!("{file}: step {index}: {e}"))?;
         let mut actual = Vec::new();
         if let Err(e) = machine.handle_input(input) {
@@ -586,6 +614,25 @@ fn etcd_scenario_vectors_replay_exactly() {
         failures.join("\n")
     );
     assert!(count >= 2, "only {count} etcd vectors in {}", dir.display());
+}
+
+/// The ZooKeeper vectors, `tests/scenarios/zookeeper/*.json` (replayed by this runner
+/// and the Python one; the JavaScript packages have no ZooKeeper backend).
+#[test]
+fn zookeeper_scenario_vectors_replay_exactly() {
+    let dir = scenario_dir().join("zookeeper");
+    let (count, failures) = replay_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {count} zookeeper vectors failed:\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        count >= 2,
+        "only {count} zookeeper vectors in {}",
+        dir.display()
+    );
 }
 
 /// Vectors that state what the safety rules demand where the machine disagrees today.

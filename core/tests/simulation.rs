@@ -296,3 +296,57 @@ fn etcd_the_checker_catches_validity_measured_from_the_reply() {
     assert_eq!(property, Property::S2, "seed {seed}");
     eprintln!("etcd, rule 1 sabotaged: caught at seed {seed} as {property}");
 }
+
+// ---- ZooKeeper -------------------------------------------------------------------------
+
+/// Schedules per ZooKeeper mix: the etcd budget (the replies are JSON too).
+#[cfg(feature = "zookeeper")]
+fn run_zk_mix(name: &str, cfg: SimConfig) -> Totals {
+    run_mix_n(name, cfg.zookeeper(), true, etcd_budget())
+}
+
+#[test]
+#[cfg(feature = "zookeeper")]
+fn zk_without_faults_all_properties_including_liveness() {
+    let t = run_zk_mix("zk-none", SimConfig::new(|_| Faults::none()));
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+#[cfg(feature = "zookeeper")]
+fn zk_process_pauses_expire_the_session_and_are_caught_by_the_fence() {
+    let t = run_zk_mix("zk-pauses", SimConfig::new(|o| Faults::pauses(o.ttl)));
+    assert!(
+        t.refused > 0,
+        "pauses past the session produced stale writes, refused"
+    );
+}
+
+#[test]
+#[cfg(feature = "zookeeper")]
+fn zk_every_in_model_fault_at_once() {
+    run_zk_mix("zk-all", SimConfig::new(Faults::all));
+}
+
+#[test]
+#[cfg(feature = "zookeeper")]
+fn zk_leader_failovers_are_inside_the_model() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    assert!(cfg.clone().zookeeper().within_model());
+    let t = run_zk_mix("zk-failovers", cfg);
+    assert_eq!(
+        t.explained, 0,
+        "a failover keeps the data: nothing to explain away"
+    );
+    assert!(t.grants > 0);
+}
+
+#[test]
+#[cfg(feature = "zookeeper")]
+fn zk_drift_beyond_the_bound_is_explained() {
+    let t = run_zk_mix("zk-drift-beyond", SimConfig::new(Faults::drift_beyond));
+    assert!(
+        t.explained > 0,
+        "the breach should show up as explained violations"
+    );
+}

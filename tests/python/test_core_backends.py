@@ -51,10 +51,12 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
     pg = _core.Machine({"kind": "postgres", "mode": "session", "namespace": "app"}, seed=1)
     assert pg.backend_kind == "postgres"
     assert _core.Machine({"kind": "etcd", "key_prefix": "app/"}, seed=1).backend_kind == "etcd"
+    zk = _core.Machine({"kind": "zookeeper", "root": "/locks", "naming": "curator"}, seed=1)
+    assert zk.backend_kind == "zookeeper"
     bad: List[Any] = [
         ("redis:", "must be a dict"),
         ({}, "must have a 'kind'"),
-        ({"kind": "zookeeper"}, "'redis', 'postgres' or 'etcd'"),
+        ({"kind": "kubernetes"}, "'redis', 'postgres', 'etcd' or 'zookeeper'"),
         ({"kind": "etcd", "fair": True}, "unknown etcd backend setting 'fair'"),
         ({"kind": "redis", "mode": "lease"}, "unknown redis backend setting 'mode'"),
         ({"kind": "redis", "fair": 1}, r"backend\['fair'\] must be True or False"),

@@ -27,6 +27,7 @@ LAYERS: Dict[str, int] = {
     "redis": 6,
     "postgres": 6,
     "etcd": 6,
+    "zookeeper": 6,
     "memory": 6,
     "__init__": 7,
 }

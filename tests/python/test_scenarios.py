@@ -53,7 +53,11 @@ SCENARIO_DIR = REPO / "tests" / "scenarios"
 #: The suite must not shrink silently (the Rust runner's MIN_VECTORS).
 MIN_VECTORS = 25
 
-VECTORS = sorted(SCENARIO_DIR.glob("*.json")) + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
+VECTORS = (
+    sorted(SCENARIO_DIR.glob("*.json"))
+    + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
+    + sorted((SCENARIO_DIR / "zookeeper").glob("*.json"))
+)
 
 #: Vectors stating what the safety rules demand where the machine disagrees today:
 #: replayed only on request (``FENCEPOST_PENDING_VECTORS=1``), like the Rust runner's
@@ -301,7 +305,7 @@ def load(path: Path) -> Scenario:
     backend = raw.get("backend")
     key_prefix: Optional[str] = None
     if backend is not None:
-        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd"):
+        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "zookeeper"):
             raise VectorError(f"unknown backend {backend!r}")
         key_prefix = backend.get("key_prefix")
         if key_prefix is not None and not isinstance(key_prefix, str):
@@ -368,6 +372,20 @@ class Raised:
 
 
 def render_request(r: _core.Request) -> Dict[str, Any]:
+    if r.kind == "zookeeper":
+        zk = r.body
+        assert isinstance(zk, _core.ZooKeeperCall)
+        zk_spec = json.loads(zk.spec_json)
+        zk_out: Dict[str, Any] = {
+            "id": r.id,
+            "lock": r.lock,
+            "operation": r.operation,
+            "deadline_ms": ns_to_ms(r.deadline_ns),
+            "zookeeper": zk_spec,
+        }
+        if zk.is_watch:
+            zk_out["wait_timeout_ms"] = zk_spec["timeout_ms"]
+        return {"request": zk_out}
     if r.kind == "etcd":
         call = r.body
         assert isinstance(call, _core.EtcdCall)
@@ -640,7 +658,9 @@ def apply_input(
     elif kind == "extend":
         machine.extend(now, inp["lock"])
     elif kind == "reply":
-        reply = etcd_reply(inp["reply"], text) if backend == "etcd" else redis_reply(inp["reply"], text)
+        # ZooKeeper replies are the adapter's JSON documents, passed as etcd's are
+        json_reply = backend in ("etcd", "zookeeper")
+        reply = etcd_reply(inp["reply"], text) if json_reply else redis_reply(inp["reply"], text)
         machine.reply(now, inp["request"], reply)
     elif kind == "transport_error":
         machine.transport_error(now, inp["request"], inp["message"])
@@ -664,7 +684,9 @@ def replay(path: Path, flavour: str) -> int:
         pytest.fail(f'{file}: say which rules it covers in "rules"', pytrace=False)
 
     title = f"{file} ({scenario.name}), replies as {flavour}"
-    if scenario.kind == "etcd":
+    if scenario.kind == "zookeeper":
+        machine = _core.Machine({"kind": "zookeeper"}, seed=scenario.seed)
+    elif scenario.kind == "etcd":
         spec: Any = {"kind": "etcd"}
         if scenario.key_prefix is not None:
             spec["key_prefix"] = scenario.key_prefix

@@ -210,6 +210,40 @@ class EtcdCall:
         """A watch's timeout in seconds; None for other calls."""
 
 @final
+class ZooKeeperCall:
+    """One ZooKeeper call for the host's client (kazoo): ``spec_json`` is the call as
+    JSON (``{"call": ..., fields}``); answer with the JSON reply document the core
+    describes for it (``fencepost_core::backends::zookeeper::ZkRequest``), carrying
+    ``"session"`` (the client's session id) and ``{"error": kind, ...}`` for a failed
+    call. A ``watch`` blocks at most ``timeout_s``."""
+
+    @property
+    def call(self) -> Literal[
+        "create", "children", "exists", "watch", "delete", "delete_owned", "multi"
+    ]:
+        """Which call."""
+    @property
+    def spec_json(self) -> str:
+        """The call and its fields as JSON."""
+    @property
+    def is_watch(self) -> bool:
+        """Whether this is a blocking watch."""
+    @property
+    def timeout_s(self) -> Optional[float]:
+        """A watch's timeout in seconds; None for other calls."""
+
+def zookeeper_node_prefix(root: str, naming: str, name: str, owner_id: str) -> Tuple[str, str]:
+    """``(lock path, node prefix)``: ``{root}/{name}`` and the name the node of
+    ``owner_id`` starts with under ``naming`` (``"kazoo"``: ``{owner}__lock__``;
+    ``"curator"``: ``_c_{UUID}-lock-``). Raises ConfigError for an unknown naming or an
+    owner id that is not 32 hex digits."""
+
+def read_zookeeper_fenced(reply: Union[str, bytes]) -> bool:
+    """Reads a fenced multi's reply (``{"results": [...]}``, the check first): True
+    when every operation ran, False when the holder node was gone or changed. Raises
+    ProtocolError for a reply of another shape."""
+
+@final
 class SqlStatement:
     """One SQL statement: ``sql`` with ``$1…$n`` placeholders (one may appear several
     times) and ``params`` in order. ``connection`` is ``"any"`` (any connection in
@@ -240,7 +274,7 @@ class Request:
         (:class:`BlockingPop`, operation ``"wait"``), ``"sql"``
         (:class:`SqlStatement`) or ``"etcd"`` (:class:`EtcdCall`)."""
     @property
-    def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall]:
+    def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall, ZooKeeperCall]:
         """What to send.
 
         Raises: ConfigError for a body this build cannot run."""

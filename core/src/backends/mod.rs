@@ -4,6 +4,8 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 use core::time::Duration;
 
@@ -16,6 +18,8 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, RedisWait};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +32,10 @@ pub enum Backend {
     Postgres(PostgresBackend),
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
+    /// ZooKeeper: ephemeral sequential nodes, the session as the lease, czxids as tokens.
+    #[cfg(feature = "zookeeper")]
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(ZooKeeperBackend),
 }
 
 impl Default for Backend {
@@ -65,17 +73,23 @@ pub enum RequestBody {
     RedisBlpop(RedisBlpop),
     /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
     Etcd(EtcdRequest),
+    /// A ZooKeeper call; a `Watch` is a blocking wait.
+    #[cfg(feature = "zookeeper")]
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(ZkRequest),
 }
 
 impl RequestBody {
     /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
-    /// `"redis_blpop"` or `"etcd"`.
+    /// `"redis_blpop"`, `"etcd"` or `"zookeeper"`.
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            RequestBody::ZooKeeper(_) => "zookeeper",
         }
     }
 }
@@ -92,6 +106,11 @@ pub enum Reply {
     /// An etcd reply: the JSON document the v3 JSON gateway returned (or a gRPC
     /// response in the proto3 JSON mapping), error documents included.
     Etcd(String),
+    /// A ZooKeeper reply: the JSON document the adapter wrote for the call (see
+    /// [`ZkRequest`]), error documents included.
+    #[cfg(feature = "zookeeper")]
+    #[serde(rename = "zookeeper")]
+    ZooKeeper(String),
 }
 
 // ---- the recipe seam ----------------------------------------------------------------
@@ -257,6 +276,8 @@ pub(crate) struct Unconfirmed {
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
     pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zookeeper: Option<Box<zookeeper::ZkProgress>>,
 }
 
 /// A backend's recipe: how each step is phrased and how its replies read. It never
@@ -347,6 +368,8 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => "zookeeper",
         }
     }
 
@@ -379,13 +402,26 @@ impl Backend {
                 ),
             ));
         }
-        if options.token_floor.is_some() && matches!(self, Backend::Etcd(_)) {
+        // tokens the server alone assigns, which never go backwards: nothing to raise
+        let server_tokens = match self {
+            Backend::Etcd(_) => Some("the key's create revision"),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Some("the holder node's czxid"),
+            _ => None,
+        };
+        if let (Some(token), Some(_)) = (server_tokens, options.token_floor) {
             return Err(crate::UsageError::option(
                 "token_floor",
-                "not supported on etcd: its tokens are the key's create revision, which \
-                 the etcd server alone assigns (and which never goes backwards); leave it unset"
-                    .to_owned(),
+                format!(
+                    "not supported on {}: its tokens are {token}, which the server alone \
+                     assigns (and which never goes backwards); leave it unset",
+                    self.name()
+                ),
             ));
+        }
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(zk) = self {
+            zk.check_ttl(options)?;
         }
         Ok(())
     }
@@ -396,7 +432,10 @@ impl Backend {
             Backend::Redis(_) => true,
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
+            // czxids are zxids: Zab-replicated, ensemble-wide, only rising.
             Backend::Postgres(_) | Backend::Etcd(_) => false,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => false,
         }
     }
 
@@ -406,6 +445,8 @@ impl Backend {
             Backend::Redis(b) => b,
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(b) => b,
         }
     }
 }

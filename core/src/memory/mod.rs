@@ -6,9 +6,15 @@
 //!   keys with millisecond expiry.
 //! * [`MemoryEtcd`] — an etcd v3 answering the etcd backend's requests with the JSON
 //!   gateway's exact reply texts, leases expiring at injected time.
+//! * [`MemoryZooKeeper`] — a ZooKeeper answering the ZooKeeper backend's requests with
+//!   the adapters' JSON replies, sessions expiring at injected time.
 
 mod etcd;
 mod redis;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
 pub use redis::MemoryRedis;
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{zk_error, MemoryZooKeeper, ZNode};

@@ -27,6 +27,8 @@ use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
 use crate::memory::{MemoryEtcd, MemoryRedis};
+#[cfg(feature = "zookeeper")]
+use crate::{backends::ZkRequest, backends::ZooKeeperBackend, memory::MemoryZooKeeper};
 use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, Request, RequestId,
@@ -261,6 +263,13 @@ impl SimConfig {
         self
     }
 
+    /// The same schedule shape on ZooKeeper (session timeout = the TTL).
+    #[cfg(feature = "zookeeper")]
+    pub fn zookeeper(mut self) -> Self {
+        self.backend = SimBackend::ZooKeeper;
+        self
+    }
+
     /// Whether the faults stay inside the declared model: drift within the bound, and
     /// a server that keeps its state (Redis without restarts; etcd, whose failovers
     /// keep the data and only lengthen leases).
@@ -268,6 +277,9 @@ impl SimConfig {
         match self.backend {
             SimBackend::Redis => self.faults.within_model(&self.options),
             SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
+            // failovers keep the data and only lengthen sessions
+            #[cfg(feature = "zookeeper")]
+            SimBackend::ZooKeeper => self.faults.clock_drift <= self.options.drift_factor,
         }
     }
 }
@@ -280,6 +292,11 @@ pub enum SimBackend {
     Redis,
     /// [`MemoryEtcd`], the etcd backend's recipe: per-contender keys, watches, leases.
     Etcd,
+    /// [`MemoryZooKeeper`]: one session per client kept alive by pings (the client
+    /// library's, every TTL/3 over the same network), ephemeral sequential nodes,
+    /// watches of the predecessor, session expiry, leader failover.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper,
 }
 
 /// The rule of the simulated resource's fence (`docs/DESIGN.md`, "Decisions about
@@ -459,6 +476,9 @@ enum Msg {
         token: FencingToken,
         owner: OwnerId,
     },
+    /// Client library → ZooKeeper: a session ping.
+    #[cfg(feature = "zookeeper")]
+    Ping { client: usize, session: i64 },
 }
 
 #[derive(Clone, Debug)]
@@ -498,6 +518,11 @@ enum Ev {
     BlpopTimeout {
         client: usize,
         request: RequestId,
+    },
+    /// A client library's ping is due (ZooKeeper).
+    #[cfg(feature = "zookeeper")]
+    ZkPing {
+        client: usize,
     },
 }
 
@@ -595,6 +620,24 @@ pub struct Simulation {
     lock_key: String,
     /// The etcd key prefix of the lock.
     etcd_prefix: String,
+    #[cfg(feature = "zookeeper")]
+    zk: ZkSim,
+}
+
+/// The ZooKeeper side of a simulation.
+#[cfg(feature = "zookeeper")]
+struct ZkSim {
+    server: MemoryZooKeeper,
+    settings: ZooKeeperBackend,
+    /// Each client's current session.
+    sessions: Vec<i64>,
+    /// The session each request was sent on.
+    sent_on: HashMap<(usize, RequestId), i64>,
+    /// Watches registered on the server: client, request, watched path, session.
+    watches: Vec<(usize, RequestId, String, i64)>,
+    /// The czxid of the node that held the lock at the last check.
+    holder: Option<i64>,
+    unavailable_until: Instant,
 }
 
 impl Simulation {
@@ -611,6 +654,11 @@ impl Simulation {
                         ..RedisBackend::default()
                     }),
                     SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+                    #[cfg(feature = "zookeeper")]
+                    SimBackend::ZooKeeper => Backend::ZooKeeper(ZooKeeperBackend {
+                        session_timeout_ms: Some(cfg.options.ttl_ms()),
+                        ..ZooKeeperBackend::default()
+                    }),
                 };
                 #[allow(unused_mut)]
                 let mut machine = Machine::with_seed(backend, rng.next_u64());
@@ -644,6 +692,22 @@ impl Simulation {
         }
         let end = Instant::ZERO + cfg.run_for;
         let (fence, compare_fence) = (cfg.fence, cfg.compare_fence);
+        #[cfg(feature = "zookeeper")]
+        let zk = {
+            let mut server = MemoryZooKeeper::new();
+            let sessions = (0..cfg.clients)
+                .map(|_| server.connect(Instant::ZERO, cfg.options.ttl))
+                .collect();
+            ZkSim {
+                server,
+                settings: ZooKeeperBackend::default(),
+                sessions,
+                sent_on: HashMap::new(),
+                watches: Vec::new(),
+                holder: None,
+                unavailable_until: Instant::ZERO,
+            }
+        };
         Simulation {
             checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
             cfg,
@@ -668,6 +732,8 @@ impl Simulation {
             outcome: Outcome::default(),
             lock_key: RedisBackend::default().lock_key(LOCK_NAME),
             etcd_prefix: EtcdBackend::default().lock_prefix(LOCK_NAME),
+            #[cfg(feature = "zookeeper")]
+            zk,
         }
     }
 
@@ -686,6 +752,13 @@ impl Simulation {
         if self.cfg.faults.p_server_restart > 0.0 {
             let at = self.exp_interval(self.cfg.faults.p_server_restart);
             self.push(at, Ev::ServerRestart);
+        }
+        #[cfg(feature = "zookeeper")]
+        if self.cfg.backend == SimBackend::ZooKeeper {
+            for c in 0..self.clients.len() {
+                let first = self.uniform(self.cfg.options.ttl / 3);
+                self.push(Instant::ZERO + first, Ev::ZkPing { client: c });
+            }
         }
         for c in 0..self.clients.len() {
             if self.cfg.faults.p_partition > 0.0 {
@@ -728,6 +801,17 @@ impl Simulation {
     /// etcd: queues an `Ev::LeaseExpiry` for the next lease to run out, so its keys go
     /// and its watchers wake at that instant, not at the next unrelated event.
     fn schedule_expiry(&mut self) {
+        #[cfg(feature = "zookeeper")]
+        if self.cfg.backend == SimBackend::ZooKeeper {
+            self.zk.server.expire(self.now);
+            if let Some(at) = self.zk.server.next_expiry() {
+                if self.expiry_scheduled.is_none_or(|s| at < s || s < self.now) {
+                    self.expiry_scheduled = Some(at);
+                    self.push(at.max(self.now), Ev::LeaseExpiry);
+                }
+            }
+            return;
+        }
         if self.cfg.backend != SimBackend::Etcd {
             return;
         }
@@ -787,6 +871,8 @@ impl Simulation {
             Msg::Request { client, .. } | Msg::Reply { client, .. } | Msg::Write { client, .. } => {
                 *client
             }
+            #[cfg(feature = "zookeeper")]
+            Msg::Ping { client, .. } => *client,
         };
         let server_link = !matches!(msg, Msg::Write { .. });
         if server_link && self.clients[client].partitioned_until > self.now {
@@ -903,8 +989,43 @@ impl Simulation {
                 if self.expiry_scheduled.is_some_and(|s| s <= self.now) {
                     self.expiry_scheduled = None;
                 }
+                #[cfg(feature = "zookeeper")]
+                if self.cfg.backend == SimBackend::ZooKeeper {
+                    self.zk.server.expire(self.now);
+                    self.serve_zk_watches();
+                    return;
+                }
                 self.etcd.expire(self.now);
                 self.serve_watches();
+            }
+            #[cfg(feature = "zookeeper")]
+            Ev::ZkPing { client } => {
+                if !self.paused(client) {
+                    let session = self.zk.sessions[client];
+                    self.send(Msg::Ping { client, session });
+                }
+                // the library's ping period, on the client's clock
+                let period = self.cfg.options.ttl / 3;
+                let next = self.clients[client].local(self.now) + period;
+                let at = self.clients[client].true_of(next).max(self.now);
+                self.push(at, Ev::ZkPing { client });
+            }
+            #[cfg(feature = "zookeeper")]
+            Ev::WatchTimeout { client, request } if self.cfg.backend == SimBackend::ZooKeeper => {
+                if self.clients[client].in_flight.contains_key(&request) {
+                    self.zk
+                        .watches
+                        .retain(|(c, r, ..)| !(*c == client && *r == request));
+                    self.trace(|| format!("c{client}: watch {} timed out", request.0));
+                    let session = self.zk.sessions[client];
+                    self.deliver(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::ZooKeeper(format!(
+                            r#"{{"event":"timeout","session":{session}}}"#
+                        )),
+                    });
+                }
             }
             Ev::WatchTimeout { client, request } => {
                 if self.clients[client].in_flight.contains_key(&request) {
@@ -918,6 +1039,31 @@ impl Simulation {
                         reply: Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned()),
                     });
                 }
+            }
+            #[cfg(feature = "zookeeper")]
+            Ev::ServerRestart if self.cfg.backend == SimBackend::ZooKeeper => {
+                // leader failover: no quorum for up to one TTL; sessions get their full
+                // timeout again from the election; data kept
+                let election = self.uniform(self.cfg.options.ttl);
+                self.trace(|| {
+                    format!("server: zookeeper leader fails over, a new one in {election:?}")
+                });
+                self.zk.server.failover(self.now, election);
+                self.zk.unavailable_until = self.now + election;
+                for (client, request, _, session) in std::mem::take(&mut self.zk.watches) {
+                    self.send(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::ZooKeeper(crate::memory::zk_error(
+                            "connection_loss",
+                            session,
+                        )),
+                    });
+                }
+                self.server_epoch += 1;
+                self.checker.server_restarted();
+                let next = self.exp_interval(self.cfg.faults.p_server_restart);
+                self.push(next, Ev::ServerRestart);
             }
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
@@ -962,6 +1108,19 @@ impl Simulation {
         match msg {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
+            }
+            #[cfg(feature = "zookeeper")]
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::ZooKeeper => {
+                self.deliver_zk(client, request)
+            }
+            #[cfg(feature = "zookeeper")]
+            Msg::Ping { client, session } => {
+                if self.now >= self.zk.unavailable_until
+                    && session == self.zk.sessions[client]
+                    && !self.zk.server.touch(self.now, session)
+                {
+                    self.zk_reconnect(client);
+                }
             }
             Msg::Request { client, request }
                 if matches!(request.body, crate::RequestBody::RedisBlpop(_)) =>
@@ -1219,7 +1378,11 @@ impl Simulation {
                     return; // done contending
                 }
                 let mut options = self.cfg.options.clone();
-                options.token_floor = self.clients[c].floor.take();
+                // the floor is the Redis recipe's; servers that assign tokens refuse it
+                let floor = self.clients[c].floor.take();
+                if self.cfg.backend == SimBackend::Redis {
+                    options.token_floor = floor;
+                }
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
                     0 => Some(Duration::ZERO),
                     1 => Some(self.cfg.options.ttl * 2),
@@ -1346,6 +1509,26 @@ impl Simulation {
                             request.operation, request.id.0
                         )
                     });
+                    #[cfg(feature = "zookeeper")]
+                    if self.cfg.backend == SimBackend::ZooKeeper {
+                        let session = self.zk.sessions[c];
+                        self.zk.sent_on.insert((c, request.id), session);
+                        if let crate::RequestBody::ZooKeeper(ZkRequest::Watch {
+                            timeout_ms, ..
+                        }) = &request.body
+                        {
+                            let local = self.clients[c].local(self.now)
+                                + Duration::from_millis(*timeout_ms);
+                            let at = self.clients[c].true_of(local).max(self.now);
+                            self.push(
+                                at,
+                                Ev::WatchTimeout {
+                                    client: c,
+                                    request: request.id,
+                                },
+                            );
+                        }
+                    }
                     if let crate::RequestBody::Etcd(EtcdRequest::Watch(w)) = &request.body {
                         // the host cancels the watch at its timeout, on its own clock
                         let local =
@@ -1413,6 +1596,10 @@ impl Simulation {
     fn check(&mut self) {
         if self.cfg.backend == SimBackend::Etcd {
             return self.check_etcd();
+        }
+        #[cfg(feature = "zookeeper")]
+        if self.cfg.backend == SimBackend::ZooKeeper {
+            return self.check_zk();
         }
         let holder = self.server.get(self.now, &self.lock_key).map(str::to_owned);
         let expires = self.server.expires_at(self.now, &self.lock_key);
@@ -1536,6 +1723,147 @@ fn describe(msg: &Msg) -> String {
             client, request, ..
         } => format!("the reply to c{client}'s request {}", request.0),
         Msg::Write { client, token, .. } => format!("c{client}'s write with token {token}"),
+        #[cfg(feature = "zookeeper")]
+        Msg::Ping { client, session } => format!("c{client}'s ping of session {session:#x}"),
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl Simulation {
+    /// The client library learns its session expired and opens a new one.
+    fn zk_reconnect(&mut self, client: usize) {
+        let session = self.zk.server.connect(self.now, self.cfg.options.ttl);
+        self.trace(|| format!("c{client}: session expired, new session {session:#x}"));
+        self.zk.sessions[client] = session;
+    }
+
+    /// A request reaches the ZooKeeper ensemble.
+    fn deliver_zk(&mut self, client: usize, request: Request) {
+        let crate::RequestBody::ZooKeeper(call) = &request.body else {
+            return;
+        };
+        let current = self.zk.sessions[client];
+        let session = self
+            .zk
+            .sent_on
+            .get(&(client, request.id))
+            .copied()
+            .unwrap_or(current);
+        let reply = if self.now < self.zk.unavailable_until || session != current {
+            // no quorum, or the connection it was sent on is gone with its session
+            crate::memory::zk_error("connection_loss", session)
+        } else if !self.zk.server.alive(self.now, session) {
+            self.zk_reconnect(client);
+            crate::memory::zk_error("session_expired", session)
+        } else if let ZkRequest::Watch { path, .. } = call {
+            self.zk.server.touch(self.now, session);
+            if self.zk.server.get(path).is_some() {
+                self.trace(|| format!("server: c{client} watches {path}"));
+                self.zk
+                    .watches
+                    .push((client, request.id, path.clone(), session));
+                return;
+            }
+            format!(r#"{{"event":"no_node","session":{session}}}"#)
+        } else {
+            self.zk.server.call(self.now, session, call)
+        };
+        self.trace(|| {
+            format!(
+                "server: {:?} {} from c{client} → {reply}",
+                request.operation,
+                call.call_name()
+            )
+        });
+        self.send(Msg::Reply {
+            client,
+            request: request.id,
+            reply: Reply::ZooKeeper(reply),
+        });
+        self.serve_zk_watches();
+    }
+
+    /// Answers the watches whose node is gone, first registered first.
+    fn serve_zk_watches(&mut self) {
+        let mut i = 0;
+        while i < self.zk.watches.len() {
+            if self.zk.server.get(&self.zk.watches[i].2).is_none() {
+                let (client, request, _, session) = self.zk.watches.remove(i);
+                self.trace(|| format!("server: wakes c{client}"));
+                self.send(Msg::Reply {
+                    client,
+                    request,
+                    reply: Reply::ZooKeeper(format!(
+                        r#"{{"event":"deleted","session":{session}}}"#
+                    )),
+                });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// S1 at the server (every new holder node has a higher czxid), S2 and S4 against
+    /// the ensemble: the holder is the lowest contender node under the lock's path, and
+    /// it holds until its session expires.
+    fn check_zk(&mut self) {
+        self.zk.server.expire(self.now);
+        let path = self.zk.settings.lock_path(LOCK_NAME);
+        let children = self.zk.server.children(&path);
+        let holder =
+            crate::backends::zookeeper::sorted_contenders(self.zk.settings.naming, &children)
+                .first()
+                .map(|n| {
+                    (
+                        (*n).to_owned(),
+                        self.zk.server.get(&format!("{path}/{n}")).cloned(),
+                    )
+                });
+        let holder = holder.and_then(|(name, node)| node.map(|n| (name, n)));
+        let czxid = holder.as_ref().map(|(_, n)| n.czxid);
+        if czxid.is_some() && czxid != self.zk.holder {
+            let token = FencingToken(czxid.unwrap_or(0) as u64);
+            self.outcome.grants += 1;
+            self.checker.grant(self.now, token, None, &mut self.outcome);
+            self.trace(|| format!("server: the node with czxid {token} now holds the lock"));
+        }
+        self.zk.holder = czxid;
+        let expires = holder
+            .as_ref()
+            .and_then(|(_, n)| self.zk.server.session_expires_at(n.ephemeral_owner));
+        self.checker
+            .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
+        for c in 0..self.clients.len() {
+            let client = &self.clients[c];
+            let local = client.local(self.now);
+            let (lock, token) = match client.work {
+                Work::Holding { lock, token, .. } => (lock, Some(token)),
+                Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
+                Work::Idle => continue,
+            };
+            let Some(valid_until) = client.machine.valid_until(lock) else {
+                continue;
+            };
+            if local >= valid_until {
+                continue;
+            }
+            let Some(owner) = client.machine.owner(lock) else {
+                continue;
+            };
+            let believed_until = client.true_of(valid_until);
+            let prefix = self.zk.settings.node_prefix(&owner);
+            let ok = holder.as_ref().is_some_and(|(name, n)| {
+                name.starts_with(&prefix) && token.is_none_or(|t| t.get() == n.czxid as u64)
+            }) && expires.is_some_and(|e| e >= believed_until);
+            if !ok {
+                let detail = format!(
+                    "c{c} believes it holds lock {lock} (token {token:?}) until {believed_until} (its clock: {valid_until}), \
+                     but the ensemble's holder is {holder:?}, its session expiring at {expires:?}"
+                );
+                self.checker
+                    .violate(Property::S2, self.now, detail, &mut self.outcome);
+            }
+        }
     }
 }
 

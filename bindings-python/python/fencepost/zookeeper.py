@@ -1,0 +1,449 @@
+"""The ZooKeeper adapter: executes the lock machine's requests with kazoo.
+
+``ZooKeeperBackend(KazooClient(hosts="127.0.0.1:2181", timeout=10.0))`` serves the
+blocking API (``with lock``, ``lock.acquire_sync()``) and asyncio (``async with lock``,
+``await lock.acquire()``; kazoo's calls then run on worker threads, so the event loop
+never blocks). Requires ``kazoo`` (``pip install kazoo``) and ZooKeeper ≥ 3.5
+(``create2``, multi-op transactions).
+
+**Why ZooKeeper for correctness locks.** Every write goes through the ensemble's
+atomic broadcast (Zab) before it is answered, and zxids rise across the whole ensemble,
+through leader changes: the fencing token of a ZooKeeper lock (its holder node's
+``czxid``) never goes backwards, so ``purpose="correctness"`` is allowed without any
+opt-in.
+
+**The recipe** (ZooKeeper's documented lock recipe, as kazoo's ``Lock`` and Curator's
+``InterProcessMutex`` implement it, decided step by step by the core): every contender
+creates an ephemeral sequential node under ``{root}/{name}`` whose name carries its
+owner id; the lowest sequence holds; a waiter watches only its immediate predecessor;
+release deletes the node. After a create whose reply was lost, the contender finds and
+adopts its own node by that name. Token: the node's ``czxid``, never the sequence
+(a signed 32-bit counter per parent that wraps).
+
+**Sharing a lock with kazoo or Curator.** ``ZooKeeperBackend(client, root="/locks")``
+and ``Lock(backend, "report")`` use the path ``/locks/report``, the same as kazoo's
+``client.Lock("/locks/report")``: both name their nodes ``{32 hex digits}__lock__`` +
+sequence, so each sees the other's nodes as contenders and they exclude each other.
+``naming="curator"`` names the nodes as Curator's ``InterProcessMutex`` does
+(``_c_{UUID}-lock-`` + sequence) for a lock shared with Curator instead (kazoo and
+Curator do not recognise each other's nodes).
+
+**Session = lease.** The node lives as long as the client's session, which kazoo
+keeps alive with pings. A lock's ``ttl`` must not exceed the session timeout the server
+negotiated (:attr:`ZooKeeperBackend.session_timeout`, which can differ from the one the
+client asked for: the server clamps it to ``[minSessionTimeout, maxSessionTimeout]``):
+pass ``ttl=backend.session_timeout``. The machine measures validity from the send of
+the last request of the lock the server answered and renews every ``ttl / 3`` with an
+``exists`` of its node. While kazoo is disconnected (``SUSPENDED``) those renewals
+fail and are retried: a reconnect within the session keeps the lock, and otherwise it
+is lost at its validity deadline (``send + ttl × (1 − drift) − margin``), before the
+server can expire the session. A renewal that finds the session expired (kazoo's
+``LOST``) or the node gone is a loss at once.
+
+**Fenced writes**: :meth:`ZooKeeperBackend.fenced_commit` runs a multi-op transaction
+that first checks the lease's own node (it exists, at data version 0), ZooKeeper's
+counterpart of etcd's ``IsOwner``; :class:`fencepost.StaleToken` when it fails.
+
+**The client** must not be started yet: the backend starts it (``client.start()``) and
+learns the negotiated session timeout from its connection handshake (kazoo does not
+keep it). :meth:`close` does not stop a client you passed; one made by
+:meth:`from_hosts` is stopped and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+
+from . import _core
+from ._backend import Backend
+from .errors import BackendError, ConfigError, StaleToken
+
+if TYPE_CHECKING:
+    from ._core import BackendSpec
+    from .lock import Lease, SyncLease
+
+__all__ = ["ZooKeeperBackend"]
+
+_NAMINGS = ("kazoo", "curator")
+
+
+def _import_kazoo() -> Any:
+    try:
+        import kazoo.client  # type: ignore[import-untyped]
+        import kazoo.exceptions  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError("fencepost.zookeeper needs kazoo: pip install kazoo") from exc
+    return kazoo
+
+
+def _error_kind(exc: BaseException) -> Optional[str]:
+    """The reply's error kind for a kazoo exception (None: not a server error)."""
+    from kazoo import exceptions as e
+
+    kinds = (
+        (e.NoNodeError, "no_node"),
+        (e.NodeExistsError, "node_exists"),
+        (e.BadVersionError, "bad_version"),
+        (e.NotEmptyError, "not_empty"),
+        (e.SessionExpiredError, "session_expired"),
+        (e.SessionMovedError, "session_moved"),
+        (e.AuthFailedError, "auth_failed"),
+        (e.OperationTimeoutError, "operation_timeout"),
+        (e.ConnectionLoss, "connection_loss"),
+        (e.ConnectionClosedError, "connection_closed"),
+        (e.RolledBackError, "rolled_back"),
+        (e.NoAuthError, "no_auth"),
+        (e.NoChildrenForEphemeralsError, "no_children_for_ephemerals"),
+    )
+    for cls, kind in kinds:
+        if isinstance(exc, cls):
+            return kind
+    if isinstance(exc, e.ZookeeperError):
+        return type(exc).__name__
+    return None
+
+
+def _stat(stat: Any) -> Dict[str, int]:
+    return {
+        "czxid": int(stat.czxid),
+        "version": int(stat.version),
+        "ephemeral_owner": int(stat.ephemeralOwner),
+    }
+
+
+class ZooKeeperBackend(Backend):
+    """Locks on a ZooKeeper ensemble through a kazoo client.
+
+    Args:
+        client: a ``kazoo.client.KazooClient`` not started yet (the backend starts it
+            and waits up to ``start_timeout`` seconds for its session).
+        root: parent of every lock path (``"/fencepost"``); lock ``name`` lives at
+            ``{root}/{name}``.
+        naming: ``"kazoo"`` (default: nodes named as kazoo's ``Lock`` names them) or
+            ``"curator"`` (as Curator's ``InterProcessMutex``).
+        start_timeout: seconds to wait for the first session (15 s).
+
+    Raises:
+        ConfigError: ``client`` is not a KazooClient or is started already, ``root`` is
+            not an absolute path, ``naming`` is unknown, or kazoo is not installed.
+        BackendError: no session within ``start_timeout``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        root: str = "/fencepost",
+        naming: str = "kazoo",
+        start_timeout: float = 15.0,
+    ) -> None:
+        super().__init__()
+        kazoo = _import_kazoo()
+        if not isinstance(client, kazoo.client.KazooClient):
+            raise ConfigError(f"client must be a kazoo.client.KazooClient, got {client!r}")
+        if client.connected or getattr(client, "_live", None) is not None and client._live.is_set():
+            raise ConfigError(
+                "pass a KazooClient that is not started yet: fencepost starts it to learn "
+                "the session timeout the server negotiates"
+            )
+        if not isinstance(root, str) or not root.startswith("/"):
+            raise ConfigError(f"root must be an absolute ZooKeeper path, got {root!r}")
+        if naming not in _NAMINGS:
+            raise ConfigError(f'naming must be "kazoo" or "curator", got {naming!r}')
+        self._client = client
+        self.root = root
+        self.naming = naming
+        self._negotiated_ms: Optional[int] = None
+        self._hook_connect(client)
+        try:
+            client.start(timeout=start_timeout)
+        except Exception as exc:
+            raise BackendError(f"ZooKeeper: no session within {start_timeout} s: {exc}") from exc
+        if self._negotiated_ms is None:  # pragma: no cover - a kazoo without the hook
+            raise ConfigError("this kazoo version does not report the negotiated session timeout")
+
+    def _hook_connect(self, client: Any) -> None:
+        """Wraps the connection handler's handshake: it returns the read timeout
+        kazoo derives from the negotiated session timeout (two thirds of it)."""
+        conn = client._connection
+        connect = conn._connect
+
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            read_timeout, connect_timeout = connect(*args, **kwargs)
+            self._negotiated_ms = int(round(read_timeout * 3 / 2))
+            return read_timeout, connect_timeout
+
+        conn._connect = hooked
+
+    @classmethod
+    def from_hosts(
+        cls,
+        hosts: str,
+        *,
+        session_timeout: float = 10.0,
+        root: str = "/fencepost",
+        naming: str = "kazoo",
+    ) -> ZooKeeperBackend:
+        """A backend on a KazooClient it makes and owns: ``hosts`` is the connect
+        string (``"10.0.0.1:2181,10.0.0.2:2181"``), ``session_timeout`` the session
+        timeout to ask for, in seconds (the server may negotiate another:
+        :attr:`session_timeout`). :meth:`close` stops and closes the client.
+
+        Raises:
+            ConfigError, BackendError: as the constructor.
+        """
+        kazoo = _import_kazoo()
+        client = kazoo.client.KazooClient(hosts=hosts, timeout=session_timeout)
+        backend = cls(client, root=root, naming=naming)
+
+        def stop() -> None:
+            client.stop()
+            client.close()
+
+        backend._own(stop)
+        return backend
+
+    @property
+    def client(self) -> Any:
+        """The kazoo client this backend uses."""
+        return self._client
+
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the server negotiated, in seconds: the largest ``ttl``
+        a lock on this backend may have."""
+        return (self._negotiated_ms or 0) / 1000.0
+
+    @property
+    def session_id(self) -> int:
+        """The client's current session id (0 before the first session)."""
+        cid = self._client.client_id
+        return int(cid[0]) if cid else 0
+
+    def _machine_spec(self) -> BackendSpec:
+        return {  # type: ignore[return-value]
+            "kind": "zookeeper",
+            "root": self.root,
+            "naming": self.naming,
+            "session_timeout_ms": self._negotiated_ms,
+        }
+
+    # -- paths --
+
+    def lock_path(self, name: str) -> str:
+        """The path of lock ``name``: ``{root}/{name}``."""
+        path, _ = _core.zookeeper_node_prefix(self.root, self.naming, name, "0" * 32)
+        return path
+
+    def token_key(self, name: str) -> str:
+        """ZooKeeper keeps no token counter: the token is the holder node's czxid.
+        Returns :meth:`lock_path`."""
+        return self.lock_path(name)
+
+    def node_prefix(self, name: str, owner_id: str) -> str:
+        """The name the node of acquisition ``owner_id`` (``lease.owner_id``) starts
+        with, before the server's sequence."""
+        _, prefix = _core.zookeeper_node_prefix(self.root, self.naming, name, owner_id)
+        return prefix
+
+    # -- execution --
+
+    def _sync_call_limit_s(self) -> Optional[float]:
+        return None
+
+    async def _execute_async(self, command: Any) -> object:
+        return await asyncio.to_thread(self._execute_sync, command)
+
+    def _execute_sync(self, command: Any) -> object:
+        call = command.body if isinstance(command, _core.Request) else command
+        if not isinstance(call, _core.ZooKeeperCall):
+            raise ConfigError(f"ZooKeeperBackend cannot run {command!r}")
+        spec = json.loads(call.spec_json)
+        deadline_ns = getattr(command, "deadline_ns", None)
+        left: Optional[float] = None
+        if isinstance(deadline_ns, int):
+            left = max((deadline_ns - time.monotonic_ns()) / 1e9, 0.001)
+        try:
+            doc = self._call(spec, left)
+        except Exception as exc:
+            kind = _error_kind(exc)
+            if kind is None or kind in ("connection_loss", "connection_closed"):
+                raise  # a transport failure: the outcome is unknown
+            doc = {"error": kind, "message": str(exc)}
+        doc["session"] = self.session_id
+        return json.dumps(doc)
+
+    def _get(self, async_result: Any, left: Optional[float]) -> Any:
+        """Waits for a kazoo async result at most until the request's deadline."""
+        try:
+            return async_result.get(timeout=left)
+        except self._client.handler.timeout_exception as exc:
+            raise BackendError("ZooKeeper: no reply before the request deadline") from exc
+
+    def _call(self, spec: Dict[str, Any], left: Optional[float]) -> Dict[str, Any]:
+        zk = self._client
+        call = spec["call"]
+        if call == "create":
+            zk.ensure_path(spec["path"].rsplit("/", 1)[0])
+            path, stat = self._get(
+                zk.create_async(
+                    spec["path"],
+                    spec["data"].encode(),
+                    ephemeral=True,
+                    sequence=True,
+                    include_data=True,
+                ),
+                left,
+            )
+            return {"path": path, "stat": _stat(stat)}
+        if call == "children":
+            return {"children": list(self._get(zk.get_children_async(spec["path"]), left))}
+        if call == "exists":
+            stat = self._get(zk.exists_async(spec["path"]), left)
+            return {"stat": _stat(stat) if stat is not None else None}
+        if call == "watch":
+            return {"event": self._watch(spec["path"], float(spec["timeout_ms"]) / 1000.0)}
+        if call == "delete":
+            self._get(zk.delete_async(spec["path"]), left)
+            return {"deleted": True}
+        if call == "delete_owned":
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                children = self._get(zk.get_children_async(spec["path"]), left)
+            except NoNodeError:
+                return {"deleted": 0}
+            n = 0
+            for child in children:
+                if child.startswith(spec["prefix"]):
+                    try:
+                        self._get(zk.delete_async(f"{spec['path']}/{child}"), left)
+                    except NoNodeError:
+                        pass
+                    n += 1
+            return {"deleted": n}
+        if call == "multi":
+            txn = zk.transaction()
+            txn.check(spec["check_path"], spec["check_version"])
+            for op in spec["ops"]:
+                self._add_op(txn, op)
+            return {"results": self._results(self._get(txn.commit_async(), left))}
+        raise ConfigError(f"ZooKeeperBackend cannot run the call {call!r}")
+
+    @staticmethod
+    def _add_op(txn: Any, op: Dict[str, Any]) -> None:
+        kind = op["op"]
+        if kind == "create":
+            txn.create(op["path"], op["data"].encode())
+        elif kind == "set_data":
+            txn.set_data(op["path"], op["data"].encode(), op["version"])
+        elif kind == "delete":
+            txn.delete(op["path"], op["version"])
+        else:  # pragma: no cover - the core's ops only
+            raise ConfigError(f"unknown transaction op {kind!r}")
+
+    @staticmethod
+    def _results(results: List[Any]) -> List[Union[bool, str]]:
+        out: List[Union[bool, str]] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                out.append(_error_kind(r) or type(r).__name__)
+            else:
+                out.append(True)
+        return out
+
+    def _watch(self, path: str, timeout: float) -> str:
+        """Blocks until ``path``'s watch fires, the session changes state, or
+        ``timeout`` seconds pass; returns what woke it."""
+        fired = threading.Event()
+        what: List[str] = []
+
+        def on_node(event: Any) -> None:
+            what.append("deleted" if str(event.type) == "DELETED" else "changed")
+            fired.set()
+
+        def on_state(state: Any) -> bool:
+            what.append("session")
+            fired.set()
+            return True  # one state change is enough: remove the listener
+
+        zk = self._client
+        zk.add_listener(on_state)
+        try:
+            if zk.exists(path, watch=on_node) is None:
+                return "no_node"
+            if not fired.wait(timeout):
+                return "timeout"
+            return what[0]
+        finally:
+            zk.remove_listener(on_state)
+
+    # -- fenced writes --
+
+    def _holder_node(self, lease: Union[Lease, SyncLease]) -> Optional[str]:
+        from kazoo.exceptions import NoNodeError, SessionExpiredError
+
+        path = self.lock_path(lease.name)
+        prefix = self.node_prefix(lease.name, lease.owner_id)
+        try:
+            children = self._client.get_children(path)
+        except (NoNodeError, SessionExpiredError):  # an ended session's node is gone
+            return None
+        for child in children:
+            if child.startswith(prefix):
+                return f"{path}/{child}"
+        return None
+
+    def fenced_commit_sync(
+        self, lease: Union[Lease, SyncLease], build: Callable[[Any], None]
+    ) -> List[Any]:
+        """Runs a multi-op transaction only while ``lease`` holds its lock: the first
+        operation checks the lease's own node (exists, data version 0), then
+        ``build(txn)`` adds the writes (kazoo's ``TransactionRequest``: ``create``,
+        ``set_data``, ``delete``, ``check``). Returns kazoo's results of the writes.
+
+        Raises:
+            StaleToken: the lease's node is gone (the lock was lost or released, or
+                its session expired): nothing was written. ``highest`` is 0 (ZooKeeper does not say who holds it now).
+            BackendError: the transaction failed otherwise (a write's own error, such
+                as an existing node, is in the kazoo exception raised).
+        """
+        node = self._holder_node(lease)
+        resource = self.lock_path(lease.name)
+        stale = StaleToken(
+            f"fenced transaction refused: lease {lease.token} of {lease.name!r} no longer "
+            f"holds the lock (its node is gone)",
+            resource=resource,
+            token=lease.token,
+            highest=0,
+        )
+        if node is None:
+            raise stale
+        from kazoo.exceptions import SessionExpiredError
+
+        txn = self._client.transaction()
+        txn.check(node, 0)
+        build(txn)
+        try:
+            results = txn.commit()
+        except SessionExpiredError:
+            raise stale from None
+        doc = json.dumps({"results": self._results(results)})
+        try:
+            applied = _core.read_zookeeper_fenced(doc)
+        except Exception as exc:
+            failed = [r for r in results[1:] if isinstance(r, BaseException)]
+            if failed:
+                raise failed[0]
+            raise BackendError(f"fenced transaction failed: {results!r}") from exc
+        if not applied:
+            raise stale
+        return list(results[1:])
+
+    async def fenced_commit(self, lease: Lease, build: Callable[[Any], None]) -> List[Any]:
+        """:meth:`fenced_commit_sync` on a worker thread, for asyncio."""
+        return await asyncio.to_thread(self.fenced_commit_sync, lease, build)
