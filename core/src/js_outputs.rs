@@ -13,6 +13,7 @@
 //!                 1 (redis_blpop), key, timeoutMs
 //!                 2 (etcd), call, path, body, timeoutMs | null
 //!                 3 (a backend the JavaScript bindings do not carry: SQL)
+//!                 4 (redlock_part), master, then as redis: script, keys…, args…
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
@@ -69,9 +70,23 @@ pub fn encode_output<'a, E>(
             push(Number(req.lock.0 as f64))?;
             push(Number(operation_code(req.operation)))?;
             push(Number(ns_to_ms(req.deadline.as_nanos())))?;
+            let redis = match &req.body {
+                RequestBody::Redis(cmd) => Some((None, cmd)),
+                RequestBody::RedlockPart(p) => Some((Some(p.master), &p.command)),
+                _ => None,
+            };
             match &req.body {
-                RequestBody::Redis(cmd) => {
-                    push(Number(0.0))?;
+                RequestBody::Redis(_) | RequestBody::RedlockPart(_) => {
+                    let Some((master, cmd)) = redis else {
+                        return Ok(()); // never: both kinds are script calls
+                    };
+                    match master {
+                        None => push(Number(0.0))?,
+                        Some(m) => {
+                            push(Number(4.0))?;
+                            push(Number(f64::from(m)))?;
+                        }
+                    }
                     push(Number(script_index(cmd.script)))?;
                     for list in [&cmd.keys, &cmd.args] {
                         push(Number(list.len() as f64))?;

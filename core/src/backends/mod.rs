@@ -4,6 +4,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+pub mod redlock;
 
 use core::time::Duration;
 
@@ -16,6 +17,7 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue};
+pub use redlock::{RedlockBackend, RedlockPart};
 
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +30,9 @@ pub enum Backend {
     Postgres(PostgresBackend),
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
+    /// Redlock: N independent Redis masters (N odd, at least 3), granted by a majority;
+    /// an efficiency lock only ([`redlock`]).
+    Redlock(RedlockBackend),
 }
 
 impl Default for Backend {
@@ -65,17 +70,21 @@ pub enum RequestBody {
     RedisBlpop(RedisBlpop),
     /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
     Etcd(EtcdRequest),
+    /// A Redis script call on one master of a Redlock (`EVALSHA`, falling back to
+    /// `EVAL` on `NOSCRIPT`, as [`RequestBody::Redis`]).
+    RedlockPart(RedlockPart),
 }
 
 impl RequestBody {
     /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
-    /// `"redis_blpop"` or `"etcd"`.
+    /// `"redis_blpop"`, `"etcd"` or `"redlock_part"`.
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
+            RequestBody::RedlockPart(_) => "redlock_part",
         }
     }
 }
@@ -158,7 +167,6 @@ pub(crate) struct StepCx<'a> {
     /// When the request being read was sent.
     pub sent_at: Instant,
     /// Which request of a fanned-out step a reply answers, from 0.
-    #[allow(dead_code)] // read by the first quorum recipe (Redlock)
     pub part: u16,
 }
 
@@ -168,7 +176,6 @@ pub(crate) struct StepCx<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Phrased {
     One(RequestBody),
-    #[allow(dead_code)] // built by the first quorum recipe (Redlock)
     FanOut(Vec<RequestBody>),
     Nothing,
 }
@@ -209,6 +216,15 @@ pub(crate) enum Read {
     NotHeld,
     /// A step fanned out to several servers still awaits replies to decide.
     Pending,
+    /// A quorum step failed: a majority can no longer grant (acquire) or confirm
+    /// (renew). A minority may hold the lock for this owner id, so the lock releases
+    /// it on every server (a cleanup) before anything else: an acquire retries under a
+    /// fresh owner id, a renewal is lost at once. `remaining`: the earliest a refusing
+    /// server frees the lock, if known; `error`: what failed, for `last_error`.
+    NoQuorum {
+        remaining: Option<Duration>,
+        error: Option<String>,
+    },
 }
 
 /// A reply that is not an outcome: the request may or may not have taken effect.
@@ -251,6 +267,8 @@ pub(crate) struct Unconfirmed {
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
     pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
+    /// The open tallies of a Redlock lock's fanned-out steps.
+    pub(crate) redlock: Option<Box<redlock::RedlockProgress>>,
 }
 
 /// A backend's recipe: how each step is phrased and how its replies read. It never
@@ -338,6 +356,7 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
+            Backend::Redlock(_) => "redlock",
         }
     }
 
@@ -345,7 +364,9 @@ impl Backend {
     /// machine: hosts call it to report bad options when a lock object is built.
     ///
     /// Errors: [`crate::UsageError::InvalidName`] (empty or over 1024 bytes),
-    /// [`crate::UsageError::InvalidOption`], [`crate::UsageError::UnsafePurpose`].
+    /// [`crate::UsageError::InvalidOption`] (also for a Redlock's `masters`, see
+    /// [`RedlockBackend::check`], and for `purpose` `correctness` on a Redlock, which no
+    /// opt-in allows), [`crate::UsageError::UnsafePurpose`].
     pub fn check_acquire(
         &self,
         name: &str,
@@ -354,13 +375,26 @@ impl Backend {
         if name.is_empty() || name.len() > 1024 {
             return Err(crate::UsageError::InvalidName { len: name.len() });
         }
+        if let Backend::Redlock(b) = self {
+            b.check()?;
+            if options.purpose == crate::Purpose::Correctness {
+                return Err(crate::UsageError::option(
+                    "purpose",
+                    "a Redlock is an efficiency lock only, with or without accept_failover_risk: \
+                     its grants rest on timing assumptions and its tokens (the highest counter \
+                     of the granting majority) can go backwards between grants. For a \
+                     correctness lock use etcd, ZooKeeper or PostgreSQL lease rows",
+                ));
+            }
+        }
         options.validate(self.name(), self.tokens_may_regress())
     }
 
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).
     pub fn tokens_may_regress(&self) -> bool {
         match self {
-            Backend::Redis(_) => true,
+            // Redlock: each master counts on its own (see `redlock`)
+            Backend::Redis(_) | Backend::Redlock(_) => true,
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
             Backend::Postgres(_) | Backend::Etcd(_) => false,
@@ -373,6 +407,7 @@ impl Backend {
             Backend::Redis(b) => b,
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
+            Backend::Redlock(b) => b,
         }
     }
 }

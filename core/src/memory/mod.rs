@@ -6,9 +6,13 @@
 //!   keys with millisecond expiry.
 //! * [`MemoryEtcd`] — an etcd v3 answering the etcd backend's requests with the JSON
 //!   gateway's exact reply texts, leases expiring at injected time.
+//! * [`MemoryRedlock`] — N independent [`MemoryRedis`] masters, each request part
+//!   executed on the master it names.
 
 mod etcd;
 mod redis;
+mod redlock;
 
 pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
 pub use redis::MemoryRedis;
+pub use redlock::MemoryRedlock;

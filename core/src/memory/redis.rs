@@ -34,6 +34,8 @@ impl MemoryRedis {
     pub fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
         match body {
             RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
+            // one master's share of a Redlock step: the same script
+            RequestBody::RedlockPart(part) => Reply::Redis(self.eval(now, &part.command)),
             // Non-blocking here: a host or simulator emulating BLPOP parks the caller
             // itself until `lpop` yields or the timeout passes.
             RequestBody::RedisBlpop(b) => Reply::Redis(match self.lpop(now, &b.key) {
