@@ -6,7 +6,10 @@
 
 mod world;
 
-pub use crate::memory::{etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, WATCH_TIMEOUT_REPLY};
+pub use crate::memory::{
+    etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
+};
 pub use world::{
-    Faults, Outcome, Property, SimBackend, SimConfig, Simulation, Violation, LOCK_NAME,
+    Faults, MasterRestart, Outcome, Property, RedlockMix, SimBackend, SimConfig, Simulation,
+    Violation, LOCK_NAME,
 };
