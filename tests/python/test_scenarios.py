@@ -53,7 +53,11 @@ SCENARIO_DIR = REPO / "tests" / "scenarios"
 #: The suite must not shrink silently (the Rust runner's MIN_VECTORS).
 MIN_VECTORS = 25
 
-VECTORS = sorted(SCENARIO_DIR.glob("*.json")) + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
+VECTORS = (
+    sorted(SCENARIO_DIR.glob("*.json"))
+    + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
+    + sorted((SCENARIO_DIR / "redlock").glob("*.json"))
+)
 
 #: Vectors stating what the safety rules demand where the machine disagrees today:
 #: replayed only on request (``FENCEPOST_PENDING_VECTORS=1``), like the Rust runner's
@@ -244,6 +248,8 @@ class Scenario:
     rules: List[str]
     kind: str
     key_prefix: Optional[str]
+    #: The backend's settings as the vector gives them (Redlock: its masters).
+    backend: Optional[Dict[str, Any]]
     seed: int
     options: Dict[str, Any]
     steps: List[Dict[str, Any]]
@@ -287,7 +293,7 @@ def load(path: Path) -> Scenario:
     backend = raw.get("backend")
     key_prefix: Optional[str] = None
     if backend is not None:
-        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd"):
+        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "redlock"):
             raise VectorError(f"unknown backend {backend!r}")
         key_prefix = backend.get("key_prefix")
         if key_prefix is not None and not isinstance(key_prefix, str):
@@ -322,6 +328,7 @@ def load(path: Path) -> Scenario:
         name=raw["name"],
         rules=raw["rules"],
         kind=(backend or {}).get("kind", "redis"),
+        backend=backend,
         key_prefix=key_prefix,
         seed=raw["seed"],
         options=options,
@@ -368,6 +375,19 @@ def render_request(r: _core.Request) -> Dict[str, Any]:
         if r.operation == "wait":
             out["wait_timeout_ms"] = spec["timeout_ms"]
         return {"request": out}
+    if r.kind == "redlock_part":
+        return {
+            "request": {
+                "id": r.id,
+                "lock": r.lock,
+                "operation": r.operation,
+                "deadline_ms": ns_to_ms(r.deadline_ns),
+                "master": r.master,
+                "script": r.script,
+                "keys": list(r.keys),
+                "args": list(r.args),
+            }
+        }
     return {
         "request": {
             "id": r.id,
@@ -545,6 +565,7 @@ SHOW_ORDER = (
     "name",
     "operation",
     "deadline_ms",
+    "master",
     "script",
     "keys",
     "args",
@@ -648,6 +669,8 @@ def replay(path: Path, flavour: str) -> int:
         if scenario.key_prefix is not None:
             spec["key_prefix"] = scenario.key_prefix
         machine = _core.Machine(spec, seed=scenario.seed)
+    elif scenario.kind == "redlock":
+        machine = _core.Machine(scenario.backend, seed=scenario.seed)
     else:
         machine = _core.Machine(key_prefix=scenario.key_prefix, seed=scenario.seed)
     owners = Owners()

@@ -43,7 +43,7 @@ from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
 
 if TYPE_CHECKING:
-    from . import etcd, postgres, redis
+    from . import etcd, postgres, redis, redlock
 
 __version__ = "0.1.0"
 #: Version of the fencepost-core crate compiled into this package.
@@ -75,12 +75,13 @@ __all__ = [
     "redis",
     "postgres",
     "etcd",
+    "redlock",
 ]
 
 #: The adapter modules, imported on first use (``fencepost.redis.RedisBackend`` after a
 #: plain ``import fencepost``): importing one never imports its client library, but
-#: there is no reason to load all three for a program that uses one.
-_ADAPTERS = ("redis", "postgres", "etcd")
+#: there is no reason to load them all for a program that uses one.
+_ADAPTERS = ("redis", "postgres", "etcd", "redlock")
 
 
 def __getattr__(name: str) -> ModuleType:
