@@ -135,12 +135,10 @@ class RedlockBackend(Backend):
         return self._masters[master]
 
     def _sync_call_limit_s(self) -> Optional[float]:
-        """The longest one master's request can take (see
-        :meth:`RedisBackend._sync_call_limit_s`), or None when any is unbounded."""
-        limits = [m._sync_call_limit_s() for m in self._masters]
-        if any(limit is None for limit in limits):
-            return None
-        return max(limit for limit in limits if limit is not None)
+        """None: a step's requests, one per master, must run at once on the driver's
+        workers, never one after another on the calling thread (a stopped master would
+        hold up the requests to the others behind it)."""
+        return None
 
     async def _execute_async(self, command: CommandLike) -> object:
         if not self._is_async:
