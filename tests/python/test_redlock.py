@@ -118,6 +118,8 @@ def test_bad_master_lists_and_correctness_are_config_errors(masters: Tuple[List[
     assert backend.masters[0].startswith("127.0.0.1:")
     with pytest.raises(ConfigError, match="use `with lock`"):
         asyncio.run(fencepost.Lock(backend, "x").acquire())
+    with pytest.raises(ConfigError, match="runs lock requests only"):
+        backend.is_locked_sync("x")
 
 
 # ---- a majority, and none --------------------------------------------------------------

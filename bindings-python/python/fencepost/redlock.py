@@ -72,7 +72,9 @@ class RedlockBackend(Backend):
             lease rows for correctness.
 
     ``lease.token`` is the highest of the granting majority's counters; it is not a
-    fencing token (see the module docstring).
+    fencing token (see the module docstring). Fenced writes (``fenced_set``) and the
+    operator calls (``is_locked``, ``force_release``) concern one server and raise
+    ConfigError here: call them on a :class:`~fencepost.redis.RedisBackend`.
     """
 
     def __init__(self, clients: Sequence[Any], *, key_prefix: str = "fencepost:") -> None:
@@ -131,7 +133,12 @@ class RedlockBackend(Backend):
     def _master_of(self, command: CommandLike) -> RedisBackend:
         master = getattr(command, "master", None)
         if not isinstance(master, int) or not 0 <= master < len(self._masters):
-            raise ConfigError(f"not a request for one of this Redlock's masters: {command!r}")
+            # a fenced write or an operator call: one server's script, not a Redlock step
+            raise ConfigError(
+                "RedlockBackend runs lock requests only: fenced writes, is_locked and "
+                "force_release need one server, so call them on a RedisBackend of the "
+                f"server they concern (got {command!r})"
+            )
         return self._masters[master]
 
     def _sync_call_limit_s(self) -> Optional[float]:
