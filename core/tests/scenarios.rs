@@ -9,6 +9,8 @@
 //! etcd vectors live in `tests/scenarios/etcd/` (the JavaScript runner replays them too,
 //! the Python runner not yet): requests render as the core's `EtcdRequest` serde form
 //! under `"etcd"`, replies are the JSON gateway's documents (README: "etcd vectors").
+//! Redlock vectors live in `tests/scenarios/redlock/`: requests carry the `master` they
+//! go to (README: "Redlock vectors").
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
