@@ -22,6 +22,12 @@ gets the lock). What each row runs:
   redis-py           redis.lock.Lock(client, key, timeout=10) (sleep=0.1 between tries)
   python-redis-lock  redis_lock.Lock(client, key, expire=10) (waiters BLPOP a signal list)
   pottery            pottery.Redlock(key=key, masters={client}, auto_release_time=10)
+  fencepost-redlock3 fencepost.Lock(RedlockBackend([redis.Redis] × 3)) .acquire_sync() / .release_sync()
+  fencepost-redlock5 the same on five masters (the masters: $FENCEPOST_BENCH_MASTERS, the
+                     URLs of five independent Redis servers, comma-separated; the rows are
+                     listed by `libs` only when it is set)
+  pottery-redlock3   pottery.Redlock(key=key, masters={3 clients}, auto_release_time=10)
+  pottery-redlock5   the same on five masters
   baton              not a lock, contended runs only: one baton passed round robin (RPUSH onto
                      the next worker's list, which it BLPOPs) — the wake-up floor of a
                      notified hand-off on this machine (one round trip, no lock logic)
@@ -208,6 +214,68 @@ class Pottery(Lib):
         self.lock.release()
 
 
+def bench_masters(n: int) -> List[str]:
+    """The first ``n`` Redlock master URLs of $FENCEPOST_BENCH_MASTERS."""
+    urls = [u for u in os.environ.get("FENCEPOST_BENCH_MASTERS", "").split(",") if u]
+    if len(urls) < n:
+        raise RuntimeError(f"FENCEPOST_BENCH_MASTERS names {len(urls)} masters, {n} needed")
+    return urls[:n]
+
+
+class FencepostRedlock(Lib):
+    masters = 3
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import redis
+
+        import fencepost
+        from fencepost.redlock import RedlockBackend
+
+        self.clients = [redis.Redis.from_url(u, socket_timeout=SOCKET_TIMEOUT_S) for u in bench_masters(self.masters)]
+        self.backend = RedlockBackend(self.clients)
+        self.lock = fencepost.Lock(self.backend, key, ttl=LEASE_S)
+
+    def acquire(self) -> None:
+        self.lock.acquire_sync()
+
+    def release(self) -> None:
+        self.lock.release_sync()
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class FencepostRedlock5(FencepostRedlock):
+    masters = 5
+
+
+class PotteryRedlock(Lib):
+    masters = 3
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import logging
+
+        import redis
+        from pottery import Redlock
+
+        logging.getLogger("pottery").setLevel(logging.WARNING)
+        clients = {redis.Redis.from_url(u) for u in bench_masters(self.masters)}
+        self.lock = Redlock(key=key, masters=clients, auto_release_time=LEASE_S)
+
+    def acquire(self) -> None:
+        if not self.lock.acquire():
+            raise RuntimeError("pottery Redlock.acquire returned False")
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+class PotteryRedlock5(PotteryRedlock):
+    masters = 5
+
+
 class RoundOver(Exception):
     """A contended worker's acquire found the round over (the baton floor only)."""
 
@@ -341,13 +409,23 @@ LIBS: Dict[str, Callable[[str, str], Lib]] = {
     "baton": Baton,
     "fencepost-sync-fair": FencepostSyncFair,
     "fencepost-async-fair": FencepostAsyncFair,
+    "fencepost-redlock3": FencepostRedlock,
+    "fencepost-redlock5": FencepostRedlock5,
+    "pottery-redlock3": PotteryRedlock,
+    "pottery-redlock5": PotteryRedlock5,
 }
 
 
 def available() -> List[str]:
-    """The libraries this build can run (the fair rows only when fencepost offers it)."""
+    """The libraries this build can run (the fair rows only when fencepost offers it,
+    the Redlock rows only with $FENCEPOST_BENCH_MASTERS set)."""
     fair = fair_option() is not None
-    return [name for name in LIBS if fair or not name.endswith("-fair")]
+    masters = bool(os.environ.get("FENCEPOST_BENCH_MASTERS"))
+    return [
+        name
+        for name in LIBS
+        if (fair or not name.endswith("-fair")) and (masters or "redlock" not in name)
+    ]
 
 
 # ---- uncontended --------------------------------------------------------------------------

@@ -1186,6 +1186,7 @@ impl Request {
     fn redis(&self) -> PyResult<&RedisCommand> {
         match &self.body {
             RequestBody::Redis(cmd) => Ok(cmd),
+            RequestBody::RedlockPart(part) => Ok(&part.command),
             other => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
                 "request {} is a {:?} request, not a Redis script call: read request.body",
                 self.id,
@@ -1198,7 +1199,9 @@ impl Request {
 #[pymethods]
 impl Request {
     /// "redis" (a script call: `body` is a `Command`), "redis_blpop" (a blocking pop:
-    /// `BlockingPop`), "sql" (a statement: `SqlStatement`) or "etcd" (an `EtcdCall`).
+    /// `BlockingPop`), "sql" (a statement: `SqlStatement`), "etcd" (an `EtcdCall`) or
+    /// "redlock_part" (a script call on one Redlock master: `body` is a `Command`,
+    /// `master` says which).
     #[getter]
     fn kind(&self) -> &'static str {
         self.body.kind()
@@ -1208,6 +1211,13 @@ impl Request {
     fn body(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match &self.body {
             RequestBody::Redis(cmd) => Ok(Py::new(py, Command { cmd: cmd.clone() })?.into_any()),
+            RequestBody::RedlockPart(part) => Ok(Py::new(
+                py,
+                Command {
+                    cmd: part.command.clone(),
+                },
+            )?
+            .into_any()),
             RequestBody::RedisBlpop(pop) => {
                 Ok(Py::new(py, BlockingPop { pop: pop.clone() })?.into_any())
             }
@@ -1220,6 +1230,15 @@ impl Request {
                 py,
                 format!("this build of fencepost cannot run the request body {other:?}"),
             )),
+        }
+    }
+    /// Which Redlock master runs it, from 0 (the index into the backend's `masters`);
+    /// None for a request of any other kind.
+    #[getter]
+    fn master(&self) -> Option<u16> {
+        match &self.body {
+            RequestBody::RedlockPart(part) => Some(part.master),
+            _ => None,
         }
     }
     /// Which script (Redis script calls only; AttributeError otherwise).
@@ -1268,6 +1287,12 @@ impl Request {
                 stmt.params
             ),
             RequestBody::Etcd(req) => format!("etcd={}", req.gateway_path()),
+            RequestBody::RedlockPart(part) => format!(
+                "master={}, script={:?}, keys={:?}",
+                part.master,
+                part.command.script.as_str(),
+                part.command.keys
+            ),
             other => format!("{other:?}"),
         };
         format!(

@@ -9,7 +9,10 @@
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
 //! etcd-drift-beyond (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
-//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`). `--fence` picks the resource's
+//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), and on a Redlock of five masters:
+//! redlock-none, redlock-network, redlock-pauses (clients and masters), redlock-partitions
+//! (client–master links), redlock-all, redlock-restarts-persistent, redlock-restarts-delayed,
+//! redlock-restarts-amnesiac (outside the model) (`--mix redlock`). `--fence` picks the resource's
 //! rule: `token` (the highest token from anyone, the default), `owner` (the owner-bound
 //! rule), `both` (token-only, with an owner-bound fence beside it on the same writes,
 //! printed as a second line `MIX/owner`). Columns: writes the fence refused, accepted with
@@ -23,7 +26,9 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
 
-use fencepost_core::sim::{Faults, FenceCounts, FenceRule, Property, SimConfig, Simulation};
+use fencepost_core::sim::{
+    Faults, FenceCounts, FenceRule, MasterRestart, Property, RedlockMix, SimConfig, Simulation,
+};
 
 fn mixes() -> Vec<(&'static str, SimConfig)> {
     vec![
@@ -88,7 +93,74 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
             "zk-drift-beyond",
             SimConfig::new(Faults::drift_beyond).zookeeper(),
         ),
+        // five Redlock masters; restarts hit one master at a time
+        (
+            "redlock-none",
+            redlock(|_| Faults::none(), RedlockMix::new(5)),
+        ),
+        (
+            "redlock-network",
+            redlock(|o| Faults::network(o.ttl), RedlockMix::new(5)),
+        ),
+        (
+            "redlock-pauses",
+            redlock(
+                |o| Faults::pauses(o.ttl),
+                RedlockMix {
+                    pauses: true,
+                    ..RedlockMix::new(5)
+                },
+            ),
+        ),
+        (
+            "redlock-partitions",
+            redlock(|o| Faults::partitions(o.ttl), RedlockMix::new(5)),
+        ),
+        (
+            "redlock-all",
+            redlock(
+                |o| Faults {
+                    p_server_restart: 0.3,
+                    ..Faults::all(o)
+                },
+                RedlockMix {
+                    pauses: true,
+                    ..RedlockMix::new(5)
+                },
+            ),
+        ),
+        (
+            "redlock-restarts-persistent",
+            redlock(|_| Faults::server_restarts(), RedlockMix::new(5)),
+        ),
+        (
+            "redlock-restarts-delayed",
+            redlock(
+                |_| Faults::server_restarts(),
+                RedlockMix {
+                    restarts: MasterRestart::Delayed,
+                    ..RedlockMix::new(5)
+                },
+            ),
+        ),
+        (
+            "redlock-restarts-amnesiac",
+            redlock(
+                |_| Faults::server_restarts(),
+                RedlockMix {
+                    restarts: MasterRestart::Amnesiac,
+                    ..RedlockMix::new(5)
+                },
+            ),
+        ),
     ]
+}
+
+fn redlock(
+    faults: impl FnOnce(&fencepost_core::LockOptions) -> Faults,
+    mix: RedlockMix,
+) -> SimConfig {
+    SimConfig::new(faults).redlock(mix)
 }
 
 struct Args {
@@ -214,6 +286,7 @@ fn main() -> ExitCode {
             args.mix == "every"
                 || args.mix == *name
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
+                || (args.mix == "redlock" && name.starts_with("redlock-"))
                 || (args.mix == "zk" && name.starts_with("zk-"))
         })
         .map(|(name, cfg)| {

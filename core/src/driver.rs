@@ -38,7 +38,9 @@ pub trait Transport: Clone + 'static {
     type Execute: Future<Output = Result<Reply, String>> + 'static;
     /// Sends `request` and resolves to the server's reply as data, or to a transport
     /// error message (connection reset, timeout). The driver cancels (drops) the
-    /// future at `request.deadline`.
+    /// future at `request.deadline`. On a Redlock, a
+    /// [`RequestBody::RedlockPart`](crate::RequestBody::RedlockPart) goes to the master
+    /// it names; the driver runs a step's parts at once.
     fn execute(&self, request: &Request) -> Self::Execute;
 }
 

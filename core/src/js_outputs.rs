@@ -15,6 +15,8 @@
 //!                 3 (a backend the JavaScript bindings do not carry: SQL)
 //!                 4 (redis, then WAIT on the same connection), as 0, then
 //!                   replicas, timeoutMs
+//!                 5 (redlock_part), master, then as 0: script, keys…, args…
+//!                 6 (zookeeper, with the `zookeeper` feature), call, JSON, timeoutMs | null
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
@@ -71,9 +73,23 @@ pub fn encode_output<'a, E>(
             push(Number(req.lock.0 as f64))?;
             push(Number(operation_code(req.operation)))?;
             push(Number(ns_to_ms(req.deadline.as_nanos())))?;
+            let redis = match &req.body {
+                RequestBody::Redis(cmd) => Some((None, cmd)),
+                RequestBody::RedlockPart(p) => Some((Some(p.master), &p.command)),
+                _ => None,
+            };
             match &req.body {
-                RequestBody::Redis(cmd) => {
-                    push(Number(if cmd.wait.is_some() { 4.0 } else { 0.0 }))?;
+                RequestBody::Redis(_) | RequestBody::RedlockPart(_) => {
+                    let Some((master, cmd)) = redis else {
+                        return Ok(()); // never: both kinds are script calls
+                    };
+                    match master {
+                        None => push(Number(if cmd.wait.is_some() { 4.0 } else { 0.0 }))?,
+                        Some(m) => {
+                            push(Number(5.0))?;
+                            push(Number(f64::from(m)))?;
+                        }
+                    }
                     push(Number(script_index(cmd.script)))?;
                     for list in [&cmd.keys, &cmd.args] {
                         push(Number(list.len() as f64))?;
@@ -106,7 +122,7 @@ pub fn encode_output<'a, E>(
                 #[cfg(feature = "zookeeper")]
                 // ZooKeeper: the call as JSON; a watch blocks for `timeoutMs` at most
                 RequestBody::ZooKeeper(z) => {
-                    push(Number(4.0))?;
+                    push(Number(6.0))?;
                     push(text(z.call_name()))?;
                     push(Text(Cow::Owned(z.to_json())))?;
                     push(z.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;

@@ -154,8 +154,8 @@ use serde::{Deserialize, Serialize};
 
 pub use backends::{
     Backend, Operation, PgConnection, PgMode, PostgresBackend, RedisBackend, RedisBlpop,
-    RedisCommand, RedisScript, RedisValue, RedisWait, Reply, RequestBody, SqlReply, SqlStatement,
-    SqlValue,
+    RedisCommand, RedisScript, RedisValue, RedisWait, RedlockBackend, RedlockPart, Reply,
+    RequestBody, SqlReply, SqlStatement, SqlValue,
 };
 pub use error::{EntropyError, ProtocolError, UsageError};
 pub use event::{AcquireFailedReason, Event, LostReason};

@@ -855,6 +855,24 @@ impl Lock {
                     },
                 );
             }
+            Ok(Read::NoQuorum { remaining, error }) => {
+                // A minority may hold the lock for this owner id: release it on every
+                // server, and retry under a fresh owner id, which that release cannot
+                // race.
+                let owner = self.acq.owner;
+                self.acq.send_cleanup(ctx, owner, 0);
+                self.acq.owner = ctx.new_owner();
+                trying.last_error = error;
+                self.attempt_failed(
+                    ctx,
+                    trying,
+                    Miss::Contended {
+                        remaining,
+                        queued: false,
+                        sent_at,
+                    },
+                );
+            }
             Ok(other) => self.on_acquire_ambiguous(
                 ctx,
                 trying,
@@ -931,6 +949,13 @@ impl Lock {
             }
             // A renewal never re-creates a missing key (DESIGN.md rule 3).
             Ok(Read::NotHeld) => self.lose(ctx, LostReason::RenewRejected),
+            // No majority can confirm it: lost at once, and the servers that did
+            // confirm are released.
+            Ok(Read::NoQuorum { .. }) => {
+                let owner = self.acq.owner;
+                self.acq.send_cleanup(ctx, owner, 0);
+                self.lose(ctx, LostReason::RenewRejected);
+            }
             // Transient: retry until the validity deadline; the timer decides loss.
             Ok(_) | Err(_) => {
                 self.state = State::Held(Held {

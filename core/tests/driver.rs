@@ -9,9 +9,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use fencepost_core::driver::{driver_with_machine, Clock, LockError, Transport};
-use fencepost_core::memory::MemoryRedis;
+use fencepost_core::memory::{MemoryRedis, MemoryRedlock};
 use fencepost_core::{
-    AcquireFailedReason, Backend, Instant, LockOptions, LostReason, Machine, Reply, Request,
+    AcquireFailedReason, Backend, Instant, LockOptions, LostReason, Machine, RedlockBackend, Reply,
+    Request,
 };
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -21,6 +22,8 @@ struct World {
     now: Instant,
     sleepers: Vec<(Instant, Waker)>,
     server: MemoryRedis,
+    /// Five Redlock masters, for request parts.
+    masters: MemoryRedlock,
 }
 
 #[derive(Clone, Default)]
@@ -68,7 +71,11 @@ impl Transport for Virtual {
             let reply = {
                 let mut w = world.0.borrow_mut();
                 let now = w.now;
-                w.server.execute(now, &body)
+                if MemoryRedlock::master_of(&body).is_some() {
+                    w.masters.execute(now, &body)
+                } else {
+                    w.server.execute(now, &body)
+                }
             };
             let back = world.now() + Duration::from_millis(1);
             world.sleep_until(back).await;
@@ -108,8 +115,12 @@ impl Virtual {
 }
 
 fn setup() -> (Virtual, LocalPool, fencepost_core::driver::Locks) {
+    setup_on(Backend::default())
+}
+
+fn setup_on(backend: Backend) -> (Virtual, LocalPool, fencepost_core::driver::Locks) {
     let world = Virtual::default();
-    let machine = Machine::with_seed(Backend::default(), 1);
+    let machine = Machine::with_seed(backend, 1);
     let (locks, run) = driver_with_machine(machine, world.clone(), world.clone());
     let pool = LocalPool::new();
     pool.spawner().spawn_local(run).unwrap();
@@ -150,6 +161,47 @@ fn acquire_contend_release_reacquire() {
         out.borrow().last().is_some_and(|s| s == "done")
     });
     assert_eq!(*out.borrow(), ["token 1", "busy", "token 2", "done"]);
+}
+
+#[test]
+fn a_redlock_lease_through_the_driver_is_held_on_every_master_then_released() {
+    let masters = (0..5).map(|i| format!("m{i}")).collect();
+    let backend = Backend::Redlock(RedlockBackend {
+        masters,
+        ..RedlockBackend::default()
+    });
+    let (world, mut pool, locks) = setup_on(backend);
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let (o, w2) = (out.clone(), world.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = locks.acquire("report", opts(1_000)).await.unwrap();
+            let owner = lease.owner().to_string();
+            let held = {
+                let w = w2.0.borrow();
+                w.masters
+                    .masters
+                    .iter()
+                    .filter(|m| m.get(w.now, "fencepost:{report}:lock") == Some(owner.as_str()))
+                    .count()
+            };
+            o.borrow_mut()
+                .push(format!("token {} on {held} masters", lease.token()));
+            lease.release().await.unwrap();
+            o.borrow_mut().push("done".into());
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(10), || {
+        out.borrow().last().is_some_and(|s| s == "done")
+    });
+    // every master answers in 2 ms here, so all five granted before the grant was read
+    assert_eq!(*out.borrow(), ["token 1 on 5 masters", "done"]);
+    let w = world.0.borrow();
+    assert!(w
+        .masters
+        .masters
+        .iter()
+        .all(|m| m.get(w.now, "fencepost:{report}:lock").is_none()));
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! etcd vectors live in `tests/scenarios/etcd/` (the JavaScript runner replays them too,
 //! the Python runner not yet): requests render as the core's `EtcdRequest` serde form
 //! under `"etcd"`, replies are the JSON gateway's documents (README: "etcd vectors").
+//! Redlock vectors live in `tests/scenarios/redlock/`: requests carry the `master` they
+//! go to (README: "Redlock vectors").
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -304,6 +306,20 @@ fn render(output: &Output) -> Value {
                 }
                 return json!({ "request": out });
             }
+            if let RequestBody::RedlockPart(part) = &r.body {
+                // Redlock: one master's script call, with the master it goes to
+                let cmd = &part.command;
+                return json!({ "request": {
+                    "id": r.id.0,
+                    "lock": r.lock.0,
+                    "operation": serde_name(&r.operation),
+                    "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
+                    "master": part.master,
+                    "script": serde_name(&cmd.script),
+                    "keys": cmd.keys,
+                    "args": cmd.args,
+                }});
+            }
             let RequestBody::Redis(cmd) = &r.body else {
                 panic!(
                     "scenario vectors cover the Redis backend only, got {:?}",
@@ -525,7 +541,7 @@ fn mismatch(
 
 /// Compact JSON with keys in the README's order, for messages.
 fn show(v: &Value) -> String {
-    const ORDER: [&str; 19] = [
+    const ORDER: [&str; 20] = [
         "type",
         "request",
         "event",
@@ -534,6 +550,7 @@ fn show(v: &Value) -> String {
         "name",
         "operation",
         "deadline_ms",
+        "master",
         "script",
         "keys",
         "args",
@@ -631,6 +648,25 @@ fn zookeeper_scenario_vectors_replay_exactly() {
     assert!(
         count >= 2,
         "only {count} zookeeper vectors in {}",
+        dir.display()
+    );
+}
+
+/// The Redlock vectors, `tests/scenarios/redlock/*.json`: requests carry the `master`
+/// they go to; replies are Redis replies, one per master.
+#[test]
+fn redlock_scenario_vectors_replay_exactly() {
+    let dir = scenario_dir().join("redlock");
+    let (count, failures) = replay_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {count} Redlock vectors failed:\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        count >= 3,
+        "only {count} Redlock vectors in {}",
         dir.display()
     );
 }

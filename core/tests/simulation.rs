@@ -4,7 +4,9 @@
 
 use std::time::Instant as WallClock;
 
-use fencepost_core::sim::{Faults, FenceRule, Outcome, Property, SimConfig, Simulation};
+use fencepost_core::sim::{
+    Faults, FenceRule, MasterRestart, Outcome, Property, RedlockMix, SimConfig, Simulation,
+};
 
 /// Schedules per fault mix in `cargo test` (`FENCEPOST_SIM_SCHEDULES` overrides).
 fn budget() -> u64 {
@@ -349,4 +351,88 @@ fn zk_drift_beyond_the_bound_is_explained() {
         t.explained > 0,
         "the breach should show up as explained violations"
     );
+}
+
+// ---- Redlock: five in-memory masters -----------------------------------------------
+
+/// Schedules per Redlock mix: a twentieth of the Redis budget (500 by default; each
+/// schedule runs five masters and five times the requests, about 20 s per mix in the
+/// dev profile); `scripts/sim --mix redlock` runs them at scale.
+fn redlock_budget() -> u64 {
+    (budget() / 20).max(1)
+}
+
+fn run_redlock_mix(name: &str, cfg: SimConfig, mix: RedlockMix) -> Totals {
+    run_mix_n(name, cfg.redlock(mix), true, redlock_budget())
+}
+
+#[test]
+fn redlock_without_faults_all_properties_including_liveness() {
+    let t = run_redlock_mix(
+        "redlock-none",
+        SimConfig::new(|_| Faults::none()),
+        RedlockMix::new(5),
+    );
+    // three clients, three cycles each, every schedule
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+fn redlock_under_every_in_model_fault_at_once() {
+    let faults = |o: &fencepost_core::LockOptions| Faults {
+        p_server_restart: 0.3,
+        ..Faults::all(o)
+    };
+    let mix = RedlockMix {
+        pauses: true,
+        restarts: MasterRestart::Delayed,
+        ..RedlockMix::new(5)
+    };
+    let t = run_redlock_mix("redlock-all", SimConfig::new(faults), mix);
+    assert_eq!(t.explained, 0);
+    assert!(t.grants > 0);
+}
+
+#[test]
+fn redlock_restarts_with_persistence_or_delayed_are_inside_the_model() {
+    for restarts in [MasterRestart::Persistent, MasterRestart::Delayed] {
+        let mix = RedlockMix {
+            restarts,
+            ..RedlockMix::new(5)
+        };
+        let cfg = SimConfig::new(|_| Faults::server_restarts());
+        assert!(cfg.clone().redlock(mix).within_model());
+        let t = run_redlock_mix("redlock-restarts", cfg, mix);
+        assert_eq!(t.explained, 0, "{restarts:?}");
+        assert!(t.grants > 0);
+    }
+}
+
+#[test]
+fn redlock_masters_restarting_without_persistence_at_once_are_explained() {
+    let mix = RedlockMix {
+        restarts: MasterRestart::Amnesiac,
+        ..RedlockMix::new(5)
+    };
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    assert!(!cfg.clone().redlock(mix).within_model());
+    let t = run_redlock_mix("redlock-restarts-amnesiac", cfg, mix);
+    assert!(
+        t.explained > 0,
+        "a master that forgets its keys and votes again must show up as explained violations"
+    );
+}
+
+#[test]
+fn redlock_the_checker_catches_validity_measured_from_the_reply() {
+    let mut cfg = SimConfig::new(|o| Faults::network(o.ttl)).redlock(RedlockMix::new(5));
+    cfg.sabotage.validity_from_reply = true;
+    let found = (0..10_000u64).find_map(|seed| {
+        let out = Simulation::new(cfg.clone(), seed).run();
+        let first = out.unexplained().next().map(|v| (seed, v.property));
+        first
+    });
+    let (seed, property) = found.expect("a broken rule 1 must be caught within 10,000 schedules");
+    assert_eq!(property, Property::S2, "seed {seed}");
+    eprintln!("redlock, rule 1 sabotaged: caught at seed {seed} as {property}");
 }

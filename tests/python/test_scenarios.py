@@ -57,6 +57,7 @@ VECTORS = (
     sorted(SCENARIO_DIR.glob("*.json"))
     + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
     + sorted((SCENARIO_DIR / "zookeeper").glob("*.json"))
+    + sorted((SCENARIO_DIR / "redlock").glob("*.json"))
 )
 
 #: Vectors stating what the safety rules demand where the machine disagrees today:
@@ -262,6 +263,8 @@ class Scenario:
     rules: List[str]
     kind: str
     key_prefix: Optional[str]
+    #: The backend's settings as the vector gives them (Redlock: its masters).
+    backend: Optional[Dict[str, Any]]
     seed: int
     options: Dict[str, Any]
     steps: List[Dict[str, Any]]
@@ -305,7 +308,7 @@ def load(path: Path) -> Scenario:
     backend = raw.get("backend")
     key_prefix: Optional[str] = None
     if backend is not None:
-        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "zookeeper"):
+        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "redlock", "zookeeper"):
             raise VectorError(f"unknown backend {backend!r}")
         key_prefix = backend.get("key_prefix")
         if key_prefix is not None and not isinstance(key_prefix, str):
@@ -340,6 +343,7 @@ def load(path: Path) -> Scenario:
         name=raw["name"],
         rules=raw["rules"],
         kind=(backend or {}).get("kind", "redis"),
+        backend=backend,
         key_prefix=key_prefix,
         seed=raw["seed"],
         options=options,
@@ -400,6 +404,19 @@ def render_request(r: _core.Request) -> Dict[str, Any]:
         if r.operation == "wait":
             out["wait_timeout_ms"] = spec["timeout_ms"]
         return {"request": out}
+    if r.kind == "redlock_part":
+        return {
+            "request": {
+                "id": r.id,
+                "lock": r.lock,
+                "operation": r.operation,
+                "deadline_ms": ns_to_ms(r.deadline_ns),
+                "master": r.master,
+                "script": r.script,
+                "keys": list(r.keys),
+                "args": list(r.args),
+            }
+        }
     request: Dict[str, Any] = {
         "id": r.id,
         "lock": r.lock,
@@ -581,6 +598,7 @@ SHOW_ORDER = (
     "name",
     "operation",
     "deadline_ms",
+    "master",
     "script",
     "keys",
     "args",
@@ -691,6 +709,8 @@ def replay(path: Path, flavour: str) -> int:
         if scenario.key_prefix is not None:
             spec["key_prefix"] = scenario.key_prefix
         machine = _core.Machine(spec, seed=scenario.seed)
+    elif scenario.kind == "redlock":
+        machine = _core.Machine(scenario.backend, seed=scenario.seed)
     else:
         machine = _core.Machine(key_prefix=scenario.key_prefix, seed=scenario.seed)
     owners = Owners()

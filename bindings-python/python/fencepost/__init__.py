@@ -43,7 +43,7 @@ from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
 
 if TYPE_CHECKING:
-    from . import etcd, postgres, redis, zookeeper
+    from . import etcd, postgres, redis, redlock, zookeeper
 
 __version__ = "0.1.0"
 #: Version of the fencepost-core crate compiled into this package.
@@ -75,13 +75,14 @@ __all__ = [
     "redis",
     "postgres",
     "etcd",
+    "redlock",
     "zookeeper",
 ]
 
 #: The adapter modules, imported on first use (``fencepost.redis.RedisBackend`` after a
 #: plain ``import fencepost``): importing one never imports its client library, but
-#: there is no reason to load all three for a program that uses one.
-_ADAPTERS = ("redis", "postgres", "etcd", "zookeeper")
+#: there is no reason to load them all for a program that uses one.
+_ADAPTERS = ("redis", "postgres", "etcd", "redlock", "zookeeper")
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -24,7 +24,7 @@ ScriptName = Literal[
 EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
 #: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement,
 #: an etcd call.
-BodyKind = Literal["redis", "redis_blpop", "sql", "etcd"]
+BodyKind = Literal["redis", "redis_blpop", "sql", "etcd", "redlock_part"]
 #: Which connection a SQL statement must run on.
 ConnectionKind = Literal["any", "dedicated"]
 #: A SQL parameter or cell value as the core knows them.
@@ -73,7 +73,21 @@ class EtcdSpec(_EtcdSpecKind, total=False):
     key_prefix: str
 
 #: The ``backend`` argument of :class:`Machine` and :func:`check_lock_options`.
-BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec]
+class _RedlockSpecKind(TypedDict):
+    kind: Literal["redlock"]
+
+class RedlockSpec(_RedlockSpecKind, total=False):
+    """Settings of a Redlock backend; left-out keys take the core's defaults.
+
+    * ``key_prefix`` — prefix of every key on every master (``"fencepost:"``);
+    * ``masters`` — one name per master (``"host:port/db"``), in the order request
+      parts name them (``Request.master``); an odd count, at least 3, no name twice
+      (checked by the core: ConfigError with option ``"masters"``)."""
+
+    key_prefix: str
+    masters: List[str]
+
+BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec, RedlockSpec]
 
 #: Every name of :data:`LostReason`, in the core's order.
 LOST_REASONS: Tuple[LostReason, ...]
@@ -272,7 +286,12 @@ class Request:
     def kind(self) -> BodyKind:
         """``"redis"`` (body: :class:`Command`), ``"redis_blpop"``
         (:class:`BlockingPop`, operation ``"wait"``), ``"sql"``
-        (:class:`SqlStatement`) or ``"etcd"`` (:class:`EtcdCall`)."""
+        (:class:`SqlStatement`), ``"etcd"`` (:class:`EtcdCall`) or
+        ``"redlock_part"`` (:class:`Command`, run on master :attr:`master`)."""
+    @property
+    def master(self) -> Optional[int]:
+        """Which Redlock master runs it, from 0 (an index into the backend's
+        ``masters``); None for any other kind."""
     @property
     def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall, ZooKeeperCall]:
         """What to send.

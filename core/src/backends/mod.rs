@@ -4,6 +4,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+pub mod redlock;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
@@ -18,6 +19,7 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, RedisWait};
+pub use redlock::{RedlockBackend, RedlockPart};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
 
@@ -32,6 +34,9 @@ pub enum Backend {
     Postgres(PostgresBackend),
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
+    /// Redlock: N independent Redis masters (N odd, at least 3), granted by a majority;
+    /// an efficiency lock only ([`redlock`]).
+    Redlock(RedlockBackend),
     /// ZooKeeper: ephemeral sequential nodes, the session as the lease, czxids as tokens.
     #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
@@ -73,6 +78,9 @@ pub enum RequestBody {
     RedisBlpop(RedisBlpop),
     /// An etcd v3 call (JSON gateway or gRPC); a `Watch` is a blocking wait.
     Etcd(EtcdRequest),
+    /// A Redis script call on one master of a Redlock (`EVALSHA`, falling back to
+    /// `EVAL` on `NOSCRIPT`, as [`RequestBody::Redis`]).
+    RedlockPart(RedlockPart),
     /// A ZooKeeper call; a `Watch` is a blocking wait.
     #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
@@ -81,13 +89,14 @@ pub enum RequestBody {
 
 impl RequestBody {
     /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
-    /// `"redis_blpop"`, `"etcd"` or `"zookeeper"`.
+    /// `"redis_blpop"`, `"etcd"`, `"redlock_part"` or `"zookeeper"`.
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
+            RequestBody::RedlockPart(_) => "redlock_part",
             #[cfg(feature = "zookeeper")]
             RequestBody::ZooKeeper(_) => "zookeeper",
         }
@@ -183,7 +192,6 @@ pub(crate) struct StepCx<'a> {
     pub min_replicas: u32,
     pub replica_timeout_ms: u64,
     /// Which request of a fanned-out step a reply answers, from 0.
-    #[allow(dead_code)] // read by the first quorum recipe (Redlock)
     pub part: u16,
 }
 
@@ -193,7 +201,6 @@ pub(crate) struct StepCx<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Phrased {
     One(RequestBody),
-    #[allow(dead_code)] // built by the first quorum recipe (Redlock)
     FanOut(Vec<RequestBody>),
     Nothing,
 }
@@ -234,6 +241,15 @@ pub(crate) enum Read {
     NotHeld,
     /// A step fanned out to several servers still awaits replies to decide.
     Pending,
+    /// A quorum step failed: a majority can no longer grant (acquire) or confirm
+    /// (renew). A minority may hold the lock for this owner id, so the lock releases
+    /// it on every server (a cleanup) before anything else: an acquire retries under a
+    /// fresh owner id, a renewal is lost at once. `remaining`: the earliest a refusing
+    /// server frees the lock, if known; `error`: what failed, for `last_error`.
+    NoQuorum {
+        remaining: Option<Duration>,
+        error: Option<String>,
+    },
 }
 
 /// A reply that is not an outcome: the request may or may not have taken effect.
@@ -276,6 +292,8 @@ pub(crate) struct Unconfirmed {
 pub(crate) struct Progress {
     /// Boxed: ~130 bytes that every Redis or PostgreSQL lease would carry otherwise.
     pub(crate) etcd: Option<Box<etcd::EtcdProgress>>,
+    /// The open tallies of a Redlock lock's fanned-out steps.
+    pub(crate) redlock: Option<Box<redlock::RedlockProgress>>,
     #[cfg(feature = "zookeeper")]
     pub(crate) zookeeper: Option<Box<zookeeper::ZkProgress>>,
 }
@@ -368,6 +386,7 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
+            Backend::Redlock(_) => "redlock",
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => "zookeeper",
         }
@@ -377,9 +396,10 @@ impl Backend {
     /// machine: hosts call it to report bad options when a lock object is built.
     ///
     /// Errors: [`crate::UsageError::InvalidName`] (empty, over 1024 bytes, or with a NUL
-    /// character), [`crate::UsageError::InvalidOption`] (also `token_floor` on etcd, whose tokens
-    /// are create revisions the server alone assigns, and `min_replicas` on any server
-    /// but Redis), [`crate::UsageError::UnsafePurpose`].
+    /// character), [`crate::UsageError::InvalidOption`] (also for a Redlock's `masters`, see
+    /// [`RedlockBackend::check`]; for `purpose` `correctness` on a Redlock, which no opt-in
+    /// allows; `token_floor` on etcd and ZooKeeper, whose tokens the server alone assigns;
+    /// `min_replicas` on any server but Redis), [`crate::UsageError::UnsafePurpose`].
     pub fn check_acquire(
         &self,
         name: &str,
@@ -391,6 +411,26 @@ impl Backend {
                 len: name.len(),
                 nul,
             });
+        }
+        if let Backend::Redlock(b) = self {
+            b.check()?;
+            if options.token_floor.is_some() {
+                return Err(crate::UsageError::option(
+                    "token_floor",
+                    "not supported on a Redlock: its token is the highest counter of the \
+                     granting majority, no fencing token, and a floor would not make it one; \
+                     leave it unset",
+                ));
+            }
+            if options.purpose == crate::Purpose::Correctness {
+                return Err(crate::UsageError::option(
+                    "purpose",
+                    "a Redlock is an efficiency lock only, with or without accept_failover_risk: \
+                     its grants rest on timing assumptions and its tokens (the highest counter \
+                     of the granting majority) can go backwards between grants. For a \
+                     correctness lock use etcd, ZooKeeper or PostgreSQL lease rows",
+                ));
+            }
         }
         options.validate(self.name(), self.tokens_may_regress())?;
         if options.min_replicas > 0 && !matches!(self, Backend::Redis(_)) {
@@ -429,7 +469,8 @@ impl Backend {
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).
     pub fn tokens_may_regress(&self) -> bool {
         match self {
-            Backend::Redis(_) => true,
+            // Redlock: each master counts on its own (see `redlock`)
+            Backend::Redis(_) | Backend::Redlock(_) => true,
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
             // czxids are zxids: Zab-replicated, ensemble-wide, only rising.
@@ -445,6 +486,7 @@ impl Backend {
             Backend::Redis(b) => b,
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
+            Backend::Redlock(b) => b,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(b) => b,
         }

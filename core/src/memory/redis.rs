@@ -39,6 +39,8 @@ impl MemoryRedis {
                 RedisValue::Int(0),
             ])),
             RequestBody::Redis(cmd) => Reply::Redis(self.eval(now, cmd)),
+            // one master's share of a Redlock step: the same script
+            RequestBody::RedlockPart(part) => Reply::Redis(self.eval(now, &part.command)),
             // Non-blocking here: a host or simulator emulating BLPOP parks the caller
             // itself until `lpop` yields or the timeout passes.
             RequestBody::RedisBlpop(b) => Reply::Redis(match self.lpop(now, &b.key) {

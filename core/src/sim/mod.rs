@@ -6,8 +6,10 @@
 
 mod world;
 
-pub use crate::memory::{etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, WATCH_TIMEOUT_REPLY};
+pub use crate::memory::{
+    etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
+};
 pub use world::{
-    Faults, FenceCounts, FenceRule, Outcome, Property, SimBackend, SimConfig, Simulation,
-    Violation, LOCK_NAME,
+    Faults, FenceCounts, FenceRule, MasterRestart, Outcome, Property, RedlockMix, SimBackend,
+    SimConfig, Simulation, Violation, LOCK_NAME,
 };

@@ -14,6 +14,14 @@
 //! (gRPC 14) until a new leader is elected, which resets every lease's remaining TTL
 //! to its full TTL and keeps all data — etcd's documented behaviour, so it is inside
 //! the fault model.
+//!
+//! With [`SimBackend::Redlock`] the server is N independent [`MemoryRedis`] masters
+//! ([`MemoryRedlock`]): each request part goes to its master over its own link
+//! (partitions cut single client–master links), masters pause (a stopped process whose
+//! requests wait) and restart as the mix says: with persistence (data kept), without
+//! persistence but kept down for longer than a TTL (the delayed restart Redis' Redlock
+//! page asks for: inside the model), or without persistence and back at once (outside
+//! the model: a restarted master may vote for a second holder).
 
 use core::fmt;
 use core::time::Duration;
@@ -26,12 +34,12 @@ use rand_core::{RngCore, SeedableRng};
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
-use crate::memory::{MemoryEtcd, MemoryRedis};
+use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock};
 #[cfg(feature = "zookeeper")]
 use crate::{backends::ZkRequest, backends::ZooKeeperBackend, memory::MemoryZooKeeper};
 use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
-    OwnerId, Request, RequestId,
+    OwnerId, RedlockBackend, Request, RequestId,
 };
 
 /// The lock every client contends for.
@@ -270,6 +278,12 @@ impl SimConfig {
         self
     }
 
+    /// The same schedule shape on a Redlock of independent masters.
+    pub fn redlock(mut self, mix: RedlockMix) -> Self {
+        self.backend = SimBackend::Redlock(mix);
+        self
+    }
+
     /// Whether the faults stay inside the declared model: drift within the bound, and
     /// a server that keeps its state (Redis without restarts; etcd, whose failovers
     /// keep the data and only lengthen leases).
@@ -280,6 +294,11 @@ impl SimConfig {
             // failovers keep the data and only lengthen sessions
             #[cfg(feature = "zookeeper")]
             SimBackend::ZooKeeper => self.faults.clock_drift <= self.options.drift_factor,
+            SimBackend::Redlock(mix) => {
+                self.faults.clock_drift <= self.options.drift_factor
+                    && (self.faults.p_server_restart == 0.0
+                        || mix.restarts != MasterRestart::Amnesiac)
+            }
         }
     }
 }
@@ -297,6 +316,8 @@ pub enum SimBackend {
     /// watches of the predecessor, session expiry, leader failover.
     #[cfg(feature = "zookeeper")]
     ZooKeeper,
+    /// [`MemoryRedlock`]: the Redlock recipe on independent masters.
+    Redlock(RedlockMix),
 }
 
 /// The rule of the simulated resource's fence (`docs/DESIGN.md`, "Decisions about
@@ -395,6 +416,43 @@ impl Resource {
             }
         }
     }
+}
+
+/// The masters of a Redlock simulation and the faults only they have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedlockMix {
+    /// How many masters (odd, at least 3).
+    pub masters: u8,
+    /// What a master restart (at [`Faults::p_server_restart`], one master at a time)
+    /// does to its data.
+    pub restarts: MasterRestart,
+    /// Masters stop (SIGSTOP) for up to two TTLs at 0.3 per second and master; the
+    /// requests they receive wait until they resume.
+    pub pauses: bool,
+}
+
+impl RedlockMix {
+    /// `masters` masters that restart with persistence and never pause.
+    pub fn new(masters: u8) -> Self {
+        RedlockMix {
+            masters,
+            restarts: MasterRestart::Persistent,
+            pauses: false,
+        }
+    }
+}
+
+/// What a Redlock master's restart keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MasterRestart {
+    /// Persistence (`appendfsync always`): the data survives; down up to half a TTL.
+    Persistent,
+    /// No persistence, but the master stays down for longer than the TTL, so every
+    /// key it held has expired before it votes again (inside the model).
+    Delayed,
+    /// No persistence and back at once: it forgets the keys it held and may grant
+    /// them again (outside the model).
+    Amnesiac,
 }
 
 /// The properties the checker verifies.
@@ -524,7 +582,14 @@ enum Ev {
     ZkPing {
         client: usize,
     },
+    /// A Redlock master stops (SIGSTOP) for a while.
+    MasterPause {
+        master: usize,
+    },
 }
+
+/// How often a Redlock master stops, in mixes with master pauses.
+const MASTER_PAUSES_PER_S: f64 = 0.3;
 
 /// A `BLPOP` blocked on the server.
 #[derive(Clone, Debug)]
@@ -620,6 +685,12 @@ pub struct Simulation {
     lock_key: String,
     /// The etcd key prefix of the lock.
     etcd_prefix: String,
+    /// Redlock: the masters, and until when each is down (restarting) or stopped.
+    masters: MemoryRedlock,
+    master_down_until: Vec<Instant>,
+    master_paused_until: Vec<Instant>,
+    /// Redlock: per client, per master, until when their link is cut.
+    master_cut_until: Vec<Vec<Instant>>,
     #[cfg(feature = "zookeeper")]
     zk: ZkSim,
 }
@@ -658,6 +729,10 @@ impl Simulation {
                     SimBackend::ZooKeeper => Backend::ZooKeeper(ZooKeeperBackend {
                         session_timeout_ms: Some(cfg.options.ttl_ms()),
                         ..ZooKeeperBackend::default()
+                    }),
+                    SimBackend::Redlock(mix) => Backend::Redlock(RedlockBackend {
+                        masters: (0..mix.masters).map(|m| format!("m{m}")).collect(),
+                        ..RedlockBackend::default()
                     }),
                 };
                 #[allow(unused_mut)]
@@ -708,6 +783,11 @@ impl Simulation {
                 unavailable_until: Instant::ZERO,
             }
         };
+        let masters = match cfg.backend {
+            SimBackend::Redlock(mix) => usize::from(mix.masters),
+            _ => 0,
+        };
+        let n_clients = cfg.clients;
         Simulation {
             checker: Checker::new(within, cfg.faults.fault_free(), &cfg),
             cfg,
@@ -734,6 +814,10 @@ impl Simulation {
             etcd_prefix: EtcdBackend::default().lock_prefix(LOCK_NAME),
             #[cfg(feature = "zookeeper")]
             zk,
+            masters: MemoryRedlock::new(masters),
+            master_down_until: vec![Instant::ZERO; masters],
+            master_paused_until: vec![Instant::ZERO; masters],
+            master_cut_until: vec![vec![Instant::ZERO; masters]; n_clients],
         }
     }
 
@@ -758,6 +842,14 @@ impl Simulation {
             for c in 0..self.clients.len() {
                 let first = self.uniform(self.cfg.options.ttl / 3);
                 self.push(Instant::ZERO + first, Ev::ZkPing { client: c });
+            }
+        }
+        if let SimBackend::Redlock(mix) = self.cfg.backend {
+            for master in 0..self.masters.masters.len() {
+                if mix.pauses {
+                    let at = self.exp_interval(MASTER_PAUSES_PER_S);
+                    self.push(at, Ev::MasterPause { master });
+                }
             }
         }
         for c in 0..self.clients.len() {
@@ -875,7 +967,25 @@ impl Simulation {
             Msg::Ping { client, .. } => *client,
         };
         let server_link = !matches!(msg, Msg::Write { .. });
-        if server_link && self.clients[client].partitioned_until > self.now {
+        let master = match &msg {
+            Msg::Request { request, .. } => MemoryRedlock::master_of(&request.body),
+            Msg::Reply { request, .. } => self.clients[client]
+                .in_flight
+                .get(request)
+                .and_then(|r| MemoryRedlock::master_of(&r.body)),
+            Msg::Write { .. } => None,
+            #[cfg(feature = "zookeeper")]
+            Msg::Ping { .. } => None,
+        };
+        if let Some(m) = master {
+            if self.master_cut_until[client]
+                .get(m)
+                .is_some_and(|&t| t > self.now)
+            {
+                self.trace(|| format!("net: partition from m{m} drops {}", describe(&msg)));
+                return;
+            }
+        } else if server_link && self.clients[client].partitioned_until > self.now {
             self.trace(|| format!("net: partition drops {}", describe(&msg)));
             return;
         }
@@ -959,8 +1069,18 @@ impl Simulation {
             }
             Ev::Resume { client } => self.resume(client),
             Ev::Partition { client, until } => {
-                self.trace(|| format!("c{client}: partitioned from the server until {until}"));
-                self.clients[client].partitioned_until = until;
+                let n = self.masters.masters.len();
+                if n > 0 {
+                    // a Redlock partition cuts the client off from a random set of masters
+                    let mask = self.rng.next_u64();
+                    for m in (0..n).filter(|m| mask >> m & 1 == 1) {
+                        self.trace(|| format!("c{client}: cut off from m{m} until {until}"));
+                        self.master_cut_until[client][m] = until;
+                    }
+                } else {
+                    self.trace(|| format!("c{client}: partitioned from the server until {until}"));
+                    self.clients[client].partitioned_until = until;
+                }
                 let next = self.exp_interval(self.cfg.faults.p_partition).max(until);
                 let len = self.uniform(self.cfg.faults.partition_max);
                 self.push(
@@ -1065,6 +1185,44 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            Ev::MasterPause { master } => {
+                let len = self.uniform(self.cfg.options.ttl * 2);
+                let until = self.now + len;
+                self.trace(|| format!("m{master}: stopped for {len:?}"));
+                let paused = &mut self.master_paused_until[master];
+                *paused = (*paused).max(until);
+                let next = self.exp_interval(MASTER_PAUSES_PER_S).max(until);
+                self.push(next, Ev::MasterPause { master });
+            }
+            Ev::ServerRestart if matches!(self.cfg.backend, SimBackend::Redlock(_)) => {
+                let SimBackend::Redlock(mix) = self.cfg.backend else {
+                    return;
+                };
+                let n = self.masters.masters.len() as u64;
+                let master = (self.rng.next_u64() % n.max(1)) as usize;
+                let ttl = self.cfg.options.ttl;
+                let down = match mix.restarts {
+                    MasterRestart::Persistent => self.uniform(ttl / 2),
+                    MasterRestart::Delayed => {
+                        ttl + Duration::from_millis(1) + self.uniform(ttl / 2)
+                    }
+                    MasterRestart::Amnesiac => Duration::ZERO,
+                };
+                if mix.restarts != MasterRestart::Persistent {
+                    self.masters.masters[master].flush();
+                }
+                self.trace(|| {
+                    format!(
+                        "m{master}: restarts ({:?}), down for {down:?}",
+                        mix.restarts
+                    )
+                });
+                self.master_down_until[master] = self.now + down;
+                self.server_epoch += 1;
+                self.checker.server_restarted();
+                let next = self.exp_interval(self.cfg.faults.p_server_restart);
+                self.push(next, Ev::ServerRestart);
+            }
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
                 // its full TTL again, counted from the election; data kept
@@ -1108,6 +1266,9 @@ impl Simulation {
         match msg {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
+            }
+            Msg::Request { client, request } if !self.masters.masters.is_empty() => {
+                self.deliver_redlock(client, request)
             }
             #[cfg(feature = "zookeeper")]
             Msg::Request { client, request } if self.cfg.backend == SimBackend::ZooKeeper => {
@@ -1240,6 +1401,30 @@ impl Simulation {
                 }
             }
         }
+    }
+
+    /// A request part reaches its Redlock master: it waits while the master is stopped
+    /// and is refused while it restarts.
+    fn deliver_redlock(&mut self, client: usize, request: Request) {
+        let Some(m) = MemoryRedlock::master_of(&request.body) else {
+            return;
+        };
+        let paused_until = self.master_paused_until[m];
+        if paused_until > self.now {
+            self.push(paused_until, Ev::Deliver(Msg::Request { client, request }));
+            return;
+        }
+        let reply = if self.master_down_until[m] > self.now {
+            Reply::Redis(RedisValue::Error("LOADING master restarting".into()))
+        } else {
+            self.masters.execute(self.now, &request.body)
+        };
+        self.trace(|| format!("m{m}: {:?} from c{client} → {reply:?}", request.operation));
+        self.send(Msg::Reply {
+            client,
+            request: request.id,
+            reply,
+        });
     }
 
     /// A request reaches the etcd server.
@@ -1565,6 +1750,10 @@ impl Simulation {
         self.trace(|| format!("c{c}: event {event:?} (lock {lock})"));
         match event {
             Event::Acquired { token, .. } => {
+                if !self.masters.masters.is_empty() {
+                    // a Redlock grant is the majority's, seen by the client only
+                    self.outcome.grants += 1;
+                }
                 if let Some(since) = self.clients[c].waiting_since.take() {
                     self.checker.waited(c, since, self.now);
                 }
@@ -1600,6 +1789,9 @@ impl Simulation {
         #[cfg(feature = "zookeeper")]
         if self.cfg.backend == SimBackend::ZooKeeper {
             return self.check_zk();
+        }
+        if !self.masters.masters.is_empty() {
+            return self.check_redlock();
         }
         let holder = self.server.get(self.now, &self.lock_key).map(str::to_owned);
         let expires = self.server.expires_at(self.now, &self.lock_key);
@@ -1687,6 +1879,76 @@ impl Simulation {
                 );
                 self.checker
                     .violate(Property::S2, self.now, detail, &mut self.outcome);
+            }
+        }
+    }
+}
+
+impl Simulation {
+    /// S2 and S4 on the Redlock masters: while a client's clock has not passed its
+    /// `valid_until`, a majority of masters hold the key for its owner until at least
+    /// then, or are down until then (two majorities share a master, so that is mutual
+    /// exclusion too). S1 is not
+    /// checked: a Redlock token is the granting majority's highest counter, which can
+    /// go backwards between grants (`core/src/backends/redlock.rs`).
+    fn check_redlock(&mut self) {
+        let n = self.masters.masters.len();
+        let quorum = n / 2 + 1;
+        let now = self.now;
+        let holders: Vec<Option<(String, Option<Instant>)>> = self
+            .masters
+            .masters
+            .iter()
+            .map(|m| {
+                m.get(now, &self.lock_key)
+                    .map(|h| (h.to_owned(), m.expires_at(now, &self.lock_key)))
+            })
+            .collect();
+        let held = holders
+            .iter()
+            .flatten()
+            .any(|(h, _)| holders.iter().flatten().filter(|(o, _)| o == h).count() >= quorum);
+        self.checker
+            .idle_check(now, held, &self.clients, &mut self.outcome);
+        for c in 0..self.clients.len() {
+            let client = &self.clients[c];
+            let local = client.local(now);
+            let lock = match client.work {
+                Work::Holding { lock, .. }
+                | Work::Releasing { lock }
+                | Work::Acquiring { lock } => lock,
+                Work::Idle => continue,
+            };
+            let Some(valid_until) = client.machine.valid_until(lock) else {
+                continue;
+            };
+            if local >= valid_until {
+                continue;
+            }
+            let Some(owner) = client.machine.owner(lock) else {
+                continue;
+            };
+            let believed_until = client.true_of(valid_until);
+            // A master restarted without persistence and still down cannot vote for
+            // anyone: until it is back it stands for the key it forgot (the delayed
+            // restart's point).
+            let holding = holders
+                .iter()
+                .zip(&self.master_down_until)
+                .filter(|(h, &down)| {
+                    down >= believed_until
+                        || h.as_ref().is_some_and(|(h, e)| {
+                            is_hex_of(h, &owner) && e.is_some_and(|e| e >= believed_until)
+                        })
+                })
+                .count();
+            if holding < quorum {
+                let detail = format!(
+                    "c{c} believes it holds lock {lock} until {believed_until} (its clock: {valid_until}), \
+                     but only {holding} of {n} masters hold it for it that long: {holders:?}"
+                );
+                self.checker
+                    .violate(Property::S2, now, detail, &mut self.outcome);
             }
         }
     }
@@ -1872,6 +2134,9 @@ impl Simulation {
 /// Verifies S1–S4 as the schedule runs.
 struct Checker {
     within_model: bool,
+    /// Whether grants carry fencing tokens to check (not on Redlock, see
+    /// `Simulation::check_redlock`).
+    tokens: bool,
     fault_free: bool,
     last_grant: Option<FencingToken>,
     last_accepted: Option<(FencingToken, OwnerId)>,
@@ -1890,6 +2155,7 @@ impl Checker {
     fn new(within_model: bool, fault_free: bool, cfg: &SimConfig) -> Self {
         Checker {
             within_model,
+            tokens: !matches!(cfg.backend, SimBackend::Redlock(_)),
             fault_free,
             last_grant: None,
             last_accepted: None,
@@ -1952,6 +2218,9 @@ impl Checker {
         shared_with: Option<OwnerId>,
         outcome: &mut Outcome,
     ) {
+        if !self.tokens {
+            return;
+        }
         // The fence must survive whatever else happens: never explained by a breach.
         if let Some((last, _)) = self.last_accepted {
             if token < last {

@@ -11,6 +11,7 @@
 pub mod etcd;
 pub mod postgres;
 pub mod redis;
+pub mod redlock;
 
 use std::collections::HashMap;
 
