@@ -29,7 +29,9 @@ LAYERS: Dict[str, int] = {
     "etcd": 6,
     "zookeeper": 6,
     "memory": 6,
-    "__init__": 7,
+    # Redlock runs the Redis adapter on each master
+    "redlock": 7,
+    "__init__": 8,
 }
 
 
