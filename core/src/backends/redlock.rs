@@ -8,7 +8,7 @@
 //!   (DESIGN.md rule 1) less drift and margin, so a majority that answers only after
 //!   the validity has passed is a grant too late to use, released like any other.
 //!   When a majority can no longer be reached the attempt failed
-//!   ([`Read::NoQuorum`]): the lock releases the owner id on *every* master (the
+//!   (`Read::NoQuorum`): the lock releases the owner id on *every* master (the
 //!   ones that did not answer may have granted) and retries under a fresh owner id,
 //!   after a jittered backoff.
 //! * **Renew**: the renew script on every master; kept once a majority confirmed,
