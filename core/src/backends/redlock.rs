@@ -355,18 +355,15 @@ fn agreed(step: Step) -> &'static str {
     }
 }
 
-/// The Redis value a master answers to a script, for tests of this file.
-#[cfg(test)]
-fn granted(token: i64) -> Reply {
-    {
-        use super::redis::RedisValue::{Array, Int};
-        Reply::Redis(Array(vec![Int(1), Int(token)]))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Redis value a master answers to a granting acquire script.
+    fn granted(token: i64) -> Reply {
+        use crate::backends::redis::RedisValue::{Array, Int};
+        Reply::Redis(Array(vec![Int(1), Int(token)]))
+    }
     use crate::backends::Backend;
     use crate::{LockOptions, Purpose};
 
