@@ -2180,11 +2180,7 @@ fn xact_lock_statement(
 ) -> PyResult<Sql> {
     let settings = pg_settings(py, lease_table, token_table, namespace)?;
     let name = arg_str(name, "name")?;
-    let nul = name.contains('\0');
-    if name.is_empty() || name.len() > 1024 || nul {
-        let len = name.len();
-        return Err(usage_error(py, UsageError::InvalidName { len, nul }));
-    }
+    fencepost_core::backends::check_lock_name(&name).map_err(|e| usage_error(py, e))?;
     let stmt = if wait {
         pg::xact_lock_wait_statement(&settings, &name)
     } else {

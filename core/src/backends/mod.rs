@@ -23,6 +23,21 @@ pub use redlock::{RedlockBackend, RedlockPart};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
 
+/// Checks a lock name: 1 to 1024 bytes of UTF-8 with no NUL (PostgreSQL `text` cannot
+/// hold one, and a name must mean one lock on every backend).
+///
+/// Errors: [`crate::UsageError::InvalidName`].
+pub fn check_lock_name(name: &str) -> Result<(), crate::UsageError> {
+    let nul = name.contains('\0');
+    if name.is_empty() || name.len() > 1024 || nul {
+        return Err(crate::UsageError::InvalidName {
+            len: name.len(),
+            nul,
+        });
+    }
+    Ok(())
+}
+
 /// Which server the machine talks to, with that backend's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -405,13 +420,7 @@ impl Backend {
         name: &str,
         options: &crate::LockOptions,
     ) -> Result<(), crate::UsageError> {
-        let nul = name.contains('\0');
-        if name.is_empty() || name.len() > 1024 || nul {
-            return Err(crate::UsageError::InvalidName {
-                len: name.len(),
-                nul,
-            });
-        }
+        check_lock_name(name)?;
         if let Backend::Redlock(b) = self {
             b.check()?;
             if options.token_floor.is_some() {
