@@ -66,7 +66,7 @@ class Backend:
         #: Closers of clients this backend made itself (``from_url``): run by close().
         self._owned: List[Callable[[], object]] = []
         #: Closes of owned asyncio clients still running (see :meth:`aclose`).
-        self._closes_pending: Set["asyncio.Future[object]"] = set()
+        self._closes_pending: Set["asyncio.Future[Any]"] = set()
 
     def _label(self) -> str:
         """How messages name this backend (its class name)."""
@@ -236,9 +236,15 @@ class Backend:
         it is dropped with a :class:`ResourceWarning` naming ``await backend.aclose()``,
         the call that closes it.
         """
+        if self._close_drivers() is not None:
+            self._close_owned()
+
+    def _close_drivers(self) -> Optional[List[AsyncDriver]]:
+        """Closes every driver (None if this backend was closed already); returns the
+        asyncio drivers, whose in-flight requests may still run."""
         with self._state:
             if self._closed:
-                return
+                return None
             self._closed = True
             drivers = list(self._async_drivers.values())
             self._async_drivers.clear()
@@ -254,6 +260,10 @@ class Backend:
                 driver.close()
             else:
                 driver.loop.call_soon_threadsafe(driver.close)
+        return drivers
+
+    def _close_owned(self) -> None:
+        """Closes the clients this backend made itself."""
         owned, self._owned = self._owned, []
         for closer in owned:
             pending = closer()
@@ -270,7 +280,7 @@ class Backend:
                         "asyncio client it made could not be closed: call `await "
                         "backend.aclose()` on the client's loop instead",
                         ResourceWarning,
-                        stacklevel=2,
+                        stacklevel=3,
                     )
                     continue
                 future = asyncio.ensure_future(pending)
@@ -278,10 +288,20 @@ class Backend:
                 future.add_done_callback(self._closes_pending.discard)
 
     async def aclose(self) -> None:
-        """:meth:`close`, then waits until the asyncio clients this backend created
-        itself (``RedisBackend.from_url(..., asyncio=True)``,
-        ``EtcdBackend.from_url(..., asyncio=True)``) are closed. Idempotent."""
-        self.close()
+        """:meth:`close`, waiting on the running loop until its work is done: first the
+        requests still in flight there (the releases :meth:`close` sends, renewals and
+        cleanups under way), each bounded by its request deadline, then the closing of
+        the asyncio clients this backend created itself
+        (``RedisBackend.from_url(..., asyncio=True)``,
+        ``EtcdBackend.from_url(..., asyncio=True)``). When it returns, nothing of this
+        backend is left running on the loop, which may then be closed. Idempotent."""
+        drivers = self._close_drivers()
+        if drivers is not None:
+            loop = asyncio.get_running_loop()
+            for driver in drivers:
+                if driver.loop is loop:
+                    await driver.wait_idle()
+            self._close_owned()
         if self._closes_pending:
             await asyncio.gather(*self._closes_pending, return_exceptions=True)
 

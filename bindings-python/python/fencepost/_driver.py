@@ -743,6 +743,13 @@ class AsyncDriver:
         self._acquisitions.clear()
         self._disarm()
 
+    async def wait_idle(self) -> None:
+        """Waits (on this driver's loop) until no request task of it is in flight. Each
+        task ends by its request deadline at the latest; a task's outcome may emit more
+        requests (the rest of a release), which are waited for too."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     # -- the loop --
 
     def _check_open(self) -> None:

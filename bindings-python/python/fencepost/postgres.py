@@ -750,8 +750,11 @@ class PostgresBackend(Backend):
         """Stops this backend (:meth:`fencepost.Backend.close`) and closes the
         connection it opened in place of a dropped one given as ``conn_or_pool`` (the
         given connection, pool and the dedicated connections' factory stay their
-        owner's)."""
+        owner's; :meth:`aclose` waits for that close too)."""
         super().close()
+
+    def _close_owned(self) -> None:
+        super()._close_owned()
         conn, self._replacement = self._replacement, None
         if conn is None or conn.closed:
             return
@@ -765,6 +768,8 @@ class PostgresBackend(Backend):
                 task = loop.create_task(_close_async(conn))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
+                self._closes_pending.add(task)
+                task.add_done_callback(self._closes_pending.discard)
             else:
                 loop.call_soon_threadsafe(lambda: loop.create_task(_close_async(conn)))
 
