@@ -39,9 +39,10 @@ export declare class Machine {
    * acquirers queue on the server and park on a blocking pop (requests with
    * `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
    * `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
-   * "wait"`).
+   * "wait"`) or `"redlock"` (requests with `backend: "redlock_part"`, one per master;
+   * `masters` names each master, `host:port/db`, in the order of their clients).
    */
-  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null)
+  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null, masters?: Array<string> | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
   check(name: string, options: object): void
   /** Starts acquiring `name`; returns the new lock id. */
@@ -119,11 +120,11 @@ export declare class MemoryRedis {
 }
 
 /**
- * Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`
- * and `kind` would (`Machine.check`), without building one: no owner-id randomness is
- * needed.
+ * Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`,
+ * `kind` and `masters` would (`Machine.check`), without building one: no owner-id
+ * randomness is needed.
  */
-export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object): void
+export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object, masters?: Array<string> | undefined | null): void
 
 /**
  * The names of the codes in `pollFlat()`'s records, each list in code order, and the

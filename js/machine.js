@@ -5,7 +5,7 @@
 // whichever addon the package loaded (both expose the same low-level interface).
 
 const check = require('./check')
-const { fromNative, translate } = require('./errors')
+const { ConfigError, fromNative, translate } = require('./errors')
 
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
@@ -41,7 +41,9 @@ function createDecoder (native) {
           const deadlineMs = flat[i + 4]
           const body = flat[i + 5]
           i += 6
-          if (body === 0 || body === 4) {
+          if (body === 0 || body === 4 || body === 5) {
+            // 5: a Redlock part, `master` (an index into the backend's masters) first
+            const master = body === 5 ? flat[i++] : -1
             const [script, sha1] = scripts[flat[i]]
             const nKeys = flat[i + 1]
             const keys = strings(flat, i + 2, nKeys)
@@ -49,7 +51,9 @@ function createDecoder (native) {
             const nArgs = flat[i]
             const args = strings(flat, i + 1, nArgs)
             i += 1 + nArgs
-            const request = { type: 'request', id, lock, operation, deadlineMs, backend: 'redis', script, sha1, keys, args }
+            const request = body === 5
+              ? { type: 'request', id, lock, operation, deadlineMs, backend: 'redlock_part', master, script, sha1, keys, args }
+              : { type: 'request', id, lock, operation, deadlineMs, backend: 'redis', script, sha1, keys, args }
             if (body === 4) { // WAIT on the same connection right after the script
               request.wait = { replicas: flat[i], timeoutMs: flat[i + 1] }
               i += 2
@@ -96,18 +100,23 @@ function createDecoder (native) {
   }
 }
 
-/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind)` arguments. */
+/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters)` arguments. */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
   const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
   const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
   const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
+  let masters = null
+  if (o.masters !== undefined) {
+    if (!Array.isArray(o.masters)) throw new ConfigError(`masters must be an array of server names, got ${check.describe(o.masters)}`, { option: 'masters' })
+    masters = o.masters.map((m, i) => check.string(m, `masters[${i}]`))
+  }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
     if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
     else seed = check.token(o.seed, 'seed')
   }
-  return { keyPrefix, seed, fair, kind }
+  return { keyPrefix, seed, fair, kind, masters }
 }
 
 function createLockMachine (native) {
@@ -117,15 +126,19 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock', masters?: string[]}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
      *   `kind` 'etcd' makes an etcd machine (requests with `backend: 'etcd'`, JSON replies).
+     *   `kind` 'redlock' makes a Redlock machine over `masters` (one name per master,
+     *   e.g. '127.0.0.1:6379/0', an odd count ≥ 3, none twice): each step is one request
+     *   per master, `{ backend: 'redlock_part', master, script, sha1, keys, args }`, whose
+     *   reply is that master's Redis reply.
      */
     constructor (options) {
-      const { keyPrefix, seed, fair, kind } = machineArguments(options)
-      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind))
+      const { keyPrefix, seed, fair, kind, masters } = machineArguments(options)
+      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind, masters))
     }
 
     /**
@@ -133,8 +146,8 @@ function createLockMachine (native) {
      * `machineOptions` would, without making one (no entropy needed). Throws ConfigError.
      */
     static _checkAcquire (machineOptions, name, normalizedOptions) {
-      const { keyPrefix, fair, kind } = machineArguments(machineOptions)
-      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions))
+      const { keyPrefix, fair, kind, masters } = machineArguments(machineOptions)
+      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions, masters))
     }
 
     /** The loss reason of a lease whose backend was closed: the core's name for it. */

@@ -16,8 +16,8 @@
 //!   `autoRenew`, …: an option `fooBarMs` is the core's `foo_bar` in milliseconds, any
 //!   other `fooBar` is `foo_bar` as is), decoded by the core's serde type
 //!   [`LockOptions`]: an unknown option is an error naming it.
-//! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default)
-//!   or `"etcd"`, decoded by the core's serde type [`Backend`].
+//! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default),
+//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`].
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's [`UsageError::kind`] or `"invalid_argument"`, `option` =
 //!   the option's name, `detail` = the message without the option name), `"ERR_CLOCK"`
@@ -33,6 +33,7 @@ use fencepost_core::backends::etcd::{
     self as etcd, EtcdBackend as EtcdSettings, EtcdFenced, EtcdOp, EtcdRequest,
 };
 use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings};
+use fencepost_core::backends::RedlockBackend as RedlockSettings;
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
 use fencepost_core::text::number;
@@ -646,21 +647,27 @@ pub fn lock_options(fields: Vec<(String, Primitive)>) -> Result<LockOptions> {
     decode(fields)
 }
 
-/// The backends the JavaScript bindings carry (their adapters speak Redis and etcd).
-fn carried() -> [Backend; 2] {
+/// The backends the JavaScript bindings carry (their adapters speak Redis, etcd, and
+/// Redis on each of a Redlock's masters).
+fn carried() -> [Backend; 3] {
     [
         Backend::Redis(RedisSettings::default()),
         Backend::Etcd(EtcdSettings::default()),
+        Backend::Redlock(RedlockSettings::default()),
     ]
 }
 
-/// The backend a machine speaks, as the core's [`Backend`]: `kind` `"redis"` (default) or
-/// `"etcd"`, `keyPrefix` (default the backend's), `fair` (Redis only; etcd locks are
-/// always FIFO, so `fair: true` on etcd is refused).
+/// The backend a machine speaks, as the core's [`Backend`]: `kind` `"redis"` (default),
+/// `"etcd"` or `"redlock"`, `keyPrefix` (default the backend's), `fair` (Redis only; etcd
+/// locks are always FIFO, so `fair: true` on etcd is refused, and on a Redlock too),
+/// `masters` (Redlock only, and required there: one name per master, `host:port/db`,
+/// in the order request parts name them; counted and compared by
+/// [`RedlockSettings::check`] when a lock is checked or acquired).
 pub fn backend(
     kind: Option<&str>,
     key_prefix: Option<String>,
     fair: Option<bool>,
+    masters: Option<Vec<String>>,
 ) -> Result<Backend> {
     let kinds = carried();
     let kind = kind.unwrap_or(Backend::default().name());
@@ -680,6 +687,37 @@ pub fn backend(
             quoted(&names, "or")
         )));
     }
+    let fifo = || {
+        JsError::config(format!(
+            "fair applies to Redis machines only: {kind} locks are always granted in FIFO order"
+        ))
+    };
+    if kind == "redlock" {
+        // Built by hand rather than by serde: a list is no primitive field, and one more
+        // decoder costs the WASM module more than these lines.
+        if fair == Some(true) {
+            return Err(JsError {
+                option: Some("fair".to_owned()),
+                ..JsError::config(
+                    "fair applies to single-server Redis machines only: a Redlock's \
+                     contenders poll (no server queue spans its masters)",
+                )
+            });
+        }
+        let defaults = RedlockSettings::default();
+        return Ok(Backend::Redlock(RedlockSettings {
+            key_prefix: key_prefix.unwrap_or(defaults.key_prefix),
+            masters: masters.unwrap_or_default(),
+        }));
+    }
+    if masters.is_some() {
+        return Err(JsError {
+            option: Some("masters".to_owned()),
+            ..JsError::config(format!(
+                "masters applies to Redlock machines only, not to kind {kind:?}"
+            ))
+        });
+    }
     let mut fields = Vec::new();
     if let Some(prefix) = key_prefix {
         fields.push(("keyPrefix".to_owned(), Primitive::Text(prefix)));
@@ -696,9 +734,7 @@ pub fn backend(
         _ => decode(fields).map(Backend::Redis),
     };
     settings.map_err(|e| match e.option.as_deref() {
-        Some("fair") => JsError::config(format!(
-            "fair applies to Redis machines only: {kind} locks are always granted in FIFO order"
-        )),
+        Some("fair") => fifo(),
         _ => e,
     })
 }
@@ -1281,29 +1317,42 @@ mod tests {
 
     #[test]
     fn backends_by_kind() {
-        assert_eq!(backend(None, None, None).unwrap(), Backend::default());
-        let etcd = backend(Some("etcd"), Some("app/".into()), Some(false)).unwrap();
+        assert_eq!(backend(None, None, None, None).unwrap(), Backend::default());
+        let etcd = backend(Some("etcd"), Some("app/".into()), Some(false), None).unwrap();
         assert_eq!(
             etcd,
             Backend::Etcd(EtcdSettings {
                 key_prefix: "app/".into()
             })
         );
-        let e = backend(Some("etcd"), None, Some(true)).unwrap_err();
+        let e = backend(Some("etcd"), None, Some(true), None).unwrap_err();
         assert!(e.message.contains("FIFO"), "{}", e.message);
-        let e = backend(Some("zookeeper"), None, None).unwrap_err();
+        let e = backend(Some("zookeeper"), None, None, None).unwrap_err();
         assert_eq!(
             e.message,
             "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have no \
              sockets to reach ZooKeeper, and the Node package has no ZooKeeper adapter): kind \
-             must be 'redis' or 'etcd'"
+             must be 'redis', 'etcd' or 'redlock'"
         );
-        let e = backend(Some("kubernetes"), None, None).unwrap_err();
+        let e = backend(Some("kubernetes"), None, None, None).unwrap_err();
         assert_eq!(
             e.message,
-            "kind must be 'redis' or 'etcd', got \"kubernetes\""
+            "kind must be 'redis', 'etcd' or 'redlock', got \"kubernetes\""
         );
-        assert!(backend(Some("postgres"), None, None).is_err());
+        assert!(backend(Some("postgres"), None, None, None).is_err());
+        let masters: Vec<String> = ["a:1/0", "b:1/0", "c:1/0"].map(String::from).into();
+        let redlock = backend(Some("redlock"), None, None, Some(masters.clone())).unwrap();
+        assert_eq!(
+            redlock,
+            Backend::Redlock(RedlockSettings {
+                masters: masters.clone(),
+                ..RedlockSettings::default()
+            })
+        );
+        let e = backend(Some("redlock"), None, Some(true), Some(masters.clone())).unwrap_err();
+        assert_eq!(e.option.as_deref(), Some("fair"));
+        let e = backend(Some("redis"), None, None, Some(masters)).unwrap_err();
+        assert_eq!(e.option.as_deref(), Some("masters"));
     }
 
     #[test]

@@ -279,7 +279,8 @@ impl Machine {
     /// acquirers queue on the server and park on a blocking pop (requests with
     /// `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
     /// `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
-    /// "wait"`).
+    /// "wait"`) or `"redlock"` (requests with `backend: "redlock_part"`, one per master;
+    /// `masters` names each master, `host:port/db`, in the order of their clients).
     #[napi(constructor)]
     pub fn new(
         env: Env,
@@ -287,8 +288,12 @@ impl Machine {
         seed: Option<BigInt>,
         fair: Option<bool>,
         kind: Option<String>,
+        masters: Option<Vec<String>>,
     ) -> napi::Result<Self> {
-        let backend = js(&env, common::backend(kind.as_deref(), key_prefix, fair))?;
+        let backend = js(
+            &env,
+            common::backend(kind.as_deref(), key_prefix, fair, masters),
+        )?;
         let seed = seed.map(|s| bigint_u64(&env, &s, "seed")).transpose()?;
         let inner = js(&env, JsMachine::new(backend, seed, ""))?;
         Ok(Machine { inner })
@@ -418,9 +423,9 @@ impl Machine {
     }
 }
 
-/// Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`
-/// and `kind` would (`Machine.check`), without building one: no owner-id randomness is
-/// needed.
+/// Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`,
+/// `kind` and `masters` would (`Machine.check`), without building one: no owner-id
+/// randomness is needed.
 #[napi]
 pub fn check_acquire(
     env: Env,
@@ -429,8 +434,12 @@ pub fn check_acquire(
     kind: Option<String>,
     name: String,
     #[napi(ts_arg_type = "object")] options: Unknown<'_>,
+    masters: Option<Vec<String>>,
 ) -> napi::Result<()> {
-    let backend = js(&env, common::backend(kind.as_deref(), key_prefix, fair))?;
+    let backend = js(
+        &env,
+        common::backend(kind.as_deref(), key_prefix, fair, masters),
+    )?;
     let options = lock_options(&env, options)?;
     js(&env, common::check_acquire(&backend, &name, &options))
 }

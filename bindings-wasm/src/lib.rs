@@ -290,11 +290,17 @@ fn backend(
     key_prefix: &JsValue,
     fair: &JsValue,
     kind: &JsValue,
+    masters: &JsValue,
 ) -> Result<fencepost_core::Backend, JsValue> {
     let fair = optional_boolean(fair, "fair")?;
     let kind = optional_string(kind, "kind")?;
     let key_prefix = optional_string(key_prefix, "keyPrefix")?;
-    js(common::backend(kind.as_deref(), key_prefix, fair))
+    let masters = if masters.is_undefined() || masters.is_null() {
+        None
+    } else {
+        Some(string_array(masters, "masters")?)
+    };
+    js(common::backend(kind.as_deref(), key_prefix, fair, masters))
 }
 
 // ---- replies: JS value -> RedisValue ----------------------------------------------------------
@@ -414,15 +420,18 @@ impl Machine {
     /// (default false, Redis only) turns on fair, instant hand-off: contended acquirers
     /// queue on the server and park on a blocking pop (requests with `backend:
     /// "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or `"etcd"`
-    /// (requests with `backend: "etcd"`; a waiter parks on a watch, `operation: "wait"`).
+    /// (requests with `backend: "etcd"`; a waiter parks on a watch, `operation: "wait"`)
+    /// or `"redlock"` (requests with `backend: "redlock_part"`, one per master; `masters`
+    /// names each master, `host:port/db`, in the order of their endpoints).
     #[wasm_bindgen(constructor)]
     pub fn new(
         key_prefix: JsValue,
         seed: JsValue,
         fair: JsValue,
         kind: JsValue,
+        masters: JsValue,
     ) -> Result<Machine, JsValue> {
-        let backend = backend(&key_prefix, &fair, &kind)?;
+        let backend = backend(&key_prefix, &fair, &kind, &masters)?;
         let seed = if seed.is_undefined() || seed.is_null() {
             None
         } else {
@@ -571,8 +580,9 @@ pub fn check_acquire(
     kind: JsValue,
     name: JsValue,
     options: JsValue,
+    masters: JsValue,
 ) -> Result<(), JsValue> {
-    let backend = backend(&key_prefix, &fair, &kind)?;
+    let backend = backend(&key_prefix, &fair, &kind, &masters)?;
     let name = string(&name, "name")?;
     let options = lock_options(&options)?;
     js(common::check_acquire(&backend, &name, &options))

@@ -158,7 +158,7 @@ test('holder keys and lease ids: bigint, exact past 2^53, sign bit dropped, neve
 })
 
 test('an etcd LockMachine emits JSON gateway calls; a reply that is not text is a protocol error, never a throw', () => {
-  assert.throws(() => new LockMachine({ kind: 'zookeeper' }), (e) => e instanceof ConfigError && /'redis' or 'etcd'/.test(e.message))
+  assert.throws(() => new LockMachine({ kind: 'zookeeper' }), (e) => e instanceof ConfigError && /'redis', 'etcd' or 'redlock'/.test(e.message))
   assert.throws(() => new LockMachine({ kind: 'zookeeper' }), (e) => e instanceof ConfigError && /workers have no sockets/.test(e.message))
   assert.throws(() => new LockMachine({ kind: 'etcd', fair: true }), (e) => e instanceof ConfigError && /FIFO/.test(e.message))
   assert.throws(() => new LockMachine({ kind: 5 }), ConfigError)

@@ -1,7 +1,7 @@
 'use strict'
-// Replays the cross-language scenario vectors tests/scenarios/*.json and
-// tests/scenarios/etcd/*.json through the package's sans-IO API, `LockMachine` (the same
-// object the drivers run).
+// Replays the cross-language scenario vectors tests/scenarios/*.json,
+// tests/scenarios/etcd/*.json and tests/scenarios/redlock/*.json through the package's
+// sans-IO API, `LockMachine` (the same object the drivers run).
 //
 // The format, the reply shorthand and the matching rules are in tests/scenarios/README.md;
 // this file mirrors the Rust runner core/tests/scenarios.rs: read a vector (losslessly:
@@ -47,6 +47,8 @@ const vectorsIn = (dir) => fs.existsSync(dir)
 const VECTORS = vectorsIn(SCENARIO_DIR)
 /** Vectors of the etcd backend (tests/scenarios/README.md, "etcd vectors"). */
 const ETCD_VECTORS = vectorsIn(path.join(SCENARIO_DIR, 'etcd'))
+/** Vectors of the Redlock backend (tests/scenarios/README.md, "Redlock vectors"). */
+const REDLOCK_VECTORS = vectorsIn(path.join(SCENARIO_DIR, 'redlock'))
 /** Vectors stating what the rules demand where the machine disagrees today: replayed only
  * with FENCEPOST_PENDING_VECTORS=1, like the Rust runner's `--ignored` test. */
 const PENDING = vectorsIn(path.join(SCENARIO_DIR, 'pending'))
@@ -73,7 +75,10 @@ const OPTIONS = {
   replica_timeout_ms: 'replicaTimeoutMs'
 }
 /** JavaScript option → the core's option name in a usage error. */
-const CORE_OPTION = Object.fromEntries(Object.entries(OPTIONS).map(([v, js]) => [js, v.replace(/_ms$/, '')]))
+const CORE_OPTION = {
+  ...Object.fromEntries(Object.entries(OPTIONS).map(([v, js]) => [js, v.replace(/_ms$/, '')])),
+  masters: 'masters' // a Redlock's, spelt alike in both
+}
 
 function lockOptions (...layers) {
   const out = {}
@@ -141,13 +146,16 @@ function load (file) {
   if (!isU64(raw.seed)) throw new VectorError(`seed must be a u64, got ${show(raw.seed)}`)
   let keyPrefix
   let fair
+  let masters
   let kind = 'redis'
   if (raw.backend !== undefined) {
-    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair'])
-    if (raw.backend.kind !== 'redis' && raw.backend.kind !== 'etcd') throw new VectorError(`unknown backend ${show(raw.backend)}`)
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'masters'])
+    if (!['redis', 'etcd', 'redlock'].includes(raw.backend.kind)) throw new VectorError(`unknown backend ${show(raw.backend)}`)
     kind = raw.backend.kind
     keyPrefix = raw.backend.key_prefix
     fair = raw.backend.fair
+    masters = raw.backend.masters
+    if ((masters !== undefined) !== (kind === 'redlock')) throw new VectorError('backend.masters belongs to (and only to) a redlock backend')
   }
   if (!Array.isArray(raw.steps)) throw new VectorError('steps must be an array')
   raw.steps.forEach((step, i) => {
@@ -159,7 +167,7 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, kind, keyPrefix, fair, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, kind, keyPrefix, fair, masters, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
 }
 
 /** A vector value as JSON text, integers past 2^53 (bigint) written exactly. */
@@ -248,6 +256,21 @@ function renderOutput (o) {
         deadline_ms: o.deadlineMs,
         wait_key: o.key,
         wait_timeout_ms: o.timeoutMs
+      }
+    }
+  }
+  if (o.type === 'request' && o.backend === 'redlock_part') {
+    // one master's share of a Redlock step: the single-server script call, and its master
+    return {
+      request: {
+        id: o.id,
+        lock: o.lock,
+        operation: o.operation,
+        deadline_ms: o.deadlineMs,
+        master: o.master,
+        script: o.script,
+        keys: [...o.keys],
+        args: [...o.args]
       }
     }
   }
@@ -374,7 +397,8 @@ function replay (file, flavourName) {
     keyPrefix: scenario.keyPrefix,
     fair: scenario.fair,
     seed: scenario.seed,
-    ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {})
+    ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {}),
+    ...(scenario.kind === 'redlock' ? { kind: 'redlock', masters: scenario.masters } : {})
   })
   const owners = new Owners()
   let accepted = 0
@@ -403,7 +427,7 @@ function replay (file, flavourName) {
     const { outputs, nextTimeoutMs } = machine.poll()
     for (const o of outputs) {
       actual.push(renderOutput(o))
-      if (o.type === 'request' && o.backend === 'redis' && (o.operation === 'acquire' || o.operation === 'renew')) {
+      if (o.type === 'request' && (o.backend === 'redis' || o.backend === 'redlock_part') && (o.operation === 'acquire' || o.operation === 'renew')) {
         const owner = machine.owner(o.lock)
         if (owner !== null && owner !== o.args[0]) {
           assert.fail(`step ${index}: owner(${o.lock}) is ${owner}, but its ${o.operation} request carries ${o.args[0]}`)
@@ -440,7 +464,7 @@ test(`at least ${MIN_VECTORS} scenario vectors`, () => {
   assert.ok(VECTORS.length >= MIN_VECTORS, `only ${VECTORS.length} vectors in ${SCENARIO_DIR}`)
 })
 
-for (const file of [...VECTORS, ...ETCD_VECTORS]) {
+for (const file of [...VECTORS, ...ETCD_VECTORS, ...REDLOCK_VECTORS]) {
   for (const flavour of Object.keys(FLAVOURS)) {
     test(`vector ${path.basename(file, '.json')} (${flavour} replies)`, () => {
       assert.ok(replay(file, flavour) > 0)
