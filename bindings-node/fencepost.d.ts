@@ -219,17 +219,23 @@ export declare class Lease implements AsyncDisposable {
 /**
  * Where locks live. Every `Lock` on one backend shares its lock machine and driver.
  * Backends: `MemoryBackend` (in process), `RedisBackend` (ioredis, node-redis),
- * `UpstashRedisBackend` (Redis over HTTP, fetch), `EtcdBackend` (etcd v3, fetch). A
- * PostgreSQL (pg) backend follows.
+ * `UpstashRedisBackend` (Redis over HTTP, fetch), `RedlockBackend` (a majority of
+ * independent Redis masters), `EtcdBackend` (etcd v3, fetch). A PostgreSQL (pg) backend
+ * follows.
  */
 export declare abstract class Backend {
   /**
    * Stops this backend's driver: locks still held or being acquired are released (best
    * effort), their leases are lost with reason `'closed'` (signals aborted), pending
-   * acquisitions reject with `BackendError`. The client you passed is not closed: its
-   * owner closes it. Idempotent.
+   * acquisitions reject with `BackendError`; all of that at once. The promise resolves
+   * once the requests still in flight (those releases, renewals under way) have settled,
+   * each bounded by its request deadline, and a client the backend made itself
+   * (`backendFromUrl`) is closed: then no timer or request of this backend is left, and
+   * you may close your own client without cutting off a release (`await backend.close();
+   * await client.quit()`). It never rejects. The client you passed is not closed: its
+   * owner closes it. Idempotent (every call returns the same promise).
    */
-  close(): void
+  close(): Promise<void>
   /**
    * Whether lock `name` is held now, as the server answers: any holder's lease is live
    * (Redis: the lease key lives, or a fair reservation; etcd: a contender's key lives).
@@ -461,6 +467,98 @@ export declare class UpstashRedisBackend extends RedisProtocolBackend {
   /** The REST endpoint. */
   readonly url: string
   execute(command: RedisScriptCall | RedisBlockingPop, options?: ExecuteOptions): Promise<unknown>
+}
+
+// ---- Redlock --------------------------------------------------------------------------------
+
+/** A Redlock master reached over REST (the Upstash protocol, fetch only). */
+export interface RedlockRestEndpoint {
+  /** The REST endpoint of this master (`https://…`, or any server speaking the protocol). */
+  url: string
+  /** Sent as `Authorization: Bearer <token>`; omit for an endpoint without auth. */
+  token?: string
+}
+
+export interface RedlockBackendOptions {
+  /** Prefix of every key fencepost writes on each master (default `'fencepost:'`): the
+   * keys of `RedisBackend`. */
+  keyPrefix?: string
+  /** REST masters only: the fetch to use (default: the global `fetch`). */
+  fetch?: FetchLike
+}
+
+/** One part of a Redlock step, for the host to run on master `master` as a script call
+ * (`RedisScriptCall`) and answer with that master's reply. */
+export interface RedlockPart extends RedisScriptCall {
+  readonly backend: 'redlock_part'
+  /** Which master, an index into the backend's `masters` (from 0). */
+  readonly master: number
+}
+
+/**
+ * Locks on a majority of N independent Redis masters (N odd, at least 3), after Redis'
+ * "Distributed locks with Redis" page. Every step of the lock machine goes to every master
+ * at once, one request per master with `RedisBackend`'s scripts and keys; the core tallies
+ * the replies:
+ *
+ * - **Acquire**: granted once a majority granted, with `lease.validUntilMs` measured from
+ *   the send (`send + ttlMs × (1 − driftFactor) − clockMarginMs`; drift 1 %, margin 2 ms
+ *   by default), so a majority that answers only after that is not a grant. A failed
+ *   attempt releases the owner id on *every* master (those that did not answer too) and
+ *   retries under a fresh owner id after a jittered backoff (`retryBaseMs`..`retryMaxMs`).
+ * - **Renew**: kept once a majority renewed; lost at once (`LockLostError`, reason
+ *   `'renew_rejected'`, the lease's signal aborted) when a majority refused, and the
+ *   renewed minority is released.
+ * - **Release**: on every master; a majority that no longer held it is
+ *   `'not_held_at_release'`.
+ *
+ * **An efficiency lock only**: `purpose: 'correctness'` is refused with ConfigError, with
+ * or without `acceptFailoverRisk` (use etcd, ZooKeeper or PostgreSQL lease rows). **The
+ * token** (`lease.token`) is the highest of the granting majority's counters: a number
+ * the majority handed out, not a fencing token. Counters of different masters drift apart
+ * (a failed attempt counts on the masters that granted it only), so a later lease can
+ * carry a lower token, and a master restarted without persistence counts from 1 again;
+ * `tokenFloor` and `minReplicas` are refused.
+ *
+ * Masters without persistence must stay down a little longer than the longest `ttlMs` in
+ * use after a restart (Redis' page, "delayed restarts"), or a restarted master may vote
+ * for a second holder while the first still holds.
+ *
+ * `masters`: one entry per master, all of one kind: ioredis clients, node-redis (v4+)
+ * clients (you own, connect and close them; no Cluster clients), or REST endpoints
+ * (`{ url, token }`, the Upstash protocol with `fetch` only: edge workers, browsers).
+ * Each master warns of itself when unreachable (FENCEPOST_UNREACHABLE, naming `master i`):
+ * a minority down is normal operation.
+ *
+ * @throws ConfigError (`ERR_CONFIG`, `option: 'masters'`) for no masters, fewer than 3, an
+ *   even count, the same server twice (the same `host:port/db`, REST URL or client
+ *   object), kinds mixed, a Cluster client or an entry of no known kind; for an unknown
+ *   option, or `fetch` without REST masters.
+ */
+export declare class RedlockBackend extends Backend {
+  constructor(masters: ReadonlyArray<IoredisLike | NodeRedisLike> | ReadonlyArray<RedlockRestEndpoint>, options?: RedlockBackendOptions)
+  /** The prefix of every key fencepost writes on each master. */
+  readonly keyPrefix: string
+  /** How each master's server is named for the duplicate check (`host:port/db`, or the
+   * REST URL), in the order given. */
+  readonly masters: string[]
+  /** Which kind of masters these are. */
+  readonly clientKind: 'ioredis' | 'node-redis' | 'rest'
+  /** One per master, in the order given: the client, or for a REST endpoint its
+   * `UpstashRedisBackend`. */
+  readonly clients: Array<IoredisLike | NodeRedisLike | UpstashRedisBackend>
+  /** The lease key of lock `name`, the same on every master (holds the owner id). */
+  lockKey(name: string): string
+  /** The token-counter key of lock `name` on every master. */
+  tokenKey(name: string): string
+  /** Runs one part of a Redlock step on the master it names; rejects with ConfigError for
+   * anything else (fenced writes concern one server: use a `RedisBackend` there). */
+  execute(request: RedlockPart, options?: ExecuteOptions): Promise<unknown>
+  /** Refused (ConfigError): whether a lock is held concerns one server; ask a
+   * `RedisBackend` of each master. */
+  isLocked(name: string): Promise<boolean>
+  /** Refused (ConfigError): call it on a `RedisBackend` of each master. */
+  forceRelease(name: string): Promise<boolean>
 }
 
 // ---- etcd -----------------------------------------------------------------------------------
@@ -850,6 +948,16 @@ export interface MachineEtcdRequest extends EtcdGatewayCall {
   readonly deadlineMs: number
 }
 
+/** A request of a Redlock machine (`kind: 'redlock'`): one master's part of a step. */
+export interface MachineRedlockRequest extends RedlockPart {
+  readonly type: 'request'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -868,9 +976,14 @@ export declare class LockMachine {
   /** `seed` makes owner ids and jitter deterministic: tests only, never in production.
    * `fair` (default false, Redis only): fair hand-off, whose parked waiters emit
    * `MachineWaitRequest`s. `kind` (default `'redis'`): `'etcd'` makes a machine that emits
-   * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`).
-   * @throws ConfigError for an unknown `kind`, or `fair: true` with `kind: 'etcd'`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' })
+   * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`);
+   * `'redlock'` a machine over `masters` (one name per master, e.g. `'127.0.0.1:6379/0'`)
+   * that emits one `MachineRedlockRequest` per master and step, answered with that
+   * master's Redis reply.
+   * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
+   *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
+   *   duplicates) is refused by `check` and `acquire`. */
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock', masters?: readonly string[] })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
@@ -888,7 +1001,7 @@ export declare class LockMachine {
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

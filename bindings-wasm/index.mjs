@@ -10,6 +10,7 @@ export const {
   MemoryServer,
   RedisBackend,
   UpstashRedisBackend,
+  RedlockBackend,
   EtcdBackend,
   backendFromUrl,
   backendFromEnv,

@@ -126,16 +126,23 @@ function createBackends (native, LockMachine, fence) {
     /**
      * Stops this backend's driver. Locks still held or being acquired are released (best
      * effort), their leases are lost with reason 'closed' (signals aborted), pending
-     * acquisitions reject with BackendError. The client given to the backend is not
-     * closed: its owner closes it. Idempotent.
+     * acquisitions reject with BackendError; all of that happens at once. Returns a
+     * promise that resolves once the requests still in flight (those releases, renewals
+     * under way) have settled, each bounded by its request deadline, and a client this
+     * backend made itself (backendFromUrl) is closed: then no timer or request of this
+     * backend is left, and the caller may close its own client without cutting off a
+     * release. The promise never rejects. The client given to the backend is not closed:
+     * its owner closes it. Idempotent (every call returns the same promise).
      */
     close () {
-      if (this._closed) return
+      if (this._closing !== undefined) return this._closing
       this._closed = true
-      if (this._driverInstance !== null) this._driverInstance.close()
-      for (const closer of this._owned.splice(0)) {
-        Promise.resolve().then(closer).catch(() => {}) // a client already closed by hand
-      }
+      const idle = this._driverInstance !== null ? this._driverInstance.close() : Promise.resolve()
+      const owned = this._owned.splice(0)
+      this._closing = owned.length === 0
+        ? idle
+        : idle.then(() => Promise.all(owned.map((closer) => attempt(closer).catch(() => {})))).then(() => {}) // a client already closed by hand
+      return this._closing
     }
   }
 
@@ -700,13 +707,14 @@ function createBackends (native, LockMachine, fence) {
     }
 
     close () {
-      super.close()
+      const done = super.close()
       if (this._blocking !== null) this._blocking.close()
       if (this._clientEvents !== null && typeof this._client.removeListener === 'function') {
         this._client.removeListener('error', this._clientEvents.error)
         this._client.removeListener('ready', this._clientEvents.ready)
       }
       this._clientEvents = null
+      return done
     }
   }
 
@@ -776,16 +784,22 @@ function createBackends (native, LockMachine, fence) {
         const signal = check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal')
         return this._command(['BLPOP', command.key, String(command.timeoutMs / 1000)], signal)
       }
-      if (command === null || typeof command !== 'object' || (command.backend !== undefined && command.backend !== 'redis')) {
+      if (command === null || typeof command !== 'object' || (command.backend !== undefined && command.backend !== 'redis' && command.backend !== 'redlock_part')) {
         throw new BackendError(`UpstashRedisBackend cannot run this request: ${check.describe(command && command.backend)}`)
       }
-      const signal = deadlineSignal(command.deadlineMs)
-      const tail = [String(command.keys.length), ...command.keys, ...command.args]
-      const reply = await this._command(['EVALSHA', command.sha1, ...tail], signal)
-      if (reply instanceof Error && /^NOSCRIPT\b/.test(reply.message)) {
-        return this._command(['EVAL', scripts[command.script].source, ...tail], signal)
+      // aborted at the request's deadline; the timer goes with the request, so none is
+      // left once it settled (close() waits for that)
+      const deadline = deadlineTimer(command.deadlineMs)
+      try {
+        const tail = [String(command.keys.length), ...command.keys, ...command.args]
+        const reply = await this._command(['EVALSHA', command.sha1, ...tail], deadline.signal)
+        if (reply instanceof Error && /^NOSCRIPT\b/.test(reply.message)) {
+          return await this._command(['EVAL', scripts[command.script].source, ...tail], deadline.signal)
+        }
+        return reply
+      } finally {
+        deadline.clear()
       }
-      return reply
     }
 
     /** One command: its result, an `Error` value for an error reply; throws for a
@@ -820,6 +834,17 @@ function createBackends (native, LockMachine, fence) {
     return AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
   }
 
+  /** An AbortSignal that fires at `deadlineMs` on the driver's clock (`signal` null
+   * without AbortController or a deadline), and `clear()`, which drops its timer. */
+  function deadlineTimer (deadlineMs) {
+    if (typeof deadlineMs !== 'number' || typeof AbortController === 'undefined') return { signal: null, clear () {} }
+    const controller = new AbortController()
+    const timer = setTimeout(() => controller.abort(new DOMException('the request deadline passed', 'TimeoutError')),
+      Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
+    timer.unref?.() // the driver's own timer says whether the process must stay up
+    return { signal: controller.signal, clear: () => clearTimeout(timer) }
+  }
+
   /** `a` and `b` as one signal (either may be null): aborted when either is. */
   function eitherSignal (a, b) {
     if (a === null) return b
@@ -836,6 +861,153 @@ function createBackends (native, LockMachine, fence) {
       b.removeEventListener('abort', onB)
     }, { once: true })
     return both.signal
+  }
+
+  // ---- Redlock: N independent masters ------------------------------------------------
+
+  /** Reachability that never warns: a Redlock's warnings come from each master's own. */
+  const SILENT = Object.freeze({ failed () {}, succeeded () {} })
+
+  /** How the duplicate check names the server of an ioredis or node-redis client:
+   * `host:port/db` or `unix:path/db`, from the client's options. */
+  function redisServerName (client, kind) {
+    const o = client.options ?? {}
+    if (kind === 'ioredis') {
+      const db = o.db ?? 0
+      return o.path ? `unix:${o.path}/${db}` : `${o.host ?? 'localhost'}:${o.port ?? 6379}/${db}`
+    }
+    const socket = o.socket ?? {}
+    const db = o.database ?? 0
+    return socket.path ? `unix:${socket.path}/${db}` : `${socket.host ?? 'localhost'}:${socket.port ?? 6379}/${db}`
+  }
+
+  const REDLOCK_OPTIONS = ['keyPrefix', 'fetch']
+
+  /**
+   * Locks on a majority of N independent Redis masters (N odd, at least 3), after Redis'
+   * "Distributed locks with Redis" page. `masters` is one entry per master, all of one
+   * kind: ioredis clients, node-redis (v4+) clients (their owner connects and closes
+   * them), or REST endpoints `{ url, token? }` speaking the Upstash protocol (fetch only:
+   * edge workers, browsers). The core decides; this adapter runs each request part on
+   * the master it names, with the scripts and keys of RedisBackend / UpstashRedisBackend.
+   */
+  class RedlockBackend extends Backend {
+    constructor (masters, options) {
+      super()
+      const o = check.plainObject(options, 'RedlockBackend options')
+      for (const key of Object.keys(o)) {
+        if (!REDLOCK_OPTIONS.includes(key)) {
+          throw new ConfigError(`unknown RedlockBackend option ${JSON.stringify(key)}; known options: ${REDLOCK_OPTIONS.join(', ')}`, { option: key })
+        }
+      }
+      if (!Array.isArray(masters)) {
+        throw new ConfigError(`masters must be an array with one entry per master (ioredis or node-redis clients, or REST endpoints { url, token }), got ${check.describe(masters)}`, { option: 'masters' })
+      }
+      this._keyPrefix = o.keyPrefix === undefined ? 'fencepost:' : check.string(o.keyPrefix, 'keyPrefix')
+      const kinds = masters.map((m, i) => {
+        const runner = scriptRunner(m)
+        if (runner !== null) {
+          if (m.isCluster === true || typeof m.getMasters === 'function' || Array.isArray(m.masters)) {
+            throw new ConfigError(`masters[${i}] is a Redis Cluster client: a Redlock master is one independent server, so give a client of one server each`, { option: 'masters' })
+          }
+          return runner.kind
+        }
+        if (m !== null && typeof m === 'object' && typeof m.url === 'string') return 'rest'
+        throw new ConfigError(`masters[${i}] must be an ioredis client, a node-redis client or a REST endpoint { url, token }, got ${check.describe(m)}`, { option: 'masters' })
+      })
+      const kindSet = new Set(kinds)
+      if (kindSet.size > 1) {
+        throw new ConfigError(`masters mix ${[...kindSet].map((k) => k === 'rest' ? 'REST endpoints' : `${k} clients`).join(' and ')}: give every master the same kind`, { option: 'masters' })
+      }
+      this._kind = kinds.length > 0 ? kinds[0] : null
+      if (o.fetch !== undefined && this._kind !== 'rest') {
+        throw new ConfigError('fetch applies to REST endpoints only', { option: 'fetch' })
+      }
+      this._masters = masters.map((m) => this._kind === 'rest'
+        ? new UpstashRedisBackend({ url: m.url, token: m.token, fetch: o.fetch, keyPrefix: this._keyPrefix })
+        : new RedisBackend(m, { keyPrefix: this._keyPrefix }))
+      this._names = masters.map((m, i) => this._kind === 'rest' ? this._masters[i].url.replace(/\/+$/, '') : redisServerName(m, this._kind))
+      // the same client object twice is one server, whatever its options say
+      masters.forEach((m, i) => {
+        const j = masters.indexOf(m)
+        if (j < i) this._names[i] = this._names[j] = `${this._names[j]} (the same client as master ${j})`
+      })
+      this._masters.forEach((m, i) => { m._reachability = new Reachability(`RedlockBackend master ${i} (${this._names[i]})`) })
+      // a minority of masters down is normal operation: each master warns for itself
+      this._reachability = SILENT
+      try {
+        // the core counts the masters, checks their parity and duplicates, naming the problem
+        LockMachine._checkAcquire(this._machineOptions(), 'x', check.lockOptions({}))
+      } catch (error) {
+        for (const m of this._masters) m.close()
+        throw error
+      }
+    }
+
+    _machineOptions () {
+      return { keyPrefix: this._keyPrefix, kind: 'redlock', masters: this._names }
+    }
+
+    _cannotWait () { return 'a Redlock is not one server with replicas' }
+
+    /** The prefix of every key fencepost writes on each master ('fencepost:'). */
+    get keyPrefix () { return this._keyPrefix }
+    /** How each master's server is named (`host:port/db`, or the REST URL), in order. */
+    get masters () { return [...this._names] }
+    /** 'ioredis', 'node-redis' or 'rest'. */
+    get clientKind () { return this._kind }
+    /** The clients (or REST endpoints' backends), one per master, in the order given. */
+    get clients () { return this._masters.map((m) => m instanceof RedisBackend ? m.client : m) }
+
+    /** The lease key of lock `name`, the same on every master. */
+    lockKey (name) {
+      return native.lockKey(this._keyPrefix, check.string(name, 'lock name'))
+    }
+
+    /** The token-counter key of lock `name` on every master. */
+    tokenKey (name) {
+      return native.tokenKey(this._keyPrefix, check.string(name, 'lock name'))
+    }
+
+    /**
+     * Runs one part of a Redlock step (`{ backend: 'redlock_part', master, … }`) on the
+     * master it names: that master's Redis reply, an `Error` value for an error reply;
+     * rejects for a transport failure. Anything else is refused with ConfigError.
+     */
+    execute (request, options) {
+      const master = request !== null && typeof request === 'object' && request.backend === 'redlock_part'
+        ? this._masters[request.master]
+        : undefined
+      if (master === undefined) {
+        return Promise.reject(new ConfigError(`RedlockBackend runs lock requests only: fenced writes, isLocked and forceRelease need one server, so call them on a RedisBackend of the server they concern (got ${check.describe(request && request.backend)})`))
+      }
+      const reach = master._reachability
+      return attempt(() => master.execute(request, options)).then((reply) => {
+        if (!this._closed) reach.succeeded()
+        return reply
+      }, (error) => {
+        if (!this._closed) reach.failed(describeError(error))
+        throw error
+      })
+    }
+
+    /** Refused: a Redlock has no one server to ask (ConfigError); ask a RedisBackend of
+     * each master. */
+    async isLocked (name) { // eslint-disable-line no-unused-vars
+      throw new ConfigError('isLocked concerns one server: call it on a RedisBackend of each master')
+    }
+
+    /** Refused: a Redlock has no one server to free (ConfigError); call it on a
+     * RedisBackend of each master. */
+    async forceRelease (name) { // eslint-disable-line no-unused-vars
+      throw new ConfigError('forceRelease concerns one server: call it on a RedisBackend of each master')
+    }
+
+    close () {
+      const done = super.close()
+      for (const m of this._masters) m.close()
+      return done
+    }
   }
 
   // ---- etcd v3 over its JSON gateway ----------------------------------------------------
@@ -1186,8 +1358,9 @@ function createBackends (native, LockMachine, fence) {
     }
 
     close () {
-      super.close()
+      const done = super.close()
       for (const controller of this._watches) controller.abort()
+      return done
     }
   }
 
@@ -1261,7 +1434,7 @@ function createBackends (native, LockMachine, fence) {
     return backendFromUrl(url, o)
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, EtcdBackend, backendFromUrl, backendFromEnv }
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv }
 }
 
 module.exports = { createBackends }

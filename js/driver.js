@@ -129,6 +129,8 @@ class Driver {
     this.draining = false
     this.redrain = false
     this.closed = false
+    /** after close: the requests still out, the timer bounding them, and who waits */
+    this.afterClose = null
   }
 
   // -- inputs from the Lock API --
@@ -175,15 +177,18 @@ class Driver {
   }
 
   /** Releases every lock (best effort: the requests still run), then marks held leases
-   * lost ('closed'), fails pending acquisitions and stops the timer. Idempotent. */
+   * lost ('closed'), fails pending acquisitions and stops the timer. Returns a promise
+   * that resolves once every request still out (those releases among them) has settled
+   * or passed its deadline; no timer of the driver is left after that. Idempotent. */
   close () {
-    if (this.closed) return
+    if (this.closed) return this.afterClose === null ? Promise.resolve() : this.afterClose.done
     const t = now()
     for (const lock of this.acquisitions.keys()) {
       try { this.machine._release(t, lock) } catch (error) { reportBug(error) }
     }
     this._drain()
     this.closed = true
+    const out = new Set(this.pending.values())
     const acquisitions = [...this.acquisitions.values()]
     this.acquisitions.clear()
     this.pending.clear()
@@ -191,6 +196,29 @@ class Driver {
     this.waits.clear()
     this._disarm()
     for (const acquisition of acquisitions) acquisition.closed(this.machine._closedReason)
+    if (out.size === 0) return Promise.resolve()
+    let lastMs = -Infinity
+    for (const entry of out) lastMs = Math.max(lastMs, entry.deadlineMs)
+    const after = { out, timer: null, resolve: null, done: null }
+    after.done = new Promise((resolve) => { after.resolve = resolve })
+    // a request to a server that never answers ends at its deadline
+    after.timer = setTimeout(() => this._idle(), Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(lastMs - now()))))
+    this.afterClose = after
+    return after.done
+  }
+
+  /** After close: one request out settled. */
+  _settledAfterClose (entry) {
+    const after = this.afterClose
+    if (after !== null && after.out.delete(entry) && after.out.size === 0) this._idle()
+  }
+
+  _idle () {
+    const after = this.afterClose
+    if (after === null) return
+    clearTimeout(after.timer)
+    after.out.clear()
+    after.resolve()
   }
 
   // -- the loop --
@@ -301,12 +329,14 @@ class Driver {
   /** Feeds a request's reply the moment it arrives (in the reply's own microtask), so
    * the next request the machine emits goes out in the same turn. */
   _settleReply (id, entry, value) {
+    if (this.afterClose !== null) this._settledAfterClose(entry)
     if (!this._take(id, entry)) return
     this.backend._reachability?.succeeded()
     this._feedReply(id, value)
   }
 
   _settleError (id, entry, error) {
+    if (this.afterClose !== null) this._settledAfterClose(entry)
     if (!this._take(id, entry)) return
     const message = describeError(error)
     this.backend._reachability?.failed(message)

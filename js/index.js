@@ -25,6 +25,7 @@ function createFencepost (native, implementation) {
     MemoryServer: backends.MemoryServer,
     RedisBackend: backends.RedisBackend,
     UpstashRedisBackend: backends.UpstashRedisBackend,
+    RedlockBackend: backends.RedlockBackend,
     EtcdBackend: backends.EtcdBackend,
     backendFromUrl: backends.backendFromUrl,
     backendFromEnv: backends.backendFromEnv,
