@@ -40,6 +40,10 @@ LABELS = {
     "node:fencepost-scripts": "fencepost's two scripts by hand, no machine (protocol floor)",
     "node:redlock": "redlock 5.0.0-beta.2 (retryCount −1)",
     "node:redis-semaphore": "redis-semaphore `Mutex`",
+    "node:fencepost-redlock3": "fencepost Redlock, 3 masters",
+    "node:fencepost-redlock5": "fencepost Redlock, 5 masters",
+    "node:redlock-redlock3": "redlock 5.0.0-beta.2, 3 masters (retryCount −1)",
+    "node:redlock-redlock5": "redlock 5.0.0-beta.2, 5 masters (retryCount −1)",
 }
 RAW = {"python": "python:raw", "node": "node:raw-ioredis"}
 

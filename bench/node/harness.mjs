@@ -16,6 +16,11 @@
 //   fencepost-scripts  fencepost's acquire/release Lua scripts by hand (EVALSHA), no machine, no
 //                    driver: the protocol's floor
 //   redlock          redlock 5.0.0-beta.2, one client, retryCount -1 (the default 10 gives up)
+//   fencepost-redlock3 new Lock(new RedlockBackend([ioredis] × 3), key, { ttlMs: 10000 }) on the first three
+//                    masters of $FENCEPOST_BENCH_MASTERS (the Redlock rows are listed only when it is set)
+//   fencepost-redlock5 the same on five masters
+//   redlock-redlock3 redlock 5.0.0-beta.2 on the same three masters' clients, retryCount -1
+//   redlock-redlock5 the same on five masters
 //   redis-semaphore  Mutex(client, key, { lockTimeout: 10000, acquireTimeout: 600000 }) (polls every 10 ms)
 //
 // The measurement is the one the Python harness makes (see bench/python/harness.py):
@@ -86,6 +91,38 @@ async function fencepost (url, key, fair) {
   }
 }
 
+/** The first `n` Redlock master URLs of $FENCEPOST_BENCH_MASTERS. */
+function benchMasters (n) {
+  const urls = (process.env.FENCEPOST_BENCH_MASTERS || '').split(',').filter((u) => u !== '')
+  if (urls.length < n) throw new Error(`FENCEPOST_BENCH_MASTERS names ${urls.length} masters, ${n} needed`)
+  return urls.slice(0, n)
+}
+
+async function fencepostRedlock (key, n) {
+  const { Lock, RedlockBackend } = fencepostPackage()
+  const clients = await Promise.all(benchMasters(n).map(client))
+  const backend = new RedlockBackend(clients)
+  const lock = new Lock(backend, key, { ttlMs: LEASE_MS })
+  let lease = null
+  return {
+    async acquire () { lease = await lock.acquire() },
+    async release () { await lease.release() },
+    close () { backend.close(); for (const c of clients) c.disconnect() }
+  }
+}
+
+async function redlockOn (key, n) {
+  const { default: Redlock } = await import('redlock')
+  const clients = await Promise.all(benchMasters(n).map(client))
+  const redlock = new Redlock(clients, { retryCount: -1 })
+  let lease = null
+  return {
+    async acquire () { lease = await redlock.acquire([key], LEASE_MS) },
+    async release () { await lease.release() },
+    close () { for (const c of clients) c.disconnect() }
+  }
+}
+
 const LIBS = {
   fencepost: (url, key) => fencepost(url, key, false),
   'fencepost-fair': (url, key) => fencepost(url, key, true),
@@ -140,6 +177,11 @@ const LIBS = {
       close () { c.disconnect() }
     }
   },
+
+  'fencepost-redlock3': (url, key) => fencepostRedlock(key, 3),
+  'fencepost-redlock5': (url, key) => fencepostRedlock(key, 5),
+  'redlock-redlock3': (url, key) => redlockOn(key, 3),
+  'redlock-redlock5': (url, key) => redlockOn(key, 5),
 
   async 'redis-semaphore' (url, key) {
     const { Mutex } = await import('redis-semaphore')
@@ -259,7 +301,11 @@ if (argv[0] === 'worker') {
   const args = parse(argv)
   if (args.mode === 'libs') {
     const fair = await fairOption().catch(() => null)
-    console.log(Object.keys(LIBS).filter((name) => fair !== null || !name.endsWith('-fair')).join('\n'))
+    // the Redlock rows need the masters, and fencepost's a build with RedlockBackend
+    const masters = Boolean(process.env.FENCEPOST_BENCH_MASTERS)
+    const redlock = fencepostPackage().RedlockBackend !== undefined
+    console.log(Object.keys(LIBS).filter((name) => (fair !== null || !name.endsWith('-fair')) &&
+      (!name.includes('-redlock') || (masters && (redlock || !name.startsWith('fencepost-'))))).join('\n'))
   } else {
     if (!(args.lib in LIBS)) usage(`--lib must be one of ${Object.keys(LIBS).join(', ')}`)
     if (!args.redis.startsWith('redis://127.0.0.1:')) usage('benchmarks talk to a Redis on 127.0.0.1 only')
