@@ -1,7 +1,7 @@
 'use strict'
 // A process that holds a Redlock lease and closes its backend (forked by redlock.test.js).
 // Arguments: the masters (comma-separated: Redis URLs, or REST endpoint URLs), the kind
-// ('ioredis' | 'node-redis' | 'rest'), the REST token, the key prefix.
+// ('ioredis' | 'node-redis' | 'node-redis v5' | 'rest'), the REST token, the key prefix.
 //
 // It acquires, starts a manual renewal, then awaits `backend.close()` (which releases) and
 // closes its clients. It reports to the parent the timers still pending then (set with
@@ -35,12 +35,13 @@ async function open (list, kind, token) {
     const masters = list.map((u) => new IORedis(u, { maxRetriesPerRequest: 1 }))
     return { masters, close: () => Promise.all(masters.map((c) => c.quit())) }
   }
+  const v5 = kind === 'node-redis v5'
   const masters = await Promise.all(list.map(async (url) => {
-    const c = devRequire('redis').createClient({ url })
+    const c = devRequire(v5 ? 'redis5' : 'redis').createClient({ url })
     await c.connect()
     return c
   }))
-  return { masters, close: () => Promise.all(masters.map((c) => c.quit())) }
+  return { masters, close: () => Promise.all(masters.map((c) => v5 ? c.close() : c.quit())) }
 }
 
 async function main () {

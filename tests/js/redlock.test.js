@@ -2,7 +2,7 @@
 // RedlockBackend against five real Redis masters on 127.0.0.1, which this file starts
 // itself with scripts/services/redis-masters.sh (and stops; scripts/test's trap stops them
 // too). Masters are stopped with SIGSTOP and always resumed with SIGCONT in a `finally`.
-// With FENCEPOST_IMPL=napi the masters are reached with ioredis and with node-redis; with
+// With FENCEPOST_IMPL=napi the masters are reached with ioredis and node-redis (v4, v5); with
 // FENCEPOST_IMPL=wasm over REST (the Upstash protocol, fetch only), each master behind a
 // REST proxy of its own (rest-proxy.js). Each test uses its own key prefix. Mirrors
 // tests/python/test_redlock.py.
@@ -20,6 +20,7 @@ const { Lock, RedlockBackend, ConfigError, LockLostError, AcquireTimeoutError } 
 
 const IORedis = devRequire('ioredis')
 const nodeRedis = devRequire('redis')
+const nodeRedis5 = devRequire('redis5')
 
 const SCRIPT = path.join(REPO, 'scripts', 'services', 'redis-masters.sh')
 const skip = hasRedisServer() ? false : 'redis-server is not installed (scripts/services/redis.sh install)'
@@ -87,6 +88,14 @@ const KINDS = IMPL === 'wasm'
           return c.connect().then(() => c)
         }))
         return { masters, close: () => Promise.all(masters.map((c) => c.quit())) }
+      },
+      'node-redis v5': async () => {
+        const masters = await Promise.all(urls.map((url) => {
+          const c = nodeRedis5.createClient({ url })
+          c.on('error', () => {})
+          return c.connect().then(() => c)
+        }))
+        return { masters, close: () => Promise.all(masters.map((c) => c.close())) }
       }
     }
 
