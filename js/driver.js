@@ -201,8 +201,10 @@ class Driver {
     for (const entry of out) lastMs = Math.max(lastMs, entry.deadlineMs)
     const after = { out, timer: null, resolve: null, done: null }
     after.done = new Promise((resolve) => { after.resolve = resolve })
-    // a request to a server that never answers ends at its deadline
+    // a request to a server that never answers ends at its deadline; unref'd: the
+    // requests' own sockets keep the process up while they can still answer
     after.timer = setTimeout(() => this._idle(), Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(lastMs - now()))))
+    after.timer.unref?.()
     this.afterClose = after
     return after.done
   }

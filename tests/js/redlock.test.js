@@ -172,12 +172,15 @@ for (const kind of Object.keys(KINDS)) {
     try {
       // the stopped masters' parts end at the attempt's deadline, 3 000 × 0.99 − 2 = 2 968 ms
       const lock = new Lock(backend, 'job', { ttlMs: 3_000, renewEveryMs: 250, acquireTimeoutMs: 5_000 })
+      // connections made and scripts loaded on every master (the first call of each is an
+      // EVALSHA answered NOSCRIPT, then an EVAL), so the timing below is the lock's
+      await (await lock.acquire()).release()
       let closing
       await stopped([3, 4], async () => {
         const started = performance.now()
         const lease = await lock.acquire()
         const tookMs = performance.now() - started
-        assert.ok(tookMs < 1_500, `granted by the three running masters, not at the deadline: ${tookMs} ms`)
+        assert.ok(tookMs < 2_000, `granted by the three running masters, not at the deadline: ${tookMs} ms`)
         assert.ok(lease.token >= 1n)
         assert.deepEqual(await holders(key, [0, 1, 2]), Array(3).fill(lease.ownerId))
         await sleep(800) // three renewals on the three running masters
