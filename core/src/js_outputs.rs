@@ -12,7 +12,7 @@
 //!                   redisScripts()), keys.length, ...keys, args.length, ...args
 //!                 1 (redis_blpop), key, timeoutMs
 //!                 2 (etcd), call, path, body, timeoutMs | null
-//!                 3 (a backend the JavaScript bindings do not carry: SQL)
+//!                 3 (a backend the JavaScript bindings do not carry: SQL, Kubernetes)
 //!                 4 (redis, then WAIT on the same connection), as 0, then
 //!                   replicas, timeoutMs
 //!                 5 (redlock_part), master, then as 0: script, keys…, args…
@@ -119,6 +119,9 @@ pub fn encode_output<'a, E>(
                     push(e.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
                 }
                 RequestBody::Sql(_) => push(Number(3.0))?,
+                // the JavaScript addons build the core without the Lease backend
+                #[cfg(feature = "kubernetes")]
+                RequestBody::Kubernetes(_) => push(Number(3.0))?,
                 #[cfg(feature = "zookeeper")]
                 // ZooKeeper: the call as JSON; a watch blocks for `timeoutMs` at most
                 RequestBody::ZooKeeper(z) => {
