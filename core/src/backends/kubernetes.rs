@@ -243,7 +243,7 @@ pub(crate) struct KubeProgress {
     /// A renewal or release met a 409: its next step reads the Lease first.
     reread: bool,
     sent: Sent,
-    /// Consecutive 409s of renewals and releases: after two the step is retried later.
+    /// Consecutive 409s of renewals and releases: the third is retried after the delay.
     conflicts: u8,
 }
 
@@ -353,7 +353,8 @@ fn token_of(lease: &Value, reply: &str) -> Result<FencingToken, ReadError> {
 }
 
 impl KubernetesBackend {
-    fn get(&self, name: &str) -> KubeRequest {
+    /// The GET of Lease `name` (what observers of a lock read).
+    pub fn get(&self, name: &str) -> KubeRequest {
         KubeRequest {
             method: "GET".to_owned(),
             path: self.lease_path(name),
@@ -591,9 +592,9 @@ fn read_clear_if_owned(reply: &str) -> Result<Read, ReadError> {
 /// The Kubernetes Lease recipe (see the module docs).
 impl Recipe for KubernetesBackend {
     fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
-        let p = progress_of(progress, cx.owner);
         let request = match step {
             Step::Acquire | Step::Renew | Step::Release(Ending::Held) => {
+                let p = progress_of(progress, cx.owner);
                 // a renewal or release writes with the version it knows, and reads
                 // first only after a conflict
                 let default = match step {
@@ -617,6 +618,8 @@ impl Recipe for KubernetesBackend {
                     }
                 }
             }
+            // a cleanup's owner may not be the lock's current one: its progress is left
+            // alone
             Step::Release(Ending::Cancel) | Step::Cleanup => self.clear_if_owned(cx.name, cx.owner),
             Step::Wait { .. } => return Phrased::Nothing,
         };
