@@ -20,7 +20,8 @@ they are served, as a request stuck in a real server may still be applied);
 ``POST /_control/conflicts {"count": N}`` answers the next N writes (POST, PUT, PATCH,
 DELETE) with 409 Conflict as if another writer had won; ``POST /_control/errors
 {"count": N, "code": 503}`` answers the next N API requests with that 5xx Status;
-``POST /_control/reset`` forgets every Lease and control; ``GET /_control/state``
+``--tls-client-ca`` makes it accept client certificates (a verified one
+authenticates without the token). ``POST /_control/reset`` forgets every Lease and control; ``GET /_control/state``
 returns every stored Lease and the request counts.
 """
 
@@ -329,7 +330,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
             token = self.server.token
-            if token and self.headers.get("Authorization") != f"Bearer {token}":
+            # a client certificate the TLS layer verified authenticates the request, as
+            # the apiserver's x509 authenticator does
+            by_cert = bool(getattr(self.connection, "getpeercert", lambda: None)())
+            if token and not by_cert and self.headers.get("Authorization") != f"Bearer {token}":
                 # StatusReasonUnauthorized, 401
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             path = self.path.split("?", 1)[0]
@@ -410,6 +414,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--url-file", help="write the URL here once listening")
     p.add_argument("--tls-cert")
     p.add_argument("--tls-key")
+    p.add_argument("--tls-client-ca", help="accept client certificates signed by this CA")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
     server = LeaseServer(a.port, a.token, a.verbose)
@@ -417,6 +422,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     if a.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        if a.tls_client_ca:
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            ctx.load_verify_locations(a.tls_client_ca)
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
         scheme = "https"
     url = f"{scheme}://127.0.0.1:{server.server_address[1]}"

@@ -353,7 +353,8 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, 
     url_file = d / "url"
     p = subprocess.Popen(
         [sys.executable, str(REPO / "tests/kube/lease_server.py"), "--token", "tls-token", "--url-file",
-         str(url_file), "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem")],
+         str(url_file), "--tls-cert", str(d / "cert.pem"), "--tls-key", str(d / "key.pem"),
+         "--tls-client-ca", str(d / "cert.pem")],
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -394,6 +395,30 @@ def test_from_kubeconfig_reads_the_current_context_s_server_ca_and_token(tls_ser
     config.write_text(json.dumps(doc))
     with pytest.raises(fencepost.ConfigError, match="'exec'"):
         fencepost.kubernetes.KubernetesLeaseBackend.from_kubeconfig(str(config))
+
+
+def test_from_kubeconfig_authenticates_with_a_client_certificate(tls_server: Tuple[str, Path]) -> None:
+    url, d = tls_server
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    config = d / "config-cert.yaml"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: cert\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {url}\n    certificate-authority: cert.pem\n"
+        f"users:\n- name: u\n  user:\n    client-certificate-data: {b64(d / 'cert.pem')}\n"
+        f"    client-key-data: {b64(d / 'key.pem')}\n"
+        "contexts:\n- name: cert\n  context:\n    cluster: c\n    user: u\n"
+    )
+    b = fencepost.kubernetes.KubernetesLeaseBackend.from_kubeconfig(str(config))
+    with fencepost.Lock(b, "by-cert", ttl=2) as lease:
+        assert lease.token == 1
+    b.close()
+    # without the certificate (and no token) the server refuses: 401
+    config.write_text(config.read_text().split("users:")[0] + "users:\n- name: u\n  user: {}\n"
+                      "contexts:\n- name: cert\n  context:\n    cluster: c\n    user: u\n")
+    b = fencepost.kubernetes.KubernetesLeaseBackend.from_kubeconfig(str(config))
+    with pytest.raises(fencepost.ProtocolError, match="401"):
+        fencepost.Lock(b, "by-cert", ttl=2, acquire_timeout=2).acquire_sync()
+    b.close()
 
 
 async def test_in_cluster_uses_the_service_account_token_ca_and_namespace(tls_server: Tuple[str, Path]) -> None:

@@ -84,15 +84,12 @@ def micro_time() -> str:
 def _ssl_context(
     ca_file: Optional[str] = None,
     ca_data: Optional[str] = None,
-    cert: Optional[Tuple[str, str]] = None,
     cert_data: Optional[Tuple[bytes, bytes]] = None,
 ) -> ssl.SSLContext:
     """A client TLS context trusting ``ca_file`` / ``ca_data`` (PEM; the system's CAs
-    when neither) with an optional client certificate (files, or PEM bytes)."""
+    when neither) with an optional client certificate and key (PEM bytes)."""
     ctx = ssl.create_default_context(cafile=ca_file, cadata=ca_data)
-    if cert is not None:
-        ctx.load_cert_chain(cert[0], cert[1])
-    elif cert_data is not None:
+    if cert_data is not None:
         # ssl loads certificates from files only: a private temporary directory, gone
         # once they are loaded
         with tempfile.TemporaryDirectory() as d:
@@ -272,19 +269,16 @@ class KubernetesLeaseBackend(Backend):
                 verify = False
             else:
                 ca = data(cluster.get("certificate-authority-data"))
-                cert: Optional[Tuple[str, str]] = None
                 cert_data: Optional[Tuple[bytes, bytes]] = None
                 c_file, k_file = file(user.get("client-certificate")), file(user.get("client-key"))
                 c_data, k_data = data(user.get("client-certificate-data")), data(user.get("client-key-data"))
-                if c_file or c_data:
-                    c = c_data if c_data is not None else open(c_file or "", "rb").read()
-                    k = k_data if k_data is not None else open(k_file or "", "rb").read()
-                    cert_data = (c, k)
                 try:
+                    if c_file or c_data:
+                        with open(c_file or os.devnull, "rb") as cf, open(k_file or os.devnull, "rb") as kf:
+                            cert_data = (c_data or cf.read(), k_data or kf.read())
                     verify = _ssl_context(
                         ca_file=file(cluster.get("certificate-authority")),
                         ca_data=ca.decode() if ca else None,
-                        cert=cert,
                         cert_data=cert_data,
                     )
                 except (OSError, ssl.SSLError, ValueError) as exc:
