@@ -192,6 +192,27 @@ async def test_an_api_server_hanging_while_the_leader_renews_loses_the_lease_on_
     await b.client.aclose()
 
 
+def test_a_paused_api_server_times_the_acquire_out(kb: Any) -> None:
+    control("pause", on=True)  # every request hangs
+    start = time.monotonic()
+    with pytest.raises(fencepost.AcquireTimeout):
+        fencepost.Lock(kb, unique("paused"), ttl=2, acquire_timeout=1.0).acquire_sync()
+    assert time.monotonic() - start < 3.0
+    control("pause", on=False)
+
+
+def test_a_deleted_lease_is_lost_at_the_next_renewal_and_never_recreated(kb: Any) -> None:
+    name = unique("deleted")
+    with pytest.raises(fencepost.LockLost) as e:
+        with fencepost.Lock(kb, name, ttl=3) as lease:
+            code, doc = api("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{name}")
+            assert (code, doc["status"]) == (200, "Success")
+            assert lease.lost.wait(2.0)  # the renewal (every 1 s) finds it gone: 404
+    assert e.value.reason == "renew_rejected"
+    code, doc = api("GET", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{name}")
+    assert (code, doc["reason"]) == (404, "NotFound")  # a renewal never creates it
+
+
 def crashed_holder(name: str, ttl: int) -> float:
     """A process takes lock ``name`` with ``ttl`` and is killed (SIGKILL) while it holds:
     its Lease stays, naming it. Returns when it was killed (monotonic seconds)."""
