@@ -2,7 +2,7 @@
 under test (not the checkout), and the extra it was installed with brought exactly the
 client libraries it names, which the adapter then uses.
 
-Usage: python python_extras.py none|redis|postgres|etcd CHECKOUT_DIR
+Usage: python python_extras.py none|redis|postgres|etcd|zookeeper CHECKOUT_DIR
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ where = pathlib.Path(fencepost.__file__).resolve()
 if checkout in where.parents or pathlib.Path(sys.prefix).resolve() not in where.parents:
     sys.exit(f"fencepost was imported from {where}, not from this venv ({sys.prefix})")
 
-LIBRARIES = {"redis": ["redis"], "postgres": ["psycopg", "psycopg_pool"], "etcd": ["httpx"]}
+LIBRARIES = {
+    "redis": ["redis"],
+    "postgres": ["psycopg", "psycopg_pool"],
+    "etcd": ["httpx"],
+    "zookeeper": ["kazoo"],
+}
 for name, modules in LIBRARIES.items():
     for module in modules:
         present = importlib.util.find_spec(module) is not None
@@ -45,4 +50,18 @@ elif extra == "etcd":
 
     with httpx.Client() as client:
         EtcdBackend(client, ["http://127.0.0.1:1"]).close()
+elif extra == "zookeeper":
+    import kazoo.client
+
+    from fencepost.errors import BackendError
+    from fencepost.zookeeper import ZooKeeperBackend
+
+    client = kazoo.client.KazooClient(hosts="127.0.0.1:1", timeout=1.0)
+    try:  # nothing listens there: the adapter loads, starts the client and reports it
+        ZooKeeperBackend(client, start_timeout=0.5)
+        sys.exit("a ZooKeeperBackend on a closed port started")
+    except BackendError:
+        pass
+    finally:
+        client.stop()
 print(f"fencepost {fencepost.__version__} (core {fencepost.core_version}) from {where.parent}, extra {extra}: ok")
