@@ -55,14 +55,7 @@ impl Contract {
     /// Feeds `input` (whether it was accepted); a rejected input must change nothing.
     pub fn feed(&mut self, input: Input) -> bool {
         let before = (self.machine.lock_count(), self.machine.requests_in_flight());
-        let at = match &input {
-            Input::Acquire { now, .. }
-            | Input::Release { now, .. }
-            | Input::Extend { now, .. }
-            | Input::Reply { now, .. }
-            | Input::TransportError { now, .. }
-            | Input::Timeout { now } => *now,
-        };
+        let at = input.now();
         let backwards = at < self.last;
         let accepted = match self.machine.handle_input(input) {
             Ok(()) => {
