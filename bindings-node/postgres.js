@@ -236,8 +236,9 @@ function createPostgres (native, fp) {
       if (entry === undefined) {
         if (request.operation !== 'acquire') {
           // only a lock's cleanups come after its connection was closed; closing it ended
-          // the session and every advisory lock it held
-          throw new BackendError(`the dedicated connection of lock ${request.lock} is closed (its session and any advisory lock it held ended with it)`)
+          // the session and every advisory lock it held: not held, as the owner-checked
+          // unlock would have found (no rows)
+          return []
         }
         entry = { conn: null, opening: null, inFlight: 0, finished: false }
         this._dedicated.set(request.lock, entry)
