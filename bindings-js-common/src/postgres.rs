@@ -8,9 +8,10 @@
 //! * A statement is `{ sql, params, connection }`: `sql` with `$1…$n` placeholders,
 //!   `params` `null | boolean | bigint | string` in order (`bigint` for the core's
 //!   integers: advisory keys use all 64 bits), `connection` `"any"` or `"dedicated"`.
-//! * A reply is built by the addon from the rows the client returned ([`sql_value`]) or
-//!   from a server error's SQLSTATE and message ([`SqlReply::Error`]); a value fencepost
-//!   cannot read becomes [`bad_reply`], which the core reads as a protocol error.
+//! * A reply is built by the addon from the rows the client returned (a `number` cell
+//!   through [`sql_number`]) or from a server error's SQLSTATE and message
+//!   ([`SqlReply::Error`]); a value fencepost cannot read becomes [`bad_reply`], which the
+//!   core reads as a protocol error.
 
 use std::borrow::Cow;
 
