@@ -1,7 +1,7 @@
 // Types of PostgreSQL in the `fencepost` Node package (postgres.js beside this file). Not in
 // fencepost.d.ts, which the WebAssembly package shares: workers and browsers have no
 // sockets to reach PostgreSQL.
-import { Backend, ExecuteOptions } from './fencepost'
+import { Backend, ExecuteOptions, MachineSqlRequest } from './fencepost'
 
 /** A node-postgres `pg.Pool` (structurally: no dependency on `@types/pg`). */
 export interface PgPoolLike {
@@ -52,20 +52,7 @@ export interface PostgresBackendOptions extends PostgresSettings {
 }
 
 /** A request of a PostgreSQL lock machine (`LockMachine({ kind: 'postgres' })`). */
-export interface SqlRequest {
-  type: 'request'
-  backend: 'sql'
-  id: number
-  lock: number
-  operation: 'acquire' | 'renew' | 'release' | 'wait'
-  deadlineMs: number
-  /** The statement, with `$1…$n` placeholders (one may repeat); values never interpolated. */
-  sql: string
-  /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
-  params: Array<null | boolean | bigint | string>
-  /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own connection. */
-  connection: 'any' | 'dedicated'
-}
+export type SqlRequest = MachineSqlRequest
 
 /**
  * Locks on PostgreSQL 12+ through node-postgres (`pg.Pool`, `pg.Client`) or postgres.js,
