@@ -398,6 +398,54 @@ test('PgBouncer (transaction pooling): session locks are refused, not shared; le
   }
 })
 
+test('PgBouncer: a duplicate grant behind the pooler writes once through an owner-bound fencedUpdate', { skip: skipBouncer }, async () => {
+  // The hazard session mode refuses, made on purpose: a plain pg_try_advisory_lock through
+  // PgBouncer (transaction mode, one server connection) "succeeds" for three clients on one
+  // server session, and all three read the same token. The token-only fence lets all three
+  // write; the owner-bound one lets the first owner write and refuses the other two.
+  await migrate()
+  const name = lockName()
+  const key = advisoryKey(name).toString()
+  await sql("CREATE TABLE IF NOT EXISTS fp_owned_jobs (id bigint PRIMARY KEY, body text, last_token bigint NOT NULL DEFAULT 0, last_owner text NOT NULL DEFAULT '')")
+  const [tokenOnlyRow, ownerBoundRow] = [await newJob(), await newJob()]
+  await sql("INSERT INTO fp_owned_jobs (id, body) VALUES ($1, 'new'), ($2, 'new')", [tokenOnlyRow, ownerBoundRow])
+  await sql('INSERT INTO fencepost_tokens (name, token) VALUES ($1, 7)', [name])
+  const owners = [0, 1, 2].map(() => crypto.randomBytes(16).toString('hex'))
+  const holders = await Promise.all(owners.map(async () => { const c = new pg.Client({ connectionString: singleSessionUrl() }); await c.connect(); return c }))
+  const warnings = []
+  const listener = (w) => { if (w.code === 'FENCEPOST_DUPLICATE_GRANT') warnings.push(w) }
+  process.on('warning', listener)
+  try {
+    for (const c of holders) {
+      assert.deepEqual((await c.query({ text: 'SELECT pg_try_advisory_lock($1)', values: [key], rowMode: 'array' })).rows, [[true]])
+    }
+    const write = (c, row, owner, bound) => fencedUpdate(c, 'fp_owned_jobs', {
+      idColumn: 'id', tokenColumn: 'last_token', rowId: row, token: 7n, values: { body: owner },
+      ...(bound ? { ownerColumn: 'last_owner', ownerId: owner } : {})
+    })
+    for (const [i, c] of holders.entries()) await write(c, tokenOnlyRow, owners[i], false)
+    assert.deepEqual(await sql('SELECT body FROM fp_owned_jobs WHERE id = $1', [tokenOnlyRow]), [[owners[2]]])
+    const refused = []
+    for (const [i, c] of holders.entries()) {
+      try {
+        await write(c, ownerBoundRow, owners[i], true)
+      } catch (e) {
+        assert.ok(e instanceof StaleTokenError && e.token === 7n && e.highest === 7n, String(e))
+        refused.push(e.reason)
+      }
+    }
+    assert.deepEqual(refused, ['duplicate_grant', 'duplicate_grant'])
+    assert.deepEqual(await sql('SELECT body, last_owner FROM fp_owned_jobs WHERE id = $1', [ownerBoundRow]), [[owners[0], owners[0]]])
+    await sleep(0)
+    assert.equal(warnings.length, 2)
+  } finally {
+    process.off('warning', listener)
+    await holders[0].query('SELECT pg_advisory_unlock_all()')
+    for (const c of holders) await c.end()
+  }
+  assert.deepEqual(await advisoryHolders(advisoryKey(name)), [])
+})
+
 // ---- many processes, one lock -----------------------------------------------------------------
 
 async function contend (url, mixes, rounds = 5) {
