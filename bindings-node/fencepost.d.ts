@@ -850,6 +850,25 @@ export interface MachineEtcdRequest extends EtcdGatewayCall {
   readonly deadlineMs: number
 }
 
+/** A request of a PostgreSQL lock machine (`kind: 'postgres'`, the Node package only:
+ * WebAssembly hosts cannot reach PostgreSQL): a statement to run. */
+export interface MachineSqlRequest {
+  readonly type: 'request'
+  readonly backend: 'sql'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release' | 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+  /** The statement, with `$1…$n` placeholders (one may repeat); values never interpolated. */
+  readonly sql: string
+  /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
+  readonly params: ReadonlyArray<null | boolean | bigint | string>
+  /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own
+   * connection, opened for its first statement and closed after its final event. */
+  readonly connection: 'any' | 'dedicated'
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -868,9 +887,12 @@ export declare class LockMachine {
   /** `seed` makes owner ids and jitter deterministic: tests only, never in production.
    * `fair` (default false, Redis only): fair hand-off, whose parked waiters emit
    * `MachineWaitRequest`s. `kind` (default `'redis'`): `'etcd'` makes a machine that emits
-   * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`).
+   * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`);
+   * `'postgres'` (the Node package only) one that emits `MachineSqlRequest`s and reads rows
+   * (arrays of `null | boolean | number | bigint | string`) or `{ sqlstate, message }`, with
+   * `mode` (`'lease'` or `'session'`), `leaseTable`, `tokenTable` and `namespace`.
    * @throws ConfigError for an unknown `kind`, or `fair: true` with `kind: 'etcd'`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'postgres', mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
@@ -888,7 +910,7 @@ export declare class LockMachine {
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineSqlRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

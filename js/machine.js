@@ -63,6 +63,20 @@ function createDecoder (native) {
             if (flat[i + 3] !== null) o.timeoutMs = flat[i + 3]
             outputs.push(o)
             i += 4
+          } else if (body === 7) { // SQL (the Node addon only): sql, connection, params
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: flat[i + 1] === 1 ? 'dedicated' : 'any', params: null }
+            const n = flat[i + 2]
+            const params = new Array(n)
+            i += 3
+            for (let k = 0; k < n; k++) { // type code, then the value (none for null)
+              const t = flat[i]
+              if (t === 0) { params[k] = null; i += 1; continue }
+              const v = flat[i + 1]
+              params[k] = t === 1 ? v === 1 : t === 2 ? BigInt(v) : v
+              i += 2
+            }
+            o.params = params
+            outputs.push(o)
           } else {
             outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'unsupported' })
           }
@@ -96,18 +110,27 @@ function createDecoder (native) {
   }
 }
 
-/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind)` arguments. */
+/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, settings)`
+ * arguments; `settings` is a PostgreSQL machine's `{ mode, leaseTable, tokenTable,
+ * namespace }` (the Node addon only). */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
+  const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
   const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
   const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
-  const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
+  let settings = null
+  if (kind === 'postgres') {
+    settings = {}
+    for (const key of ['mode', 'leaseTable', 'tokenTable', 'namespace']) {
+      if (o[key] !== undefined) settings[key] = check.string(o[key], key)
+    }
+  }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
     if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
     else seed = check.token(o.seed, 'seed')
   }
-  return { keyPrefix, seed, fair, kind }
+  return { keyPrefix, seed, fair, kind, settings }
 }
 
 function createLockMachine (native) {
@@ -117,15 +140,18 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'postgres', mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
-     *   `kind` 'etcd' makes an etcd machine (requests with `backend: 'etcd'`, JSON replies).
+     *   `kind` 'etcd' makes an etcd machine (requests with `backend: 'etcd'`, JSON replies);
+     *   'postgres' (the Node package only) a PostgreSQL machine: requests with `backend:
+     *   'sql'` (`sql`, `params`, `connection`), replies as arrays of rows or `{ sqlstate,
+     *   message }`, settings `mode`, `leaseTable`, `tokenTable`, `namespace`.
      */
     constructor (options) {
-      const { keyPrefix, seed, fair, kind } = machineArguments(options)
-      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind))
+      const { keyPrefix, seed, fair, kind, settings } = machineArguments(options)
+      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind, settings))
     }
 
     /**
@@ -133,8 +159,8 @@ function createLockMachine (native) {
      * `machineOptions` would, without making one (no entropy needed). Throws ConfigError.
      */
     static _checkAcquire (machineOptions, name, normalizedOptions) {
-      const { keyPrefix, fair, kind } = machineArguments(machineOptions)
-      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions))
+      const { keyPrefix, fair, kind, settings } = machineArguments(machineOptions)
+      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions, settings))
     }
 
     /** The loss reason of a lease whose backend was closed: the core's name for it. */
