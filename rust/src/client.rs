@@ -67,6 +67,7 @@ pub struct Client {
     locks: driver::Locks,
     adapter: Arc<dyn Adapter>,
     backend: Arc<Backend>,
+    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Client {
@@ -105,12 +106,27 @@ impl Client {
         let (locks, run) = driver::driver(backend.clone(), Dispatch(adapter.clone()), clock)
             .map_err(|e| Error::Backend(format!("cannot make owner ids: {e}")))?;
         // ends by itself once every handle and lease is gone
-        tokio::spawn(run);
+        let task = tokio::spawn(run);
         Ok(Client {
             locks,
             adapter,
             backend: Arc::new(backend),
+            task: Arc::new(std::sync::Mutex::new(Some(task))),
         })
+    }
+
+    /// Drops this handle and waits, at most `timeout`, for the driver task to finish:
+    /// it finishes once every clone of the client and every lease is gone and the
+    /// last releases got their answers (or their deadlines passed). Returns whether it
+    /// finished in time. Call it before a process exits, so a release just sent is not
+    /// cut off.
+    pub async fn close(self, timeout: Duration) -> bool {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        drop(self);
+        match task {
+            Some(task) => tokio::time::timeout(timeout, task).await.is_ok(),
+            None => true,
+        }
     }
 
     /// The core's backend settings this client locks with.
