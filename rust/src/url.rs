@@ -150,7 +150,6 @@ pub(crate) async fn open(
     url: &BackendUrl,
     clock: TokioClock,
 ) -> Result<(Arc<dyn Adapter>, Backend), Error> {
-    let _ = &clock;
     let redis_backend = || {
         let mut b = fencepost_core::RedisBackend::default();
         if let Some(p) = &url.key_prefix {

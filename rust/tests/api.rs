@@ -399,3 +399,84 @@ async fn bad_input_is_a_typed_error() {
         .to_string();
     assert!(!msg.contains("secret"), "{msg}");
 }
+
+/// The Upstash adapter through the project's Upstash-protocol proxy in front of the
+/// test Redis (tests/js/rest-proxy.js, which the JavaScript suite uses too): needs
+/// FENCEPOST_REDIS_URL, node, and bindings-node's node_modules (ioredis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstash_rest_protocol_through_the_proxy() {
+    use tokio::io::AsyncBufReadExt;
+    let Some(redis) = std::env::var("FENCEPOST_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        println!("skipped upstash: FENCEPOST_REDIS_URL is not set");
+        return;
+    };
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if !repo.join("bindings-node/node_modules/ioredis").is_dir() {
+        println!(
+            "skipped upstash: bindings-node/node_modules has no ioredis (npm ci in bindings-node)"
+        );
+        return;
+    }
+    let mut proxy = match tokio::process::Command::new("node")
+        .arg(repo.join("tests/js/rest-proxy.js"))
+        .args([redis.as_str(), "sesame"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped upstash: cannot run node: {e}");
+            return;
+        }
+    };
+    let mut lines = tokio::io::BufReader::new(proxy.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the proxy printed its URL")
+        .unwrap()
+        .expect("a URL line");
+    let rest = url.trim().trim_start_matches("http://");
+    // wrong token: every call is refused, so the acquisition cannot succeed
+    let wrong = Client::connect(&format!("upstash+http://:nope@{rest}"))
+        .await
+        .unwrap();
+    let err = wrong
+        .acquire(
+            &unique("upstash"),
+            LockOptions {
+                acquire_timeout: Some(Duration::from_millis(300)),
+                ..ttl(1_000)
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::AcquireTimeout { .. } | Error::Protocol(_)),
+        "{err:?}"
+    );
+
+    let client = Client::connect(&format!("upstash+http://:sesame@{rest}"))
+        .await
+        .unwrap();
+    let name = unique("upstash");
+    let lease = client.acquire(&name, ttl(900)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // renewed past its TTL
+    let holder = client.status(&name).await.unwrap().expect("held");
+    assert_eq!(holder.token, Some(lease.token()));
+    assert_eq!(client.list(&name, 5).await.unwrap().len(), 1);
+    let first = lease.token();
+    lease.release().await.unwrap();
+    assert_eq!(client.status(&name).await.unwrap(), None);
+    let again = client.acquire(&name, ttl(900)).await.unwrap();
+    assert!(again.token() > first);
+    evict(&client, &name).await;
+    let reason = tokio::time::timeout(Duration::from_secs(2), again.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LostReason::RenewRejected);
+    let _ = proxy.kill().await;
+}

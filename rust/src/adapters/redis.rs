@@ -106,7 +106,7 @@ fn script(cmd: &RedisCommand, by_sha: bool) -> redis::Cmd {
     c
 }
 
-async fn run(mut conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValue, String> {
+async fn run(conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValue, String> {
     let once = |by_sha: bool, mut conn: ConnectionManager, cmd: &RedisCommand| {
         let c = script(cmd, by_sha);
         let wait = cmd.wait;
@@ -141,7 +141,6 @@ async fn run(mut conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValu
     if noscript(&first) {
         return once(false, conn.clone(), &cmd).await;
     }
-    let _ = &mut conn;
     Ok(first)
 }
 

@@ -2,8 +2,6 @@
 //! the lease key's value (owner id) and `PTTL`, the token the counter's value. The key
 //! layout is the core's (`RedisBackend::lock_key`, `token_key`).
 
-use std::time::Duration;
-
 use fencepost_core::{FencingToken, RedisBackend, RedisValue};
 
 use crate::{Error, Holder};
@@ -84,10 +82,4 @@ pub(crate) fn scan_reply(v: &RedisValue) -> Result<(String, Vec<String>), Error>
     Err(Error::Backend(format!(
         "SCAN: expected [cursor, keys], got {v:?}"
     )))
-}
-
-/// A duration for messages and tables: `12.3s`.
-#[allow(dead_code)]
-pub(crate) fn secs(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }
