@@ -54,6 +54,10 @@ pub struct Holder {
     /// Time left on the holder's lease as the server counts it (`PTTL`, the row's
     /// expiry, the lease's TTL); `None` when unknown.
     pub ttl_left: Option<Duration>,
+    /// Contenders queued behind the holder, where the server keeps a queue (etcd: the
+    /// other keys under the lock's prefix); `None` where it does not (Redis polling
+    /// waiters and PostgreSQL lease rows leave no trace until they win).
+    pub waiters: Option<u64>,
 }
 
 /// A client for one backend: acquire leases, run work under a lock, query who holds

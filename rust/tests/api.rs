@@ -480,3 +480,48 @@ async fn upstash_rest_protocol_through_the_proxy() {
     assert_eq!(reason, LostReason::RenewRejected);
     let _ = proxy.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_status_counts_the_queued_contenders() {
+    let Some(url) = std::env::var("FENCEPOST_ETCD_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        println!("skipped etcd: FENCEPOST_ETCD_URL is not set");
+        return;
+    };
+    let client = Client::connect(&format!("etcd+{url}")).await.unwrap();
+    let name = unique("queue");
+    let first = client.acquire(&name, ttl(3_000)).await.unwrap();
+    assert_eq!(
+        client.status(&name).await.unwrap().unwrap().waiters,
+        Some(0)
+    );
+    let (c, n) = (client.clone(), name.clone());
+    let second = tokio::spawn(async move {
+        let options = LockOptions {
+            acquire_timeout: Some(Duration::from_secs(8)),
+            ..ttl(3_000)
+        };
+        c.acquire(&n, options).await.unwrap()
+    });
+    let started = Instant::now();
+    while client.status(&name).await.unwrap().unwrap().waiters != Some(1) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the contender queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = client.status(&name).await.unwrap().unwrap();
+    assert_eq!(
+        (holder.token, holder.waiters),
+        (Some(second.token()), Some(0))
+    );
+    second.release().await.unwrap();
+}

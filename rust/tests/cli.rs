@@ -502,3 +502,108 @@ async fn status_and_list_show_the_holder() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_past_the_ttl_ends_the_command() {
+    // a Redis of this test's own (scripts/services/redis.sh), so stopping it pauses no
+    // other test
+    if redis().is_none() {
+        return;
+    }
+    let state = scratch("stopped");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services/redis.sh");
+    let start = std::process::Command::new(&script)
+        .arg("start")
+        .env("FENCEPOST_STATE", &state)
+        .output()
+        .unwrap();
+    assert!(
+        start.status.success(),
+        "{}",
+        String::from_utf8_lossy(&start.stderr)
+    );
+    let url = std::fs::read_to_string(state.join("redis/url"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let server = Pid::from_raw(
+        std::fs::read_to_string(state.join("redis/redis.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+    );
+    let (name, pidfile) = (unique("stopped"), state.join("cmd.pid"));
+    let command = format!("echo $$ > {}; sleep 30", pidfile.display());
+    let child = run(
+        &url,
+        &name,
+        &["--ttl", "1s", "--grace", "1s"],
+        &["sh", "-c", &command],
+    )
+    .spawn()
+    .unwrap();
+    let pgid = read_pid(&pidfile).await;
+    kill(server, Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await;
+    kill(server, Signal::SIGCONT).unwrap();
+    let _ = std::process::Command::new(&script)
+        .arg("stop")
+        .env("FENCEPOST_STATE", &state)
+        .output();
+    let out = out.expect("fencepost exited").unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(123), "{stderr}");
+    assert!(
+        stderr.contains("Expired"),
+        "no renewal confirmed before the validity ended: {stderr}"
+    );
+    assert!(!group_alive(pgid), "the group is gone");
+    // lost by ~1 s (the validity), the group gone at once, the release given up at its deadline
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    println!(
+        "server stopped: fencepost exited {:?} later",
+        stopped.elapsed()
+    );
+    std::fs::remove_dir_all(state).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_while_waiting_gives_up_without_running_the_command() {
+    let Some(url) = redis() else { return };
+    let name = unique("waiting");
+    let client = Client::connect(&url).await.unwrap();
+    let held = client
+        .acquire(&name, LockOptions::ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let child = run(&url, &name, &["--wait", "forever"], &["echo", "ran"])
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill(Pid::from_raw(child.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let holder = client.status(&name).await.unwrap().unwrap();
+    assert_eq!(
+        holder.owner,
+        Some(held.owner_id().to_string()),
+        "the first holder keeps it"
+    );
+    held.release().await.unwrap();
+}

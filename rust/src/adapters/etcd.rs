@@ -178,6 +178,11 @@ impl Inner {
         let Some(h) = read_etcd_holder(&reply)? else {
             return Ok(None);
         };
+        // the range is limited to the holder, but its `count` is every key under the
+        // prefix: one per contender
+        let count = serde_json::from_str::<Value>(&reply)
+            .ok()
+            .and_then(|v| v.get("count")?.as_str()?.parse::<u64>().ok());
         let ttl = self
             .http_json(
                 "/v3/lease/timetolive",
@@ -198,6 +203,7 @@ impl Inner {
             owner: Some(format!("lease:{:016x}", h.lease)),
             token: Some(h.token),
             ttl_left,
+            waiters: count.map(|c| c.saturating_sub(1)),
         }))
     }
 

@@ -50,6 +50,7 @@ impl Memory {
                 .server
                 .pttl(now, &self.backend.lock_key(name))
                 .and_then(super::ms),
+            waiters: None,
         })
     }
 }

@@ -185,6 +185,7 @@ fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
                     SqlValue::Int(ms) => super::ms(*ms),
                     _ => None,
                 },
+                waiters: None,
             }),
             other => Err(Error::Backend(format!(
                 "lease row of an unexpected shape: {other:?}"

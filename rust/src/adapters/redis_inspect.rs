@@ -47,6 +47,7 @@ pub(crate) fn holder(
         owner: Some(owner.trim_start_matches("r:").to_owned()),
         token,
         ttl_left,
+        waiters: None,
     }))
 }
 
