@@ -398,6 +398,14 @@ async fn bad_input_is_a_typed_error() {
         .unwrap()
         .to_string();
     assert!(!msg.contains("secret"), "{msg}");
+    #[cfg(all(feature = "redis", not(feature = "tls")))]
+    {
+        let err = Client::connect("rediss://127.0.0.1:1").await.err().unwrap();
+        assert!(
+            matches!(err, Error::Config(_)),
+            "rediss:// needs the tls feature: {err:?}"
+        );
+    }
 }
 
 /// The Upstash adapter through the project's Upstash-protocol proxy in front of the

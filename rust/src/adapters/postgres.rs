@@ -23,7 +23,13 @@ pub(crate) struct PgAdapter {
 }
 
 async fn open(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let mut config: tokio_postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        // a host that drops packets must not hang the first connect (later calls are
+        // cancelled at their request's deadline anyway)
+        config.connect_timeout(std::time::Duration::from_secs(2));
+    }
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     // the connection task ends when the client is dropped or the server goes away
     tokio::spawn(connection);
     Ok(client)
