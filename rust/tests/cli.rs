@@ -510,30 +510,8 @@ async fn a_server_stopped_past_the_ttl_ends_the_command() {
     if redis().is_none() {
         return;
     }
-    let state = scratch("stopped");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services/redis.sh");
-    let start = std::process::Command::new(&script)
-        .arg("start")
-        .env("FENCEPOST_STATE", &state)
-        .output()
-        .unwrap();
-    assert!(
-        start.status.success(),
-        "{}",
-        String::from_utf8_lossy(&start.stderr)
-    );
-    let url = std::fs::read_to_string(state.join("redis/url"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let server = Pid::from_raw(
-        std::fs::read_to_string(state.join("redis/redis.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap(),
-    );
+    let server = OwnRedis::start();
+    let (state, url) = (server.state.clone(), server.url.clone());
     let (name, pidfile) = (unique("stopped"), state.join("cmd.pid"));
     let command = format!("echo $$ > {}; sleep 30", pidfile.display());
     let child = run(
@@ -545,14 +523,10 @@ async fn a_server_stopped_past_the_ttl_ends_the_command() {
     .spawn()
     .unwrap();
     let pgid = read_pid(&pidfile).await;
-    kill(server, Signal::SIGSTOP).unwrap();
+    kill(server.pid, Signal::SIGSTOP).unwrap();
     let stopped = Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await;
-    kill(server, Signal::SIGCONT).unwrap();
-    let _ = std::process::Command::new(&script)
-        .arg("stop")
-        .env("FENCEPOST_STATE", &state)
-        .output();
+    kill(server.pid, Signal::SIGCONT).unwrap();
     let out = out.expect("fencepost exited").unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(123), "{stderr}");
@@ -571,7 +545,6 @@ async fn a_server_stopped_past_the_ttl_ends_the_command() {
         "server stopped: fencepost exited {:?} later",
         stopped.elapsed()
     );
-    std::fs::remove_dir_all(state).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,4 +579,54 @@ async fn sigint_while_waiting_gives_up_without_running_the_command() {
         "the first holder keeps it"
     );
     held.release().await.unwrap();
+}
+
+/// A Redis of one test's own, started by scripts/services/redis.sh in a scratch state
+/// directory; stopped (and resumed first, if stopped) when dropped, even by a panic.
+struct OwnRedis {
+    state: PathBuf,
+    url: String,
+    pid: Pid,
+}
+
+impl OwnRedis {
+    fn script() -> PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services/redis.sh")
+    }
+
+    fn start() -> OwnRedis {
+        let state = scratch("own-redis");
+        let out = std::process::Command::new(Self::script())
+            .arg("start")
+            .env("FENCEPOST_STATE", &state)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let read = |f: &str| {
+            std::fs::read_to_string(state.join("redis").join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let (url, pid) = (
+            read("url"),
+            Pid::from_raw(read("redis.pid").parse().unwrap()),
+        );
+        OwnRedis { state, url, pid }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = kill(self.pid, Signal::SIGCONT);
+        let _ = std::process::Command::new(Self::script())
+            .arg("stop")
+            .env("FENCEPOST_STATE", &self.state)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
 }
