@@ -958,6 +958,25 @@ export interface MachineRedlockRequest extends RedlockPart {
   readonly deadlineMs: number
 }
 
+/** A request of a PostgreSQL lock machine (`kind: 'postgres'`, the Node package only:
+ * WebAssembly hosts cannot reach PostgreSQL): a statement to run. */
+export interface MachineSqlRequest {
+  readonly type: 'request'
+  readonly backend: 'sql'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release' | 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+  /** The statement, with `$1…$n` placeholders (one may repeat); values never interpolated. */
+  readonly sql: string
+  /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
+  readonly params: ReadonlyArray<null | boolean | bigint | string>
+  /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own
+   * connection, opened for its first statement and closed after its final event. */
+  readonly connection: 'any' | 'dedicated'
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -979,11 +998,14 @@ export declare class LockMachine {
    * `MachineEtcdRequest`s and reads JSON text replies (`keyPrefix` default `'fencepost/'`);
    * `'redlock'` a machine over `masters` (one name per master, e.g. `'127.0.0.1:6379/0'`)
    * that emits one `MachineRedlockRequest` per master and step, answered with that
-   * master's Redis reply.
+   * master's Redis reply. `'postgres'` (the Node package only) one that emits
+   * `MachineSqlRequest`s and reads rows (arrays of `null | boolean | number | bigint |
+   * string`) or `{ sqlstate, message }`, with `mode` (`'lease'` or `'session'`),
+   * `leaseTable`, `tokenTable` and `namespace`.
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock', masters?: readonly string[] })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
@@ -1001,7 +1023,7 @@ export declare class LockMachine {
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineSqlRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

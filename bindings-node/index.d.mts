@@ -1,4 +1,7 @@
 // Types of the `fencepost` package (ES module entry): the same interface as index.d.ts.
 export * from './fencepost.js'
+export * from './postgres.js'
 import * as fencepost from './fencepost.js'
-export default fencepost
+import * as postgres from './postgres.js'
+declare const all: typeof fencepost & typeof postgres
+export default all

@@ -1,3 +1,4 @@
 // Types of the `fencepost` package (CommonJS entry). The interface itself is fencepost.d.ts,
-// shared word for word with the WebAssembly package.
+// shared word for word with the WebAssembly package, plus PostgreSQL (postgres.d.ts, Node only).
 export * from './fencepost'
+export * from './postgres'

@@ -1,7 +1,12 @@
 'use strict'
 // fencepost (CommonJS entry): the shared JavaScript API (dist/js/, the repository's js/
 // copied by scripts/copy-js.mjs) over the napi-rs addon, loaded by the napi-rs generated
-// loader (native.js: a local *.node build, or the prebuilt package for this platform).
+// loader (native.js: a local *.node build, or the prebuilt package for this platform),
+// plus what only Node can reach: PostgreSQL (postgres.js in this package).
 const { createFencepost } = require('./dist/js/index.js')
+const { createPostgres } = require('./postgres.js')
 
-module.exports = createFencepost(require('./native.js'), 'napi')
+const native = require('./native.js')
+const fencepost = createFencepost(native, 'napi')
+
+module.exports = Object.freeze({ ...fencepost, ...createPostgres(native, fencepost) })

@@ -39,10 +39,12 @@ export declare class Machine {
    * acquirers queue on the server and park on a blocking pop (requests with
    * `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
    * `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
-   * "wait"`) or `"redlock"` (requests with `backend: "redlock_part"`, one per master;
-   * `masters` names each master, `host:port/db`, in the order of their clients).
+   * "wait"`), `"redlock"` (requests with `backend: "redlock_part"`, one per master;
+   * `masters` names each master, `host:port/db`, in the order of their clients) or
+   * `"postgres"` (requests with `backend: "sql"`; `settings` is then `{ mode,
+   * leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`).
    */
-  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null, masters?: Array<string> | undefined | null)
+  constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null, masters?: Array<string> | undefined | null, settings?: object | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
   check(name: string, options: object): void
   /** Starts acquiring `name`; returns the new lock id. */
@@ -59,7 +61,8 @@ export declare class Machine {
    * returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
    * JSON text the gateway answered (error documents included; for a watch, the first
    * line with events, or `"{}"` at its timeout); a value that is not text is read as a
-   * protocol error. Replies to unknown requests are ignored.
+   * protocol error. On a PostgreSQL machine, the rows (see `to_sql_reply`) or
+   * `{ sqlstate, message }` for a server error. Replies to unknown requests are ignored.
    */
   reply(nowMs: number, request: number, value: unknown): void
   /**
@@ -119,12 +122,15 @@ export declare class MemoryRedis {
   flush(): void
 }
 
+/** The stable signed 64-bit advisory-lock key of `name` in `namespace` (a bigint). */
+export declare function advisoryKey(namespace: string, name: string): bigint
+
 /**
  * Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`,
  * `kind` and `masters` would (`Machine.check`), without building one: no owner-id
  * randomness is needed.
  */
-export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object, masters?: Array<string> | undefined | null): void
+export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object, masters?: Array<string> | undefined | null, settings?: object | undefined | null): void
 
 /**
  * The names of the codes in `pollFlat()`'s records, each list in code order, and the
@@ -170,6 +176,19 @@ export declare function etcdLeaseRevoke(lease: bigint): { backend: 'etcd', call:
 export declare function lockKey(keyPrefix: string, name: string): string
 
 /**
+ * The operator statement of lock `name`: with `force` false "is it locked?", with
+ * `force` true the reset (frees a live lease row whoever holds it, keeps the token).
+ * Read the reply with `readLockState`.
+ */
+export declare function lockStateStatement(settings: object | undefined | null, name: string, force: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The SQL creating fencepost's PostgreSQL tables (idempotent, `CREATE TABLE IF NOT
+ * EXISTS`) for `settings` (`{ leaseTable, tokenTable }`, both optional).
+ */
+export declare function postgresMigration(settings?: object | undefined | null): string
+
+/**
  * Reads the reply of `etcdFencedTxn` (the gateway's JSON text) for lock `name`:
  * `{ ok: true, revision }` (a bigint) when applied; `{ ok: false, stale: { resource,
  * token, highest, message } }` when the lease no longer holds the lock (`highest` = the
@@ -191,6 +210,12 @@ export declare function readEtcdHolder(reply: unknown): { ok: boolean, token?: b
 export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
 
 /**
+ * Reads the reply of `lockStateStatement`: `{ ok: true, lease, advisoryPid }` or
+ * `{ ok: false, protocol }`.
+ */
+export declare function readLockState(reply: unknown): { ok: boolean, lease?: boolean, advisoryPid?: number | null, protocol?: string }
+
+/**
  * Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,
  * `{ ok: false, stale: { resource, token, highest, message } }` when refused,
  * `{ ok: false, protocol: message }` for a reply of another shape (an error reply too).
@@ -202,6 +227,12 @@ export declare function readRedisFencedSet(resource: string, token: bigint, repl
  * `{ ok: false, protocol: message }` for any other reply (an error reply too).
  */
 export declare function readRedisFlag(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
+
+/**
+ * Reads the reply of `xactLockStatement` (rows, or `{ sqlstate, message }`):
+ * `{ ok: true, token }` (a bigint; null when the lock is held) or `{ ok: false, protocol }`.
+ */
+export declare function readXactLock(reply: unknown): { ok: boolean, token?: bigint | null, protocol?: string }
 
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
@@ -243,3 +274,11 @@ export declare function sqlFencedUpdate(table: string, idColumn: string, tokenCo
 
 /** The fencing-token counter key of lock `name` under `keyPrefix`. */
 export declare function tokenKey(keyPrefix: string, name: string): string
+
+/**
+ * The statement taking the transaction-level advisory lock `name` as the first
+ * statement of the caller's transaction: `{ sql, params, connection }`. `wait` false
+ * tries once; true waits on the server under the transaction's `lock_timeout`. Read the
+ * reply with `readXactLock`.
+ */
+export declare function xactLockStatement(settings: object | undefined | null, name: string, wait: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }

@@ -79,7 +79,7 @@ def story_async(services: Path) -> None:
             pass
     service(script, "hold")
     say("ops", "replication link held back: the replica stops receiving writes")
-    a = fencepost.Lock(primary, LOCK, ttl=3.0, auto_renew=False).acquire_sync()
+    a = fencepost.Lock(primary, LOCK, ttl=3.0, auto_renew=False, acquire_timeout=5.0).acquire_sync()
     say("A", f"granted by the primary, token {a.token}")
     fences.write("A", a)
     service(script, "kill-primary")
@@ -118,7 +118,7 @@ def story_confirmed(services: Path) -> None:
         say("C", f"not granted: WAIT never confirmed it ({e.last_error}); the attempt was released")
     service(script, "resume")
     say("ops", "replication link restored")
-    a = fencepost.Lock(primary, LOCK, ttl=2.0, min_replicas=1, auto_renew=False).acquire_sync()
+    a = fencepost.Lock(primary, LOCK, ttl=2.0, min_replicas=1, auto_renew=False, acquire_timeout=5.0).acquire_sync()
     say("A", f"granted, confirmed by the replica's WAIT acknowledgement, token {a.token}")
     fences.write("A", a)
     service(script, "hold")
@@ -146,7 +146,7 @@ def story_etcd(services: Path) -> None:
     fences = Fences()
     with httpx.Client(timeout=2.0) as client:
         backend = EtcdBackend(client, urls)
-        a = fencepost.Lock(backend, LOCK, ttl=3.0, purpose="correctness").acquire_sync()
+        a = fencepost.Lock(backend, LOCK, ttl=3.0, purpose="correctness", acquire_timeout=10.0).acquire_sync()
         say("A", f"granted, token {a.token} (the key's create revision)")
         fences.write("A", a)
         leader = service(script, "kill-leader")

@@ -255,7 +255,11 @@ class Driver {
             this._execute(output)
           } else {
             const acquisition = this.acquisitions.get(output.lock)
-            if (TERMINAL.has(output.type)) this.acquisitions.delete(output.lock)
+            if (TERMINAL.has(output.type)) {
+              this.acquisitions.delete(output.lock)
+              // a backend holding something per lock (a dedicated connection) frees it
+              this.backend._lockFinished?.(output.lock)
+            }
             if (acquisition !== undefined) acquisition.onEvent(output)
           }
         }

@@ -67,6 +67,20 @@ function createDecoder (native) {
             if (flat[i + 3] !== null) o.timeoutMs = flat[i + 3]
             outputs.push(o)
             i += 4
+          } else if (body === 7) { // SQL (the Node addon only): sql, connection, params
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: flat[i + 1] === 1 ? 'dedicated' : 'any', params: null }
+            const n = flat[i + 2]
+            const params = new Array(n)
+            i += 3
+            for (let k = 0; k < n; k++) { // type code, then the value (none for null)
+              const t = flat[i]
+              if (t === 0) { params[k] = null; i += 1; continue }
+              const v = flat[i + 1]
+              params[k] = t === 1 ? v === 1 : t === 2 ? BigInt(v) : v
+              i += 2
+            }
+            o.params = params
+            outputs.push(o)
           } else {
             outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'unsupported' })
           }
@@ -100,23 +114,33 @@ function createDecoder (native) {
   }
 }
 
-/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters)` arguments. */
+/** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters,
+ * settings)` arguments; `masters` names a Redlock machine's masters, `settings` is a
+ * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace }` (the Node addon
+ * only). */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
+  const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
   const keyPrefix = o.keyPrefix === undefined ? null : check.string(o.keyPrefix, 'keyPrefix')
   const fair = o.fair === undefined ? false : check.boolean(o.fair, 'fair')
-  const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
   let masters = null
   if (o.masters !== undefined) {
     if (!Array.isArray(o.masters)) throw new ConfigError(`masters must be an array of server names, got ${check.describe(o.masters)}`, { option: 'masters' })
     masters = o.masters.map((m, i) => check.string(m, `masters[${i}]`))
+  }
+  let settings = null
+  if (kind === 'postgres') {
+    settings = {}
+    for (const key of ['mode', 'leaseTable', 'tokenTable', 'namespace']) {
+      if (o[key] !== undefined) settings[key] = check.string(o[key], key)
+    }
   }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
     if (typeof o.seed === 'number' && Number.isSafeInteger(o.seed) && o.seed >= 0) seed = BigInt(o.seed)
     else seed = check.token(o.seed, 'seed')
   }
-  return { keyPrefix, seed, fair, kind, masters }
+  return { keyPrefix, seed, fair, kind, masters, settings }
 }
 
 function createLockMachine (native) {
@@ -126,7 +150,7 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock', masters?: string[]}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
@@ -134,11 +158,14 @@ function createLockMachine (native) {
      *   `kind` 'redlock' makes a Redlock machine over `masters` (one name per master,
      *   e.g. '127.0.0.1:6379/0', an odd count ≥ 3, none twice): each step is one request
      *   per master, `{ backend: 'redlock_part', master, script, sha1, keys, args }`, whose
-     *   reply is that master's Redis reply.
+     *   reply is that master's Redis reply. 'postgres' (the Node package only) a
+     *   PostgreSQL machine: requests with `backend: 'sql'` (`sql`, `params`,
+     *   `connection`), replies as arrays of rows or `{ sqlstate, message }`, settings
+     *   `mode`, `leaseTable`, `tokenTable`, `namespace`.
      */
     constructor (options) {
-      const { keyPrefix, seed, fair, kind, masters } = machineArguments(options)
-      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind, masters))
+      const { keyPrefix, seed, fair, kind, masters, settings } = machineArguments(options)
+      this._m = translate(() => new native.Machine(keyPrefix, seed, fair, kind, masters, settings))
     }
 
     /**
@@ -146,8 +173,8 @@ function createLockMachine (native) {
      * `machineOptions` would, without making one (no entropy needed). Throws ConfigError.
      */
     static _checkAcquire (machineOptions, name, normalizedOptions) {
-      const { keyPrefix, fair, kind, masters } = machineArguments(machineOptions)
-      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions, masters))
+      const { keyPrefix, fair, kind, masters, settings } = machineArguments(machineOptions)
+      translate(() => native.checkAcquire(keyPrefix, fair, kind, name, normalizedOptions, masters, settings))
     }
 
     /** The loss reason of a lease whose backend was closed: the core's name for it. */

@@ -45,6 +45,9 @@ use fencepost_core::{
 use serde::de::{self, value::MapDeserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 // ---- errors -----------------------------------------------------------------------------
 
 /// An error for the addon to throw: a JS `Error` with `message`, `code` and the string
@@ -763,6 +766,12 @@ impl JsMachine {
     /// Whether replies are etcd gateway JSON text (else Redis client values).
     pub fn reads_text(&self) -> bool {
         matches!(self.inner.backend(), Backend::Etcd(_))
+    }
+
+    /// Whether replies are SQL rows or error replies (a PostgreSQL machine).
+    #[cfg(feature = "postgres")]
+    pub fn reads_sql(&self) -> bool {
+        matches!(self.inner.backend(), Backend::Postgres(_))
     }
 
     /// Checks a lock name and options exactly as `acquire` would.

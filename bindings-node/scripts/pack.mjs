@@ -23,6 +23,12 @@ const OUT = path.resolve(out)
 fs.mkdirSync(OUT, { recursive: true })
 
 const manifest = JSON.parse(fs.readFileSync(path.join(PKG, 'package.json'), 'utf8'))
+// The licence texts live once, at the repository's root; npm packs no symlinks, so
+// each package gets copies (ignored by git).
+const LICENSES = ['LICENSE-MIT', 'LICENSE-APACHE']
+const copyLicenses = (dir) => {
+  for (const f of LICENSES) fs.copyFileSync(path.join(PKG, '..', f), path.join(dir, f))
+}
 const binaryName = manifest.napi.binaryName
 
 /** `npm pack` in `dir` into OUT; returns the tarball's path. */
@@ -44,6 +50,7 @@ for (const platform of fs.readdirSync(npmDir).sort()) {
   }
   if (!fs.existsSync(path.join(dir, `${binaryName}.${platform}.node`))) continue
   optional[sub.name] = sub.version
+  copyLicenses(dir)
   tarballs.push(pack(dir))
 }
 if (tarballs.length === 0) throw new Error(`no addon in ${npmDir}/*/: build one first (scripts/package)`)
@@ -57,6 +64,7 @@ try {
     const from = path.join(PKG, entry)
     if (fs.existsSync(from)) fs.cpSync(from, path.join(stage, entry), { recursive: true })
   }
+  copyLicenses(stage)
   const staged = { ...manifest, optionalDependencies: { ...manifest.optionalDependencies, ...optional } }
   delete staged.devDependencies
   delete staged.scripts

@@ -10,6 +10,7 @@
 //!
 //! Nothing here panics on any input: every conversion is checked and reported.
 
+use fencepost_core::backends::SqlValue;
 use fencepost_core::js_outputs::FlatValue;
 use fencepost_core::{RedisCommand, RedisValue, Reply};
 use fencepost_js_common::{self as common, JsError, JsMachine, JsOut, Primitive};
@@ -93,6 +94,17 @@ fn bigint_u64(env: &Env, value: &BigInt, name: &str) -> napi::Result<u64> {
     }
 }
 
+/// A bigint in −2^63 ..< 2^63, `None` outside.
+fn bigint_i64(b: &BigInt) -> Option<i64> {
+    match (b.sign_bit, b.words.as_slice()) {
+        (_, []) => Some(0),
+        (false, [w]) => i64::try_from(*w).ok(),
+        (true, [w]) if *w == i64::MIN.unsigned_abs() => Some(i64::MIN),
+        (true, [w]) => i64::try_from(*w).ok().map(|n| -n),
+        _ => None,
+    }
+}
+
 fn token(env: &Env, value: &BigInt) -> napi::Result<u64> {
     bigint_u64(env, value, "token")
 }
@@ -100,11 +112,20 @@ fn token(env: &Env, value: &BigInt) -> napi::Result<u64> {
 /// An options object's own enumerable properties with primitive values (`null` and
 /// `undefined` left out), for `fencepost_js_common::lock_options`.
 fn primitives(env: &Env, value: Unknown<'_>) -> napi::Result<Vec<(String, Primitive)>> {
+    primitives_of(env, value, "lock options")
+}
+
+/// [`primitives`] of an object the messages call `what`.
+fn primitives_of(
+    env: &Env,
+    value: Unknown<'_>,
+    what: &str,
+) -> napi::Result<Vec<(String, Primitive)>> {
     if value.get_type()? != ValueType::Object || value.is_array()? {
         return Err(throw(
             env,
             JsError::config(format!(
-                "lock options must be an object, got {}",
+                "{what} must be an object, got {}",
                 value.get_type()?
             )),
         ));
@@ -186,13 +207,7 @@ fn read_redis_value(env: &Env, value: Unknown<'_>, depth: usize) -> napi::Result
         ValueType::Number => common::redis_number(unsafe { value.cast::<f64>()? }),
         ValueType::BigInt => {
             let b = unsafe { value.cast::<BigInt>()? };
-            common::redis_bigint(match (b.sign_bit, b.words.as_slice()) {
-                (_, []) => Some(0),
-                (false, [w]) => i64::try_from(*w).ok(),
-                (true, [w]) if *w == i64::MIN.unsigned_abs() => Some(i64::MIN),
-                (true, [w]) => i64::try_from(*w).ok().map(|n| -n),
-                _ => None,
-            })
+            common::redis_bigint(bigint_i64(&b))
         }
         ValueType::String => RedisValue::Data(unsafe { value.cast::<String>()? }),
         ValueType::Object => {
@@ -259,6 +274,141 @@ fn etcd_reply_text(value: Unknown<'_>) -> String {
     }
 }
 
+// ---- PostgreSQL: settings, replies ----------------------------------------------------------
+
+/// The backend of a machine: `kind` `"postgres"` decodes `settings` (`{ mode, leaseTable,
+/// tokenTable, namespace }`), any other kind is the shared crate's.
+fn machine_backend(
+    env: &Env,
+    kind: Option<String>,
+    key_prefix: Option<String>,
+    fair: Option<bool>,
+    masters: Option<Vec<String>>,
+    settings: Option<Unknown<'_>>,
+) -> napi::Result<fencepost_core::Backend> {
+    if kind.as_deref() == Some("postgres") {
+        if key_prefix.is_some() || fair == Some(true) || masters.is_some() {
+            return Err(throw(
+                env,
+                JsError::config(
+                    "keyPrefix, fair and masters apply to Redis, etcd and Redlock machines, not to kind \"postgres\"",
+                ),
+            ));
+        }
+        let fields = pg_fields(env, settings)?;
+        return js(env, common::postgres::backend(fields));
+    }
+    js(env, common::backend(kind.as_deref(), key_prefix, fair, masters))
+}
+
+/// A PostgreSQL settings object's fields (none for `undefined` / `null`).
+fn pg_fields(env: &Env, settings: Option<Unknown<'_>>) -> napi::Result<Vec<(String, Primitive)>> {
+    match settings {
+        Some(v) if !matches!(v.get_type()?, ValueType::Undefined | ValueType::Null) => {
+            primitives_of(env, v, "PostgreSQL settings")
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Converts what a PostgreSQL adapter returned into a `SqlReply`. Never fails: a value
+/// that cannot be read becomes an error reply without SQLSTATE describing it, which the
+/// core reads as a protocol error.
+///
+/// | JavaScript | SqlReply |
+/// | --- | --- |
+/// | an `Array` of rows, each an `Array` of cells | `Rows` |
+/// | `{ sqlstate: string, message: string }` | `Error` (a server error) |
+///
+/// | cell | SqlValue |
+/// | --- | --- |
+/// | `null`, `undefined` | `Null` |
+/// | `true` / `false` | `Bool` |
+/// | integer `number`, `bigint` (64-bit) | `Int` |
+/// | `string` | `Text` |
+fn to_sql_reply(env: &Env, value: Unknown<'_>) -> fencepost_core::backends::SqlReply {
+    match read_sql_reply(value) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(what)) => common::postgres::bad_reply(&what),
+        Err(e) => {
+            clear_pending_exception(env);
+            common::postgres::bad_reply(&format!("unreadable reply value: {}", e.reason))
+        }
+    }
+}
+
+fn read_sql_reply(
+    value: Unknown<'_>,
+) -> napi::Result<Result<fencepost_core::backends::SqlReply, String>> {
+    use fencepost_core::backends::SqlReply;
+    if value.get_type()? != ValueType::Object {
+        return Ok(Err(format!(
+            "a SQL reply must be an array of rows or {{ sqlstate, message }}, got a value of type {}",
+            value.get_type()?
+        )));
+    }
+    if !value.is_array()? {
+        let object = unsafe { value.cast::<Object>()? };
+        let text = |key: &str| -> napi::Result<Option<String>> {
+            match object.get::<Unknown>(key)? {
+                Some(v) if v.get_type()? == ValueType::String => {
+                    Ok(Some(unsafe { v.cast::<String>()? }))
+                }
+                _ => Ok(None),
+            }
+        };
+        return Ok(match (text("sqlstate")?, text("message")?) {
+            (Some(sqlstate), Some(message)) => Ok(SqlReply::Error { sqlstate, message }),
+            _ => Err("a SQL error reply must be { sqlstate: string, message: string }".to_owned()),
+        });
+    }
+    let rows = unsafe { value.cast::<Array>()? };
+    let mut out = Vec::with_capacity(rows.len() as usize);
+    for i in 0..rows.len() {
+        let Some(row) = rows.get::<Unknown>(i)? else {
+            return Ok(Err(format!("row {i} is missing")));
+        };
+        if row.get_type()? != ValueType::Object || !row.is_array()? {
+            return Ok(Err(format!("row {i} must be an array of cells")));
+        }
+        let cells = unsafe { row.cast::<Array>()? };
+        let mut values = Vec::with_capacity(cells.len() as usize);
+        for j in 0..cells.len() {
+            let cell = match cells.get::<Unknown>(j)? {
+                Some(cell) => cell,
+                None => {
+                    values.push(SqlValue::Null);
+                    continue;
+                }
+            };
+            values.push(match cell.get_type()? {
+                ValueType::Undefined | ValueType::Null => SqlValue::Null,
+                ValueType::Boolean => SqlValue::Bool(unsafe { cell.cast::<bool>()? }),
+                ValueType::Number => {
+                    match common::postgres::sql_number(unsafe { cell.cast::<f64>()? }) {
+                        Ok(v) => v,
+                        Err(what) => return Ok(Err(what)),
+                    }
+                }
+                ValueType::BigInt => {
+                    let b = unsafe { cell.cast::<BigInt>()? };
+                    match bigint_i64(&b) {
+                        Some(n) => SqlValue::Int(n),
+                        None => {
+                            let what = "a cell holds a bigint outside the 64-bit range";
+                            return Ok(Err(what.to_owned()));
+                        }
+                    }
+                }
+                ValueType::String => SqlValue::Text(unsafe { cell.cast::<String>()? }),
+                other => return Ok(Err(format!("a cell holds a value of type {other}"))),
+            });
+        }
+        out.push(values);
+    }
+    Ok(Ok(SqlReply::Rows { rows: out }))
+}
+
 // ---- Machine --------------------------------------------------------------------------------
 
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
@@ -279,8 +429,10 @@ impl Machine {
     /// acquirers queue on the server and park on a blocking pop (requests with
     /// `backend: "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or
     /// `"etcd"` (requests with `backend: "etcd"`; a waiter parks on a watch, `operation:
-    /// "wait"`) or `"redlock"` (requests with `backend: "redlock_part"`, one per master;
-    /// `masters` names each master, `host:port/db`, in the order of their clients).
+    /// "wait"`), `"redlock"` (requests with `backend: "redlock_part"`, one per master;
+    /// `masters` names each master, `host:port/db`, in the order of their clients) or
+    /// `"postgres"` (requests with `backend: "sql"`; `settings` is then `{ mode,
+    /// leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`).
     #[napi(constructor)]
     pub fn new(
         env: Env,
@@ -289,11 +441,9 @@ impl Machine {
         fair: Option<bool>,
         kind: Option<String>,
         masters: Option<Vec<String>>,
+        #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
     ) -> napi::Result<Self> {
-        let backend = js(
-            &env,
-            common::backend(kind.as_deref(), key_prefix, fair, masters),
-        )?;
+        let backend = machine_backend(&env, kind, key_prefix, fair, masters, settings)?;
         let seed = seed.map(|s| bigint_u64(&env, &s, "seed")).transpose()?;
         let inner = js(&env, JsMachine::new(backend, seed, ""))?;
         Ok(Machine { inner })
@@ -341,7 +491,8 @@ impl Machine {
     /// returned it (see the conversion table in `to_redis_value`); on an etcd machine, the
     /// JSON text the gateway answered (error documents included; for a watch, the first
     /// line with events, or `"{}"` at its timeout); a value that is not text is read as a
-    /// protocol error. Replies to unknown requests are ignored.
+    /// protocol error. On a PostgreSQL machine, the rows (see `to_sql_reply`) or
+    /// `{ sqlstate, message }` for a server error. Replies to unknown requests are ignored.
     #[napi]
     pub fn reply(
         &mut self,
@@ -352,6 +503,8 @@ impl Machine {
     ) -> napi::Result<()> {
         let reply = if self.inner.reads_text() {
             Reply::Etcd(etcd_reply_text(value))
+        } else if self.inner.reads_sql() {
+            Reply::Sql(to_sql_reply(&env, value))
         } else {
             Reply::Redis(to_redis_value(&env, value, 0))
         };
@@ -435,11 +588,9 @@ pub fn check_acquire(
     name: String,
     #[napi(ts_arg_type = "object")] options: Unknown<'_>,
     masters: Option<Vec<String>>,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
 ) -> napi::Result<()> {
-    let backend = js(
-        &env,
-        common::backend(kind.as_deref(), key_prefix, fair, masters),
-    )?;
+    let backend = machine_backend(&env, kind, key_prefix, fair, masters, settings)?;
     let options = lock_options(&env, options)?;
     js(&env, common::check_acquire(&backend, &name, &options))
 }
@@ -785,6 +936,84 @@ pub fn etcd_lease_revoke<'env>(env: &'env Env, lease: BigInt) -> napi::Result<Un
 #[napi(ts_return_type = "{ ok: boolean, value?: boolean, protocol?: string }")]
 pub fn read_etcd_revoke<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
     to_js(env, &common::read_etcd_revoke(&etcd_reply_text(reply)))
+}
+
+/// The SQL creating fencepost's PostgreSQL tables (idempotent, `CREATE TABLE IF NOT
+/// EXISTS`) for `settings` (`{ leaseTable, tokenTable }`, both optional).
+#[napi]
+pub fn postgres_migration(
+    env: Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+) -> napi::Result<String> {
+    let fields = pg_fields(&env, settings)?;
+    js(&env, common::postgres::migration(fields))
+}
+
+/// The stable signed 64-bit advisory-lock key of `name` in `namespace` (a bigint).
+#[napi]
+pub fn advisory_key(namespace: String, name: String) -> BigInt {
+    BigInt::from(fencepost_core::backends::postgres::advisory_key(
+        &namespace, &name,
+    ))
+}
+
+/// The statement taking the transaction-level advisory lock `name` as the first
+/// statement of the caller's transaction: `{ sql, params, connection }`. `wait` false
+/// tries once; true waits on the server under the transaction's `lock_timeout`. Read the
+/// reply with `readXactLock`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn xact_lock_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+    wait: bool,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(
+        env,
+        common::postgres::xact_lock_statement(fields, &name, wait),
+    )?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// Reads the reply of `xactLockStatement` (rows, or `{ sqlstate, message }`):
+/// `{ ok: true, token }` (a bigint; null when the lock is held) or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, token?: bigint | null, protocol?: string }")]
+pub fn read_xact_lock<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    let reply = to_sql_reply(env, reply);
+    to_js(env, &common::postgres::read_xact_lock(&reply))
+}
+
+/// The operator statement of lock `name`: with `force` false "is it locked?", with
+/// `force` true the reset (frees a live lease row whoever holds it, keeps the token).
+/// Read the reply with `readLockState`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn lock_state_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+    force: bool,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(
+        env,
+        common::postgres::lock_state_statement(fields, &name, force),
+    )?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// Reads the reply of `lockStateStatement`: `{ ok: true, lease, advisoryPid }` or
+/// `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, lease?: boolean, advisoryPid?: number | null, protocol?: string }"
+)]
+pub fn read_lock_state<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    let reply = to_sql_reply(env, reply);
+    to_js(env, &common::postgres::read_lock_state(&reply))
 }
 
 /// Version of the fencepost-core crate compiled into this addon.

@@ -969,6 +969,59 @@ fn read_zookeeper_fenced(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<b
     }
 }
 
+/// One call to the Kubernetes API server for the host's HTTP client (httpx): send
+/// `method` to `{server}{path}` with `body` (None: no body) as `content_type`, after
+/// setting each `spec` field named in `stamp` to the wall clock as a MicroTime
+/// (RFC 3339 UTC with six fractional digits: `2026-12-01T16:02:29.123456Z`); answer
+/// with the response body (a Lease, or a `Status` document), whatever the HTTP status.
+#[pyclass(frozen, module = "fencepost._core")]
+struct KubernetesCall {
+    req: fencepost_core::backends::KubeRequest,
+}
+
+#[pymethods]
+impl KubernetesCall {
+    /// The GET of Lease `name` in `namespace` (for observers; names are checked by the
+    /// caller).
+    #[staticmethod]
+    fn get(namespace: &str, name: &str) -> Self {
+        let settings = fencepost_core::backends::KubernetesBackend {
+            namespace: namespace.to_owned(),
+        };
+        KubernetesCall {
+            req: settings.get(name),
+        }
+    }
+    /// "GET", "POST", "PUT" or "PATCH".
+    #[getter]
+    fn method(&self) -> &str {
+        &self.req.method
+    }
+    /// The path under the server URL.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.req.path
+    }
+    /// The JSON body, or None.
+    #[getter]
+    fn body(&self) -> Option<&str> {
+        self.req.body.as_deref()
+    }
+    /// "application/json", or "application/json-patch+json" for a PATCH.
+    #[getter]
+    fn content_type(&self) -> &str {
+        &self.req.content_type
+    }
+    /// The `spec` fields to stamp with the wall clock before sending.
+    #[getter]
+    fn stamp(&self) -> Vec<String> {
+        self.req.stamp.clone()
+    }
+    fn __repr__(&self) -> String {
+        format!("KubernetesCall({})", self.req.to_json())
+    }
+}
+
 /// An etcd reply as JSON text: str or UTF-8 bytes; anything else becomes text the core
 /// reads as a protocol error (naming the type).
 fn etcd_reply_text(value: &Bound<'_, PyAny>) -> String {
@@ -1225,6 +1278,9 @@ impl Request {
             RequestBody::Etcd(req) => Ok(Py::new(py, EtcdCall { req: req.clone() })?.into_any()),
             RequestBody::ZooKeeper(req) => {
                 Ok(Py::new(py, ZooKeeperCall { req: req.clone() })?.into_any())
+            }
+            RequestBody::Kubernetes(req) => {
+                Ok(Py::new(py, KubernetesCall { req: req.clone() })?.into_any())
             }
             other => Err(config_error(
                 py,
@@ -1560,6 +1616,9 @@ impl Machine {
     /// * etcd machines: the JSON document the v3 JSON gateway answered (str or UTF-8
     ///   bytes), error documents (`{"error", "message", "code"}`) included; for a watch,
     ///   the first response line with `events`, or `"{}"` at its timeout.
+    /// * ZooKeeper machines: the adapter's JSON document for the call.
+    /// * Kubernetes machines: the API server's response body (a Lease, or a `Status`
+    ///   document), str or UTF-8 bytes, whatever the HTTP status.
     ///
     /// Values of other types are read as a protocol error. Unknown ids are ignored.
     ///
@@ -1576,6 +1635,7 @@ impl Machine {
             Backend::Postgres(_) => Reply::Sql(to_sql_reply(value)),
             Backend::Etcd(_) => Reply::Etcd(etcd_reply_text(value)),
             Backend::ZooKeeper(_) => Reply::ZooKeeper(etcd_reply_text(value)),
+            Backend::Kubernetes(_) => Reply::Kubernetes(etcd_reply_text(value)),
             _ => Reply::Redis(to_redis_value(value, 0)),
         };
         let result = self.inner.handle_input(fencepost_core::Input::Reply {
@@ -2212,6 +2272,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sql>()?;
     m.add_class::<EtcdCall>()?;
     m.add_class::<ZooKeeperCall>()?;
+    m.add_class::<KubernetesCall>()?;
     m.add_function(wrap_pyfunction!(zookeeper_node_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(read_zookeeper_fenced, m)?)?;
     m.add_class::<SqlErrorReply>()?;

@@ -12,11 +12,17 @@
 //!                   redisScripts()), keys.length, ...keys, args.length, ...args
 //!                 1 (redis_blpop), key, timeoutMs
 //!                 2 (etcd), call, path, body, timeoutMs | null
-//!                 3 (a backend the JavaScript bindings do not carry: SQL)
+//!                 3 (a backend the JavaScript bindings do not carry: SQL without the
+//!                   `js-sql` feature, as in the WebAssembly module, which carries no
+//!                   PostgreSQL; Kubernetes)
 //!                 4 (redis, then WAIT on the same connection), as 0, then
 //!                   replicas, timeoutMs
 //!                 5 (redlock_part), master, then as 0: script, keys…, args…
 //!                 6 (zookeeper, with the `zookeeper` feature), call, JSON, timeoutMs | null
+//!                 7 (sql, with the `js-sql` feature), sql, connection (0 any,
+//!                   1 dedicated), params.length, ...params; each param is a type
+//!                   code and a value: 0 null (no value), 1 bool (0 | 1), 2 int
+//!                   (decimal text: a signed 64-bit value, read as a bigint), 3 text
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
@@ -118,7 +124,13 @@ pub fn encode_output<'a, E>(
                     push(Text(Cow::Owned(e.gateway_body())))?;
                     push(e.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
                 }
+                #[cfg(not(feature = "js-sql"))]
                 RequestBody::Sql(_) => push(Number(3.0))?,
+                #[cfg(feature = "js-sql")]
+                RequestBody::Sql(stmt) => encode_sql(stmt, push)?,
+                // the JavaScript addons build the core without the Lease backend
+                #[cfg(feature = "kubernetes")]
+                RequestBody::Kubernetes(_) => push(Number(3.0))?,
                 #[cfg(feature = "zookeeper")]
                 // ZooKeeper: the call as JSON; a watch blocks for `timeoutMs` at most
                 RequestBody::ZooKeeper(z) => {
@@ -174,6 +186,42 @@ pub fn encode_output<'a, E>(
             }
         }
         Output::Timeout(_) | Output::Idle => {}
+    }
+    Ok(())
+}
+
+/// Record body 7: a SQL statement with its parameters (see the module docs).
+#[cfg(feature = "js-sql")]
+fn encode_sql<'a, E>(
+    stmt: &'a crate::backends::SqlStatement,
+    push: &mut impl FnMut(FlatValue<'a>) -> Result<(), E>,
+) -> Result<(), E> {
+    use crate::backends::{PgConnection, SqlValue};
+    use FlatValue::{Number, Text};
+    push(Number(7.0))?;
+    push(Text(Cow::Borrowed(&stmt.sql)))?;
+    push(Number(match stmt.connection {
+        PgConnection::Any => 0.0,
+        PgConnection::Dedicated => 1.0,
+    }))?;
+    push(Number(stmt.params.len() as f64))?;
+    for param in &stmt.params {
+        match param {
+            SqlValue::Null => push(Number(0.0))?,
+            SqlValue::Bool(b) => {
+                push(Number(1.0))?;
+                push(Number(if *b { 1.0 } else { 0.0 }))?;
+            }
+            // advisory keys use all 64 bits: a number would round them
+            SqlValue::Int(n) => {
+                push(Number(2.0))?;
+                push(Text(Cow::Owned(n.to_string())))?;
+            }
+            SqlValue::Text(t) => {
+                push(Number(3.0))?;
+                push(Text(Cow::Borrowed(t)))?;
+            }
+        }
     }
     Ok(())
 }
@@ -291,5 +339,44 @@ mod tests {
             vec![Number(1.0), Number(2.0), Token(9), Number(1.0)]
         );
         assert!(flat(&Output::Idle).is_empty());
+    }
+
+    #[cfg(feature = "js-sql")]
+    #[test]
+    fn a_sql_request_as_a_flat_record() {
+        use crate::backends::{PgConnection, SqlStatement, SqlValue};
+        let request = Output::Request(Request {
+            id: RequestId(3),
+            lock: LockId(1),
+            operation: Operation::Renew,
+            deadline: Instant::from_nanos(2_000_000),
+            body: RequestBody::Sql(SqlStatement {
+                sql: "SELECT $1, $2, $3, $4".into(),
+                params: vec![
+                    SqlValue::Int(i64::MIN),
+                    SqlValue::Text("r".into()),
+                    SqlValue::Bool(true),
+                    SqlValue::Null,
+                ],
+                connection: PgConnection::Dedicated,
+            }),
+        });
+        use FlatValue::*;
+        assert_eq!(
+            flat(&request)[5..],
+            [
+                Number(7.0),
+                Text("SELECT $1, $2, $3, $4".into()),
+                Number(1.0),
+                Number(4.0),
+                Number(2.0),
+                Text("-9223372036854775808".into()),
+                Number(3.0),
+                Text("r".into()),
+                Number(1.0),
+                Number(1.0),
+                Number(0.0),
+            ]
+        );
     }
 }

@@ -129,6 +129,10 @@
 //!    where the backend has one; timeout 0 tries once.
 //! 10. Every request carries a deadline; loss never waits for a hung request.
 
+// No unsafe code: memory safety comes from the compiler alone (and the fuzz targets in
+// core/fuzz run without a memory sanitizer, which would have nothing to find).
+#![forbid(unsafe_code)]
+
 pub mod backends;
 #[cfg(feature = "driver")]
 pub mod driver;

@@ -286,6 +286,7 @@ fn step_cx<'a>(
         retry_max_ms: u64::try_from(options.retry_max.as_millis()).unwrap_or(u64::MAX),
         renew_session: false,
         sent_at,
+        now: sent_at,
         token_floor: options.token_floor,
         min_replicas: options.min_replicas,
         replica_timeout_ms: options.replica_timeout_ms(),
@@ -768,7 +769,8 @@ impl Lock {
         }
         let owner = self.acq.owner;
         let acq = &mut self.acq;
-        let cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
+        let mut cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
+        cx.now = ctx.now;
         let read = ctx.recipe.read(flight.step, &cx, &mut acq.progress, reply);
         if read == Ok(Read::Pending) {
             return;
@@ -947,6 +949,16 @@ impl Lock {
                 });
                 ctx.emit(self.acq.id, Event::Renewed { valid_until });
             }
+            // The recipe's next renewal step (a re-read after a conflict), at once;
+            // validity comes from the send of the step that confirms it.
+            Ok(Read::Continue) => self.send_renew(
+                ctx,
+                Held {
+                    token: r.token,
+                    valid_until: r.valid_until,
+                    renew_at: Instant::MAX,
+                },
+            ),
             // A renewal never re-creates a missing key (DESIGN.md rule 3).
             Ok(Read::NotHeld) => self.lose(ctx, LostReason::RenewRejected),
             // No majority can confirm it: lost at once, and the servers that did

@@ -49,7 +49,8 @@ pub enum Input {
 }
 
 impl Input {
-    fn now(&self) -> Instant {
+    /// The host's monotonic time the input carries.
+    pub fn now(&self) -> Instant {
         match self {
             Input::Acquire { now, .. }
             | Input::Release { now, .. }

@@ -17,192 +17,16 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use fencepost_core::{
-    AcquireFailedReason, Backend, Event, Input, Instant, LockId, LockOptions, Machine, Output,
-    RedisValue, Reply, RequestBody, RequestId, UsageError,
+    AcquireFailedReason, Event, Instant, LockId, Machine, Output, RedisValue, RequestBody,
+    UsageError,
 };
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
+
+mod vectors;
+use vectors::*;
 
 /// The suite must not shrink silently.
 const MIN_VECTORS: usize = 25;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Scenario {
-    name: String,
-    /// A string, or lines of one.
-    #[allow(dead_code)]
-    description: Value,
-    rules: Vec<String>,
-    #[serde(default)]
-    backend: Option<Backend>,
-    seed: u64,
-    /// Lock options in milliseconds (see [`lock_options`]).
-    #[serde(default)]
-    options: Map<String, Value>,
-    steps: Vec<Step>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Step {
-    at_ms: f64,
-    #[serde(default)]
-    #[allow(dead_code)]
-    note: Option<String>,
-    input: StepInput,
-    expect: Vec<Value>,
-}
-
-/// The core's `Input` minus `now`, with options in ms and replies in shorthand.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum StepInput {
-    Acquire {
-        name: String,
-        #[serde(default)]
-        options: Map<String, Value>,
-    },
-    Release {
-        lock: u64,
-    },
-    Extend {
-        lock: u64,
-    },
-    Reply {
-        request: u64,
-        reply: Value,
-    },
-    TransportError {
-        request: u64,
-        message: String,
-    },
-    Timeout,
-}
-
-// ---- JSON → machine ------------------------------------------------------------------
-
-/// Milliseconds (possibly fractional) to nanoseconds: `round(ms × 1e6)`.
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round() as u64
-}
-
-/// Options are core `LockOptions` fields; `x_ms` stands for the duration field `x`.
-/// The scenario's options apply over `LockOptions::default()`, a step's over those.
-const OPTION_FIELDS: [&str; 14] = [
-    "ttl_ms",
-    "acquire_timeout_ms",
-    "retry_count",
-    "retry_base_ms",
-    "retry_max_ms",
-    "renew_every_ms",
-    "auto_renew",
-    "drift_factor",
-    "clock_margin_ms",
-    "purpose",
-    "accept_failover_risk",
-    "token_floor",
-    "min_replicas",
-    "replica_timeout_ms",
-];
-
-fn lock_options(layers: &[&Map<String, Value>]) -> Result<LockOptions, String> {
-    // Build the core's serde form (durations in ns) and let serde fill the defaults.
-    let mut core = Map::new();
-    for layer in layers {
-        for (key, value) in *layer {
-            if !OPTION_FIELDS.contains(&key.as_str()) {
-                return Err(format!("unknown option {key:?}"));
-            }
-            match key.strip_suffix("_ms") {
-                Some(field) => {
-                    let ns = match value {
-                        Value::Null => Value::Null,
-                        v => json!(ms_to_ns(v.as_f64().ok_or(format!("{key}: not a number"))?)),
-                    };
-                    core.insert(field.to_owned(), ns)
-                }
-                None => core.insert(key.clone(), value.clone()),
-            };
-        }
-    }
-    serde_json::from_value(Value::Object(core)).map_err(|e| format!("options: {e}"))
-}
-
-/// Reply shorthand: `null` nil, integer int, string bulk data, array array,
-/// `{"status": s}` simple string, `{"error": s}` error reply.
-fn redis_value(v: &Value) -> Result<RedisValue, String> {
-    Ok(match v {
-        Value::Null => RedisValue::Nil,
-        Value::Number(n) => RedisValue::Int(n.as_i64().ok_or(format!("not an i64: {n}"))?),
-        Value::String(s) => RedisValue::Data(s.clone()),
-        Value::Array(items) => {
-            RedisValue::Array(items.iter().map(redis_value).collect::<Result<_, _>>()?)
-        }
-        Value::Object(o) if o.len() == 1 => match o.iter().next() {
-            Some((k, Value::String(s))) if k == "status" => RedisValue::Status(s.clone()),
-            Some((k, Value::String(s))) if k == "error" => RedisValue::Error(s.clone()),
-            _ => return Err(format!("bad reply shorthand {v}")),
-        },
-        _ => return Err(format!("bad reply shorthand {v}")),
-    })
-}
-
-/// An etcd reply: the gateway's JSON document, as a JSON value (serialized to text here)
-/// or as a string (the reply text verbatim, e.g. garbage).
-fn etcd_reply(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Which kind of reply a vector's backend reads.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Replies {
-    Redis,
-    Etcd,
-    ZooKeeper,
-}
-
-fn to_input(
-    input: &StepInput,
-    now: Instant,
-    scenario_options: &Map<String, Value>,
-    replies: Replies,
-) -> Result<Input, String> {
-    Ok(match input {
-        StepInput::Acquire { name, options } => Input::Acquire {
-            now,
-            name: name.clone(),
-            options: lock_options(&[scenario_options, options])?,
-        },
-        StepInput::Release { lock } => Input::Release {
-            now,
-            lock: LockId(*lock),
-        },
-        StepInput::Extend { lock } => Input::Extend {
-            now,
-            lock: LockId(*lock),
-        },
-        StepInput::Reply { request, reply } => Input::Reply {
-            now,
-            request: RequestId(*request),
-            reply: match replies {
-                Replies::Etcd => Reply::Etcd(etcd_reply(reply)),
-                // the adapter's JSON document, written like an etcd reply
-                Replies::ZooKeeper => Reply::ZooKeeper(etcd_reply(reply)),
-                Replies::Redis => Reply::Redis(redis_value(reply)?),
-            },
-        },
-        StepInput::TransportError { request, message } => Input::TransportError {
-            now,
-            request: RequestId(*request),
-            message: message.clone(),
-        },
-        StepInput::Timeout => Input::Timeout { now },
-    })
-}
 
 // ---- machine → JSON ------------------------------------------------------------------
 
@@ -305,6 +129,21 @@ fn render(output: &Output) -> Value {
                     out["wait_timeout_ms"] = json!(ms);
                 }
                 return json!({ "request": out });
+            }
+            if let RequestBody::Kubernetes(call) = &r.body {
+                // Kubernetes: the core's `KubeRequest` serde form, its body parsed so a
+                // vector spells it as JSON
+                let mut call = serde_json::to_value(call).expect("serializable");
+                if let Some(body) = call["body"].as_str() {
+                    call["body"] = serde_json::from_str(body).expect("a JSON body");
+                }
+                return json!({ "request": {
+                    "id": r.id.0,
+                    "lock": r.lock.0,
+                    "operation": serde_name(&r.operation),
+                    "deadline_ms": ns_to_ms(r.deadline.as_nanos()),
+                    "kubernetes": call,
+                }});
             }
             if let RequestBody::RedlockPart(part) = &r.body {
                 // Redlock: one master's script call, with the master it goes to
@@ -466,11 +305,7 @@ fn replay(path: &Path) -> Result<usize, String> {
         return Err(format!("{file}: say which rules it covers in \"rules\""));
     }
     let backend = scenario.backend.clone().unwrap_or_default();
-    let replies = match backend {
-        Backend::Etcd(_) => Replies::Etcd,
-        Backend::ZooKeeper(_) => Replies::ZooKeeper,
-        _ => Replies::Redis,
-    };
+    let replies = replies_for(&backend);
     let mut machine = Machine::with_seed(backend, scenario.seed);
     let mut owners = Owners::default();
     for (index, step) in scenario.steps.iter().enumerate() {
@@ -648,6 +483,25 @@ fn zookeeper_scenario_vectors_replay_exactly() {
     assert!(
         count >= 2,
         "only {count} zookeeper vectors in {}",
+        dir.display()
+    );
+}
+
+/// The Kubernetes Lease vectors, `tests/scenarios/kubernetes/*.json` (replayed by this
+/// runner and the Python one; the JavaScript packages have no Kubernetes backend).
+#[test]
+fn kubernetes_scenario_vectors_replay_exactly() {
+    let dir = scenario_dir().join("kubernetes");
+    let (count, failures) = replay_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {count} kubernetes vectors failed:\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        count >= 2,
+        "only {count} kubernetes vectors in {}",
         dir.display()
     );
 }

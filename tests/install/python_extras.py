@@ -2,7 +2,7 @@
 under test (not the checkout), and the extra it was installed with brought exactly the
 client libraries it names, which the adapter then uses.
 
-Usage: python python_extras.py none|redis|postgres|etcd CHECKOUT_DIR
+Usage: python python_extras.py none|redis|postgres|etcd|zookeeper|kubernetes CHECKOUT_DIR
 """
 
 from __future__ import annotations
@@ -18,12 +18,18 @@ where = pathlib.Path(fencepost.__file__).resolve()
 if checkout in where.parents or pathlib.Path(sys.prefix).resolve() not in where.parents:
     sys.exit(f"fencepost was imported from {where}, not from this venv ({sys.prefix})")
 
-LIBRARIES = {"redis": ["redis"], "postgres": ["psycopg", "psycopg_pool"], "etcd": ["httpx"]}
-for name, modules in LIBRARIES.items():
-    for module in modules:
-        present = importlib.util.find_spec(module) is not None
-        if present != (name == extra):
-            sys.exit(f"pip install 'fencepost[{extra}]': {module} is {'present' if present else 'missing'}")
+EXTRAS = {
+    "redis": {"redis"},
+    "postgres": {"psycopg", "psycopg_pool"},
+    "etcd": {"httpx"},
+    "zookeeper": {"kazoo"},
+    "kubernetes": {"httpx", "yaml"},
+}
+expected = EXTRAS.get(extra, set())
+for module in sorted(set().union(*EXTRAS.values())):
+    present = importlib.util.find_spec(module) is not None
+    if present != (module in expected):
+        sys.exit(f"pip install 'fencepost[{extra}]': {module} is {'present' if present else 'missing'}")
 
 if extra == "redis":
     import redis
@@ -45,4 +51,33 @@ elif extra == "etcd":
 
     with httpx.Client() as client:
         EtcdBackend(client, ["http://127.0.0.1:1"]).close()
+elif extra == "zookeeper":
+    import kazoo.client
+
+    from fencepost.errors import BackendError
+    from fencepost.zookeeper import ZooKeeperBackend
+
+    client = kazoo.client.KazooClient(hosts="127.0.0.1:1", timeout=1.0)
+    try:  # nothing listens there: the adapter loads, starts the client and reports it
+        ZooKeeperBackend(client, start_timeout=0.5)
+        sys.exit("a ZooKeeperBackend on a closed port started")
+    except BackendError:
+        pass
+    finally:
+        client.stop()
+elif extra == "kubernetes":
+    import pathlib as _p
+    import tempfile
+
+    from fencepost.kubernetes import KubernetesLeaseBackend
+
+    with tempfile.TemporaryDirectory() as tmp:  # a kubeconfig read with PyYAML
+        config = _p.Path(tmp, "config")
+        config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u, namespace: locks}}]\n"
+        )
+        KubernetesLeaseBackend.from_kubeconfig(str(config)).close()
 print(f"fencepost {fencepost.__version__} (core {fencepost.core_version}) from {where.parent}, extra {extra}: ok")

@@ -31,7 +31,7 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 
-const { fencepost, REPO } = require('./impl')
+const { fencepost, REPO, IMPL, devRequire } = require('./impl')
 const { parseJson } = require('./json')
 
 const { LockMachine, ConfigError, ClockError } = fencepost
@@ -561,5 +561,51 @@ for (const file of FENCE_VECTORS) {
     }
     const duplicates = vector.writes.filter((w) => w.expect.refused === 'duplicate_grant').length
     if (hooks) assert.equal(warned.length, duplicates * 2, 'one FENCEPOST_DUPLICATE_GRANT warning per duplicate-grant refusal')
+  })
+}
+
+// The same vectors through the SQL guard on a real PostgreSQL ($FENCEPOST_PG_URL), as
+// tests/python/test_fence_vectors.py replays them: `fencedUpdate` on node-postgres. Node
+// only: the WASM package has no PostgreSQL.
+const PG_URL = globalThis.process?.env?.FENCEPOST_PG_URL
+const pgSkip = IMPL !== 'napi'
+  ? 'PostgreSQL is Node-only: the WASM package has no fencedUpdate (workers cannot reach PostgreSQL)'
+  : PG_URL ? false : 'FENCEPOST_PG_URL is not set (scripts/test starts PostgreSQL)'
+
+for (const file of FENCE_VECTORS) {
+  test(`fence vector ${path.basename(file, '.json')} on PostgreSQL`, { skip: pgSkip }, async () => {
+    const vector = parseJson(fs.readFileSync(file, 'utf8'))
+    const pg = devRequire('pg')
+    const client = new pg.Client({ connectionString: PG_URL })
+    await client.connect()
+    const table = `fv_${globalThis.crypto.randomUUID().replaceAll('-', '').slice(0, 12)}`
+    await client.query(`CREATE TABLE ${table} (id text PRIMARY KEY, body text, last_token bigint NOT NULL DEFAULT 0, last_owner text NOT NULL DEFAULT '')`)
+    const warned = []
+    const onWarning = (w) => { if (w.code === 'FENCEPOST_DUPLICATE_GRANT') warned.push(w) }
+    process.on('warning', onWarning)
+    try {
+      for (const [i, w] of vector.writes.entries()) {
+        await client.query(`INSERT INTO ${table} (id) VALUES ($1) ON CONFLICT DO NOTHING`, [w.resource])
+        const token = BigInt(w.token)
+        const expect = typeof w.expect === 'string' ? w.expect : { refused: w.expect.refused, highest: BigInt(w.expect.highest) }
+        let got = 'accepted'
+        try {
+          await fencepost.fencedUpdate(client, table, {
+            idColumn: 'id', tokenColumn: 'last_token', rowId: w.resource, token, values: { body: `write ${i}` },
+            ownerColumn: w.owner ? 'last_owner' : null, ownerId: w.owner ?? null
+          })
+        } catch (error) {
+          if (!(error instanceof fencepost.StaleTokenError)) throw error
+          got = { refused: error.reason, highest: error.highest }
+        }
+        assert.deepEqual(got, expect, `${vector.name} write ${i}: PostgreSQL`)
+      }
+      await new Promise((resolve) => setTimeout(resolve, 0)) // warnings are emitted on the next tick
+      assert.equal(warned.length, vector.writes.filter((w) => w.expect.refused === 'duplicate_grant').length)
+    } finally {
+      process.off('warning', onWarning)
+      await client.query(`DROP TABLE ${table}`)
+      await client.end()
+    }
   })
 }

@@ -56,7 +56,7 @@ def test_backend_settings_dicts_and_the_older_key_prefix_keyword() -> None:
     bad: List[Any] = [
         ("redis:", "must be a dict"),
         ({}, "must have a 'kind'"),
-        ({"kind": "kubernetes"}, "'redis', 'postgres', 'etcd', 'redlock' or 'zookeeper'"),
+        ({"kind": "consul"}, "'redis', 'postgres', 'etcd', 'redlock', 'zookeeper' or 'kubernetes'"),
         ({"kind": "etcd", "fair": True}, "unknown etcd backend setting 'fair'"),
         ({"kind": "redis", "mode": "lease"}, "unknown redis backend setting 'mode'"),
         ({"kind": "redis", "fair": 1}, r"backend\['fair'\] must be True or False"),

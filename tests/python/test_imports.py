@@ -28,6 +28,7 @@ LAYERS: Dict[str, int] = {
     "postgres": 6,
     "etcd": 6,
     "zookeeper": 6,
+    "kubernetes": 6,
     "memory": 6,
     # Redlock runs the Redis adapter on each master
     "redlock": 7,

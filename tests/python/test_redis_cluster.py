@@ -17,7 +17,7 @@ from typing import Iterator, List
 import pytest
 
 import fencepost
-from fencepost.errors import ConfigError, StaleToken
+from fencepost.errors import AcquireTimeout, ConfigError, StaleToken
 from fencepost.redis import RedisBackend
 
 import contender
@@ -84,6 +84,25 @@ def test_locks_on_a_cluster_acquire_renew_release_and_fence(
     assert tokens == [1] * len(names)  # one counter per name
     with pytest.raises(ConfigError, match="RedisCluster client routes WAIT"):
         fencepost.Lock(backend, "w", min_replicas=1)
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_a_name_starting_with_a_closing_brace_keeps_its_keys_in_one_slot(
+    client: redis.cluster.RedisCluster, prefix: str, fair: bool
+) -> None:
+    # "{}x}" would be an empty hash tag: Cluster would hash each key to its own slot
+    backend = RedisBackend(client, key_prefix=prefix, fair=fair)
+    name = "}x"
+    assert client.keyslot(backend.lock_key(name)) == client.keyslot(backend.token_key(name))
+    assert backend.lock_key(name) != backend.lock_key("x")
+    with fencepost.Lock(backend, name, ttl=5.0) as lease:
+        assert client.get(backend.lock_key(name)) == lease.owner_id.encode()
+        waiter = fencepost.Lock(backend, name, ttl=5.0, acquire_timeout=0)
+        with pytest.raises(AcquireTimeout):
+            waiter.acquire_sync()
+    with fencepost.Lock(backend, name, ttl=5.0) as again:
+        assert again.token == lease.token + 1
+    assert client.exists(backend.lock_key(name)) == 0
 
 
 def test_a_fair_waiter_is_handed_the_lock_on_a_cluster(client: redis.cluster.RedisCluster, prefix: str) -> None:

@@ -57,6 +57,7 @@ VECTORS = (
     sorted(SCENARIO_DIR.glob("*.json"))
     + sorted((SCENARIO_DIR / "etcd").glob("*.json"))
     + sorted((SCENARIO_DIR / "zookeeper").glob("*.json"))
+    + sorted((SCENARIO_DIR / "kubernetes").glob("*.json"))
     + sorted((SCENARIO_DIR / "redlock").glob("*.json"))
 )
 
@@ -308,7 +309,7 @@ def load(path: Path) -> Scenario:
     backend = raw.get("backend")
     key_prefix: Optional[str] = None
     if backend is not None:
-        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "redlock", "zookeeper"):
+        if not isinstance(backend, dict) or backend.get("kind") not in ("redis", "etcd", "redlock", "zookeeper", "kubernetes"):
             raise VectorError(f"unknown backend {backend!r}")
         key_prefix = backend.get("key_prefix")
         if key_prefix is not None and not isinstance(key_prefix, str):
@@ -376,6 +377,15 @@ class Raised:
 
 
 def render_request(r: _core.Request) -> Dict[str, Any]:
+    if r.kind == "kubernetes":
+        kc = r.body
+        assert isinstance(kc, _core.KubernetesCall)
+        # the body parsed, as the Rust runner renders it
+        call = {"method": kc.method, "path": kc.path,
+                "body": None if kc.body is None else json.loads(kc.body),
+                "content_type": kc.content_type, "stamp": kc.stamp}
+        return {"request": {"id": r.id, "lock": r.lock, "operation": r.operation,
+                            "deadline_ms": ns_to_ms(r.deadline_ns), "kubernetes": call}}
     if r.kind == "zookeeper":
         zk = r.body
         assert isinstance(zk, _core.ZooKeeperCall)
@@ -677,7 +687,7 @@ def apply_input(
         machine.extend(now, inp["lock"])
     elif kind == "reply":
         # ZooKeeper replies are the adapter's JSON documents, passed as etcd's are
-        json_reply = backend in ("etcd", "zookeeper")
+        json_reply = backend in ("etcd", "zookeeper", "kubernetes")
         reply = etcd_reply(inp["reply"], text) if json_reply else redis_reply(inp["reply"], text)
         machine.reply(now, inp["request"], reply)
     elif kind == "transport_error":
@@ -704,6 +714,8 @@ def replay(path: Path, flavour: str) -> int:
     title = f"{file} ({scenario.name}), replies as {flavour}"
     if scenario.kind == "zookeeper":
         machine = _core.Machine({"kind": "zookeeper"}, seed=scenario.seed)
+    elif scenario.kind == "kubernetes":
+        machine = _core.Machine(scenario.backend, seed=scenario.seed)
     elif scenario.kind == "etcd":
         spec: Any = {"kind": "etcd"}
         if scenario.key_prefix is not None:

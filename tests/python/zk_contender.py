@@ -98,4 +98,7 @@ def hold_then_write(hosts: str, name: str, log_path: str, held: Any, out: Any) -
         backend.fenced_commit_sync(lease, lambda t: t.create(f"{log_path}/stale-", b"x", sequence=True))
     except fencepost.StaleToken:
         refused = True
+    except fencepost.BackendError as exc:
+        out.put(("error", repr(exc)))
+        return
     out.put(("lost" if lease.lost.wait(10) else "kept", refused))

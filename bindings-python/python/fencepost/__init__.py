@@ -77,12 +77,13 @@ __all__ = [
     "etcd",
     "redlock",
     "zookeeper",
+    "kubernetes",
 ]
 
 #: The adapter modules, imported on first use (``fencepost.redis.RedisBackend`` after a
 #: plain ``import fencepost``): importing one never imports its client library, but
 #: there is no reason to load them all for a program that uses one.
-_ADAPTERS = ("redis", "postgres", "etcd", "redlock", "zookeeper")
+_ADAPTERS = ("redis", "postgres", "etcd", "redlock", "zookeeper", "kubernetes")
 
 
 def __getattr__(name: str) -> ModuleType:

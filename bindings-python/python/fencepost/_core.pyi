@@ -87,7 +87,18 @@ class RedlockSpec(_RedlockSpecKind, total=False):
     key_prefix: str
     masters: List[str]
 
-BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec, RedlockSpec]
+class _KubernetesSpecKind(TypedDict):
+    kind: Literal["kubernetes"]
+
+class KubernetesSpec(_KubernetesSpecKind, total=False):
+    """Settings of a Kubernetes Lease backend; left-out keys take the core's defaults.
+
+    * ``namespace`` — the namespace of every Lease (``"default"``), a DNS-1123 label
+      (checked by the core: ConfigError with option ``"namespace"``)."""
+
+    namespace: str
+
+BackendSpec = Union[RedisSpec, PostgresSpec, EtcdSpec, RedlockSpec, KubernetesSpec]
 
 #: Every name of :data:`LostReason`, in the core's order.
 LOST_REASONS: Tuple[LostReason, ...]
@@ -246,6 +257,34 @@ class ZooKeeperCall:
     def timeout_s(self) -> Optional[float]:
         """A watch's timeout in seconds; None for other calls."""
 
+@final
+class KubernetesCall:
+    """One call to the Kubernetes API server: send ``method`` to ``{server}{path}``
+    with ``body`` (None: no body) as ``content_type``, after setting each ``spec`` field
+    named in ``stamp`` to the wall clock as a MicroTime (RFC 3339 UTC with six
+    fractional digits); answer with the response body (a Lease, or a ``Status``
+    document) whatever the HTTP status. A response without a JSON body is a transport
+    failure."""
+
+    @staticmethod
+    def get(namespace: str, name: str) -> KubernetesCall:
+        """The GET of Lease ``name`` in ``namespace``."""
+    @property
+    def method(self) -> Literal["GET", "POST", "PUT", "PATCH"]:
+        """The HTTP method."""
+    @property
+    def path(self) -> str:
+        """The path under the server URL."""
+    @property
+    def body(self) -> Optional[str]:
+        """The JSON body, or None."""
+    @property
+    def content_type(self) -> str:
+        """``"application/json"``, or ``"application/json-patch+json"`` for a PATCH."""
+    @property
+    def stamp(self) -> List[str]:
+        """The ``spec`` fields to set to the wall clock before sending."""
+
 def zookeeper_node_prefix(root: str, naming: str, name: str, owner_id: str) -> Tuple[str, str]:
     """``(lock path, node prefix)``: ``{root}/{name}`` and the name the node of
     ``owner_id`` starts with under ``naming`` (``"kazoo"``: ``{owner}__lock__``;
@@ -293,7 +332,7 @@ class Request:
         """Which Redlock master runs it, from 0 (an index into the backend's
         ``masters``); None for any other kind."""
     @property
-    def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall, ZooKeeperCall]:
+    def body(self) -> Union[Command, BlockingPop, SqlStatement, EtcdCall, ZooKeeperCall, KubernetesCall]:
         """What to send.
 
         Raises: ConfigError for a body this build cannot run."""

@@ -385,14 +385,26 @@ class ZooKeeperBackend(Backend):
     # -- fenced writes --
 
     def _holder_node(self, lease: Union[Lease, SyncLease]) -> Optional[str]:
-        from kazoo.exceptions import NoNodeError, SessionExpiredError
+        from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+        from kazoo.retry import KazooRetry, RetryFailedError  # type: ignore[import-untyped]
 
         path = self.lock_path(lease.name)
         prefix = self.node_prefix(lease.name, lease.owner_id)
+        # A read is safe to retry while the client reconnects (a holder resumed after a
+        # pause finds its connection dropped); an expired session is an answer, not a
+        # reason to retry: its ephemeral node is gone.
+        retry = KazooRetry(
+            max_tries=-1, delay=0.05, max_delay=0.5, ignore_expire=False, deadline=self.session_timeout
+        )
         try:
-            children = self._client.get_children(path)
+            children = retry(self._client.get_children, path)
         except (NoNodeError, SessionExpiredError):  # an ended session's node is gone
             return None
+        except (ConnectionLoss, RetryFailedError) as exc:
+            raise BackendError(
+                f"ZooKeeper unreachable for {self.session_timeout} s while checking the "
+                f"holder node of {lease.name!r}: nothing was written"
+            ) from exc
         for child in children:
             if child.startswith(prefix):
                 return f"{path}/{child}"
@@ -409,8 +421,12 @@ class ZooKeeperBackend(Backend):
         Raises:
             StaleToken: the lease's node is gone (the lock was lost or released, or
                 its session expired): nothing was written. ``highest`` is 0 (ZooKeeper does not say who holds it now).
-            BackendError: the transaction failed otherwise (a write's own error, such
-                as an existing node, is in the kazoo exception raised).
+            BackendError: ZooKeeper stayed unreachable for :attr:`session_timeout`
+                before the transaction was sent (nothing was written); the connection
+                was lost while the transaction was in flight (it may or may not have
+                been applied: a lost reply is ambiguous; retrying can write twice); or
+                the transaction failed otherwise (a write's own error, such as an
+                existing node, is in the kazoo exception raised).
         """
         node = self._holder_node(lease)
         resource = self.lock_path(lease.name)
@@ -423,7 +439,7 @@ class ZooKeeperBackend(Backend):
         )
         if node is None:
             raise stale
-        from kazoo.exceptions import SessionExpiredError
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
         txn = self._client.transaction()
         txn.check(node, 0)
@@ -432,6 +448,11 @@ class ZooKeeperBackend(Backend):
             results = txn.commit()
         except SessionExpiredError:
             raise stale from None
+        except ConnectionLoss as exc:
+            raise BackendError(
+                f"fenced transaction of {lease.name!r}: the connection was lost with the "
+                "transaction in flight; it may or may not have been applied"
+            ) from exc
         doc = json.dumps({"results": self._results(results)})
         try:
             applied = _core.read_zookeeper_fenced(doc)

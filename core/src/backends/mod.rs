@@ -2,6 +2,8 @@
 //! its reply. A backend never decides *when* to send or whether a lease is valid.
 
 pub mod etcd;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod postgres;
 pub mod redis;
 pub mod redlock;
@@ -17,6 +19,8 @@ use crate::{FencingToken, Instant, OwnerId};
 
 pub use etcd::{EtcdBackend, EtcdRequest};
 
+#[cfg(feature = "kubernetes")]
+pub use kubernetes::{KubeRequest, KubernetesBackend};
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, RedisWait};
 pub use redlock::{RedlockBackend, RedlockPart};
@@ -56,6 +60,10 @@ pub enum Backend {
     #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(ZooKeeperBackend),
+    /// Kubernetes: a `coordination.k8s.io/v1` Lease per lock, compare-and-set on its
+    /// `resourceVersion`, `leaseTransitions` as tokens ([`kubernetes`]).
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(KubernetesBackend),
 }
 
 impl Default for Backend {
@@ -100,11 +108,14 @@ pub enum RequestBody {
     #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(ZkRequest),
+    /// A call to the Kubernetes API server ([`KubeRequest`]).
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(KubeRequest),
 }
 
 impl RequestBody {
     /// The body's name, as serde spells its `backend` tag: `"redis"`, `"sql"`,
-    /// `"redis_blpop"`, `"etcd"`, `"redlock_part"` or `"zookeeper"`.
+    /// `"redis_blpop"`, `"etcd"`, `"redlock_part"`, `"zookeeper"` or `"kubernetes"`.
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
@@ -114,6 +125,8 @@ impl RequestBody {
             RequestBody::RedlockPart(_) => "redlock_part",
             #[cfg(feature = "zookeeper")]
             RequestBody::ZooKeeper(_) => "zookeeper",
+            #[cfg(feature = "kubernetes")]
+            RequestBody::Kubernetes(_) => "kubernetes",
         }
     }
 }
@@ -135,6 +148,10 @@ pub enum Reply {
     #[cfg(feature = "zookeeper")]
     #[serde(rename = "zookeeper")]
     ZooKeeper(String),
+    /// A Kubernetes reply: the response body the API server sent (a Lease, or a
+    /// `Status` document for an error), whatever its HTTP status.
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(String),
 }
 
 // ---- the recipe seam ----------------------------------------------------------------
@@ -200,6 +217,8 @@ pub(crate) struct StepCx<'a> {
     pub renew_session: bool,
     /// When the request being read was sent.
     pub sent_at: Instant,
+    /// The host's time of the input being handled (a reply's arrival when reading).
+    pub now: Instant,
     /// The lowest token a grant may carry ([`crate::LockOptions::token_floor`]).
     pub token_floor: Option<FencingToken>,
     /// Replicas that must confirm a grant or renewal (0: none) and how long their `WAIT`
@@ -311,6 +330,8 @@ pub(crate) struct Progress {
     pub(crate) redlock: Option<Box<redlock::RedlockProgress>>,
     #[cfg(feature = "zookeeper")]
     pub(crate) zookeeper: Option<Box<zookeeper::ZkProgress>>,
+    #[cfg(feature = "kubernetes")]
+    pub(crate) kubernetes: Option<Box<kubernetes::KubeProgress>>,
 }
 
 /// A backend's recipe: how each step is phrased and how its replies read. It never
@@ -388,6 +409,7 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     retry_max_ms: 0,
     renew_session: false,
     sent_at: Instant::ZERO,
+    now: Instant::ZERO,
     token_floor: None,
     min_replicas: 0,
     replica_timeout_ms: 0,
@@ -404,6 +426,8 @@ impl Backend {
             Backend::Redlock(_) => "redlock",
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => "zookeeper",
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => "kubernetes",
         }
     }
 
@@ -472,6 +496,10 @@ impl Backend {
         if let Backend::ZooKeeper(zk) = self {
             zk.check_ttl(options)?;
         }
+        #[cfg(feature = "kubernetes")]
+        if let Backend::Kubernetes(k) = self {
+            k.check(name, options)?;
+        }
         Ok(())
     }
 
@@ -486,6 +514,11 @@ impl Backend {
             Backend::Postgres(_) | Backend::Etcd(_) => false,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => false,
+            // leaseTransitions: one counter in one object, changed only by
+            // compare-and-set on its resourceVersion (etcd underneath); deleting the
+            // object restarts it (see `kubernetes`)
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => false,
         }
     }
 
@@ -498,6 +531,8 @@ impl Backend {
             Backend::Redlock(b) => b,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(b) => b,
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(b) => b,
         }
     }
 }

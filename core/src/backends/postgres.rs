@@ -641,7 +641,8 @@ fn server_error(sqlstate: &str, message: &str) -> ReadError {
         protocol(format!(
             "{sqlstate}: {message} — fencepost's tables are missing: run its migration once \
              (Python: backend.migrate_sync(), or await backend.migrate() with an asyncio \
-             client; or run the SQL of fencepost.postgres.migration() with any client)"
+             client; or run the SQL of fencepost.postgres.migration() with any client; Node: await \
+             backend.migrate(), or the SQL of postgresMigration())"
         ))
     } else {
         protocol(format!("server error {sqlstate}: {message}"))

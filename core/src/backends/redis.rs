@@ -361,18 +361,26 @@ pub enum RedisValue {
 }
 
 impl RedisBackend {
-    /// The lease key of `name`.
+    /// The lease key of `name`: `{prefix}{{name}}:lock`.
     pub fn lock_key(&self, name: &str) -> String {
-        format!("{}{{{}}}:lock", self.key_prefix, name)
+        self.tagged(name, "lock")
     }
 
-    /// The fencing-token counter key of `name`.
+    /// The fencing-token counter key of `name`: `{prefix}{{name}}:token`.
     pub fn token_key(&self, name: &str) -> String {
-        format!("{}{{{}}}:token", self.key_prefix, name)
+        self.tagged(name, "token")
     }
 
+    /// `{prefix}{{name}}:{suffix}`: every key of one lock shares the hash tag, so they
+    /// live in one Redis Cluster slot. The tag ends at the first `}` after the `{`
+    /// (Redis Cluster specification, "Hash tags"), so a name that starts with `}`
+    /// would give an empty tag, and Cluster would hash each whole key to its own slot.
+    /// Such a name gets a NUL byte before it inside the braces: the tag is then that
+    /// byte, and the key stays distinct from every other name's (lock names never
+    /// contain NUL, see `check_lock_name`).
     fn tagged(&self, name: &str, suffix: &str) -> String {
-        format!("{}{{{}}}:{}", self.key_prefix, name, suffix)
+        let pad = if name.starts_with('}') { "\0" } else { "" };
+        format!("{}{{{pad}{name}}}:{suffix}", self.key_prefix)
     }
 
     /// The operator query "is `name` locked?" ([`RedisScript::IsLocked`]); read its
@@ -766,6 +774,13 @@ mod tests {
                 .to_owned()
         };
         assert_eq!(tag(&b.lock_key("a}b")), tag(&b.token_key("a}b")));
+        // a name that starts with '}' still has a non-empty tag, the same in every key,
+        // and its keys are not another name's
+        assert_eq!(b.lock_key("}x"), "fencepost:{\0}x}:lock");
+        assert_eq!(tag(&b.lock_key("}x")), "\0");
+        assert_eq!(tag(&b.tagged("}x", "queue")), tag(&b.token_key("}x")));
+        assert_ne!(b.lock_key("}x"), b.lock_key("x"));
+        assert_ne!(b.lock_key("}"), b.lock_key(""));
     }
 
     #[test]

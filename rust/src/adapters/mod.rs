@@ -1,0 +1,54 @@
+//! Adapters: each executes the core's request bodies with one real client library and
+//! converts the server's answer to the core's reply data. An adapter makes no lock
+//! decision: error replies go back to the machine as data, which decides what is
+//! transient; a failure to get an answer is a transport error (`Err(message)`).
+
+use std::time::Duration;
+
+use fencepost_core::{Reply, RequestBody};
+use futures::future::BoxFuture;
+
+use crate::{Error, Holder};
+
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
+#[cfg(any(feature = "redis", feature = "upstash"))]
+pub(crate) mod redis_inspect;
+#[cfg(feature = "upstash")]
+pub(crate) mod upstash;
+
+/// One backend's client, shared by the driver and the operator queries.
+pub(crate) trait Adapter: Send + Sync + 'static {
+    /// Runs one request body; `Ok` is the server's answer as data (error replies
+    /// included), `Err` a transport failure with its message. The driver drops the
+    /// future at the request's deadline.
+    fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>>;
+
+    /// Who holds `name` now, as the server sees it (`None`: nobody).
+    fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>>;
+
+    /// The held locks whose names start with `prefix`, at most `limit`, in the
+    /// server's order; scans in bounded steps (never a full-keyspace command).
+    fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>>;
+}
+
+/// Turns a millisecond count the server reported into a `Duration` (negative: none).
+pub(crate) fn ms(n: i64) -> Option<Duration> {
+    u64::try_from(n).ok().map(Duration::from_millis)
+}
+
+/// The lock name of a Redis lease key (`None`: not one of fencepost's).
+pub(crate) fn redis_inspect_name(
+    backend: &fencepost_core::RedisBackend,
+    key: &str,
+) -> Option<String> {
+    key.strip_prefix(backend.key_prefix.as_str())?
+        .strip_prefix('{')?
+        .strip_suffix("}:lock")
+        .map(str::to_owned)
+}

@@ -1,0 +1,246 @@
+//! Redis with redis-rs: scripts with `EVALSHA` (falling back to `EVAL` on
+//! `NOSCRIPT`) on a `ConnectionManager` (one multiplexed connection, reconnected by
+//! redis-rs), `WAIT` pipelined after the script on that same connection, and each
+//! `BLPOP` of a fair waiter on a connection of its own (it blocks the connection).
+
+use std::time::Duration;
+
+use fencepost_core::{RedisBackend, RedisBlpop, RedisCommand, RedisValue, Reply, RequestBody};
+use futures::future::{BoxFuture, FutureExt};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{redis_inspect, Adapter};
+use crate::{Error, Holder};
+
+pub(crate) struct RedisAdapter {
+    client: redis::Client,
+    conn: ConnectionManager,
+    backend: RedisBackend,
+}
+
+impl RedisAdapter {
+    pub(crate) async fn connect(url: &str, backend: RedisBackend) -> Result<Self, Error> {
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::Config(format!("bad Redis URL {}: {e}", crate::url::redact(url)))
+        })?;
+        // Short connect attempts and no response timeout of its own: the driver
+        // cancels every call at its request's deadline.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None)
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(|e| {
+                Error::Backend(format!(
+                    "cannot connect to Redis at {}: {e}",
+                    crate::url::redact(url)
+                ))
+            })?;
+        Ok(RedisAdapter {
+            client,
+            conn,
+            backend,
+        })
+    }
+}
+
+/// A redis-rs value as the core's data: bulk strings UTF-8 (lossy), error replies with
+/// their full message.
+fn value(v: redis::Value) -> RedisValue {
+    use redis::Value as V;
+    match v {
+        V::Nil => RedisValue::Nil,
+        V::Int(n) => RedisValue::Int(n),
+        V::BulkString(b) => RedisValue::Data(String::from_utf8_lossy(&b).into_owned()),
+        V::SimpleString(s) => RedisValue::Status(s),
+        V::Okay => RedisValue::Status("OK".into()),
+        V::Array(items) | V::Set(items) => {
+            RedisValue::Array(items.into_iter().map(value).collect())
+        }
+        V::Map(pairs) => RedisValue::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [value(k), value(v)])
+                .collect(),
+        ),
+        V::Attribute { data, .. } => value(*data),
+        V::Double(d) => RedisValue::Data(d.to_string()),
+        V::Boolean(b) => RedisValue::Int(i64::from(b)),
+        V::VerbatimString { text, .. } => RedisValue::Data(text),
+        V::ServerError(e) => RedisValue::Error(match e.details() {
+            Some(d) => format!("{} {d}", e.code()),
+            None => e.code().to_owned(),
+        }),
+        other => RedisValue::Error(format!("unexpected Redis reply {other:?}")),
+    }
+}
+
+/// A redis-rs error as the core's data: an error reply of the server, or a transport
+/// failure (`Err`).
+pub(crate) fn error(e: redis::RedisError) -> Result<RedisValue, String> {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return Err(e.to_string());
+    }
+    match e.code() {
+        Some(code) => Ok(RedisValue::Error(match e.detail() {
+            Some(d) => format!("{code} {d}"),
+            None => code.to_owned(),
+        })),
+        None => Err(e.to_string()),
+    }
+}
+
+fn script(cmd: &RedisCommand, by_sha: bool) -> redis::Cmd {
+    let mut c = if by_sha {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(cmd.script.sha1());
+        c
+    } else {
+        let mut c = redis::cmd("EVAL");
+        c.arg(cmd.script.source());
+        c
+    };
+    c.arg(cmd.keys.len()).arg(&cmd.keys).arg(&cmd.args);
+    c
+}
+
+async fn run(conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValue, String> {
+    let once = |by_sha: bool, mut conn: ConnectionManager, cmd: &RedisCommand| {
+        let c = script(cmd, by_sha);
+        let wait = cmd.wait;
+        async move {
+            match wait {
+                None => match c.query_async::<redis::Value>(&mut conn).await {
+                    Ok(v) => Ok(value(v)),
+                    Err(e) => error(e),
+                },
+                Some(w) => {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(c)
+                        .cmd("WAIT")
+                        .arg(w.replicas)
+                        .arg(w.timeout_ms);
+                    match pipe.query_async::<Vec<redis::Value>>(&mut conn).await {
+                        Ok(vs) => Ok(RedisValue::Array(vs.into_iter().map(value).collect())),
+                        Err(e) => error(e),
+                    }
+                }
+            }
+        }
+    };
+    let first = once(true, conn.clone(), &cmd).await?;
+    let noscript = |v: &RedisValue| match v {
+        RedisValue::Error(m) => m.starts_with("NOSCRIPT"),
+        RedisValue::Array(items) => items
+            .first()
+            .is_some_and(|v| matches!(v, RedisValue::Error(m) if m.starts_with("NOSCRIPT"))),
+        _ => false,
+    };
+    if noscript(&first) {
+        return once(false, conn.clone(), &cmd).await;
+    }
+    Ok(first)
+}
+
+async fn blpop(client: redis::Client, pop: RedisBlpop) -> Result<RedisValue, String> {
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut c = redis::cmd("BLPOP");
+    c.arg(&pop.key).arg(pop.timeout_ms as f64 / 1000.0);
+    match c.query_async::<redis::Value>(&mut conn).await {
+        Ok(v) => Ok(value(v)),
+        Err(e) => error(e),
+    }
+}
+
+async fn holder_of(
+    mut conn: ConnectionManager,
+    backend: RedisBackend,
+    name: String,
+) -> Result<Option<Holder>, Error> {
+    let (lock, token) = (backend.lock_key(&name), backend.token_key(&name));
+    let mut pipe = redis::pipe();
+    pipe.cmd("GET")
+        .arg(&lock)
+        .cmd("PTTL")
+        .arg(&lock)
+        .cmd("GET")
+        .arg(&token);
+    let vs: Vec<redis::Value> = pipe
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| Error::Backend(format!("Redis status of {name:?}: {e}")))?;
+    let vs: Vec<RedisValue> = vs.into_iter().map(value).collect();
+    match vs.as_slice() {
+        [owner, pttl, token] => redis_inspect::holder(&name, owner, pttl, token),
+        _ => Err(Error::Backend(format!(
+            "Redis status: 3 replies expected, got {vs:?}"
+        ))),
+    }
+}
+
+impl Adapter for RedisAdapter {
+    fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
+        match body {
+            RequestBody::Redis(cmd) => run(self.conn.clone(), cmd)
+                .map(|r| r.map(Reply::Redis))
+                .boxed(),
+            RequestBody::RedisBlpop(pop) => blpop(self.client.clone(), pop)
+                .map(|r| r.map(Reply::Redis))
+                .boxed(),
+            other => futures::future::ready(Err(format!(
+                "the Redis adapter cannot run a {} request",
+                other.kind()
+            )))
+            .boxed(),
+        }
+    }
+
+    fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
+        holder_of(self.conn.clone(), self.backend.clone(), name).boxed()
+    }
+
+    fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
+        let mut conn = self.conn.clone();
+        let backend = self.backend.clone();
+        async move {
+            let pattern = redis_inspect::pattern(&backend, &prefix);
+            let mut cursor = "0".to_owned();
+            let mut names = Vec::new();
+            for _ in 0..redis_inspect::SCAN_STEPS {
+                let v: redis::Value = redis::cmd("SCAN")
+                    .arg(&cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(redis_inspect::SCAN_COUNT)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| Error::Backend(format!("Redis SCAN: {e}")))?;
+                let (next, keys) = redis_inspect::scan_reply(&value(v))?;
+                names.extend(
+                    keys.iter()
+                        .filter_map(|k| redis_inspect::name_of(&backend, k)),
+                );
+                cursor = next;
+                if cursor == "0" || names.len() >= limit {
+                    break;
+                }
+            }
+            names.sort();
+            names.dedup();
+            let mut out = Vec::new();
+            for name in names.into_iter().take(limit) {
+                if let Some(h) = holder_of(conn.clone(), backend.clone(), name).await? {
+                    out.push(h);
+                }
+            }
+            Ok(out)
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,87 @@
+//! The crate's one error type.
+
+use fencepost_core::{AcquireFailedReason, LostReason, ProtocolError, StaleToken, UsageError};
+use thiserror::Error;
+
+/// Why a fencepost operation failed. The variants follow the table every binding uses
+/// (Python `fencepost.errors`, JS `code`): the caller's fault ([`Error::Usage`],
+/// [`Error::Config`]), the lock's outcome ([`Error::AcquireTimeout`], [`Error::Lost`],
+/// [`Error::StaleToken`]) and the servers' ([`Error::Backend`], [`Error::Protocol`]).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bad lock name or bad options, as the core checks them (`ERR_CONFIG`).
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// A bad backend URL or setting, or a backend built without its cargo feature
+    /// (`ERR_CONFIG`). The message names the value and what would be right.
+    #[error("{0}")]
+    Config(String),
+    /// Acquiring `name` gave up: the acquire timeout passed while another owner held
+    /// the lock or the server could not be reached (`ERR_ACQUIRE_TIMEOUT`).
+    #[error("could not acquire lock {name:?} in time{}", .last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default())]
+    AcquireTimeout {
+        /// The lock name.
+        name: String,
+        /// The last transport or server error seen while trying, if any.
+        last_error: Option<String>,
+    },
+    /// The lease of `name` was lost: stop the protected work (`ERR_LOCK_LOST`). At
+    /// release it means the lease ended on the server while this process believed it
+    /// held it ([`LostReason::NotHeldAtRelease`]).
+    #[error("lease of lock {name:?} lost: {}", lost_text(.reason))]
+    Lost {
+        /// The lock name.
+        name: String,
+        /// Why (from the core's `Event::Lost`).
+        reason: LostReason,
+    },
+    /// A fenced write was refused: a newer token has written (`ERR_STALE_TOKEN`).
+    #[error(transparent)]
+    StaleToken(#[from] StaleToken),
+    /// The server answered in a way retrying cannot fix (`ERR_PROTOCOL`).
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The server could not be reached or a call failed in transport; for an
+    /// operator query or a fenced write the outcome is unknown (`ERR_BACKEND`).
+    #[error("{0}")]
+    Backend(String),
+    /// The client's driver task stopped (its runtime shut down).
+    #[error("the fencepost driver is not running (its tokio runtime shut down)")]
+    DriverGone,
+}
+
+fn lost_text(reason: &LostReason) -> &'static str {
+    match reason {
+        LostReason::Expired => "its validity ended without a confirmed renewal",
+        LostReason::RenewRejected => {
+            "the server refused the renewal (the key is gone or another owner holds it)"
+        }
+        LostReason::NotHeldAtRelease => "the release found it gone on the server",
+        LostReason::Closed => "the client was closed while the lease was held",
+    }
+}
+
+impl Error {
+    /// Translates the core driver's error for lock `name`.
+    pub(crate) fn from_driver(name: &str, e: fencepost_core::driver::LockError) -> Self {
+        use fencepost_core::driver::LockError;
+        match e {
+            LockError::Usage(u) => Error::Usage(u),
+            LockError::AcquireFailed(AcquireFailedReason::Timeout { last_error }) => {
+                Error::AcquireTimeout {
+                    name: name.to_owned(),
+                    last_error,
+                }
+            }
+            LockError::AcquireFailed(AcquireFailedReason::Protocol { error }) => {
+                Error::Protocol(error)
+            }
+            LockError::Lost(reason) => Error::Lost {
+                name: name.to_owned(),
+                reason,
+            },
+            LockError::DriverGone => Error::DriverGone,
+        }
+    }
+}

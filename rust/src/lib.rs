@@ -1,0 +1,59 @@
+//! # fencepost
+//!
+//! Distributed locks with fencing tokens for tokio, on Redis, PostgreSQL, etcd and
+//! the Upstash REST protocol, and the `fencepost` command that runs a command under a
+//! lock (`fencepost run --backend redis://… --name nightly -- ./job.sh`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fencepost::{Client, LockOptions};
+//!
+//! # async fn demo() -> Result<(), fencepost::Error> {
+//! let client = Client::connect("redis://127.0.0.1:6379").await?;
+//! let options = LockOptions::ttl(Duration::from_secs(30));
+//! let report = client
+//!     .with_lock("nightly-report", options, |lease| async move {
+//!         // carry lease.token() on every write to the protected resource
+//!         lease.token().get()
+//!     })
+//!     .await?; // Err(Error::Lost { .. }) if the lease was lost: the work was cancelled
+//! # let _ = report; Ok(()) }
+//! ```
+//!
+//! ## Layers
+//! This crate is a *driver*: it makes no lock decision. Validity, the renewal schedule,
+//! backoff, loss and cleanup are the sans-IO state machine's in
+//! [`fencepost_core`], run by its runtime-agnostic driver
+//! ([`fencepost_core::driver`]) on a tokio task; this crate supplies the clock (tokio's)
+//! and the transport: adapters that execute the core's request bodies with real client
+//! libraries and hand the replies back as data, error replies included.
+//!
+//! | cargo feature | backend | client library |
+//! |---|---|---|
+//! | (always) | `memory://`, the core's in-memory Redis | — |
+//! | `redis` | `redis://` (`rediss://` with `tls`) | redis-rs, connection manager |
+//! | `postgres` | `postgres://`, lease rows | tokio-postgres |
+//! | `etcd` | `etcd+http(s)://`, the v3 JSON gateway | reqwest |
+//! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
+//! | `cli` | the `fencepost` binary | clap, nix |
+//!
+//! Units: every duration is a [`std::time::Duration`]; tokens are
+//! [`FencingToken`]s (server-assigned, strictly increasing per lock).
+
+#![warn(missing_docs)]
+
+mod adapters;
+mod client;
+mod error;
+mod url;
+
+pub use client::{Client, Holder, Lease, LeaseHandle};
+pub use error::Error;
+pub use url::{BackendKind, BackendUrl};
+
+/// The core crate, for its fence builders (`fence`), backend settings and replies.
+pub use fencepost_core as core;
+pub use fencepost_core::{
+    AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, OwnerId, Purpose,
+    StaleToken,
+};
