@@ -15,6 +15,7 @@ use crate::Error;
 /// | `memory://` | an in-memory Redis in this process | (always) |
 /// | `redis://[:password@]host[:port][/db]` | Redis, redis-rs connection manager | `redis` |
 /// | `rediss://…` | Redis over TLS | `redis` + `tls` |
+/// | `redlock://[:password@]host1:6379,host2:6379,host3:6379[/db]` | Redlock on N independent masters (N odd, at least 3), one redis-rs connection manager each; the password and db apply to every master | `redis` |
 /// | `postgres://user@host/db` (`postgresql://`) | PostgreSQL lease rows, tokio-postgres | `postgres` |
 /// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` |
 /// | `upstash+https://[:token@]host[/path]` (`upstash+http://`) | Redis over the Upstash REST protocol, reqwest; the token from the URL or `UPSTASH_REDIS_REST_TOKEN` | `upstash` |
@@ -38,6 +39,8 @@ pub enum BackendKind {
     Memory,
     /// `redis://` or `rediss://`: the URL as redis-rs takes it.
     Redis(String),
+    /// `redlock://`: each master's `redis://` URL, in order.
+    Redlock(Vec<String>),
     /// `postgres://`: the URL as tokio-postgres takes it.
     Postgres(String),
     /// `etcd+http(s)://`: the members' gateway URLs (`http(s)://host:port`).
@@ -62,6 +65,7 @@ impl BackendUrl {
         let kind = match scheme.as_deref() {
             Some("memory") => BackendKind::Memory,
             Some("redis" | "rediss") => BackendKind::Redis(base),
+            Some("redlock") => BackendKind::Redlock(redlock_masters(url, &base["redlock://".len()..])?),
             Some("postgres" | "postgresql") => BackendKind::Postgres(base),
             Some(s @ ("etcd+http" | "etcd+https")) => {
                 let scheme = &s[5..];
@@ -98,14 +102,41 @@ impl BackendUrl {
             }
             _ => {
                 return Err(Error::Config(format!(
-                    "backend URL must start with memory://, redis://, rediss://, postgres://, \
-                     etcd+http://, etcd+https://, upstash+http:// or upstash+https://, got {}",
+                    "backend URL must start with memory://, redis://, rediss://, redlock://, \
+                     postgres://, etcd+http://, etcd+https://, upstash+http:// or upstash+https://, \
+                     got {}",
                     redact(url)
                 )))
             }
         };
         Ok(BackendUrl { kind, key_prefix })
     }
+}
+
+/// The masters of `redlock://[:password@]h1:p1,h2:p2,…[/db]` (`rest`: after the
+/// scheme) as `redis://` URLs, each with the password and db.
+fn redlock_masters(url: &str, rest: &str) -> Result<Vec<String>, Error> {
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let (hosts, db) = match hosts.split_once('/') {
+        Some((hosts, db)) => (hosts, format!("/{db}")),
+        None => (hosts, String::new()),
+    };
+    let masters: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{auth}{h}{db}"))
+        .collect();
+    if masters.is_empty() {
+        return Err(Error::Config(format!(
+            "backend URL {} names no Redlock master: use redlock://host1:6379,host2:6379,host3:6379",
+            redact(url)
+        )));
+    }
+    Ok(masters)
 }
 
 /// Splits `?key_prefix=` off `url`; other query parameters stay.
@@ -168,6 +199,18 @@ pub(crate) async fn open(
             let adapter = crate::adapters::redis::RedisAdapter::connect(u, b.clone()).await?;
             Ok((Arc::new(adapter), Backend::Redis(b)))
         }
+        #[cfg(feature = "redis")]
+        BackendKind::Redlock(urls) => {
+            let redis = redis_backend();
+            // the core checks the count (odd, at least 3) and duplicates by these names
+            let b = fencepost_core::RedlockBackend {
+                key_prefix: redis.key_prefix.clone(),
+                masters: urls.iter().map(|u| redact(u)).collect(),
+            };
+            b.check().map_err(Error::Usage)?;
+            let adapter = crate::adapters::redlock::RedlockAdapter::connect(urls, redis).await?;
+            Ok((Arc::new(adapter), Backend::Redlock(b)))
+        }
         #[cfg(feature = "postgres")]
         BackendKind::Postgres(u) => {
             if url.key_prefix.is_some() {
@@ -200,12 +243,13 @@ pub(crate) async fn open(
             "this build of fencepost has no {} backend: build it with the cargo feature {}",
             match other {
                 BackendKind::Redis(_) => "Redis",
+                BackendKind::Redlock(_) => "Redlock",
                 BackendKind::Postgres(_) => "PostgreSQL",
                 BackendKind::Etcd(_) => "etcd",
                 _ => "Upstash",
             },
             match other {
-                BackendKind::Redis(_) => "`redis`",
+                BackendKind::Redis(_) | BackendKind::Redlock(_) => "`redis`",
                 BackendKind::Postgres(_) => "`postgres`",
                 BackendKind::Etcd(_) => "`etcd`",
                 _ => "`upstash`",

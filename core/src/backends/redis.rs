@@ -371,6 +371,22 @@ impl RedisBackend {
         self.tagged(name, "token")
     }
 
+    /// The lock name whose lease key is `key` (the inverse of [`RedisBackend::lock_key`]),
+    /// or `None` for a key that is not a lease key under this prefix. For operator
+    /// listings that scan the keyspace.
+    pub fn lock_name(&self, key: &str) -> Option<String> {
+        let tagged = key
+            .strip_prefix(self.key_prefix.as_str())?
+            .strip_prefix('{')?
+            .strip_suffix("}:lock")?;
+        // the NUL pad of a name that starts with '}' (see `tagged`)
+        let name = match tagged.strip_prefix('\0') {
+            Some(rest) if rest.starts_with('}') => rest,
+            _ => tagged,
+        };
+        Some(name.to_owned())
+    }
+
     /// `{prefix}{{name}}:{suffix}`: every key of one lock shares the hash tag, so they
     /// live in one Redis Cluster slot. The tag ends at the first `}` after the `{`
     /// (Redis Cluster specification, "Hash tags"), so a name that starts with `}`
@@ -781,6 +797,11 @@ mod tests {
         assert_eq!(tag(&b.tagged("}x", "queue")), tag(&b.token_key("}x")));
         assert_ne!(b.lock_key("}x"), b.lock_key("x"));
         assert_ne!(b.lock_key("}"), b.lock_key(""));
+        for name in ["report", "a}b", "}x", "}", "{", "\0y"] {
+            assert_eq!(b.lock_name(&b.lock_key(name)).as_deref(), Some(name));
+        }
+        assert_eq!(b.lock_name(&b.token_key("report")), None);
+        assert_eq!(b.lock_name("other:{report}:lock"), None);
     }
 
     #[test]

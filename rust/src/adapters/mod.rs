@@ -19,6 +19,8 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 #[cfg(any(feature = "redis", feature = "upstash"))]
 pub(crate) mod redis_inspect;
+#[cfg(feature = "redis")]
+pub(crate) mod redlock;
 #[cfg(feature = "upstash")]
 pub(crate) mod upstash;
 
@@ -47,8 +49,5 @@ pub(crate) fn redis_inspect_name(
     backend: &fencepost_core::RedisBackend,
     key: &str,
 ) -> Option<String> {
-    key.strip_prefix(backend.key_prefix.as_str())?
-        .strip_prefix('{')?
-        .strip_suffix("}:lock")
-        .map(str::to_owned)
+    backend.lock_name(key)
 }

@@ -62,8 +62,11 @@ pub(crate) fn pattern(backend: &RedisBackend, prefix: &str) -> String {
             out
         })
     };
+    // a name that starts with '}' has a NUL before it inside the braces
+    // (`RedisBackend::lock_key`)
+    let pad = if prefix.starts_with('}') { "\0" } else { "" };
     format!(
-        "{}{{{}*}}:lock",
+        "{}{{{pad}{}*}}:lock",
         escape(&backend.key_prefix),
         escape(prefix)
     )
