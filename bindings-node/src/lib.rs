@@ -298,7 +298,10 @@ fn machine_backend(
         let fields = pg_fields(env, settings)?;
         return js(env, common::postgres::backend(fields));
     }
-    js(env, common::backend(kind.as_deref(), key_prefix, fair, masters))
+    js(
+        env,
+        common::backend(kind.as_deref(), key_prefix, fair, masters),
+    )
 }
 
 /// A PostgreSQL settings object's fields (none for `undefined` / `null`).
