@@ -32,8 +32,11 @@ impl Masters {
             println!("skipped: redis-server is not installed (scripts/services/redis.sh install)");
             return None;
         }
+        // one directory per instance: the tests of this file run in parallel, in one process
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let state =
-            std::env::temp_dir().join(format!("fencepost-rust-redlock-{}", std::process::id()));
+            std::env::temp_dir().join(format!("fencepost-rust-redlock-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&state).unwrap();
         let script = repo().join("scripts/services/redis-masters.sh");
         let run = |args: &[&str]| {
