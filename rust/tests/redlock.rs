@@ -96,8 +96,12 @@ impl Drop for Masters {
     }
 }
 
+/// A TTL, and an acquire timeout so that no test can wait forever.
 fn ttl(ms: u64) -> LockOptions {
-    LockOptions::ttl(Duration::from_millis(ms))
+    LockOptions {
+        acquire_timeout: Some(Duration::from_secs(5)),
+        ..LockOptions::ttl(Duration::from_millis(ms))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
