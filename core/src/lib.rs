@@ -144,6 +144,7 @@ mod lock;
 mod machine;
 pub mod memory;
 pub mod names;
+mod observe;
 mod options;
 mod retry;
 #[cfg(feature = "sabotage")]
@@ -165,6 +166,7 @@ pub use error::{EntropyError, ProtocolError, UsageError};
 pub use event::{AcquireFailedReason, Event, LostReason};
 pub use fence::{Fence, StaleReason, StaleToken};
 pub use machine::{Input, Machine, Output, Request};
+pub use observe::{Field, Observation, ObserveOptions, Observed};
 pub use options::{LockOptions, Purpose, MAX_TTL};
 pub use time::Instant;
 

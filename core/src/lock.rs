@@ -15,6 +15,7 @@ use crate::backends::{
     Waiting as WaitStyle,
 };
 use crate::event::{AcquireFailedReason, Event, LostReason};
+use crate::observe::{Observation, ObserveOptions, Observed};
 use crate::options::LockOptions;
 use crate::retry::{self, Jitter, RELEASE_ATTEMPTS};
 use crate::{FencingToken, Instant, LockId, Output, OwnerId, Request, RequestId};
@@ -59,6 +60,9 @@ pub(crate) struct Ctx<'a> {
     pub next_request: &'a mut u64,
     pub requests: &'a mut HashMap<RequestId, InFlight>,
     pub outputs: &'a mut VecDeque<Output>,
+    /// `None`: nothing is observed (no observation is built).
+    pub observe: Option<&'a ObserveOptions>,
+    pub observations: &'a mut VecDeque<Observed>,
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
 }
@@ -87,6 +91,30 @@ impl Ctx<'_> {
 
     fn emit(&mut self, lock: LockId, event: Event) {
         self.outputs.push_back(Output::Event { lock, event });
+    }
+
+    /// Reports the event `f` builds, if events are observed (`f` runs only then).
+    fn event(&mut self, acq: &Acquisition, f: impl FnOnce() -> Observation) {
+        if self.observe.is_some_and(|o| o.events) {
+            self.push_observed(acq, f());
+        }
+    }
+
+    /// Reports the warning `f` decides on with the thresholds, if warnings are
+    /// observed (`f` runs only then).
+    fn warn(&mut self, acq: &Acquisition, f: impl FnOnce(&ObserveOptions) -> Option<Observation>) {
+        if let Some(observation) = self.observe.filter(|o| o.warnings).and_then(f) {
+            self.push_observed(acq, observation);
+        }
+    }
+
+    #[inline(never)]
+    fn push_observed(&mut self, acq: &Acquisition, observation: Observation) {
+        self.observations.push_back(Observed {
+            lock: acq.id,
+            name: acq.name.clone(),
+            observation,
+        });
     }
 }
 
@@ -257,6 +285,25 @@ pub(crate) struct Acquisition {
     cleanups: Vec<Cleanup>,
     /// The recipe's progress through a multi-step protocol, for the current owner id.
     progress: Progress,
+    /// What observations report (kept whether observed or not: a few integers).
+    seen: Seen,
+}
+
+/// An acquisition's history as observations report it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    started: Instant,
+    /// Attempts that did not get the lock.
+    misses: u32,
+    /// Of those, the ones that found it held by another.
+    found_held: u32,
+    /// When the lease was granted.
+    held_since: Option<Instant>,
+    held_long_reported: bool,
+    /// Since when attempts end ambiguous (the server unreachable), and when that was
+    /// last reported.
+    failing_since: Option<Instant>,
+    unreachable_reported: Option<Instant>,
 }
 
 /// A cleanup release in flight: for which owner id, as which step.
@@ -431,6 +478,15 @@ impl Lock {
                 timer: None,
                 cleanups: Vec::new(),
                 progress: Progress::default(),
+                seen: Seen {
+                    started: now,
+                    misses: 0,
+                    found_held: 0,
+                    held_since: None,
+                    held_long_reported: false,
+                    failing_since: None,
+                    unreachable_reported: None,
+                },
             },
             state: State::Waiting(Backoff {
                 trying: Trying {
@@ -477,8 +533,64 @@ impl Lock {
         self.acq.id
     }
 
+    /// Not granted yet and still trying.
+    pub(crate) fn is_acquiring(&self) -> bool {
+        matches!(
+            self.state,
+            State::Acquiring(_) | State::Waiting(_) | State::Unsure(_) | State::Parked(_)
+        )
+    }
+
     fn finish(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+        if ctx.observe.is_some() {
+            self.observe_end(ctx, &event);
+        }
         self.state = self.acq.finish(ctx, event);
+    }
+
+    /// The observations of an acquisition's end: `released`, `lost`,
+    /// `acquire_timed_out` or `acquire_failed`, and `hot_lock` for one that found the
+    /// lock held `hot_lock_attempts` times without getting it.
+    #[inline(never)]
+    fn observe_end(&self, ctx: &mut Ctx<'_>, event: &Event) {
+        let seen = self.acq.seen;
+        let now = ctx.now;
+        let held_for = seen.held_since.map(|s| now.saturating_duration_since(s));
+        let waited = now.saturating_duration_since(seen.started);
+        ctx.event(&self.acq, || match event {
+            Event::Lost { reason } => Observation::Lost {
+                reason: reason.clone(),
+                held_for,
+            },
+            Event::AcquireFailed {
+                reason: AcquireFailedReason::Timeout { last_error },
+            } => Observation::AcquireTimedOut {
+                waited,
+                attempts: seen.misses,
+                last_error: last_error.clone(),
+            },
+            Event::AcquireFailed {
+                reason: AcquireFailedReason::Protocol { error },
+            } => Observation::AcquireFailed {
+                waited,
+                error: error.to_string(),
+            },
+            _ => Observation::Released { held_for },
+        });
+        if matches!(event, Event::AcquireFailed { .. }) {
+            self.observe_found_held(ctx);
+        }
+    }
+
+    /// `hot_lock` when this acquisition found the lock held `hot_lock_attempts` times.
+    fn observe_found_held(&self, ctx: &mut Ctx<'_>) {
+        let n = self.acq.seen.found_held;
+        ctx.warn(&self.acq, |o| {
+            (o.hot_lock_attempts > 0 && n >= o.hot_lock_attempts).then_some(Observation::HotLock {
+                found_held: Some(n),
+                waiters: None,
+            })
+        });
     }
 
     fn send_acquire(&mut self, ctx: &mut Ctx<'_>, trying: Trying) {
@@ -519,6 +631,15 @@ impl Lock {
     /// acquire deadline (releasing first if the server might hold it for us).
     fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
         let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
+        let seen = &mut self.acq.seen;
+        seen.misses = seen.misses.saturating_add(1);
+        if let Miss::Contended { .. } = miss {
+            seen.found_held = seen.found_held.saturating_add(1);
+            seen.failing_since = None;
+            seen.unreachable_reported = None;
+        } else if matches!(miss, Miss::Ambiguous) && ctx.observe.is_some() {
+            self.observe_unreachable(ctx, &trying);
+        }
         let retries_spent = self
             .acq
             .options
@@ -581,6 +702,32 @@ impl Lock {
         } else {
             State::Waiting(backoff)
         };
+    }
+
+    /// `server_unreachable` every `unreachable_every` while attempts of an acquisition
+    /// that never gives up end without an answer.
+    #[inline(never)]
+    fn observe_unreachable(&mut self, ctx: &mut Ctx<'_>, trying: &Trying) {
+        let options = &self.acq.options;
+        if options.acquire_timeout.is_some() || options.retry_count.is_some() {
+            return;
+        }
+        let now = ctx.now;
+        let seen = self.acq.seen;
+        let since = *self.acq.seen.failing_since.get_or_insert(now);
+        let last = seen.unreachable_reported.unwrap_or(since);
+        let mut reported = false;
+        ctx.warn(&self.acq, |o| {
+            reported = now.saturating_duration_since(last) >= o.unreachable_every;
+            reported.then(|| Observation::ServerUnreachable {
+                unreachable_for: now.saturating_duration_since(since),
+                attempts: seen.misses,
+                last_error: trying.last_error.clone(),
+            })
+        });
+        if reported {
+            self.acq.seen.unreachable_reported = Some(now);
+        }
     }
 
     /// Blocks a queued waiter on the server's wake-up until `retry_at`, at most half the
@@ -775,6 +922,15 @@ impl Lock {
         if read == Ok(Read::Pending) {
             return;
         }
+        if let Err(e) = &read {
+            ctx.event(&self.acq, || Observation::BackendError {
+                operation: flight.step.operation(),
+                error: match e {
+                    ReadError::Ambiguous(e) => e.clone(),
+                    ReadError::Protocol(e) => e.to_string(),
+                },
+            });
+        }
         match &mut self.state {
             State::Acquiring(a) if flight.step == Step::Acquire => {
                 let trying = mem::take(&mut a.trying);
@@ -926,6 +1082,19 @@ impl Lock {
             valid_until,
             renew_at,
         });
+        let seen = &mut self.acq.seen;
+        seen.held_since = Some(ctx.now);
+        seen.failing_since = None;
+        let (waited, attempts) = (
+            ctx.now.saturating_duration_since(seen.started),
+            seen.misses.saturating_add(1),
+        );
+        ctx.event(&self.acq, || Observation::Acquired {
+            token,
+            waited,
+            attempts,
+        });
+        self.observe_found_held(ctx);
         ctx.emit(self.acq.id, Event::Acquired { token, valid_until });
     }
 
@@ -947,6 +1116,9 @@ impl Lock {
                     valid_until,
                     renew_at,
                 });
+                if ctx.observe.is_some() {
+                    self.observe_renewed(ctx, r.valid_until, valid_until);
+                }
                 ctx.emit(self.acq.id, Event::Renewed { valid_until });
             }
             // The recipe's next renewal step (a re-read after a conflict), at once;
@@ -969,14 +1141,58 @@ impl Lock {
                 self.lose(ctx, LostReason::RenewRejected);
             }
             // Transient: retry until the validity deadline; the timer decides loss.
-            Ok(_) | Err(_) => {
+            other => {
+                let retry_in = retry::renew_retry(options);
                 self.state = State::Held(Held {
                     token: r.token,
                     valid_until: r.valid_until,
-                    renew_at: ctx.now + retry::renew_retry(options),
+                    renew_at: ctx.now + retry_in,
+                });
+                let deadline_in = r.valid_until.saturating_duration_since(ctx.now);
+                ctx.event(&self.acq, || Observation::RenewalFailing {
+                    error: match other {
+                        Err(ReadError::Ambiguous(e)) => e,
+                        Err(ReadError::Protocol(e)) => e.to_string(),
+                        Ok(read) => format!("the renewal got an outcome that is not one: {read:?}"),
+                    },
+                    retry_in,
+                    deadline_in,
                 });
             }
         }
+    }
+
+    /// `renewed`; `renewal_late` when less than `late_renewal_fraction` of the validity
+    /// was left before `old` (the deadline the renewal extends); `held_long` once per
+    /// lease held `held_long_ttls` TTLs.
+    #[inline(never)]
+    fn observe_renewed(&mut self, ctx: &mut Ctx<'_>, old: Instant, new: Instant) {
+        let now = ctx.now;
+        let options = &self.acq.options;
+        let (validity, ttl) = (options.validity(), options.ttl);
+        ctx.event(&self.acq, || Observation::Renewed {
+            validity_left: new.saturating_duration_since(now),
+        });
+        let validity_left = old.saturating_duration_since(now);
+        ctx.warn(&self.acq, |o| {
+            (validity_left < validity.mul_f64(o.late_renewal_fraction)).then_some(
+                Observation::RenewalLate {
+                    validity_left,
+                    validity,
+                },
+            )
+        });
+        let seen = self.acq.seen;
+        let held_for = seen
+            .held_since
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        let mut reported = seen.held_long_reported;
+        ctx.warn(&self.acq, |o| {
+            let long = o.held_long_ttls > 0 && held_for >= ttl.saturating_mul(o.held_long_ttls);
+            (long && !mem::replace(&mut reported, true))
+                .then_some(Observation::HeldLong { held_for, ttl })
+        });
+        self.acq.seen.held_long_reported = reported;
     }
 
     fn on_release_read(

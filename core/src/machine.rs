@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::backends::{Backend, Reply};
 use crate::error::{EntropyError, UsageError};
 use crate::lock::{Ctx, Lock};
+use crate::observe::{Observation, ObserveOptions, Observed};
 use crate::options::LockOptions;
 use crate::{Instant, LockId, OwnerId, RequestId};
 
@@ -107,6 +108,9 @@ pub struct Machine {
     requests: HashMap<RequestId, crate::lock::InFlight>,
     timers: BinaryHeap<Reverse<(Instant, LockId, u64)>>,
     outputs: VecDeque<Output>,
+    /// `None`: nothing is observed, and no observation is built.
+    observe: Option<ObserveOptions>,
+    observations: VecDeque<Observed>,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
@@ -140,6 +144,8 @@ impl Machine {
             requests: HashMap::new(),
             timers: BinaryHeap::new(),
             outputs: VecDeque::new(),
+            observe: None,
+            observations: VecDeque::new(),
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -150,6 +156,26 @@ impl Machine {
     #[cfg(feature = "sabotage")]
     pub fn sabotage(&mut self, sabotage: crate::sabotage::Sabotage) {
         self.sabotage = sabotage;
+    }
+
+    /// Starts observing with `options` (events, warnings and their thresholds), or
+    /// stops with `None` (observations not yet polled stay). Until it is called the
+    /// machine builds no observation at all.
+    ///
+    /// Errors: [`UsageError::InvalidOption`] for a threshold out of range (see
+    /// [`ObserveOptions`]); nothing changes.
+    pub fn observe(&mut self, options: Option<ObserveOptions>) -> Result<(), UsageError> {
+        if let Some(o) = &options {
+            o.validate()?;
+        }
+        self.observe = options;
+        Ok(())
+    }
+
+    /// The next observation, oldest first; `None` when there is none. Drain it after
+    /// `poll_output` when observing (the order between the two queues is not kept).
+    pub fn poll_observation(&mut self) -> Option<Observed> {
+        self.observations.pop_front()
     }
 
     /// The backend this machine phrases requests for.
@@ -189,6 +215,9 @@ impl Machine {
                 self.next_lock += 1;
                 let id = LockId(self.next_lock);
                 let owner = crate::lock::Ctx::new_owner_from(&mut self.rng);
+                if let Some(o) = self.observe {
+                    self.observe_acquiring(id, &name, o);
+                }
                 let lock = Lock::new(id, name, options, owner, now);
                 self.locks.insert(id, lock);
                 self.with_lock(id, now, |lock, ctx| lock.start(ctx));
@@ -275,6 +304,35 @@ impl Machine {
         self.requests.len()
     }
 
+    /// `acquiring`, and `hot_lock` when the pending acquisitions of `name` reach
+    /// `hot_lock_waiters` (this one included).
+    #[inline(never)]
+    fn observe_acquiring(&mut self, id: LockId, name: &str, o: ObserveOptions) {
+        let mut push = |observation| {
+            self.observations.push_back(Observed {
+                lock: id,
+                name: name.to_owned(),
+                observation,
+            })
+        };
+        if o.events {
+            push(Observation::Acquiring);
+        }
+        if o.warnings && o.hot_lock_waiters > 0 {
+            let waiting = 1 + self
+                .locks
+                .values()
+                .filter(|l| l.is_acquiring() && l.acq.name == name)
+                .count();
+            if u32::try_from(waiting).is_ok_and(|n| n == o.hot_lock_waiters) {
+                push(Observation::HotLock {
+                    found_held: None,
+                    waiters: Some(o.hot_lock_waiters),
+                });
+            }
+        }
+    }
+
     fn timer_is_live(&self, at: Instant, lock: LockId, gen: u64) -> bool {
         self.locks.get(&lock).and_then(|l| l.acq.timer) == Some((at, gen))
     }
@@ -319,6 +377,8 @@ impl Machine {
             next_request: &mut self.next_request,
             requests: &mut self.requests,
             outputs: &mut self.outputs,
+            observe: self.observe.as_ref(),
+            observations: &mut self.observations,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
         };

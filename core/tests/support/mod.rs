@@ -84,6 +84,8 @@ pub struct Client {
     pub sent: Vec<(Instant, Request)>,
     /// When each request not yet answered or failed was emitted.
     pub pending_since: HashMap<RequestId, Instant>,
+    /// Observations, when the machine observes (`Machine::observe`).
+    pub observed: Vec<fencepost_core::Observed>,
 }
 
 impl Client {
@@ -95,6 +97,7 @@ impl Client {
             next_timeout: None,
             sent: Vec::new(),
             pending_since: HashMap::new(),
+            observed: Vec::new(),
         }
     }
 }
@@ -150,6 +153,9 @@ impl<S: Server> Timeline<S> {
                     break;
                 }
             }
+        }
+        while let Some(o) = client.machine.poll_observation() {
+            client.observed.push(o);
         }
     }
 
