@@ -30,9 +30,10 @@ use fencepost_core::backends::postgres::{
 use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
-    AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Instant, LockId, LockOptions,
-    LostReason, Machine as CoreMachine, Output, ProtocolError as CoreProtocolError, RedisCommand,
-    RedisScript, RedisValue, Reply, RequestBody, RequestId, UsageError,
+    AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Field, Instant, LockId,
+    LockOptions, LostReason, Machine as CoreMachine, ObserveOptions, Observed, Output,
+    ProtocolError as CoreProtocolError, RedisCommand, RedisScript, RedisValue, Reply, RequestBody,
+    RequestId, UsageError,
 };
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -439,6 +440,55 @@ fn lock_options(options: &Bound<'_, PyAny>) -> PyResult<LockOptions> {
         noun: "lock option",
     };
     from_tree(dict, || value_tree(dict, "options"), &keys)
+}
+
+/// The observation options dict (the core's `ObserveOptions`, durations in integer
+/// nanoseconds), or None.
+fn observe_options(options: &Bound<'_, PyAny>) -> PyResult<Option<ObserveOptions>> {
+    if options.is_none() {
+        return Ok(None);
+    }
+    let py = options.py();
+    let dict = options.cast::<PyDict>().map_err(|_| {
+        config_error(
+            py,
+            format!(
+                "observe options must be a dict or None, got {}",
+                describe(options)
+            ),
+        )
+    })?;
+    let keys = Keys {
+        argument: None,
+        noun: "observe option",
+    };
+    let o: ObserveOptions = from_tree(dict, || value_tree(dict, "options"), &keys)?;
+    o.validate().map_err(|e| usage_error(py, e))?;
+    Ok(Some(o))
+}
+
+/// One observation as Python sees it: `(lock_id, lock_name, event, level, fields,
+/// message)`; durations in the fields are float seconds.
+fn observed(py: Python<'_>, o: Observed) -> PyResult<Py<PyAny>> {
+    let fields = PyDict::new(py);
+    for (name, value) in o.observation.fields() {
+        match value {
+            Field::Duration(d) => fields.set_item(name, d.as_secs_f64())?,
+            Field::Count(n) => fields.set_item(name, n)?,
+            Field::Token(t) => fields.set_item(name, t.get())?,
+            Field::Text(s) => fields.set_item(name, s)?,
+        }
+    }
+    let message = o.observation.message(&o.name);
+    let tuple = (
+        o.lock.0,
+        o.name,
+        o.observation.name(),
+        o.observation.level(),
+        fields,
+        message,
+    );
+    Ok(tuple.into_pyobject(py)?.into_any().unbind())
 }
 
 /// The backend described by a settings dict, the core's `Backend` in serde form:
@@ -1704,6 +1754,30 @@ impl Machine {
         }
     }
 
+    /// Starts observing with `options`, a dict of the core's observation options (keys
+    /// left out take the defaults: `events` True, `warnings` True,
+    /// `late_renewal_fraction` 1/3, `held_long_ttls` 10, `hot_lock_attempts` 10,
+    /// `hot_lock_waiters` 10, `unreachable_every` 30 s in integer nanoseconds), or
+    /// stops with None. Until it is called the machine builds no observation.
+    ///
+    /// Errors: `ConfigError` naming the bad option.
+    fn observe(&mut self, py: Python<'_>, options: &Bound<'_, PyAny>) -> PyResult<()> {
+        let options = observe_options(options)?;
+        self.inner.observe(options).map_err(|e| usage_error(py, e))
+    }
+
+    /// Drains the observations: a list of `(lock_id, lock_name, event, level, fields,
+    /// message)` tuples, oldest first. `event` is the core's name (`"acquired"`, …,
+    /// `"server_unreachable"`), `level` `"debug"`, `"info"` or `"warning"`, `fields` a
+    /// dict (durations in float seconds, tokens and counts int, the rest str).
+    fn observations(&mut self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let mut out = Vec::new();
+        while let Some(o) = self.inner.poll_observation() {
+            out.push(observed(py, o)?);
+        }
+        Ok(out)
+    }
+
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
     /// None once the machine has forgotten the lock.
     fn owner(&self, lock: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
@@ -1750,6 +1824,14 @@ fn check_lock_options(
     backend
         .check_acquire(&name, &options)
         .map_err(|e| usage_error(py, e))
+}
+
+/// Checks observation options (a dict, see `Machine.observe`) without a machine.
+///
+/// Errors: `ConfigError` naming the bad option.
+#[pyfunction]
+fn check_observe_options(options: &Bound<'_, PyAny>) -> PyResult<()> {
+    observe_options(options).map(|_| ())
 }
 
 // ---- MemoryRedis --------------------------------------------------------------------
@@ -2286,6 +2368,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fence>()?;
     m.add("RedisErrorReply", m.py().get_type::<RedisErrorReply>())?;
     m.add_function(wrap_pyfunction!(check_lock_options, m)?)?;
+    m.add_function(wrap_pyfunction!(check_observe_options, m)?)?;
     m.add_function(wrap_pyfunction!(sql_fenced_update, m)?)?;
     m.add_function(wrap_pyfunction!(redis_fenced_set, m)?)?;
     m.add_function(wrap_pyfunction!(read_redis_fenced_set, m)?)?;

@@ -1,4 +1,4 @@
-"""The package imports in one direction: errors, leases, driver, backend, lock, then the
+"""The package imports in one direction: errors, then leases, units and observations, driver, backend, lock, then the
 adapters, then ``__init__``. No module imports one later in that order, not even inside
 a function or under ``TYPE_CHECKING`` (an import hidden in a function is a cycle all
 the same). The native ``_core`` is below them all."""
@@ -19,6 +19,8 @@ LAYERS: Dict[str, int] = {
     "_core": 0,
     "errors": 1,
     "_lease": 2,
+    "_units": 2,
+    "observe": 2,
     "_driver": 3,
     "_backend": 4,
     "lock": 5,

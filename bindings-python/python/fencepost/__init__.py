@@ -25,7 +25,7 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from . import errors
+from . import errors, observe
 from ._backend import Backend
 from ._core import CORE_VERSION as _CORE_VERSION
 from ._core import Fence, redis_scripts, sql_fenced_update
@@ -41,6 +41,7 @@ from .errors import (
 )
 from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
+from .observe import Observation
 
 if TYPE_CHECKING:
     from . import etcd, postgres, redis, redlock, zookeeper
@@ -61,6 +62,8 @@ __all__ = [
     "sql_fenced_update",
     "redis_scripts",
     "errors",
+    "observe",
+    "Observation",
     "FencepostError",
     "ConfigError",
     "ClockError",

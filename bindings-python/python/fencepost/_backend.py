@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Unio
 from . import _core
 from ._driver import AsyncDriver, Reachability, ThreadDriver
 from .errors import BackendError, ConfigError
+from ._units import Seconds, _count, _seconds_to_ns
+from .observe import ObserveCallback, Observer
 
 if TYPE_CHECKING:
     from ._core import BackendSpec, LockOptionsSpec
@@ -63,10 +65,56 @@ class Backend:
         self._closed = False
         #: Counts and reports transport failures (shared by this backend's drivers).
         self._reachability = Reachability(self._label())
+        #: What this backend's lock machines observe, and who hears it.
+        self._observer = Observer()
         #: Closers of clients this backend made itself (``from_url``): run by close().
         self._owned: List[Callable[[], object]] = []
         #: Closes of owned asyncio clients still running (see :meth:`aclose`).
         self._closes_pending: Set["asyncio.Future[Any]"] = set()
+
+    def observe(
+        self,
+        callback: Optional[ObserveCallback] = None,
+        *,
+        late_renewal_fraction: float = 1 / 3,
+        held_long_ttls: int = 10,
+        hot_lock_attempts: int = 10,
+        hot_lock_waiters: int = 10,
+        unreachable_every: Seconds = 30.0,
+    ) -> None:
+        """Sets this backend's observation callback and the warnings' thresholds
+        (see :mod:`fencepost.observe`). Every event and warning of every lock on this
+        backend is then handed to ``callback`` (None: only the ``fencepost`` logger
+        hears them); a later call replaces the earlier settings. Takes effect for
+        acquisitions started from now on.
+
+        Args:
+            callback: called with each :class:`fencepost.observe.Observation`, on the
+                thread running the lock machine; exceptions it raises are logged.
+            late_renewal_fraction: ``renewal_late`` when a renewal is confirmed with
+                less than this fraction of the validity left (0 ..= 1; 0: never).
+            held_long_ttls: ``held_long`` once one lease has been held this many TTLs
+                (0: never).
+            hot_lock_attempts: ``hot_lock`` when one acquisition found the lock held
+                this many times before its grant or timeout (0: never).
+            hot_lock_waiters: ``hot_lock`` when this many acquisitions of one name are
+                pending in one lock machine (0: never).
+            unreachable_every: seconds between two ``server_unreachable`` warnings
+                while an acquisition without ``acquire_timeout`` cannot reach the server
+                (at least 0.001).
+
+        Raises:
+            ConfigError: a callback that is not callable, or a threshold of the wrong
+                type or out of range (naming it).
+        """
+        options = {
+            "late_renewal_fraction": late_renewal_fraction,
+            "held_long_ttls": _count("held_long_ttls", held_long_ttls),
+            "hot_lock_attempts": _count("hot_lock_attempts", hot_lock_attempts),
+            "hot_lock_waiters": _count("hot_lock_waiters", hot_lock_waiters),
+            "unreachable_every": _seconds_to_ns("unreachable_every", unreachable_every),
+        }
+        self._observer.configure(callback, options)
 
     def _label(self) -> str:
         """How messages name this backend (its class name)."""

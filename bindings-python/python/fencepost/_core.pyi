@@ -504,6 +504,17 @@ class Machine:
         Raises: ClockError."""
     def poll(self) -> Tuple[List[Output], Optional[int]]:
         """Drains pending outputs: ``(outputs in order, next_timeout_ns or None)``."""
+    def observe(self, options: Optional[Dict[str, object]]) -> None:
+        """Starts observing with ``options`` (the core's observation options: ``events``,
+        ``warnings``, ``late_renewal_fraction``, ``held_long_ttls``,
+        ``hot_lock_attempts``, ``hot_lock_waiters``, ``unreachable_every`` in integer
+        ns; left-out keys take the defaults), or stops with None.
+
+        Raises: ConfigError naming the bad option."""
+    def observations(self) -> List[Tuple[int, str, str, str, Dict[str, object], str]]:
+        """Drains the observations: ``(lock_id, lock_name, event, level, fields,
+        message)``, oldest first; ``level`` is ``"debug"``, ``"info"`` or ``"warning"``;
+        durations in ``fields`` are float seconds."""
     def owner(self, lock: int) -> Optional[str]:
         """Owner id of ``lock`` (32 lowercase hex digits) while the machine knows it."""
     def valid_until_ns(self, lock: int) -> Optional[int]:
@@ -512,6 +523,11 @@ class Machine:
         """Locks tracked (pending, held, or finished with requests in flight)."""
     def requests_in_flight(self) -> int:
         """Requests awaiting a reply or transport error."""
+
+def check_observe_options(options: Optional[Dict[str, object]]) -> None:
+    """Checks observation options as :meth:`Machine.observe` would.
+
+    Raises: ConfigError naming the bad option."""
 
 def check_lock_options(
     name: str, options: LockOptionsSpec, *, backend: Optional[BackendSpec] = None

@@ -51,6 +51,7 @@ from typing import (
     Optional,
     Protocol,
     Set,
+    Tuple,
     TypeVar,
     Union,
 )
@@ -59,6 +60,7 @@ from . import _core
 from ._lease import Lease, SyncLease
 from ._lease import lost_error
 from .errors import AcquireTimeout, BackendError, ConfigError, FencepostError, ProtocolError
+from .observe import ObserveCallback, Observer
 
 __all__ = [
     "AsyncDriver",
@@ -167,6 +169,8 @@ class DriverHost(Protocol):
 
     #: Counts transport failures and reports them (one per backend).
     _reachability: Reachability
+    #: What the machines observe, and who hears it (one per backend).
+    _observer: Observer
 
     def _new_machine(self) -> _core.Machine: ...
 
@@ -264,9 +268,13 @@ def describe_exception(exc: BaseException) -> str:
 class AsyncAcquisition:
     """One acquisition driven by an :class:`AsyncDriver`: its futures and lease."""
 
-    def __init__(self, driver: AsyncDriver, name: str) -> None:
+    def __init__(
+        self, driver: AsyncDriver, name: str, on_event: Optional[ObserveCallback] = None
+    ) -> None:
         self.driver = driver
         self.name = name
+        #: The lock's own observation callback.
+        self.observe_callback = on_event
         self.lock_id = -1
         #: Resolved with the lease; set to None once the caller has it (the future
         #: would keep the lease alive otherwise).
@@ -447,7 +455,11 @@ class SyncAcquisition:
     """One acquisition driven by a :class:`ThreadDriver`: its outcomes and lease. Its
     methods run on whichever thread holds the driver's lock."""
 
-    def __init__(self, driver: ThreadDriver, name: str) -> None:
+    def __init__(
+        self, driver: ThreadDriver, name: str, on_event: Optional[ObserveCallback] = None
+    ) -> None:
+        #: The lock's own observation callback.
+        self.observe_callback = on_event
         self.driver = driver
         self.name = name
         self.lock_id = -1
@@ -560,6 +572,8 @@ class AsyncDriver:
         self.loop = loop
         self._machine = backend._new_machine()
         self._acquisitions: Dict[int, AsyncAcquisition] = {}
+        #: What the machine was last told to observe (None: nothing yet).
+        self._observing: Optional[Tuple[bool, bool, int]] = None
         self._tasks: Set[asyncio.Task[None]] = set()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at: Optional[int] = None
@@ -576,6 +590,7 @@ class AsyncDriver:
     def start(self, acquisition: AsyncAcquisition, options: _core.LockOptionsSpec) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
         self._check_open()
+        self._observing = self.backend._observer.sync(self._machine, self._observing)
         lock = self._machine.acquire(time.monotonic_ns(), acquisition.name, options)
         acquisition.lock_id = lock
         self._acquisitions[lock] = acquisition
@@ -756,7 +771,15 @@ class AsyncDriver:
         if self._closed:
             raise BackendError("this backend is closed; create a new one")
 
+    def _lock_callback(self, lock: int) -> Optional[ObserveCallback]:
+        acquisition = self._acquisitions.get(lock)
+        return None if acquisition is None else acquisition.observe_callback
+
     def _drain(self) -> None:
+        observing = self._observing
+        if observing is not None and (observing[0] or observing[1]):
+            # before the outputs: a terminal event forgets the lock's callback
+            self.backend._observer.deliver(self._machine, self._lock_callback)
         outputs, next_ns = self._machine.poll()
         orphaned = self.loop.is_closed()
         for output in outputs:
@@ -1011,6 +1034,8 @@ class ThreadDriver:
     def __init__(self, backend: DriverHost) -> None:
         self.backend = backend
         self._machine = backend._new_machine()
+        #: What the machine was last told to observe (None: nothing yet).
+        self._observing: Optional[Tuple[bool, bool, int]] = None
         self._lock = threading.RLock()
         #: The driver thread sleeps on it.
         self._cond = threading.Condition(self._lock)
@@ -1040,6 +1065,7 @@ class ThreadDriver:
         with self._lock:
             if self._closed:
                 raise BackendError("this backend is closed; create a new one")
+            self._observing = self.backend._observer.sync(self._machine, self._observing)
             now = time.monotonic_ns()
             lock = self._machine.acquire(now, acquisition.name, options)
             acquisition.lock_id = lock
@@ -1155,8 +1181,16 @@ class ThreadDriver:
 
     # -- the loop --
 
+    def _lock_callback(self, lock: int) -> Optional[ObserveCallback]:
+        acquisition = self._acquisitions.get(lock)
+        return None if acquisition is None else acquisition.observe_callback
+
     def _drain(self) -> None:
         """Handles the machine's outputs (called with ``self._lock`` held)."""
+        observing = self._observing
+        if observing is not None and (observing[0] or observing[1]):
+            # before the outputs: a terminal event forgets the lock's callback
+            self.backend._observer.deliver(self._machine, self._lock_callback)
         outputs, next_ns = self._machine.poll()
         acquisitions = self._acquisitions
         for output in outputs:

@@ -7,10 +7,7 @@ Durations are seconds, as ``float`` (or ``int``) or :class:`datetime.timedelta`.
 from __future__ import annotations
 
 import asyncio
-import math
-import numbers
 import sys
-from datetime import timedelta
 from types import TracebackType
 import threading
 from typing import Any, Dict, List, Optional, Type, Union
@@ -19,62 +16,11 @@ from . import _core
 from ._backend import Backend
 from ._driver import AsyncAcquisition, SyncAcquisition
 from ._lease import Lease, SyncLease
+from ._units import Seconds, _count, _optional_seconds_to_ns, _seconds_to_ns
 from .errors import AcquireTimeout, ConfigError, LockLost
+from .observe import ObserveCallback
 
 __all__ = ["Lock", "Lease", "SyncLease", "Seconds"]
-
-#: A duration in seconds: ``float``, ``int`` or :class:`datetime.timedelta`.
-Seconds = Union[float, int, timedelta]
-
-_NS_MAX = 2**64 - 1
-
-
-def _seconds_to_ns(param: str, value: object) -> int:
-    """Seconds (number or timedelta) to integer nanoseconds. The one place user
-    durations are converted; ranges are the core's to check, so only what the core
-    cannot be given is refused here: wrong types, NaN and infinities, negative values,
-    and values beyond 2**64 - 1 ns (whose message quotes the value as given)."""
-    if isinstance(value, timedelta):
-        ns = (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(
-            f"{param} must be a number of seconds (float or datetime.timedelta), got {value!r}",
-            option=param,
-        )
-    elif isinstance(value, numbers.Integral):
-        ns = int(value) * 1_000_000_000
-    else:
-        seconds = float(value)
-        if not math.isfinite(seconds):
-            raise ConfigError(
-                f"{param} must be a finite number of seconds, got {value!r}", option=param
-            )
-        scaled = seconds * 1e9  # infinite for 1e300: compared below, never rounded
-        ns = round(scaled) if math.isfinite(scaled) else (_NS_MAX + 1 if scaled > 0 else -1)
-    shown = repr(value) if isinstance(value, timedelta) else f"{value!r} s"
-    if ns < 0:
-        raise ConfigError(f"{param} must not be negative, got {shown}", option=param)
-    if ns > _NS_MAX:
-        raise ConfigError(
-            f"{param} is too long: durations must be below 2**64 ns (about 584 years), "
-            f"got {shown}",
-            option=param,
-        )
-    return ns
-
-
-def _optional_seconds_to_ns(param: str, value: object) -> Optional[int]:
-    return None if value is None else _seconds_to_ns(param, value)
-
-
-def _count(param: str, value: object) -> Optional[int]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
-        raise ConfigError(
-            f"{param} must be None or an int in 0 ..= 2**32 - 1, got {value!r}", option=param
-        )
-    return value
 
 
 def _token_floor(value: object) -> Optional[int]:
@@ -177,6 +123,11 @@ class Lock:
         replica_timeout: seconds each ``WAIT`` may block: at least 1 ms, below the
             validity; default 0.1. Keep it below the client's ``socket_timeout`` (the
             pipeline's reply waits for it).
+        on_event: called with each :class:`fencepost.observe.Observation` (event or
+            warning) of this lock's acquisitions, on the thread running the lock
+            machine, besides the backend's callback and the ``fencepost`` logger
+            (see :mod:`fencepost.observe`). Setting one makes the backend's machines
+            observe events.
 
     Raises:
         ConfigError: a value of the wrong type (``ttl="1"``, ``ttl=True``), NaN,
@@ -205,6 +156,7 @@ class Lock:
         token_floor: Optional[int] = None,
         min_replicas: int = 0,
         replica_timeout: Seconds = 0.1,
+        on_event: Optional[ObserveCallback] = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigError(
@@ -231,6 +183,8 @@ class Lock:
             "replica_timeout": _seconds_to_ns("replica_timeout", replica_timeout),
         }
         backend._check_lock_options(name, options)
+        backend._observer.lock_callback(on_event)
+        self._on_event = on_event
         self._backend = backend
         self._name = name
         self._options = options
@@ -321,7 +275,7 @@ class Lock:
     async def _acquire(self, timeout: object) -> Lease:
         options = self._options_for(timeout)
         driver = self._backend._async_driver()
-        acquisition = AsyncAcquisition(driver, self._name)
+        acquisition = AsyncAcquisition(driver, self._name, self._on_event)
         # Cancelled: the driver cancels the acquisition before CancelledError
         # propagates (releasing what the server may have granted).
         lease = await driver.acquire(acquisition, options)
@@ -418,7 +372,7 @@ class Lock:
     def _acquire_sync(self, timeout: object) -> SyncLease:
         options = self._options_for(timeout)
         driver = self._backend._sync_driver()
-        acquisition = SyncAcquisition(driver, self._name)
+        acquisition = SyncAcquisition(driver, self._name, self._on_event)
         # Interrupted: the driver cancels the acquisition before re-raising.
         lease = driver.acquire(acquisition, options)
         acquisition.acquired.forget()

@@ -75,7 +75,7 @@ from . import _core
 from ._backend import Backend
 from ._driver import AsyncDriver
 from .errors import AcquireTimeout, BackendError, ConfigError, DuplicateGrantWarning, StaleToken
-from .lock import Seconds, _seconds_to_ns
+from ._units import Seconds, _seconds_to_ns
 
 if TYPE_CHECKING:
     from ._core import PostgresSpec, SqlValue
