@@ -289,7 +289,29 @@ pub fn driver_with_machine<T: Transport, C: Clock>(
     clock: C,
 ) -> (Locks, impl Future<Output = ()>) {
     let (tx, rx) = mpsc::unbounded();
-    (Locks { commands: tx }, run(machine, transport, clock, rx))
+    (
+        Locks { commands: tx },
+        run(machine, transport, clock, rx, None),
+    )
+}
+
+/// A host's receiver of the machine's observations (see [`crate::Observation`]).
+pub type Observer = Box<dyn FnMut(crate::Observed) + Send>;
+
+/// [`driver_with_machine`] whose machine's observations (switch them on with
+/// [`Machine::observe`] first) go to `observer`, on the driver's task, after each
+/// input and before the outputs it caused are handled.
+pub fn driver_observed<T: Transport, C: Clock>(
+    machine: Machine,
+    transport: T,
+    clock: C,
+    observer: Observer,
+) -> (Locks, impl Future<Output = ()>) {
+    let (tx, rx) = mpsc::unbounded();
+    (
+        Locks { commands: tx },
+        run(machine, transport, clock, rx, Some(observer)),
+    )
 }
 
 async fn run<T: Transport, C: Clock>(
@@ -297,11 +319,17 @@ async fn run<T: Transport, C: Clock>(
     transport: T,
     clock: C,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    mut observer: Option<Observer>,
 ) {
     let mut slots: HashMap<LockId, Slot> = HashMap::new();
     let mut pending: FuturesUnordered<Pending<T, C>> = FuturesUnordered::new();
     let mut commands_open = true;
     loop {
+        if let Some(observe) = observer.as_mut() {
+            while let Some(o) = machine.poll_observation() {
+                observe(o);
+            }
+        }
         let next = drain(&mut machine, &transport, &clock, &mut pending, &mut slots);
         if !commands_open && slots.is_empty() && pending.is_empty() {
             return;

@@ -157,8 +157,8 @@ pub enum Observation {
 /// A field's value, for hosts that turn observations into their own records.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Field<'a> {
-    /// A duration; Python reports it in seconds, JavaScript in milliseconds
-    /// (`…Ms`), Rust as nanoseconds in `tracing`.
+    /// A duration; Python and the Rust crate's `tracing` events report it in seconds
+    /// (`f64`), JavaScript in milliseconds (`…Ms`).
     Duration(Duration),
     Count(u64),
     Token(FencingToken),

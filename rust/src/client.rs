@@ -107,8 +107,24 @@ impl Client {
         backend: Backend,
         clock: TokioClock,
     ) -> Result<Client, Error> {
-        let (locks, run) = driver::driver(backend.clone(), Dispatch(adapter.clone()), clock)
+        let mut machine = fencepost_core::Machine::new(backend.clone())
             .map_err(|e| Error::Backend(format!("cannot make owner ids: {e}")))?;
+        let transport = Dispatch(adapter.clone());
+        // observed only while a tracing subscriber listens to target "fencepost"
+        let (locks, run) = match crate::observe::wanted() {
+            Some(options) => {
+                machine
+                    .observe(Some(options))
+                    .map_err(|e| Error::Backend(e.to_string()))?;
+                let (locks, run) =
+                    driver::driver_observed(machine, transport, clock, crate::observe::observer());
+                (locks, run.left_future())
+            }
+            None => {
+                let (locks, run) = driver::driver_with_machine(machine, transport, clock);
+                (locks, run.right_future())
+            }
+        };
         // ends by itself once every handle and lease is gone
         let task = tokio::spawn(run);
         Ok(Client {

@@ -37,6 +37,18 @@
 //! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
 //! | `cli` | the `fencepost` binary | clap, nix |
 //!
+//! ## Observability
+//! With a `tracing` subscriber interested in the target `fencepost` (at INFO for the
+//! events, WARN for the warnings) when a [`Client`] is made, every acquisition is a span
+//! `fencepost.lock` (`lock`, `lock_id`) and each of the core's observations an event in
+//! it: `acquiring`, `acquired` (`token`, `waited`, `attempts`), `renewed`
+//! (`validity_left`), `renewal_failing` (`error`, `retry_in`, `deadline_in`), `lost`
+//! (`reason`, `held_for`), `released` (`held_for`), `acquire_timed_out`, `acquire_failed`,
+//! `backend_error` (`operation`, `error`), and the warnings `renewal_late`, `held_long`,
+//! `hot_lock`, `server_unreachable` (field `warning = true`, at WARN, the message naming
+//! what to change). Field `event` is the name; durations are `f64` seconds. Without a
+//! subscriber the machine observes nothing.
+//!
 //! Units: every duration is a [`std::time::Duration`]; tokens are
 //! [`FencingToken`]s (server-assigned, strictly increasing per lock).
 
@@ -45,6 +57,7 @@
 mod adapters;
 mod client;
 mod error;
+mod observe;
 mod url;
 
 pub use client::{Client, Holder, Lease, LeaseHandle};
