@@ -121,7 +121,9 @@ export type LostReason =
  *   (`ttlMs: 0`, `renewEveryMs >= ttlMs`, a correctness lock on Redis without opt-in).
  */
 export declare class Lock {
-  constructor(backend: Backend, name: string, options?: LockOptions)
+  /** `onEvent` is this lock's own observation callback (see `Backend.observe`), called
+   * besides the backend's; setting one makes the backend's machine observe events. */
+  constructor(backend: Backend, name: string, options?: LockOptions & { onEvent?: ObserveCallback | null })
   /** The lock name. */
   readonly name: string
   /** The backend the lock lives on. */
@@ -260,7 +262,99 @@ export declare abstract class Backend {
    * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string.
    */
   forceRelease(name: string): Promise<boolean>
+  /**
+   * Sets this backend's observation callback and the warnings' thresholds. Every event
+   * and warning of every lock on this backend (decided by the core: the same names and
+   * fields in every language) goes to `onEvent`, to the diagnostics channels
+   * `fencepost:<event>` and `fencepost:observation` (`node:diagnostics_channel` on Node,
+   * `diagnosticsChannel` elsewhere), and, for warnings, to a process warning (type
+   * 'FencepostWarning', code `FENCEPOST_RENEWAL_LATE`, …) unless `processWarnings` is
+   * false. The machine observes nothing while nothing listens (checked when an
+   * acquisition starts). A later call replaces every setting.
+   *
+   * @throws ConfigError (`ERR_CONFIG`) for an unknown option, a value of the wrong type or
+   *   out of range (`lateRenewalFraction` 0 ..= 1, counts 0 ..= 2**32 - 1,
+   *   `unreachableEveryMs` at least 1), naming it.
+   */
+  observe(options?: ObserveOptions): void
 }
+
+/** The events, in the core's order. */
+export type ObservationEvent =
+  | 'acquiring' | 'acquired' | 'renewed' | 'renewal_failing' | 'lost' | 'released'
+  | 'acquire_timed_out' | 'acquire_failed' | 'backend_error'
+/** The warnings: pitfalls the core sees happening, each message naming what to change. */
+export type ObservationWarning = 'renewal_late' | 'held_long' | 'hot_lock' | 'server_unreachable'
+
+/**
+ * One event or warning about one lock. `fields` by event (durations in ms):
+ * `acquired` { token, waitedMs, attempts }; `renewed` { validityLeftMs };
+ * `renewal_failing` { error, retryInMs, deadlineInMs }; `lost` { reason, heldForMs? };
+ * `released` { heldForMs? } (absent: cancelled before a grant); `acquire_timed_out`
+ * { waitedMs, attempts, lastError? }; `acquire_failed` { waitedMs, error };
+ * `backend_error` { operation, error }; `renewal_late` { validityLeftMs, validityMs };
+ * `held_long` { heldForMs, ttlMs }; `hot_lock` { foundHeld } or { waiters };
+ * `server_unreachable` { unreachableForMs, attempts, lastError? }.
+ */
+export interface Observation {
+  event: ObservationEvent | ObservationWarning
+  /** The lock name. */
+  lock: string
+  /** The acquisition's id in its backend's machine. */
+  lockId: number
+  level: 'debug' | 'info' | 'warning'
+  /** Whether it is a warning (a pitfall to fix) rather than an event. */
+  warning: boolean
+  fields: { [field: string]: number | bigint | string }
+  /** A one-line text; a warning's names what to change (the core's option names). */
+  message: string
+}
+
+/** Called on the event loop with each observation; what it throws is reported as an
+ * uncaught exception (on a microtask) and the lock goes on. */
+export type ObserveCallback = (observation: Observation) => void
+
+export interface ObserveOptions {
+  /** Called with every event and warning of the backend's locks. */
+  onEvent?: ObserveCallback | null
+  /** Warnings as process warnings too (default true). */
+  processWarnings?: boolean
+  /** `renewal_late` when a renewal is confirmed with less than this fraction of the
+   * validity left: 0 ..= 1, default 1/3 (0: never). */
+  lateRenewalFraction?: number
+  /** `held_long` once one lease has been held this many TTLs: default 10 (0: never). */
+  heldLongTtls?: number
+  /** `hot_lock` when one acquisition found the lock held this many times before its grant
+   * or timeout: default 10 (0: never). */
+  hotLockAttempts?: number
+  /** `hot_lock` when this many acquisitions of one name are pending on this backend:
+   * default 10 (0: never). */
+  hotLockWaiters?: number
+  /** Milliseconds between two `server_unreachable` warnings while an acquisition without
+   * `acquireTimeoutMs` cannot reach the server: default 30000, at least 1. */
+  unreachableEveryMs?: number
+}
+
+/** A channel as `node:diagnostics_channel` has it. */
+export interface DiagnosticsChannelLike {
+  readonly name: string | symbol
+  readonly hasSubscribers: boolean
+  subscribe(onMessage: (message: unknown, name: string | symbol) => void): void
+  unsubscribe(onMessage: (message: unknown, name: string | symbol) => void): boolean
+  publish(message: unknown): void
+}
+/** `node:diagnostics_channel` where the runtime has it, else a stand-in with the same
+ * surface (browsers, workerd without Node compatibility): subscribe to
+ * `fencepost:<event>` or `fencepost:observation` to hear every `Observation`. */
+export declare const diagnosticsChannel: {
+  channel(name: string): DiagnosticsChannelLike
+  subscribe(name: string, onMessage: (message: unknown, name: string | symbol) => void): void
+  unsubscribe(name: string, onMessage: (message: unknown, name: string | symbol) => void): boolean
+}
+/** Every event name, in the core's order. */
+export declare const OBSERVATION_EVENTS: readonly ObservationEvent[]
+/** Every warning name. */
+export declare const OBSERVATION_WARNINGS: readonly ObservationWarning[]
 
 /** The Lua scripts fencepost runs on Redis (`acquire_fair` and `release_fair` on a fair
  * backend; `is_locked` and `force_release` for `isLocked` / `forceRelease`). */
@@ -1024,6 +1118,12 @@ export declare class LockMachine {
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
   poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineSqlRequest | MachineEvent>, nextTimeoutMs: number | null }
+  /** Starts observing (each option optional: `events` and `warnings` default true, the
+   * thresholds as in `ObserveOptions`), or stops with `null`; until then the machine
+   * builds no observation. @throws ConfigError naming a bad option */
+  observe(options: { events?: boolean, warnings?: boolean, lateRenewalFraction?: number, heldLongTtls?: number, hotLockAttempts?: number, hotLockWaiters?: number, unreachableEveryMs?: number } | null): void
+  /** Drains the observations, oldest first. */
+  observations(): Observation[]
   /** The owner id of `lock`, or `null` once forgotten. */
   owner(lock: number): string | null
   /** The validity deadline of `lock` while held, else `null`. */

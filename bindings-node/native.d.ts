@@ -81,6 +81,18 @@ export declare class Machine {
    */
   pollFlat(): Array<unknown>
   /**
+   * Starts observing with `options`, `[events, warnings, lateRenewalFraction,
+   * heldLongTtls, hotLockAttempts, hotLockWaiters, unreachableEveryMs]` (booleans as 0
+   * or 1), or stops with `null`. Throws `ERR_CONFIG` naming a bad option.
+   */
+  observe(options?: Array<number> | undefined | null): void
+  /**
+   * Drains the observations as one flat array: per observation `lockId, name,
+   * event, level, message, fieldCount`, then `fieldCount` name/value pairs
+   * (js/observe.js decodes it).
+   */
+  observeFlat(): unknown[]
+  /**
    * The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
    * `null` once the machine has forgotten the lock.
    */

@@ -17,7 +17,7 @@ import api from './dist/web/fencepost_api.mjs'
 let fencepost
 export let Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
   UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
-  redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
+  redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, diagnosticsChannel, OBSERVATION_EVENTS, OBSERVATION_WARNINGS, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
   StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
 export { fencepost as default }
 
@@ -27,7 +27,7 @@ function ready () {
     ({
       Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
       UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
-      redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
+      redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, diagnosticsChannel, OBSERVATION_EVENTS, OBSERVATION_WARNINGS, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
       StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
     } = f)
     fencepost = f

@@ -27,6 +27,7 @@ const check = require('./check')
 const { Driver, Reachability, now, describeError, singleUseSignals } = require('./driver')
 const { BackendError, ConfigError, FencepostError, ProtocolError, translate } = require('./errors')
 const { Lease } = require('./lock')
+const { Observer } = require('./observe')
 
 function createBackends (native, LockMachine, fence) {
   /** The base of every backend: owns one lock machine and its driver (made on first use). */
@@ -39,6 +40,28 @@ function createBackends (native, LockMachine, fence) {
       this._reachability = new Reachability(this._label())
       /** closers of a client this backend made itself (backendFromUrl): run by close() */
       this._owned = []
+      /** what this backend's machine observes, and who hears it (see js/observe.js) */
+      this._observer = new Observer()
+    }
+
+    /**
+     * Sets this backend's observation callback and warning thresholds (see the README's
+     * Observability section): `onEvent(observation)` is called with every event and
+     * warning of every lock on this backend, `{ event, lock, lockId, level, warning,
+     * fields, message }` (durations in `fields` in ms: `waitedMs`, `heldForMs`, …). The
+     * same objects are published on the diagnostics channels `fencepost:<event>` and
+     * `fencepost:observation`. Options, each optional: `onEvent` (a function or null),
+     * `processWarnings` (default true: each warning is also a process warning, type
+     * 'FencepostWarning', code 'FENCEPOST_<NAME>'), `lateRenewalFraction` (1/3),
+     * `heldLongTtls` (10), `hotLockAttempts` (10), `hotLockWaiters` (10),
+     * `unreachableEveryMs` (30000). Takes effect for acquisitions started from now on;
+     * a later call replaces every setting. Throws ConfigError naming a bad option.
+     */
+    observe (options) {
+      this._observer.configure(options, (numbers) => {
+        const m = new LockMachine({ ...this._machineOptions(), seed: 0 })
+        m._observe(numbers)
+      })
     }
 
     /** How messages name this backend (its class name). */

@@ -131,6 +131,9 @@ class Driver {
     this.closed = false
     /** after close: the requests still out, the timer bounding them, and who waits */
     this.afterClose = null
+    /** what the machine was last told to observe (see js/observe.js) */
+    this.observing = null
+    this._lockCallbackBound = (lock) => this.acquisitions.get(lock)?.lock?._onEvent
   }
 
   // -- inputs from the Lock API --
@@ -138,6 +141,8 @@ class Driver {
   /** Starts acquiring; throws ConfigError for options the core refuses. */
   start (acquisition, options) {
     this._checkOpen()
+    const observer = this.backend._observer
+    if (observer !== undefined) this.observing = observer.sync(this.machine, this.observing)
     acquisition.lockId = this.machine._acquire(now(), acquisition.name, options)
     this.acquisitions.set(acquisition.lockId, acquisition)
     this._drain()
@@ -242,6 +247,11 @@ class Driver {
     try {
       do {
         this.redrain = false
+        const observing = this.observing
+        if (observing !== null && (observing.events || observing.warnings)) {
+          // before the outputs: a terminal event forgets the lock's callback
+          this.backend._observer.deliver(this.machine, this._lockCallbackBound)
+        }
         const { outputs, nextTimeoutMs } = this.machine._poll()
         this.machineAt = nextTimeoutMs
         for (const output of outputs) {

@@ -10,6 +10,7 @@ const { createLockMachine } = require('./machine')
 const { createFence } = require('./fence')
 const { createBackends } = require('./backends')
 const { createLock, Lease } = require('./lock')
+const observe = require('./observe')
 
 function createFencepost (native, implementation) {
   const LockMachine = createLockMachine(native)
@@ -38,6 +39,9 @@ function createFencepost (native, implementation) {
     etcdFencedTxn: fence.etcdFencedTxn,
     readEtcdFencedTxn: fence.readEtcdFencedTxn,
     LockMachine,
+    diagnosticsChannel: observe.diagnosticsChannel,
+    OBSERVATION_EVENTS: observe.EVENTS,
+    OBSERVATION_WARNINGS: observe.WARNINGS,
     FencepostError: errors.FencepostError,
     ConfigError: errors.ConfigError,
     ClockError: errors.ClockError,

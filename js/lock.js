@@ -4,6 +4,7 @@
 
 const check = require('./check')
 const { now } = require('./driver')
+const { callbackOrNull } = require('./observe')
 const {
   AcquireTimeoutError,
   BackendError,
@@ -286,11 +287,20 @@ function createLock (isBackend) {
         throw new ConfigError(`backend must be a fencepost backend (MemoryBackend, RedisBackend), got ${check.describe(backend)}`)
       }
       check.string(name, 'lock name')
+      let onEvent = null
+      if (options !== null && typeof options === 'object' && 'onEvent' in options) {
+        const { onEvent: fn, ...rest } = options
+        onEvent = callbackOrNull(fn, 'onEvent')
+        options = rest
+      }
       const normalized = check.lockOptions(options)
       backend._machineCheck(name, normalized)
+      backend._observer?.lockCallback(onEvent)
       this._backend = backend
       this._name = name
       this._options = normalized
+      /** this lock's own observation callback (see Backend.observe) */
+      this._onEvent = onEvent
     }
 
     get name () { return this._name }

@@ -6,6 +6,7 @@
 
 const check = require('./check')
 const { ConfigError, fromNative, translate } = require('./errors')
+const { decodeObservations } = require('./observe')
 
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
@@ -264,6 +265,38 @@ function createLockMachine (native) {
       let flat
       try { flat = this._m.pollFlat() } catch (error) { throw fromNative(error) }
       return decodeOutputs(flat)
+    }
+
+    /**
+     * Starts observing (`options`: `{ events, warnings, lateRenewalFraction, heldLongTtls,
+     * hotLockAttempts, hotLockWaiters, unreachableEveryMs }`, each optional, defaults true,
+     * true, 1/3, 10, 10, 10, 30000), or stops with `null`. Until then the machine builds no
+     * observation. Throws ConfigError naming a bad option.
+     */
+    observe (options) {
+      if (options === null || options === undefined) return this._observe(null)
+      const o = check.plainObject(options, 'observe options')
+      const flag = (key) => o[key] === undefined ? 1 : (check.boolean(o[key], key) ? 1 : 0)
+      const num = (key, d) => {
+        if (o[key] === undefined) return d
+        if (typeof o[key] !== 'number') throw new ConfigError(`${key} must be a number, got ${check.describe(o[key])}`, { option: key })
+        return o[key]
+      }
+      this._observe([flag('events'), flag('warnings'), num('lateRenewalFraction', 1 / 3), num('heldLongTtls', 10),
+        num('hotLockAttempts', 10), num('hotLockWaiters', 10), num('unreachableEveryMs', 30000)])
+    }
+
+    /** Drains the observations: `[{ event, lock, lockId, level, warning, fields, message }]`. */
+    observations () { return this._observations() }
+
+    _observe (numbers) {
+      try { this._m.observe(numbers) } catch (error) { throw fromNative(error) }
+    }
+
+    _observations () {
+      let flat
+      try { flat = this._m.observeFlat() } catch (error) { throw fromNative(error) }
+      return decodeObservations(flat)
     }
 
     owner (lock) {

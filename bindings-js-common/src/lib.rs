@@ -38,9 +38,9 @@ use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
 use fencepost_core::text::number;
 use fencepost_core::{
-    AcquireFailedReason, Backend, FencingToken, Input, Instant, LockId, LockOptions, LostReason,
-    Machine, Operation, Output, OwnerId, Purpose, RedisCommand, RedisScript, RedisValue, Reply,
-    RequestBody, RequestId, StaleReason, StaleToken, UsageError,
+    AcquireFailedReason, Backend, FencingToken, Field, Input, Instant, LockId, LockOptions,
+    LostReason, Machine, ObserveOptions, Operation, Output, OwnerId, Purpose, RedisCommand,
+    RedisScript, RedisValue, Reply, RequestBody, RequestId, StaleReason, StaleToken, UsageError,
 };
 use serde::de::{self, value::MapDeserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
@@ -545,6 +545,27 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
     }
 }
 
+/// A core field name in the JavaScript spelling: `held_for` → `heldFor`, and
+/// `heldForMs` for a duration.
+fn js_field_name(name: &str, duration: bool) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    if duration {
+        out.push_str("Ms");
+    }
+    out
+}
+
 /// `fooBar` → `foo_bar`.
 fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
@@ -849,6 +870,88 @@ impl JsMachine {
                 output => js_outputs::encode_output(&output, push)?,
             }
         }
+    }
+
+    /// Starts observing with `options`, `[events, warnings, lateRenewalFraction,
+    /// heldLongTtls, hotLockAttempts, hotLockWaiters, unreachableEveryMs]` (booleans as
+    /// 0 or 1), or stops with `None`. Counts must be integers in 0 ..= 2^32 − 1; the
+    /// ranges are the core's ([`ObserveOptions::validate`]).
+    pub fn observe(&mut self, options: Option<&[f64]>) -> Result<()> {
+        let Some(o) = options else {
+            return Ok(self.inner.observe(None)?);
+        };
+        let [events, warnings, fraction, held_long, attempts, waiters, every] = o else {
+            return Err(JsError::config(
+                "observe options must be 7 numbers (a JavaScript half and an addon of different versions?)",
+            ));
+        };
+        let count = |n: f64, option: &str| {
+            if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
+                Ok(n as u32)
+            } else {
+                Err(JsError {
+                    option: Some(option.to_owned()),
+                    ..JsError::config(format!(
+                        "{option} must be an integer in 0 ..= 2^32 − 1, got {}",
+                        number(n)
+                    ))
+                })
+            }
+        };
+        let every = ms_to_ns(*every, "unreachableEveryMs").map_err(|e| JsError {
+            option: Some("unreachableEveryMs".to_owned()),
+            ..e
+        })?;
+        let options = ObserveOptions {
+            events: *events != 0.0,
+            warnings: *warnings != 0.0,
+            late_renewal_fraction: *fraction,
+            held_long_ttls: count(*held_long, "heldLongTtls")?,
+            hot_lock_attempts: count(*attempts, "hotLockAttempts")?,
+            hot_lock_waiters: count(*waiters, "hotLockWaiters")?,
+            unreachable_every: core::time::Duration::from_nanos(every),
+        };
+        self.inner.observe(Some(options)).map_err(|e| {
+            let mut e = JsError::from(e);
+            if let Some(option) = &mut e.option {
+                *option = js_field_name(option, option == "unreachable_every");
+            }
+            e.message = e
+                .message
+                .replace("late_renewal_fraction", "lateRenewalFraction")
+                .replace("unreachable_every", "unreachableEveryMs");
+            e
+        })
+    }
+
+    /// Drains the observations into `push`, each as `lockId, name, event, level,
+    /// message, fieldCount`, then `fieldCount` pairs of a name in the JavaScript
+    /// spelling (`validityLeftMs`, `heldForMs`, `foundHeld`) and its value (durations
+    /// in ms, counts numbers, tokens bigints, the rest strings).
+    pub fn poll_observations<E>(
+        &mut self,
+        push: &mut impl FnMut(FlatValue<'_>) -> core::result::Result<(), E>,
+    ) -> core::result::Result<(), E> {
+        while let Some(o) = self.inner.poll_observation() {
+            let fields = o.observation.fields();
+            push(FlatValue::Number(o.lock.0 as f64))?;
+            push(FlatValue::Text(Cow::Borrowed(&o.name)))?;
+            push(FlatValue::Text(Cow::Borrowed(o.observation.name())))?;
+            push(FlatValue::Text(Cow::Borrowed(o.observation.level())))?;
+            push(FlatValue::Text(Cow::Owned(o.observation.message(&o.name))))?;
+            push(FlatValue::Number(fields.len() as f64))?;
+            for (name, value) in fields {
+                let duration = matches!(value, Field::Duration(_));
+                push(FlatValue::Text(Cow::Owned(js_field_name(name, duration))))?;
+                push(match value {
+                    Field::Duration(d) => FlatValue::Number(d.as_nanos() as f64 / 1e6),
+                    Field::Count(n) => FlatValue::Number(n as f64),
+                    Field::Token(t) => FlatValue::Token(t.get()),
+                    Field::Text(s) => FlatValue::Text(Cow::Borrowed(s)),
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The owner id of `lock` (32 lowercase hex digits), `None` once forgotten.

@@ -553,6 +553,29 @@ impl Machine {
         Ok(out)
     }
 
+    /// Starts observing with `options`, `[events, warnings, lateRenewalFraction,
+    /// heldLongTtls, hotLockAttempts, hotLockWaiters, unreachableEveryMs]` (booleans as 0
+    /// or 1), or stops with `null`. Throws `ERR_CONFIG` naming a bad option.
+    #[napi]
+    pub fn observe(&mut self, env: Env, options: Option<Vec<f64>>) -> napi::Result<()> {
+        js(&env, self.inner.observe(options.as_deref()))
+    }
+
+    /// Drains the observations as one flat array: per observation `lockId, name,
+    /// event, level, message, fieldCount`, then `fieldCount` name/value pairs
+    /// (js/observe.js decodes it).
+    #[napi]
+    pub fn observe_flat<'env>(&mut self, env: &'env Env) -> napi::Result<Array<'env>> {
+        let mut out = env.create_array(0)?;
+        self.inner.poll_observations(&mut |value| match value {
+            FlatValue::Number(n) => out.insert(n),
+            FlatValue::Text(t) => out.insert(t.as_ref()),
+            FlatValue::Token(t) => out.insert(BigInt::from(t)),
+            FlatValue::Null => out.insert(Option::<f64>::None),
+        })?;
+        Ok(out)
+    }
+
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
     /// `null` once the machine has forgotten the lock.
     #[napi]

@@ -543,6 +543,39 @@ impl Machine {
         out
     }
 
+    /// Starts observing with `options`, an array `[events, warnings,
+    /// lateRenewalFraction, heldLongTtls, hotLockAttempts, hotLockWaiters,
+    /// unreachableEveryMs]` of numbers (booleans as 0 or 1), or stops with `null`.
+    /// Throws `ERR_CONFIG` naming a bad option.
+    pub fn observe(&mut self, options: JsValue) -> Result<(), JsValue> {
+        if options.is_null() || options.is_undefined() {
+            return js(self.inner.observe(None));
+        }
+        let numbers: Vec<f64> = Array::from(&options)
+            .iter()
+            .map(|v| v.as_f64().unwrap_or(f64::NAN))
+            .collect();
+        js(self.inner.observe(Some(&numbers)))
+    }
+
+    /// Drains the observations as one flat array: per observation `lockId, name,
+    /// event, level, message, fieldCount`, then `fieldCount` name/value pairs
+    /// (js/observe.js decodes it).
+    #[wasm_bindgen(js_name = observeFlat)]
+    pub fn observe_flat(&mut self) -> Array {
+        let out = Array::new();
+        let _ = self.inner.poll_observations(&mut |value| {
+            out.push(&match value {
+                FlatValue::Number(n) => JsValue::from_f64(n),
+                FlatValue::Text(t) => JsValue::from_str(&t),
+                FlatValue::Token(t) => JsValue::from(t),
+                FlatValue::Null => JsValue::NULL,
+            });
+            Ok::<(), core::convert::Infallible>(())
+        });
+        out
+    }
+
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
     /// `null` once the machine has forgotten the lock.
     pub fn owner(&self, lock: JsValue) -> Result<JsValue, JsValue> {
