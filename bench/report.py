@@ -100,6 +100,7 @@ def core_section(res: Dict[str, Any]) -> str:
     for key, what in [
         ("cycle/memory_redis", "one cycle acquire → held → renew → release, against `sim::MemoryRedis`"),
         ("cycle/memory_redis_fair", "the same cycle with fair hand-off on (queue-aware scripts, nobody waiting)"),
+        ("cycle/memory_redis_observed", "the first cycle with an observer attached (`Machine::observe`, every observation drained); the first row has none"),
         ("cycle/canned", "the same cycle, replies canned (the machine alone)"),
         ("timer_step/1000", "one timer step (one renewal due), machine holding 1,000 leases"),
         ("timer_step/10000", "… holding 10,000 leases"),

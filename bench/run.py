@@ -78,7 +78,7 @@ def core(args: argparse.Namespace) -> Dict[str, Any]:
         out["criterion_error"] = (p.stderr or p.stdout)[-2000:]
     else:
         crit: Dict[str, Any] = {}
-        for group, names in [("cycle", ["memory_redis", "memory_redis_fair", "canned"]), ("timer_step", ["1000", "10000", "100000"])]:
+        for group, names in [("cycle", ["memory_redis", "memory_redis_fair", "memory_redis_observed", "canned"]), ("timer_step", ["1000", "10000", "100000"])]:
             for name in names:
                 f = args.work / "criterion" / group / name / "new" / "estimates.json"
                 if f.exists():
@@ -116,7 +116,7 @@ def core(args: argparse.Namespace) -> Dict[str, Any]:
     calls: Dict[str, Any] = {}
     try:
         lo, hi = 1_000, 11_000
-        for mode, name in [("memory", "memory_redis"), ("memory-fair", "memory_redis_fair"), ("canned", "canned")]:
+        for mode, name in [("memory", "memory_redis"), ("memory-fair", "memory_redis_fair"), ("memory-observed", "memory_redis_observed"), ("canned", "canned")]:
             calls[f"cycle/{name}"] = (instructions(mode, str(hi)) - instructions(mode, str(lo))) / (hi - lo)
         for n in [1_000, 10_000, 100_000]:
             calls[f"timer_step/{n}"] = (instructions("fleet", str(n), str(hi)) - instructions("fleet", str(n), str(lo))) / (hi - lo)

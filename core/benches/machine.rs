@@ -5,6 +5,9 @@
 //!   `handle_input` / `poll_output` against the in-memory Redis (`memory::MemoryRedis`).
 //! * `cycle/memory_redis_fair` — the same with fair hand-off on (`RedisBackend::fair`):
 //!   the queue-aware acquire and release scripts, nobody waiting.
+//! * `cycle/memory_redis_observed` — `cycle/memory_redis` with an observer attached
+//!   (`Machine::observe`, events and warnings, every observation drained): beside
+//!   `cycle/memory_redis` (none attached) it is the A/B of the observations' cost.
 //! * `cycle/canned` — the same cycle with replies recorded once and replayed: the
 //!   machine alone.
 //! * `timer_step/{1000,10000,100000}` — a machine holding n leases; one timer step
@@ -27,6 +30,7 @@ fn cycle(c: &mut Criterion) {
     for (label, make) in [
         ("memory_redis", Cycle::memory as fn() -> Cycle),
         ("memory_redis_fair", Cycle::memory_fair),
+        ("memory_redis_observed", Cycle::memory_observed),
         ("canned", Cycle::canned as fn() -> Cycle),
     ] {
         let mut cycle = make();

@@ -1,7 +1,7 @@
 //! Runs N uncontended lock cycles (acquire → held → renew → release) for an
 //! instruction count under callgrind, which is stable where wall-clock time is not.
 //!
-//! usage: cargo run --release -p fencepost-core --example cycle_count -- memory|memory-fair|canned N
+//! usage: cargo run --release -p fencepost-core --example cycle_count -- memory|memory-fair|memory-observed|canned N
 //!        cargo run --release -p fencepost-core --example cycle_count -- fleet LEASES N
 //!
 //! `fleet LEASES N`: a machine holding LEASES leases takes N timer steps (one renewal
@@ -22,11 +22,14 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |s: &String| s.parse::<u64>().unwrap_or_else(|_| usage());
     match args.as_slice() {
-        [mode, n] if ["memory", "memory-fair", "canned"].contains(&mode.as_str()) => {
+        [mode, n]
+            if ["memory", "memory-fair", "memory-observed", "canned"].contains(&mode.as_str()) =>
+        {
             let n = number(n);
             let mut cycle = match mode.as_str() {
                 "memory" => Cycle::memory(),
                 "memory-fair" => Cycle::memory_fair(),
+                "memory-observed" => Cycle::memory_observed(),
                 _ => Cycle::canned(),
             };
             for _ in 0..n {
@@ -52,6 +55,6 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cycle_count memory|memory-fair|canned N | cycle_count fleet LEASES N");
+    eprintln!("usage: cycle_count memory|memory-fair|memory-observed|canned N | cycle_count fleet LEASES N");
     std::process::exit(2)
 }

@@ -35,6 +35,8 @@ pub struct Tally {
     pub renewed: u64,
     pub released: u64,
     pub other: u64,
+    /// Observations drained (an observing machine only).
+    pub observed: u64,
 }
 
 /// Who answers the machine's requests.
@@ -169,6 +171,17 @@ impl Cycle {
         Self::with_server(fair, Server::Memory(MemoryRedis::new()))
     }
 
+    /// Against the in-memory Redis, observing events and warnings (`Machine::observe`),
+    /// every observation drained: the cost of an attached observer.
+    pub fn memory_observed() -> Self {
+        let mut cycle = Self::memory();
+        cycle
+            .machine
+            .observe(Some(fencepost_core::ObserveOptions::default()))
+            .expect("default options");
+        cycle
+    }
+
     /// Against canned replies (no server).
     pub fn canned() -> Self {
         Self::with_server(Backend::default(), Server::Canned(record_replies()))
@@ -217,6 +230,10 @@ impl Cycle {
             self.now,
             &mut self.tally,
         );
+        while let Some(o) = self.machine.poll_observation() {
+            std::hint::black_box(o);
+            self.tally.observed += 1;
+        }
         self.now = self.now + Duration::from_micros(1);
     }
 
