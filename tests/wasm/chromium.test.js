@@ -223,3 +223,32 @@ test('Chromium: EtcdBackend in the page — a waiter parks on a streaming watch,
   await fetch(`${ETCD}/v3/kv/deleterange`, { method: 'POST', body: JSON.stringify({ key: Buffer.from(`fpchromium/${name}`).toString('base64') }) })
   console.log(`# Chromium: etcd hand-off ${outcome.handOffMs.toFixed(1)} ms after the release, through a streaming watch`)
 })
+
+test('Chromium: observations without node:diagnostics_channel — the stand-in channels and onEvent', { skip, timeout: 60_000 }, async () => {
+  const page = await browser.newPage()
+  const console_ = []
+  page.on('console', (m) => console_.push(`${m.type()}: ${m.text()}`))
+  page.on('pageerror', (e) => console_.push(`pageerror: ${e.message}`))
+  await page.goto(`${base}/?init-only`)
+  await page.waitForFunction(() => window.__results !== undefined, null, { timeout: 20_000 })
+  const ready = await page.evaluate(() => window.__results)
+  assert.equal(ready.error, undefined, `${ready.error}\nconsole:\n${console_.join('\n')}`)
+  const outcome = await page.evaluate(async () => {
+    const { Lock, MemoryBackend, diagnosticsChannel } = globalThis.__fencepost
+    const channel = []
+    const onAcquired = (o, name) => channel.push([name, o.event, typeof o.fields.token])
+    diagnosticsChannel.subscribe('fencepost:acquired', onAcquired)
+    const backend = new MemoryBackend()
+    const seen = []
+    backend.observe({ onEvent: (o) => seen.push(o.event), heldLongTtls: 2 })
+    await new Lock(backend, 'page', { ttlMs: 100 }).using(() => new Promise((resolve) => setTimeout(resolve, 260)))
+    diagnosticsChannel.unsubscribe('fencepost:acquired', onAcquired)
+    await backend.close()
+    return { channel, seen, hasProcess: typeof globalThis.process?.getBuiltinModule }
+  })
+  await page.close()
+  assert.equal(outcome.hasProcess, 'undefined') // no Node module to load: the stand-in serves
+  assert.deepEqual(outcome.channel, [['fencepost:acquired', 'acquired', 'bigint']])
+  assert.deepEqual(outcome.seen.slice(0, 2), ['acquiring', 'acquired'])
+  assert.ok(outcome.seen.includes('held_long') && outcome.seen.at(-1) === 'released', outcome.seen.join(', '))
+})
