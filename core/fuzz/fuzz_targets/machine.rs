@@ -355,8 +355,15 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let seed = u.arbitrary()?;
     let (backend, server) = backend(u)?;
     let start = u.int_in_range(0..=1_000_000_000u64)?;
+    let mut machine = Machine::with_seed(backend, seed);
+    if u.arbitrary()? {
+        // observing must change no decision, and its code must not panic either
+        machine
+            .observe(Some(fencepost_core::ObserveOptions::default()))
+            .expect("default options");
+    }
     let mut run = Run {
-        contract: Contract::new(Machine::with_seed(backend, seed), start),
+        contract: Contract::new(machine, start),
         server,
         locks: Vec::new(),
     };

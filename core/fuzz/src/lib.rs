@@ -115,6 +115,14 @@ impl Contract {
                 Output::Timeout(_) | Output::Idle => break,
             }
         }
+        // an observing machine's observations: their rendering never panics
+        while let Some(o) = self.machine.poll_observation() {
+            let _ = (
+                o.observation.level(),
+                o.observation.fields(),
+                o.observation.message(&o.name),
+            );
+        }
     }
 
     fn event(&mut self, lock: LockId, event: Event) {
