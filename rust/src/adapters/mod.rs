@@ -43,22 +43,3 @@ pub(crate) trait Adapter: Send + Sync + 'static {
 pub(crate) fn ms(n: i64) -> Option<Duration> {
     u64::try_from(n).ok().map(Duration::from_millis)
 }
-
-/// The lock name of a Redis lease key (`None`: not one of fencepost's).
-pub(crate) fn redis_inspect_name(
-    backend: &fencepost_core::RedisBackend,
-    key: &str,
-) -> Option<String> {
-    // the inverse of `RedisBackend::lock_key` (the core's `lock_name`, spelled here so the
-    // crate builds against a core without it): a name that starts with '}' has a NUL
-    // before it inside the braces
-    let tagged = key
-        .strip_prefix(backend.key_prefix.as_str())?
-        .strip_prefix('{')?
-        .strip_suffix("}:lock")?;
-    let name = match tagged.strip_prefix('\0') {
-        Some(rest) if rest.starts_with('}') => rest,
-        _ => tagged,
-    };
-    Some(name.to_owned())
-}
