@@ -234,6 +234,20 @@ impl PgAdapter {
 impl Adapter for PgAdapter {
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
         match body {
+            // A wait for a release's notification: this adapter keeps no listening
+            // connection, so the wait is the polling fallback it stands in for (its
+            // timeout), never an immediate answer that would spin.
+            RequestBody::Sql(stmt) if stmt.connection == fencepost_core::PgConnection::Listen => {
+                let ms = match stmt.params.get(1) {
+                    Some(SqlValue::Int(ms)) => u64::try_from(*ms).unwrap_or(0),
+                    _ => 0,
+                };
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    Ok(Reply::Sql(SqlReply::Rows { rows: Vec::new() }))
+                }
+                .boxed()
+            }
             RequestBody::Sql(stmt) => {
                 let shared = self.shared();
                 async move { shared.run(stmt).await.map(Reply::Sql) }.boxed()
