@@ -562,7 +562,24 @@ test('session mode: a waiter is granted within milliseconds of the unlock', { sk
   }
 })
 
-test('with the listening connection terminated the waiter still gets the lock by polling', { skip }, async () => {
+test('a listener that cannot connect: the waiter gets the lock by polling', { skip }, async () => {
+  await migrate()
+  const a = await CLIENTS['pg-pool']()
+  const b = await CLIENTS['pg-pool']()
+  const holder = new PostgresBackend(a.client)
+  const waiter = new PostgresBackend(b.client, { listenConnectionString: 'postgresql://127.0.0.1:1/none?connect_timeout=1' })
+  try {
+    const delay = await grantDelay(holder, waiter, lockName(), { pollMs: 1000, releaseAfterMs: 500 })
+    assert.ok(delay < 3000, `granted ${delay.toFixed(0)} ms after the release`)
+  } finally {
+    holder.close()
+    waiter.close()
+    await a.end()
+    await b.end()
+  }
+})
+
+test('with the listening connection terminated the waiter still gets the lock (it listens again, or polls)', { skip }, async () => {
   await migrate()
   const a = await CLIENTS['pg-pool']()
   const b = await CLIENTS['pg-pool']()

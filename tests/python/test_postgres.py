@@ -835,12 +835,14 @@ def test_token_floor_is_greatest_of_next_token_and_floor(name: str, migrated: No
 SLOW_POLL = 8.0
 
 
-def _wait_for_grant(backend: PostgresBackend, name: str, holder: fencepost.Lock, *, release_after: float) -> Tuple[float, int]:
+def _wait_for_grant(
+    backend: PostgresBackend, name: str, holder: fencepost.Lock, *, release_after: float, poll: float = SLOW_POLL
+) -> Tuple[float, int]:
     """Holds ``name`` with ``holder``, starts a waiter on ``backend`` whose backoff is
-    SLOW_POLL, releases after ``release_after`` seconds; returns (seconds from the
+    ``poll`` (SLOW_POLL), releases after ``release_after`` seconds; returns (seconds from the
     release's return to the waiter's grant, the waiter's token)."""
     holder.acquire_sync()
-    waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=25.0, retry_base=SLOW_POLL, retry_max=SLOW_POLL)
+    waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=25.0, retry_base=poll, retry_max=poll)
     got: List[Tuple[float, int]] = []
 
     def wait() -> None:
@@ -891,9 +893,10 @@ async def test_an_async_waiter_on_a_pool_is_granted_within_milliseconds_of_the_r
 
 
 @needs_pg
-def test_with_the_listener_terminated_the_waiter_still_gets_the_lock_by_polling(name: str, migrated: None) -> None:
-    """pg_terminate_backend on the listening connection: the wait lasts its backoff
-    (here 1.5 s) and the next attempt finds the lock free; the listener connects again."""
+def test_with_the_listener_terminated_the_waiter_still_gets_the_lock(name: str, migrated: None) -> None:
+    """pg_terminate_backend on the listening connection: the listener connects and
+    listens again (which answers its waiters: a release may have come meanwhile), or the
+    wait lasts its backoff (here 1.5 s); either way the waiter gets the lock."""
     assert PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
         holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
@@ -914,6 +917,18 @@ def test_with_the_listener_terminated_the_waiter_still_gets_the_lock_by_polling(
         assert got, "the waiter never got the lock"
         assert time.monotonic() - released < 5.0
         waiter.release_sync()
+
+
+@needs_pg
+def test_with_no_listening_connection_the_waiter_gets_the_lock_by_polling(name: str, migrated: None) -> None:
+    """A listener that cannot connect (listen_conninfo names a closed port): every wait
+    lasts its backoff (1 s here), and the waiter gets the lock by polling."""
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
+        backend = PostgresBackend(c2, listen_conninfo="host=127.0.0.1 port=1 connect_timeout=1")
+        delay, _ = _wait_for_grant(backend, name, holder, release_after=0.5, poll=1.0)
+    assert delay < 3.0, f"granted {delay:.2f} s after the release"
 
 
 @needs_bouncer

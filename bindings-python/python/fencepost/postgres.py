@@ -1181,12 +1181,16 @@ class _Listener:
         try:
             while True:
                 with self._guard:
-                    done = self._closed or (not self._waiters and time.monotonic() - self._idle_since > _LINGER)
-                    if done:
+                    idle = not self._waiters
+                    broken = conn is None or conn.closed or conn.broken
+                    # idle too long, or idle without a connection: leave (the next wait
+                    # starts again)
+                    if self._closed or (idle and (broken or time.monotonic() - self._idle_since > _LINGER)):
                         self._thread = None
                         self._listened.clear()
+                        self._pending.clear()
                         return
-                if conn is None or conn.closed or conn.broken:
+                if broken:
                     conn = self._reconnect(conn)
                     if conn is None:
                         continue
