@@ -849,16 +849,19 @@ export declare class FencepostError extends Error {
 export declare class ConfigError extends FencepostError {
   readonly code: 'ERR_CONFIG'
   /** `'invalid_argument'` (a JavaScript type), or the core's reason: `'invalid_option'`,
-   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`. */
+   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`,
+   * `'time_out_of_range'`. */
   readonly kind: string
   /** The option at fault (`'ttlMs'`, `'renewEveryMs'`…), or `null`. */
   readonly option: string | null
 }
 
-/** A monotonic time earlier than one given before reached the lock machine (only a host
- * bug causes it); it is never used to extend a lease. */
+/** A monotonic time earlier than one given before (`kind` `'time_went_backwards'`), or past
+ * the latest the machine accepts, 2^62 ns ≈ 146 years after the clock's origin
+ * (`'time_out_of_range'`), reached the lock machine. Only a host bug causes it; such a time
+ * is never used to extend a lease. */
 export declare class ClockError extends ConfigError {
-  readonly kind: 'time_went_backwards'
+  readonly kind: 'time_went_backwards' | 'time_out_of_range'
 }
 
 /** A held lease ended while its holder still believed it held it: another holder may

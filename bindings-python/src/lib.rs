@@ -86,7 +86,9 @@ fn option_error(py: Python<'_>, message: String, option: &str) -> PyErr {
 /// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
     let (class, option) = match &err {
-        UsageError::TimeWentBackwards { .. } => ("ClockError", None),
+        UsageError::TimeWentBackwards { .. } | UsageError::TimeOutOfRange { .. } => {
+            ("ClockError", None)
+        }
         UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
         UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
