@@ -976,8 +976,11 @@ export interface MachineSqlRequest {
   /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
   readonly params: ReadonlyArray<null | boolean | bigint | string>
   /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own
-   * connection, opened for its first statement and closed after its final event. */
-  readonly connection: 'any' | 'dedicated'
+   * connection, opened for its first statement and closed after its final event;
+   * `'listen'` (operation `'wait'`): run the `LISTEN` on the listening connection, then
+   * answer with no rows once a notification on channel `params[0]` arrives or
+   * `params[1]` milliseconds have passed. */
+  readonly connection: 'any' | 'dedicated' | 'listen'
 }
 
 /** An event of the lock machine. */
@@ -1008,7 +1011,7 @@ export declare class LockMachine {
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */

@@ -31,6 +31,16 @@ pub(crate) trait Adapter: Send + Sync + 'static {
     /// future at the request's deadline.
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>>;
 
+    /// Runs one of the machine's requests: [`Adapter::execute`] of its body, unless the
+    /// adapter needs to know what the request is for (PostgreSQL marks each acquire's
+    /// send for the waits that follow it).
+    fn execute_request(
+        &self,
+        request: &fencepost_core::Request,
+    ) -> BoxFuture<'static, Result<Reply, String>> {
+        self.execute(request.body.clone())
+    }
+
     /// Who holds `name` now, as the server sees it (`None`: nobody).
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>>;
 
