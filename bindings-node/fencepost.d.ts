@@ -214,6 +214,105 @@ export declare class Lease implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void>
 }
 
+// ---- leader election ------------------------------------------------------------------------
+
+/** Why a term ends: `'resigned'` (`resign()`, or `run()`'s work settled), `'cancelled'`
+ * (`run()`'s `signal` aborted), or the lease's loss reason. */
+export type StopReason = 'resigned' | 'cancelled' | LostReason
+
+/** Every `StopReason`, in a frozen array. */
+export declare const STOP_REASONS: readonly StopReason[]
+
+export interface ElectionOptions extends LockOptions {
+  /** A string a leader publishes beside its identity (an address). */
+  value?: string | null
+  /** Called once per term when it starts, before `campaign()` resolves. Must not block. */
+  onStartedLeading?: ((leadership: Leadership) => void) | null
+  /** Called once per term when it ends, after `onStartedLeading`, whatever ends it. */
+  onStoppedLeading?: ((leadership: Leadership, reason: StopReason) => void) | null
+}
+
+export interface RunOptions {
+  /** Aborts the run: the work's signal aborts, the lease is released at once (no waiting
+   * out the TTL), `onStoppedLeading` gets `'cancelled'`, and `run()` rejects with
+   * `signal.reason`. During the campaign: as `acquire()`'s signal. */
+  signal?: AbortSignal
+  /** Campaign again after a lost term (a controller's loop) instead of rejecting with
+   * the `LockLostError`. Default false. */
+  again?: boolean
+}
+
+/** A leader as followers read it. */
+export interface Leader {
+  readonly identity: string | null
+  readonly value: string | null
+  readonly token: bigint
+}
+
+/**
+ * A leader election named `name` on `backend`, campaigned for as `identity`: a `Lock`
+ * held indefinitely, so a leader carries the lease's fencing token and loses leadership
+ * when the lease is lost. Every backend with locks has it (Redis as an efficiency
+ * election; etcd for correctness).
+ *
+ * @throws ConfigError (`ERR_CONFIG`) for an empty `identity`, a `value` that is not a
+ *   string, callbacks that are not functions, `autoRenew: false`, or anything `Lock`
+ *   refuses.
+ */
+export declare class Election {
+  constructor(backend: Backend, name: string, identity: string, options?: ElectionOptions)
+  readonly name: string
+  readonly identity: string
+  readonly value: string | null
+  readonly backend: Backend
+  /** The lock the leader holds. */
+  readonly lock: Lock
+  /**
+   * Waits until this candidate leads; resolves with the term, after `onStartedLeading`.
+   *
+   * @throws AcquireTimeoutError (`ERR_ACQUIRE_TIMEOUT`) when `timeoutMs` passed.
+   * @throws `signal.reason` when `signal` aborts the campaign (nothing is called, what
+   *   the server granted is released).
+   * @throws ProtocolError, BackendError as `Lock.acquire()`.
+   */
+  campaign(options?: AcquireOptions): Promise<Leadership>
+  /**
+   * Campaigns, then runs `work(signal, leadership)` under the term's signal. Work that
+   * settles inside the term resigns it, and `run` settles as the work did; a lost term
+   * rejects with the `LockLostError` (`ERR_LOCK_LOST`), or campaigns again with `again`.
+   * The work must stop when its signal aborts.
+   */
+  run<T>(work: (signal: AbortSignal, leadership: Leadership) => T | PromiseLike<T>, options?: RunOptions): Promise<Awaited<T>>
+  /** The current leader. No JavaScript backend keeps a leader's identity and value with
+   * the lock yet: rejects with ConfigError (`ERR_CONFIG`, kind `'unsupported'`). */
+  leader(): Promise<Leader | null>
+}
+
+/** One term of an `Election`. It ends exactly once, whatever ends it; then `signal`
+ * aborts and `onStoppedLeading` is called. */
+export declare class Leadership {
+  private constructor()
+  readonly name: string
+  readonly identity: string
+  readonly value: string | null
+  /** The term's fencing token (the lease's): carry it on every write the leader makes. */
+  readonly token: bigint
+  readonly ownerId: string
+  /** The lease the term is held by. */
+  readonly lease: Lease
+  /** Aborted when the term ends: `reason` is the `LockLostError` after a loss, else a
+   * `ConfigError` naming the stop reason. */
+  readonly signal: AbortSignal
+  /** `null` while the term lasts. */
+  readonly stopReason: StopReason | null
+  /** Throws the `LockLostError` if the term was lost, a `ConfigError` if it ended
+   * otherwise. */
+  check(): void
+  /** Releases the lease at once and ends the term (`'resigned'`, or the loss reason).
+   * Idempotent; never rejects with `LockLostError`. */
+  resign(): Promise<void>
+}
+
 // ---- backends -------------------------------------------------------------------------------
 
 /**
