@@ -44,10 +44,12 @@
 
 mod adapters;
 mod client;
+mod election;
 mod error;
 mod url;
 
 pub use client::{Client, Holder, Lease, LeaseHandle};
+pub use election::{Election, Leadership, StopReason, Term};
 pub use error::Error;
 pub use url::{BackendKind, BackendUrl};
 
