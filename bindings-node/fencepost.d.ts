@@ -242,10 +242,14 @@ export interface RunOptions {
   again?: boolean
 }
 
-/** A leader as followers read it. */
+/** A leader as followers read it (`Election.leader()`). */
 export interface Leader {
+  /** The leader's identity; null for a candidate of another client (etcd's own
+   * `concurrency.Election`) or a holder an instant before its record. */
   readonly identity: string | null
+  /** The leader's value (null if it gave none). */
   readonly value: string | null
+  /** The leader's fencing token. */
   readonly token: bigint
 }
 
@@ -253,7 +257,8 @@ export interface Leader {
  * A leader election named `name` on `backend`, campaigned for as `identity`: a `Lock`
  * held indefinitely, so a leader carries the lease's fencing token and loses leadership
  * when the lease is lost. Every backend with locks has it (Redis as an efficiency
- * election; etcd for correctness).
+ * election; etcd for correctness). On etcd a leader publishes `{ identity, value }` (JSON)
+ * in its own key before `onStartedLeading`, as etcd's `Election.Proclaim` does.
  *
  * @throws ConfigError (`ERR_CONFIG`) for an empty `identity`, a `value` that is not a
  *   string, callbacks that are not functions, `autoRenew: false`, or anything `Lock`
@@ -283,9 +288,23 @@ export declare class Election {
    * The work must stop when its signal aborts.
    */
   run<T>(work: (signal: AbortSignal, leadership: Leadership) => T | PromiseLike<T>, options?: RunOptions): Promise<Awaited<T>>
-  /** The current leader. No JavaScript backend keeps a leader's identity and value with
-   * the lock yet: rejects with ConfigError (`ERR_CONFIG`, kind `'unsupported'`). */
+  /**
+   * The current leader, as the server answers now (for display and routing, never a
+   * substitute for campaigning); `null` when nobody leads. `EtcdBackend`: the key with
+   * the lowest create revision under the election's prefix, as etcd's own
+   * `concurrency.Election` reads it (a fencepost leader publishes its identity and value
+   * in it; a candidate of etcd's own client reads as `identity: null` and its value).
+   *
+   * @throws ConfigError (`ERR_CONFIG`, kind `'unsupported'`) on the other backends: they
+   *   keep only the holder's owner id with the lock.
+   * @throws BackendError (`ERR_BACKEND`), ProtocolError (`ERR_PROTOCOL`) as the backend's
+   *   queries.
+   */
   leader(): Promise<Leader | null>
+  /** The current leader, then every change of it, in order, read every `intervalMs`
+   * (default 100): a term shorter than the interval may be missed, never reordered.
+   * Ends when `signal` aborts; rejects as `leader()`. */
+  observe(options?: { intervalMs?: number, signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>
 }
 
 /** One term of an `Election`. It ends exactly once, whatever ends it; then `signal`

@@ -5,13 +5,39 @@
 // or tokens. Milliseconds; shared word for word by the napi and WASM packages.
 
 const check = require('./check')
-const { ConfigError, LockLostError } = require('./errors')
+const { ConfigError, LockLostError, StaleTokenError } = require('./errors')
 
 /** Why a term ends (`onStoppedLeading`'s `reason`, `leadership.stopReason`). */
 const STOP_REASONS = Object.freeze(['resigned', 'cancelled', 'expired', 'renew_rejected', 'not_held_at_release', 'closed'])
 
 /** The keys an Election takes beside the Lock's options. */
 const OWN_KEYS = ['value', 'onStartedLeading', 'onStoppedLeading']
+
+/** What a leader publishes where its backend keeps a value with the lock. */
+function record (identity, value) {
+  return JSON.stringify({ identity, value })
+}
+
+/** A follower's `{ identity, value, token }` of a holder whose stored value is `text`:
+ * a fencepost record, or any other text (a candidate of another client) as the value
+ * with no identity. */
+function readRecord (text, token) {
+  let doc = null
+  try {
+    doc = JSON.parse(text)
+  } catch {}
+  if (doc !== null && typeof doc === 'object' && !Array.isArray(doc) &&
+      Object.keys(doc).sort().join(',') === 'identity,value' &&
+      typeof doc.identity === 'string' && (doc.value === null || typeof doc.value === 'string')) {
+    return Object.freeze({ identity: doc.identity, value: doc.value, token })
+  }
+  return Object.freeze({ identity: null, value: text, token })
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const timer = setTimeout(resolve, ms)
+  signal?.addEventListener('abort', () => { clearTimeout(timer); resolve() }, { once: true })
+})
 
 function call (callback, ...args) {
   if (callback !== null) callback(...args)
@@ -152,10 +178,22 @@ function createElection (Lock) {
      * (as `acquire()`'s: AcquireTimeoutError).
      */
     async campaign (options) {
-      const lease = await this._lock.acquire(options)
-      if (lease.lost) {
-        await lease.release().catch(() => {})
-        throw lease._lostError
+      let lease
+      for (;;) {
+        lease = await this._lock.acquire(options)
+        if (lease.lost) {
+          await lease.release().catch(() => {})
+          throw lease._lostError
+        }
+        if (typeof this.backend._proclaim !== 'function') break
+        try {
+          await this.backend._proclaim(lease, record(this._identity, this._value))
+          break
+        } catch (error) {
+          await lease.release().catch(() => {})
+          // the key went between the grant and the record: no term began
+          if (!(error instanceof StaleTokenError)) throw error
+        }
       }
       const leadership = new Leadership(this, lease)
       call(this._onStarted, leadership)
@@ -209,11 +247,48 @@ function createElection (Lock) {
       }
     }
 
-    /** The current leader, `{ identity, value, token }`, or null when nobody leads. No
-     * JavaScript backend keeps a leader's identity and value with the lock yet: rejects
-     * with ConfigError (Python's EtcdBackend has it). */
+    /**
+     * The current leader, `{ identity, value, token }`, or null when nobody leads, as
+     * the server answers now (stale by the time it arrives: for display and routing).
+     * EtcdBackend: the key with the lowest create revision under the election's prefix
+     * (as etcd's own `concurrency.Election` reads it); `identity` null for a candidate
+     * of etcd's own client, and both null for a holder an instant before its record.
+     * Other backends keep only the owner id with the lock: ConfigError (kind
+     * 'unsupported'). BackendError / ProtocolError as the backend's queries.
+     */
     async leader () {
-      throw new ConfigError(`${this.backend.constructor.name} cannot say who leads an election here: it keeps only the holder's owner id with the lock`, { kind: 'unsupported' })
+      const backend = this.backend
+      if (typeof backend._leader !== 'function') {
+        throw new ConfigError(`${backend.constructor.name} cannot say who leads an election: it keeps only the holder's owner id with the lock (leader() and observe() are available on EtcdBackend)`, { kind: 'unsupported' })
+      }
+      const read = await backend._leader(this.name)
+      if (read === null) return null
+      if (read.pending) return Object.freeze({ identity: null, value: null, token: read.token })
+      return readRecord(read.value, read.token)
+    }
+
+    /**
+     * The current leader, then every change of it (a new token, identity or value, or
+     * nobody leading), in order, read every `intervalMs` (default 100): a term shorter
+     * than the interval may be missed, never reordered. Ends when `signal` aborts.
+     */
+    async * observe (options) {
+      const o = options === undefined ? {} : check.plainObject(options, 'observe options')
+      const intervalMs = o.intervalMs === undefined ? 100 : check.millis(o.intervalMs, 'intervalMs')
+      const signal = check.abortSignal(o.signal, 'signal')
+      let last
+      let first = true
+      while (signal === null || !signal.aborted) {
+        const now = await this.leader()
+        const pending = now !== null && now.identity === null && now.value === null
+        const same = !first && (now === null ? last === null : last !== null && now.token === last.token && now.identity === last.identity && now.value === last.value)
+        if (!pending && !same) {
+          first = false
+          last = now
+          yield now
+        }
+        await sleep(intervalMs, signal)
+      }
     }
 
     toString () {

@@ -181,3 +181,58 @@ test('8 candidate processes on etcd lead one at a time, with a fenced log in tok
   assert.deepEqual(logged, tokens)
   await backend.close()
 })
+
+test('followers on etcd observe every change of leader in order', { skip: ETCD ? false : 'FENCEPOST_ETCD_URL is not set', timeout: 60_000 }, async () => {
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  const name = `observe-${crypto.randomBytes(5).toString('hex')}`
+  const follower = new Election(backend, name, 'follower')
+  const controller = new AbortController()
+  const seen = []
+  const watching = (async () => {
+    for await (const leader of follower.observe({ intervalMs: 20, signal: controller.signal })) seen.push(leader)
+  })()
+  const expect = [null]
+  for (const who of ['pod-a', 'pod-b', 'pod-c']) {
+    const leadership = await new Election(backend, name, who, { value: `addr-${who}`, ttlMs: 3_000, purpose: 'correctness' }).campaign()
+    assert.deepEqual(await follower.leader(), { identity: who, value: `addr-${who}`, token: leadership.token })
+    await sleep(200) // terms longer than the observation interval
+    await leadership.resign()
+    await sleep(200)
+    expect.push({ identity: who, value: `addr-${who}`, token: leadership.token }, null)
+  }
+  controller.abort()
+  await watching
+  assert.deepEqual(seen, expect)
+  await backend.close()
+})
+
+test('etcdctl elect (etcd\'s own concurrency.Election) and fencepost exclude each other and read each other\'s leader', { skip: ETCD ? false : 'FENCEPOST_ETCD_URL is not set', timeout: 60_000 }, async (t) => {
+  const { spawn, spawnSync } = require('node:child_process')
+  if (spawnSync('etcdctl', ['version']).status !== 0) return t.skip('no etcdctl')
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  const name = `interop-${crypto.randomBytes(5).toString('hex')}`
+  const etcdName = `${backend.keyPrefix ?? 'fencepost/'}${name}`
+  const leadership = await new Election(backend, name, 'pod-a', { value: 'v1', ttlMs: 3_000 }).campaign()
+  const env = { ...process.env, ETCDCTL_API: '3' }
+  const get = spawnSync('etcdctl', [`--endpoints=${ETCD}`, 'get', '--prefix', `${etcdName}/`, '--sort-by=CREATE', '--order=ASCEND', '--print-value-only'], { env, encoding: 'utf8' })
+  assert.equal(get.stdout.split('\n')[0], '{"identity":"pod-a","value":"v1"}')
+  const elect = spawn('etcdctl', [`--endpoints=${ETCD}`, 'elect', etcdName, 'etcdctl-value'], { env, stdio: ['ignore', 'pipe', 'inherit'] })
+  try {
+    await sleep(1_000)
+    assert.equal(elect.exitCode, null, 'etcdctl waits while fencepost leads')
+    const elected = new Promise((resolve) => elect.stdout.once('data', resolve))
+    await leadership.resign()
+    assert.match(String(await elected), new RegExp(`^${etcdName}/`))
+    const leader = await new Election(backend, name, 'follower').leader()
+    assert.equal(leader.identity, null)
+    assert.equal(leader.value, 'etcdctl-value')
+    assert.ok(leader.token > leadership.token)
+    await assert.rejects(new Election(backend, name, 'pod-b', { ttlMs: 3_000 }).campaign({ timeoutMs: 500 }), AcquireTimeoutError)
+  } finally {
+    elect.kill('SIGINT') // etcdctl resigns on interrupt
+    await new Promise((resolve) => elect.exitCode !== null ? resolve() : elect.once('exit', resolve))
+  }
+  const next = await new Election(backend, name, 'pod-b', { ttlMs: 3_000 }).campaign({ timeoutMs: 10_000 })
+  await next.resign()
+  await backend.close()
+})
