@@ -236,3 +236,37 @@ test('etcdctl elect (etcd\'s own concurrency.Election) and fencepost exclude eac
   await next.resign()
   await backend.close()
 })
+
+test('a leader stopped past its lease is replaced; on resume its work is aborted and its fenced write refused', { skip: ETCD ? false : 'FENCEPOST_ETCD_URL is not set', timeout: 60_000 }, async () => {
+  const prefix = `fp-elect-${crypto.randomBytes(5).toString('hex')}/`
+  const child = fork(path.join(__dirname, 'election-contender.js'), ['lead', ETCD, prefix, 'leader'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  const messages = []
+  let notify = null
+  child.on('message', (m) => { messages.push(m); notify?.() })
+  const next = () => new Promise((resolve) => {
+    notify = () => { if (messages.length > 0) resolve(messages.shift()) }
+    notify()
+  })
+  const exited = new Promise((resolve) => child.once('exit', resolve))
+  const backend = new EtcdBackend({ endpoints: ETCD, keyPrefix: prefix })
+  try {
+    assert.equal(await next(), 'leading')
+    process.kill(child.pid, 'SIGSTOP') // a GC pause, a frozen VM
+    const r = recorder()
+    const leadership = await new Election(backend, 'leader', 'new', { ttlMs: 2_000, purpose: 'correctness', ...callbacks(r) }).campaign({ timeoutMs: 15_000 })
+    await backend.fencedTxn(leadership.lease, { puts: [[`${prefix}log/new`, 'new']] })
+    process.kill(child.pid, 'SIGCONT')
+    const outcome = await next()
+    assert.equal(outcome.aborted, true, 'the old leader\'s work saw its signal abort')
+    assert.equal(outcome.refused, true, 'the old leader\'s fenced write was refused')
+    assert.equal(outcome.stopped.length, 1)
+    assert.ok(['expired', 'renew_rejected'].includes(outcome.stopped[0]), outcome.stopped[0])
+    assert.ok(leadership.token > BigInt(outcome.token))
+    await leadership.resign()
+    assert.deepEqual(r.seen, [['started', leadership.token], ['stopped', leadership.token, 'resigned']])
+  } finally {
+    try { process.kill(child.pid, 'SIGCONT') } catch {}
+    assert.equal(await exited, 0)
+    await backend.close()
+  }
+})
