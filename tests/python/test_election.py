@@ -213,6 +213,36 @@ def test_threads_get_the_same_terms_with_a_threading_event(backend: fencepost.Me
     ]
 
 
+def test_run_sync_campaigns_again_after_a_lost_term_or_raises_lock_lost(backend: fencepost.MemoryBackend) -> None:
+    calls = Calls()
+    election = fencepost.Election(backend, "jobs", "pod-a", ttl=0.3, **calls.options())
+
+    def work(leadership: fencepost.SyncLeadership) -> int:
+        if leadership.token == 1:
+            backend.server.delete_lock("jobs")
+            assert leadership.ended.wait(2)  # a thread sees the end by the event
+            with pytest.raises(LockLost):
+                leadership.check()
+        return leadership.token
+
+    assert election.run_sync(work, again=True) == 2
+    backend.server.delete_lock("jobs")  # nobody holds it: the next term is 3
+
+    def lose(leadership: fencepost.SyncLeadership) -> None:
+        backend.server.delete_lock("jobs")
+        assert leadership.ended.wait(2)
+
+    with pytest.raises(LockLost) as e:
+        election.run_sync(lose)
+    assert e.value.reason == "renew_rejected"
+    assert wait_until(lambda: len(calls.seen) == 6)
+    assert calls.seen == [
+        ("started", 1), ("stopped", 1, "renew_rejected"),
+        ("started", 2), ("stopped", 2, "resigned"),
+        ("started", 3), ("stopped", 3, "renew_rejected"),
+    ]
+
+
 def test_bad_arguments_are_refused_when_the_election_is_built(backend: fencepost.MemoryBackend) -> None:
     with pytest.raises(ConfigError, match="identity"):
         fencepost.Election(backend, "jobs", "")
@@ -412,3 +442,52 @@ def test_a_leader_stopped_past_its_lease_is_replaced_its_work_cancelled_and_its_
         p.join(30)
         backend.close()
     assert [e[2] for e in kube_contender.read_log(log)] == ["first", "new leader"]
+
+
+# ---- Kubernetes: an API server that hangs while the leader renews --------------------------
+
+
+def kube_control(what: str, **body: Any) -> None:
+    import json
+
+    import httpx
+
+    r = httpx.post(f"{KUBE_URL}/_control/{what}", headers={"Authorization": f"Bearer {KUBE_TOKEN}"},
+                   content=json.dumps(body), timeout=5.0)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.skipif(not KUBE_URL, reason="FENCEPOST_KUBE_URL is not set")
+def test_a_kubernetes_api_server_hanging_while_the_leader_renews_ends_the_term_on_time() -> None:
+    calls = Calls()
+    cancelled = []
+
+    async def main() -> None:
+        b = kube_contender.backend(KUBE_URL or "", KUBE_TOKEN, use_async=True, timeout=5.0)
+        election = fencepost.Election(b, unique("hang"), "pod-a", ttl=3, purpose="correctness", **calls.options())
+
+        async def work(leadership: fencepost.Leadership) -> None:
+            kube_control("hang_puts", on=True)  # every renewal hangs from now on
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append((time.monotonic_ns(), leadership.lease.valid_until_ns))
+                raise
+
+        start = time.monotonic_ns()
+        try:
+            with pytest.raises(LockLost) as e:
+                await asyncio.wait_for(election.run(work), 10)
+            assert e.value.reason == "expired"
+        finally:
+            kube_control("hang_puts", on=False)
+        # cancelled at the validity of the last renewal that completed, never later
+        (at, valid_until), = cancelled
+        assert at <= valid_until + 150_000_000, (at - valid_until) / 1e6
+        assert at - start < 3.2e9
+        await b.aclose()
+        await b.client.aclose()
+
+    asyncio.run(main())
+    token = calls.seen[0][1]
+    assert calls.seen == [("started", token), ("stopped", token, "expired")]
