@@ -204,7 +204,8 @@ function createElection (Lock) {
     /**
      * Campaigns, then runs `work(signal, leadership)` with the term's signal. When
      * `work` settles inside the term, the term is resigned and `run` settles as `work`
-     * did. When the term is lost, `again: true` campaigns again; else `run` rejects with
+     * did (unless the resign found the lease gone on the server, 'not_held_at_release':
+     * then the term counts as lost, as in `lock.using()`). When the term is lost, `again: true` campaigns again; else `run` rejects with
      * the LockLostError. `signal` (option) aborts it all: the work's signal aborts, the
      * lease is released at once, `onStoppedLeading` gets 'cancelled', and `run` rejects
      * with `signal.reason`.
@@ -239,8 +240,12 @@ function createElection (Lock) {
         if (reason === 'cancelled') throw signal.reason
         if (reason === null) {
           await leadership.resign()
-          if (!outcome.ok) throw outcome.error
-          return outcome.value
+          // as lock.using(): a release that found the lease gone means the work ran
+          // without it for some time, so its outcome is not reported
+          if (leadership.stopReason === 'resigned') {
+            if (!outcome.ok) throw outcome.error
+            return outcome.value
+          }
         }
         if (again) continue
         throw leadership.signal.reason

@@ -183,7 +183,9 @@ impl Election {
     /// `.await`). Work that finishes inside the term resigns it. Dropping the future
     /// of `run` resigns at once ([`StopReason::Cancelled`]).
     ///
-    /// Errors: as [`Election::campaign`]; [`Error::Lost`] when the term was lost.
+    /// Errors: as [`Election::campaign`]; [`Error::Lost`] when the term was lost, or
+    /// the resign found the lease gone on the server (then `work`'s result is
+    /// discarded, as in [`Client::with_lock`]).
     pub async fn run<T, F, Fut>(&self, work: F) -> Result<T, Error>
     where
         F: FnOnce(Term) -> Fut,
@@ -196,7 +198,14 @@ impl Election {
             value = work(leadership.term().clone()) => Ok(value),
         };
         match outcome {
-            Ok(value) => leadership.resign().await.map(|_| value),
+            // as with_lock: a release that found the lease gone discards the result
+            Ok(value) => match leadership.resign().await? {
+                StopReason::Lost(reason) => Err(Error::Lost {
+                    name: self.name.clone(),
+                    reason,
+                }),
+                _ => Ok(value),
+            },
             Err(reason) => {
                 // before the drop, which would end the term as cancelled
                 leadership.state.end(StopReason::Lost(reason.clone()));

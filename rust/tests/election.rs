@@ -236,3 +236,39 @@ async fn bad_elections_are_typed_errors() {
         Err(Error::Usage(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_that_finds_the_lease_gone_is_a_lost_term_not_a_result() {
+    let client = Client::memory();
+    let name = unique("gone");
+    let (election, calls) = recorded(&client, &name, "pod-a", 30_000);
+    let c = client.clone();
+    let n = name.clone();
+    let outcome = election
+        .run(|_| async move {
+            evict(&c, &n).await; // gone before any renewal noticed
+            "done"
+        })
+        .await;
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::Lost {
+                reason: LostReason::NotHeldAtRelease,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        seen(&calls),
+        vec![
+            ("started".to_owned(), 1, None),
+            (
+                "stopped".to_owned(),
+                1,
+                Some(StopReason::Lost(LostReason::NotHeldAtRelease))
+            )
+        ]
+    );
+}

@@ -270,3 +270,15 @@ test('a leader stopped past its lease is replaced; on resume its work is aborted
     await backend.close()
   }
 })
+
+test('a resign that finds the lease gone is a lost term, not a result', async () => {
+  const backend = new MemoryBackend()
+  const r = recorder()
+  const election = new Election(backend, 'jobs', 'pod-a', { ttlMs: 30_000, ...callbacks(r) })
+  await assert.rejects(election.run(async () => {
+    backend.server.deleteLock('jobs') // gone before any renewal noticed
+    return 'done'
+  }), (e) => e instanceof LockLostError && e.reason === 'not_held_at_release')
+  assert.deepEqual(r.seen, [['started', 1n], ['stopped', 1n, 'not_held_at_release']])
+  await backend.close()
+})

@@ -243,6 +243,24 @@ def test_run_sync_campaigns_again_after_a_lost_term_or_raises_lock_lost(backend:
     ]
 
 
+def test_a_resign_that_finds_the_lease_gone_is_a_lost_term_not_a_result(backend: fencepost.MemoryBackend) -> None:
+    calls = Calls()
+
+    async def main() -> None:
+        election = fencepost.Election(backend, "jobs", "pod-a", ttl=30, **calls.options())
+
+        async def work(leadership: fencepost.Leadership) -> str:
+            backend.server.delete_lock("jobs")  # gone before any renewal noticed
+            return "done"
+
+        with pytest.raises(LockLost) as e:
+            await election.run(work)
+        assert e.value.reason == "not_held_at_release"
+
+    asyncio.run(main())
+    assert calls.seen == [("started", 1), ("stopped", 1, "not_held_at_release")]
+
+
 def test_bad_arguments_are_refused_when_the_election_is_built(backend: fencepost.MemoryBackend) -> None:
     with pytest.raises(ConfigError, match="identity"):
         fencepost.Election(backend, "jobs", "")

@@ -401,7 +401,9 @@ class Election:
         """Campaigns, then runs ``await work(leadership)`` as a task of the term: the
         task is cancelled when the term ends (the lease lost, the backend closed). When
         ``work`` returns or raises, the term is resigned and its result returned (or
-        its exception raised). When the term is lost, ``again=True`` campaigns again
+        its exception raised); but if the resign found the lease gone on the server
+        (``"not_held_at_release"``), the term counts as lost, as at the exit of
+        ``async with lock``. When the term is lost, ``again=True`` campaigns again
         (a controller's loop); else :class:`~fencepost.errors.LockLost` is raised. If
         the task running ``run`` is cancelled, the work is cancelled, the lease
         released at once (no waiting out the TTL), ``on_stopped_leading`` gets
@@ -424,11 +426,16 @@ class Election:
                 await _release_quietly(leadership.lease)
                 leadership._end("cancelled")
                 raise
+            lost_first = not task.cancelled() and isinstance(task.exception(), LockLost)
             if leadership.stop_reason is None:
-                # work finished inside the term: its outcome is the run's
+                # work finished inside the term (or saw the loss before the watcher did:
+                # the resign then ends the term with the loss reason)
                 await leadership.resign()
-                return task.result()
-            if task.cancelled() or isinstance(task.exception(), LockLost):
+                if not lost_first and leadership.stop_reason == "resigned":
+                    return task.result()
+            # as the lock's own `async with`: a release that found the lease gone means
+            # the work ran without it for some time, so its outcome is not reported
+            if task.cancelled() or lost_first or leadership.lease.lost_reason is not None:
                 if again:
                     continue
                 raise leadership.lease._lost_error() if leadership.lease.lost_reason else LockLost(
@@ -484,9 +491,10 @@ class Election:
             except BaseException:
                 leadership.resign()
                 raise
-            if leadership.stop_reason is None or leadership.stop_reason in ("resigned", "cancelled"):
+            if leadership.stop_reason is None:
                 leadership.resign()
-                return result
+                if leadership.stop_reason == "resigned":
+                    return result
             if again:
                 continue
             raise leadership.lease._lost_error()
