@@ -967,16 +967,19 @@ export declare class FencepostError extends Error {
 export declare class ConfigError extends FencepostError {
   readonly code: 'ERR_CONFIG'
   /** `'invalid_argument'` (a JavaScript type), or the core's reason: `'invalid_option'`,
-   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`. */
+   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`,
+   * `'time_out_of_range'`. */
   readonly kind: string
   /** The option at fault (`'ttlMs'`, `'renewEveryMs'`…), or `null`. */
   readonly option: string | null
 }
 
-/** A monotonic time earlier than one given before reached the lock machine (only a host
- * bug causes it); it is never used to extend a lease. */
+/** A monotonic time earlier than one given before (`kind` `'time_went_backwards'`), or past
+ * the latest the machine accepts, 2^62 ns ≈ 146 years after the clock's origin
+ * (`'time_out_of_range'`), reached the lock machine. Only a host bug causes it; such a time
+ * is never used to extend a lease. */
 export declare class ClockError extends ConfigError {
-  readonly kind: 'time_went_backwards'
+  readonly kind: 'time_went_backwards' | 'time_out_of_range'
 }
 
 /** A held lease ended while its holder still believed it held it: another holder may
@@ -1091,8 +1094,11 @@ export interface MachineSqlRequest {
   /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
   readonly params: ReadonlyArray<null | boolean | bigint | string>
   /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own
-   * connection, opened for its first statement and closed after its final event. */
-  readonly connection: 'any' | 'dedicated'
+   * connection, opened for its first statement and closed after its final event;
+   * `'listen'` (operation `'wait'`): run the `LISTEN` on the listening connection, then
+   * answer with no rows once a notification on channel `params[0]` arrives or
+   * `params[1]` milliseconds have passed. */
+  readonly connection: 'any' | 'dedicated' | 'listen'
 }
 
 /** An event of the lock machine. */
@@ -1123,7 +1129,7 @@ export declare class LockMachine {
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */

@@ -116,7 +116,9 @@ impl From<UsageError> for JsError {
         };
         JsError {
             code: match err {
-                UsageError::TimeWentBackwards { .. } => "ERR_CLOCK",
+                UsageError::TimeWentBackwards { .. } | UsageError::TimeOutOfRange { .. } => {
+                    "ERR_CLOCK"
+                }
                 _ => "ERR_CONFIG",
             },
             message,

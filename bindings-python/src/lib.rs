@@ -86,7 +86,9 @@ fn option_error(py: Python<'_>, message: String, option: &str) -> PyErr {
 /// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
     let (class, option) = match &err {
-        UsageError::TimeWentBackwards { .. } => ("ClockError", None),
+        UsageError::TimeWentBackwards { .. } | UsageError::TimeOutOfRange { .. } => {
+            ("ClockError", None)
+        }
         UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
         UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
@@ -1178,7 +1180,9 @@ fn read_etcd_fenced_txn(
 /// appear more than once) and `params` in order, to run on the connection `connection`
 /// names: "any" (any connection, autocommit; a pool is fine) or "dedicated" (the
 /// connection this lock alone uses: open it for the lock's first statement, run every
-/// later statement of the lock on it, close it after the lock's final event).
+/// later statement of the lock on it, close it after the lock's final event) or "listen"
+/// (a wait: the `LISTEN` on the listening connection, then no rows once a notification
+/// on channel `params[0]` arrives or `params[1]` milliseconds have passed).
 #[pyclass(frozen, module = "fencepost._core", name = "SqlStatement")]
 struct Sql {
     stmt: SqlStatement,
@@ -1200,7 +1204,7 @@ impl Sql {
             .map(|v| from_sql_value(py, v))
             .collect()
     }
-    /// "any" or "dedicated".
+    /// "any", "dedicated" or "listen".
     #[getter]
     fn connection(&self) -> &'static str {
         self.stmt.connection.as_str()
@@ -2269,6 +2273,19 @@ fn advisory_key(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResu
     ))
 }
 
+/// The `LISTEN`/`NOTIFY` channel of `name` in `namespace` (a backend with `notify`):
+/// `"fencepost_"` and the name's advisory key as 16 hex digits (unsigned), 26 bytes.
+/// Releases notify it; waiters listen on it.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn notify_channel(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(pg::notify_channel(
+        &arg_str(namespace, "namespace")?,
+        &arg_str(name, "name")?,
+    ))
+}
+
 /// The statement taking a transaction-level advisory lock on `name`: run it as the
 /// first statement of your transaction, on the connection running it. It tries
 /// `pg_try_advisory_xact_lock` once and, if granted while no lease row of the name is
@@ -2360,6 +2377,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_key, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_migration, m)?)?;
     m.add_function(wrap_pyfunction!(advisory_key, m)?)?;
+    m.add_function(wrap_pyfunction!(notify_channel, m)?)?;
     m.add_function(wrap_pyfunction!(xact_lock_statement, m)?)?;
     m.add_function(wrap_pyfunction!(read_xact_lock, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_holder_key, m)?)?;

@@ -26,7 +26,7 @@ EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
 #: an etcd call.
 BodyKind = Literal["redis", "redis_blpop", "sql", "etcd", "redlock_part"]
 #: Which connection a SQL statement must run on.
-ConnectionKind = Literal["any", "dedicated"]
+ConnectionKind = Literal["any", "dedicated", "listen"]
 #: A SQL parameter or cell value as the core knows them.
 SqlValue = Union[None, bool, int, str]
 
@@ -54,12 +54,15 @@ class PostgresSpec(_PostgresSpecKind, total=False):
       advisory lock on a dedicated connection, with a heartbeat);
     * ``lease_table`` (``"fencepost_leases"``), ``token_table``
       (``"fencepost_tokens"``) — plain SQL identifiers, optionally ``schema.table``;
-    * ``namespace`` (``"fencepost"``) — namespace of advisory keys."""
+    * ``namespace`` (``"fencepost"``) — namespace of advisory keys;
+    * ``notify`` (``True``) — releases send ``pg_notify`` on the name's channel and
+      contenders wait for it (a request on connection ``"listen"``) instead of polling."""
 
     mode: Literal["lease", "session"]
     lease_table: str
     token_table: str
     namespace: str
+    notify: bool
 
 class _EtcdSpecKind(TypedDict):
     kind: Literal["etcd"]
@@ -302,7 +305,9 @@ class SqlStatement:
     times) and ``params`` in order. ``connection`` is ``"any"`` (any connection in
     autocommit; a pool is fine) or ``"dedicated"`` (the connection this lock alone
     uses: opened for its first statement, every later statement of the lock on it,
-    closed after the lock's final event)."""
+    closed after the lock's final event) or ``"listen"`` (a ``wait``: run the ``LISTEN``
+    on the listening connection, then answer with no rows once a notification on
+    channel ``params[0]`` arrives or ``params[1]`` milliseconds have passed)."""
 
     @property
     def sql(self) -> str: ...
@@ -656,6 +661,13 @@ def advisory_key(namespace: str, name: str) -> int:
     """The stable signed 64-bit advisory-lock key of ``name`` in ``namespace``: the
     first 8 bytes, big-endian, of SHA-1 over ``b"fencepost\\0" + namespace + b"\\0" +
     name`` (UTF-8). ``advisory_key("fencepost", "report") == -2364901989615549545``.
+
+    Raises: ConfigError for arguments that are not str."""
+
+def notify_channel(namespace: str, name: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of ``name`` in ``namespace`` (a backend with
+    ``notify``): ``"fencepost_"`` and the name's advisory key as 16 hex digits
+    (unsigned), 26 bytes. Releases notify it; waiters listen on it.
 
     Raises: ConfigError for arguments that are not str."""
 
