@@ -2097,6 +2097,60 @@ fn read_etcd_holder(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option
     }
 }
 
+/// The election query "who leads `name`?": the key with the lowest create revision
+/// under the election's prefix, with its value (etcd's `Election.Leader`). Read it with
+/// `read_etcd_leader`.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn etcd_leader_range(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    Ok(EtcdCall {
+        req: settings.leader_range(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `etcd_leader_range`: `(token, lease_id, value)` of the leader
+/// (`value` "" when its key has none), or None when nobody leads.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_leader(
+    py: Python<'_>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Option<(u64, i64, String)>> {
+    match etcd::read_etcd_leader(&etcd_reply_text(reply)) {
+        Ok(leader) => Ok(leader.map(|(h, value)| (h.token.get(), h.lease, value))),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// A leader's publication of `value` in its own key, on its lease, while its key's
+/// create revision is still `token` (etcd's `Election.Proclaim`). Read the reply with
+/// `read_etcd_fenced_txn`.
+///
+/// Errors: `ConfigError` naming an argument of the wrong type.
+#[pyfunction]
+fn etcd_proclaim(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    owner_id: &Bound<'_, PyAny>,
+    token: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let name = arg_str(name, "name")?;
+    let owner = owner_from_hex(py, owner_id)?;
+    Ok(EtcdCall {
+        req: settings.proclaim(&name, &owner, arg_token(token)?, &arg_str(value, "value")?),
+    })
+}
+
 /// The revoke of etcd lease `lease_id` (the operator's reset of the lock that lease
 /// holds: etcd deletes its key). Read it with `read_etcd_revoke`.
 #[pyfunction]
@@ -2311,6 +2365,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_redis_flag, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_holder_range, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_holder, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_leader_range, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_leader, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_proclaim, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_lease_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(lock_state_statement, m)?)?;

@@ -726,6 +726,23 @@ def read_etcd_holder(reply: Union[str, bytes]) -> Optional[Tuple[int, int]]:
     """Reads the reply of :func:`etcd_holder_range`: ``(token, lease_id)`` of the
     holder, or None when nobody holds the lock. Raises: ProtocolError."""
 
+def etcd_leader_range(key_prefix: str, name: str) -> EtcdCall:
+    """The election query "who leads ``name``?": the key with the lowest create
+    revision under the election's prefix, with its value (etcd's ``Election.Leader``).
+    Read with :func:`read_etcd_leader`."""
+
+def read_etcd_leader(reply: Union[str, bytes]) -> Optional[Tuple[int, int, str]]:
+    """Reads the reply of :func:`etcd_leader_range`: ``(token, lease_id, value)`` of the
+    leader (``value`` ``""`` when its key has none), or None when nobody leads.
+    Raises: ProtocolError."""
+
+def etcd_proclaim(key_prefix: str, name: str, owner_id: str, token: int, value: str) -> EtcdCall:
+    """A leader's publication of ``value`` in its own key, on its lease, while the key's
+    create revision is still ``token`` (etcd's ``Election.Proclaim``). Read the reply
+    with :func:`read_etcd_fenced_txn`.
+
+    Raises: ConfigError naming an argument of the wrong type."""
+
 def etcd_lease_revoke(lease_id: int) -> EtcdCall:
     """The revoke of lease ``lease_id``: the operator's reset of the lock it holds."""
 
