@@ -7,6 +7,8 @@
 const check = require('./check')
 const { ConfigError, fromNative, translate } = require('./errors')
 const { decodeObservations } = require('./observe')
+/** The flat encoding's SQL connection codes (`js_outputs`: 0 any, 1 dedicated, 2 listen). */
+const CONNECTIONS = ['any', 'dedicated', 'listen']
 
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
@@ -69,7 +71,7 @@ function createDecoder (native) {
             outputs.push(o)
             i += 4
           } else if (body === 7) { // SQL (the Node addon only): sql, connection, params
-            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: flat[i + 1] === 1 ? 'dedicated' : 'any', params: null }
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: CONNECTIONS[flat[i + 1]] ?? 'any', params: null }
             const n = flat[i + 2]
             const params = new Array(n)
             i += 3
@@ -117,7 +119,7 @@ function createDecoder (native) {
 
 /** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters,
  * settings)` arguments; `masters` names a Redlock machine's masters, `settings` is a
- * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace }` (the Node addon
+ * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace, notify }` (the Node addon
  * only). */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
@@ -135,6 +137,7 @@ function machineArguments (options) {
     for (const key of ['mode', 'leaseTable', 'tokenTable', 'namespace']) {
       if (o[key] !== undefined) settings[key] = check.string(o[key], key)
     }
+    if (o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
   }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
@@ -151,7 +154,7 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string, notify?: boolean}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
@@ -161,8 +164,9 @@ function createLockMachine (native) {
      *   per master, `{ backend: 'redlock_part', master, script, sha1, keys, args }`, whose
      *   reply is that master's Redis reply. 'postgres' (the Node package only) a
      *   PostgreSQL machine: requests with `backend: 'sql'` (`sql`, `params`,
-     *   `connection`), replies as arrays of rows or `{ sqlstate, message }`, settings
-     *   `mode`, `leaseTable`, `tokenTable`, `namespace`.
+     *   `connection`: 'any', 'dedicated' or 'listen', a wait for a release's
+     *   notification), replies as arrays of rows or `{ sqlstate, message }`, settings
+     *   `mode`, `leaseTable`, `tokenTable`, `namespace`, `notify` (boolean, default true).
      */
     constructor (options) {
       const { keyPrefix, seed, fair, kind, masters, settings } = machineArguments(options)

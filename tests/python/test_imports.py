@@ -21,6 +21,7 @@ LAYERS: Dict[str, int] = {
     "_lease": 2,
     "_units": 2,
     "observe": 2,
+    "_leader": 2,
     "_driver": 3,
     "_backend": 4,
     "lock": 5,
@@ -32,6 +33,8 @@ LAYERS: Dict[str, int] = {
     "zookeeper": 6,
     "kubernetes": 6,
     "memory": 6,
+    # the election composes the lock API, on any adapter
+    "election": 6,
     # Redlock runs the Redis adapter on each master
     "redlock": 7,
     "__init__": 8,
