@@ -36,7 +36,8 @@ from ._backend import Backend
 from ._leader import Leader, _record
 from ._lease import Lease, SyncLease
 from .errors import ConfigError, LockLost, StaleToken
-from .lock import _LOCK_TIMEOUT, Lock, Seconds, _seconds_to_ns
+from ._units import Seconds, _seconds_to_ns
+from .lock import _LOCK_TIMEOUT, Lock
 
 __all__ = ["Election", "Leadership", "SyncLeadership", "Leader", "STOP_REASONS"]
 
