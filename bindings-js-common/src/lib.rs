@@ -45,8 +45,12 @@ use fencepost_core::{
 use serde::de::{self, value::MapDeserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 // ---- errors -----------------------------------------------------------------------------
 
@@ -650,6 +654,10 @@ pub fn lock_options(fields: Vec<(String, Primitive)>) -> Result<LockOptions> {
     decode(fields)
 }
 
+/// Why the WebAssembly module has no Kubernetes Lease backend (its size budget).
+pub const KUBERNETES_IN_WASM: &str =
+    "the Lease backend would add KUBE_WASM_COST to the module, over its budget";
+
 /// The backends the JavaScript bindings carry (their adapters speak Redis, etcd, and
 /// Redis on each of a Redlock's masters).
 fn carried() -> [Backend; 3] {
@@ -677,11 +685,20 @@ pub fn backend(
     if !kinds.iter().any(|b| b.name() == kind) {
         let names: Vec<&str> = kinds.iter().map(Backend::name).collect();
         if kind == "zookeeper" {
-            // ZooKeeper speaks its own binary protocol over TCP: `fetch` cannot carry it
+            // ZooKeeper speaks its own binary protocol over TCP: `fetch` cannot carry it.
+            // The Node addon builds zookeeper machines itself (feature `zookeeper`).
             return Err(JsError::config(format!(
-                "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have \
-                 no sockets to reach ZooKeeper, and the Node package has no ZooKeeper \
-                 adapter): kind must be {}",
+                "kind \"zookeeper\" is not available in the WebAssembly package (workers have \
+                 no sockets to reach ZooKeeper): use the Node package, fencepost; kind must \
+                 be {}",
+                quoted(&names, "or")
+            )));
+        }
+        if kind == "kubernetes" {
+            // The Node addon builds kubernetes machines itself (feature `kubernetes`).
+            return Err(JsError::config(format!(
+                "kind \"kubernetes\" is not available in the WebAssembly package ({KUBERNETES_IN_WASM}): \
+                 use the Node package, fencepost; kind must be {}",
                 quoted(&names, "or")
             )));
         }
@@ -763,9 +780,28 @@ impl JsMachine {
         Ok(JsMachine { inner })
     }
 
-    /// Whether replies are etcd gateway JSON text (else Redis client values).
+    /// Whether replies are text: etcd gateway JSON, a ZooKeeper adapter's JSON document,
+    /// a Kubernetes response body (else Redis client values or SQL rows).
     pub fn reads_text(&self) -> bool {
-        matches!(self.inner.backend(), Backend::Etcd(_))
+        match self.inner.backend() {
+            Backend::Etcd(_) => true,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => true,
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A text reply (see [`JsMachine::reads_text`]) as this machine's [`Reply`].
+    pub fn text_reply(&self, text: String) -> Reply {
+        match self.inner.backend() {
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Reply::ZooKeeper(text),
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => Reply::Kubernetes(text),
+            _ => Reply::Etcd(text),
+        }
     }
 
     /// Whether replies are SQL rows or error replies (a PostgreSQL machine).
@@ -1336,17 +1372,22 @@ mod tests {
         );
         let e = backend(Some("etcd"), None, Some(true), None).unwrap_err();
         assert!(e.message.contains("FIFO"), "{}", e.message);
+        // the Node addon builds these machines itself; the shared decoder (all the
+        // WebAssembly module has) refuses them, saying why
         let e = backend(Some("zookeeper"), None, None, None).unwrap_err();
         assert_eq!(
             e.message,
-            "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have no \
-             sockets to reach ZooKeeper, and the Node package has no ZooKeeper adapter): kind \
-             must be 'redis', 'etcd' or 'redlock'"
+            "kind \"zookeeper\" is not available in the WebAssembly package (workers have no \
+             sockets to reach ZooKeeper): use the Node package, fencepost; kind must be \
+             'redis', 'etcd' or 'redlock'"
         );
         let e = backend(Some("kubernetes"), None, None, None).unwrap_err();
-        assert_eq!(
-            e.message,
-            "kind must be 'redis', 'etcd' or 'redlock', got \"kubernetes\""
+        assert!(
+            e.message.starts_with(
+                "kind \"kubernetes\" is not available in the WebAssembly package (the Lease backend"
+            ),
+            "{}",
+            e.message
         );
         assert!(backend(Some("postgres"), None, None, None).is_err());
         let masters: Vec<String> = ["a:1/0", "b:1/0", "c:1/0"].map(String::from).into();
