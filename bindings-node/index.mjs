@@ -13,6 +13,7 @@ export const {
   RedlockBackend,
   EtcdBackend,
   PostgresBackend,
+  ZooKeeperBackend,
   xactLock,
   fencedUpdate,
   postgresMigration,
