@@ -12,6 +12,7 @@ export const {
   UpstashRedisBackend,
   RedlockBackend,
   EtcdBackend,
+  KubernetesLeaseBackend,
   backendFromUrl,
   backendFromEnv,
   Fence,
