@@ -178,7 +178,13 @@ function createZooKeeper (native, fp) {
         if (owned) client.close()
         throw error
       }
-      const backend = new ZooKeeperBackend(client, rest)
+      let backend
+      try {
+        backend = new ZooKeeperBackend(client, rest)
+      } catch (error) {
+        if (owned) client.close()
+        throw error
+      }
       if (owned) {
         backend._factory = () => zk.createClient(made.hosts, made.options)
         backend._owned.push(() => backend._client.close())

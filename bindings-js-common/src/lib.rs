@@ -17,7 +17,9 @@
 //!   other `fooBar` is `foo_bar` as is), decoded by the core's serde type
 //!   [`LockOptions`]: an unknown option is an error naming it.
 //! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default),
-//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`].
+//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`]; the
+//!   Node addon adds `"postgres"`, `"zookeeper"` and `"kubernetes"` (features of the same
+//!   names, each with a settings object: modules `postgres`, `zookeeper`, `kubernetes`).
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's [`UsageError::kind`] or `"invalid_argument"`, `option` =
 //!   the option's name, `detail` = the message without the option name), `"ERR_CLOCK"`
