@@ -12,7 +12,6 @@ export const {
   UpstashRedisBackend,
   RedlockBackend,
   EtcdBackend,
-  KubernetesLeaseBackend,
   backendFromUrl,
   backendFromEnv,
   Fence,

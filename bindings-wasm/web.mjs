@@ -16,7 +16,7 @@ import api from './dist/web/fencepost_api.mjs'
 
 let fencepost
 export let Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-  UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+  UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
   redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
   StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
 export { fencepost as default }
@@ -26,7 +26,7 @@ function ready () {
     const f = api.createFencepost(native, 'wasm');
     ({
       Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-      UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+      UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
       redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
       StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
     } = f)

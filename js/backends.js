@@ -8,10 +8,8 @@
 //   │  ├─ RedisBackend       a real server through ioredis or node-redis (v4+)
 //   │  └─ UpstashRedisBackend  Redis over HTTP (the Upstash REST protocol) with fetch only:
 //   │                        edge workers and browsers, which cannot open Redis sockets
-//   ├─ EtcdBackend           etcd v3 through its JSON gateway with fetch only (Node, edge
-//   │                        workers, browsers, Deno): lease, per-contender key, watch
-//   └─ KubernetesLeaseBackend  coordination.k8s.io/v1 Leases over fetch (the WebAssembly
-//                            module carries no Lease machine: its size budget)
+//   └─ EtcdBackend           etcd v3 through its JSON gateway with fetch only (Node, edge
+//                            workers, browsers, Deno): lease, per-contender key, watch
 //
 // With `fair: true` a contended acquisition queues on the server and parks on a blocking
 // pop of its own wake-up list (the machine's `redis_blpop` requests); a release grants
@@ -1086,118 +1084,6 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  const KUBERNETES_OPTIONS = ['server', 'token', 'namespace', 'fetch', 'requestTimeoutMs']
-  /** Default of KubernetesLeaseBackend's `requestTimeoutMs` (Python's clients: 1 s). */
-  const KUBERNETES_REQUEST_TIMEOUT_MS = 1000
-
-  /** The wall clock now as a Kubernetes `MicroTime` (RFC 3339 UTC, six fractional digits). */
-  function microTime () {
-    return new Date().toISOString().replace(/\.(\d{3})Z$/, '.$1000Z')
-  }
-
-  /**
-   * Locks on Kubernetes `coordination.k8s.io/v1` Leases over `fetch` (Node, edge workers,
-   * Deno); see fencepost.d.ts (`KubernetesLeaseBackend`) for the options, the recipe and
-   * the errors. The Node package adds kubeconfig and in-cluster configuration
-   * (`kubernetesFromKubeconfig`, `kubernetesInCluster`).
-   */
-  class KubernetesLeaseBackend extends Backend {
-    constructor (options) {
-      super()
-      const o = check.plainObject(options, 'KubernetesLeaseBackend options')
-      for (const key of Object.keys(o)) {
-        if (!KUBERNETES_OPTIONS.includes(key)) {
-          throw new ConfigError(`unknown KubernetesLeaseBackend option ${JSON.stringify(key)}; known options: ${KUBERNETES_OPTIONS.join(', ')}`, { option: key })
-        }
-      }
-      let parsed = null
-      try { parsed = typeof o.server === 'string' ? new URL(o.server) : null } catch {}
-      if (parsed === null || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
-        throw new ConfigError(`server must be the API server's http:// or https:// URL, got ${check.describe(o.server)}`, { option: 'server' })
-      }
-      this._server = o.server.replace(/\/+$/, '')
-      if (o.token !== undefined && typeof o.token !== 'string' && typeof o.token !== 'function') {
-        throw new ConfigError(`token must be a bearer token (a string) or a function returning one (a rotated service-account token), got ${check.describe(o.token)}`, { option: 'token' })
-      }
-      this._token = o.token ?? null
-      this._namespace = o.namespace === undefined ? 'default' : check.string(o.namespace, 'namespace')
-      const fetch = o.fetch === undefined ? globalThis.fetch : o.fetch
-      if (typeof fetch !== 'function') {
-        throw new ConfigError(`fetch must be a function (the global fetch, or one with the cluster's TLS settings), got ${check.describe(o.fetch)}`, { option: 'fetch' })
-      }
-      // Called bare, never as a method of this object (workers' fetch refuses `this`).
-      this._fetch = o.fetch === undefined ? (...args) => globalThis.fetch(...args) : fetch
-      this._requestTimeoutMs = o.requestTimeoutMs === undefined ? KUBERNETES_REQUEST_TIMEOUT_MS : check.millis(o.requestTimeoutMs, 'requestTimeoutMs')
-      if (!(this._requestTimeoutMs > 0)) {
-        throw new ConfigError(`requestTimeoutMs must be above 0, got ${this._requestTimeoutMs}`, { option: 'requestTimeoutMs' })
-      }
-    }
-
-    _machineOptions () {
-      return { kind: 'kubernetes', namespace: this._namespace }
-    }
-
-    /** The API server's URL. */
-    get server () { return this._server }
-    /** The namespace of the Leases ('default'). */
-    get namespace () { return this._namespace }
-
-    /** The API path of lock `name`'s Lease. */
-    leasePath (name) {
-      return `/apis/coordination.k8s.io/v1/namespaces/${this._namespace}/leases/${check.string(name, 'lock name')}`
-    }
-
-    /**
-     * The Lease of lock `name` as the API server stores it (holder, count, times, for
-     * observers), or null when there is none. Rejects with BackendError (the server could
-     * not be reached) or ProtocolError (any other error status).
-     */
-    async readLease (name) {
-      const path = this.leasePath(name)
-      const text = await this._operatorReply('readLease', name, () => this._send('GET', path, null, 'application/json', deadlineSignal(now() + this._requestTimeoutMs)))
-      const doc = JSON.parse(text)
-      if (doc.kind === 'Lease') return doc
-      if (doc.kind === 'Status' && doc.code === 404) return null
-      throw new ProtocolError(`readLease(${JSON.stringify(name)}): ${doc.code ?? ''} ${doc.reason ?? ''} ${doc.message ?? text.slice(0, 200)}`)
-    }
-
-    async execute (request, options) {
-      if (request === null || typeof request !== 'object' || request.backend !== 'kubernetes') {
-        throw new BackendError(`KubernetesLeaseBackend cannot run this request: ${check.describe(request && request.backend)}`)
-      }
-      const signal = check.abortSignal(check.plainObject(options, 'execute options').signal, 'signal')
-      let body = request.body
-      if (body !== null && request.stamp.length > 0) {
-        // the core reads no clock: the wall-clock fields are the host's, for people and client-go
-        const doc = JSON.parse(body)
-        const stamp = microTime()
-        for (const field of request.stamp) doc.spec[field] = stamp
-        body = JSON.stringify(doc)
-      }
-      const deadlineMs = Math.min(typeof request.deadlineMs === 'number' ? request.deadlineMs : Infinity, now() + this._requestTimeoutMs)
-      return this._send(request.method, request.path, body, request.contentType, eitherSignal(signal, deadlineSignal(deadlineMs)))
-    }
-
-    /** Sends one call; returns the response body when it is a JSON object (a Lease or a
-     * Status, whatever the HTTP status), else throws (a proxy's error page: a transport
-     * failure). */
-    async _send (method, path, body, contentType, signal) {
-      const headers = { Accept: 'application/json' }
-      if (body !== null) headers['Content-Type'] = contentType
-      const token = typeof this._token === 'function' ? await this._token() : this._token
-      if (token) headers.Authorization = `Bearer ${token}`
-      const init = { method, headers }
-      if (body !== null) init.body = body
-      if (signal !== null) init.signal = signal
-      const response = await this._fetch(this._server + path, init)
-      const text = String(await response.text())
-      if (!text.trimStart().startsWith('{')) {
-        throw new Error(`HTTP ${response.status} from the API server at ${this._server} without a JSON body: ${JSON.stringify(text.slice(0, 200))}`)
-      }
-      return text
-    }
-  }
-
   const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch', 'requestTimeoutMs']
   /** Default of EtcdBackend's `requestTimeoutMs` (httpx's default timeout, as in Python). */
   const ETCD_REQUEST_TIMEOUT_MS = 5000
@@ -1548,7 +1434,7 @@ function createBackends (native, LockMachine, fence) {
     return backendFromUrl(url, o)
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, backendFromUrl, backendFromEnv }
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv }
 }
 
 module.exports = { createBackends }

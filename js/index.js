@@ -27,7 +27,6 @@ function createFencepost (native, implementation) {
     UpstashRedisBackend: backends.UpstashRedisBackend,
     RedlockBackend: backends.RedlockBackend,
     EtcdBackend: backends.EtcdBackend,
-    KubernetesLeaseBackend: backends.KubernetesLeaseBackend,
     backendFromUrl: backends.backendFromUrl,
     backendFromEnv: backends.backendFromEnv,
     Fence: fence.Fence,

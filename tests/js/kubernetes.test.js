@@ -62,9 +62,9 @@ if (!skip) {
   })
 }
 
-test('the WebAssembly package refuses a Lease lock with a ConfigError saying why', { skip: IMPL !== 'wasm' && 'the WebAssembly package only' }, () => {
-  const b = new KubernetesLeaseBackend({ server: 'http://127.0.0.1:1' })
-  assert.throws(() => new Lock(b, 'x', { ttlMs: 2_000 }), (e) => e instanceof ConfigError && /not available in the WebAssembly package \(the Lease backend would add [\d.]+ KiB gzipped/.test(e.message))
+test('the WebAssembly package refuses a Lease machine with a ConfigError saying why', { skip: IMPL !== 'wasm' && 'the WebAssembly package only' }, () => {
+  assert.equal(fencepost.KubernetesLeaseBackend, undefined, 'the Node package\'s alone')
+  assert.throws(() => new fencepost.LockMachine({ kind: 'kubernetes' }), (e) => e instanceof ConfigError && /not available in the WebAssembly package \(the Lease backend would add [\d.]+ KiB gzipped/.test(e.message))
 })
 
 test('configuration errors name the option; bad names and ttls are refused when the lock is built', { skip: IMPL !== 'napi' && 'the Node package' }, () => {
