@@ -214,6 +214,124 @@ export declare class Lease implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void>
 }
 
+// ---- leader election ------------------------------------------------------------------------
+
+/** Why a term ends: `'resigned'` (`resign()`, or `run()`'s work settled), `'cancelled'`
+ * (`run()`'s `signal` aborted), or the lease's loss reason. */
+export type StopReason = 'resigned' | 'cancelled' | LostReason
+
+/** Every `StopReason`, in a frozen array. */
+export declare const STOP_REASONS: readonly StopReason[]
+
+export interface ElectionOptions extends LockOptions {
+  /** A string a leader publishes beside its identity (an address). */
+  value?: string | null
+  /** Called once per term when it starts, before `campaign()` resolves. Must not block. */
+  onStartedLeading?: ((leadership: Leadership) => void) | null
+  /** Called once per term when it ends, after `onStartedLeading`, whatever ends it. */
+  onStoppedLeading?: ((leadership: Leadership, reason: StopReason) => void) | null
+}
+
+export interface RunOptions {
+  /** Aborts the run: the work's signal aborts, the lease is released at once (no waiting
+   * out the TTL), `onStoppedLeading` gets `'cancelled'`, and `run()` rejects with
+   * `signal.reason`. During the campaign: as `acquire()`'s signal. */
+  signal?: AbortSignal
+  /** Campaign again after a lost term (a controller's loop) instead of rejecting with
+   * the `LockLostError`. Default false. */
+  again?: boolean
+}
+
+/** A leader as followers read it (`Election.leader()`). */
+export interface Leader {
+  /** The leader's identity; null for a candidate of another client (etcd's own
+   * `concurrency.Election`) or a holder an instant before its record. */
+  readonly identity: string | null
+  /** The leader's value (null if it gave none). */
+  readonly value: string | null
+  /** The leader's fencing token. */
+  readonly token: bigint
+}
+
+/**
+ * A leader election named `name` on `backend`, campaigned for as `identity`: a `Lock`
+ * held indefinitely, so a leader carries the lease's fencing token and loses leadership
+ * when the lease is lost. Every backend with locks has it (Redis as an efficiency
+ * election; etcd for correctness). On etcd a leader publishes `{ identity, value }` (JSON)
+ * in its own key before `onStartedLeading`, as etcd's `Election.Proclaim` does.
+ *
+ * @throws ConfigError (`ERR_CONFIG`) for an empty `identity`, a `value` that is not a
+ *   string, callbacks that are not functions, `autoRenew: false`, or anything `Lock`
+ *   refuses.
+ */
+export declare class Election {
+  constructor(backend: Backend, name: string, identity: string, options?: ElectionOptions)
+  readonly name: string
+  readonly identity: string
+  readonly value: string | null
+  readonly backend: Backend
+  /** The lock the leader holds. */
+  readonly lock: Lock
+  /**
+   * Waits until this candidate leads; resolves with the term, after `onStartedLeading`.
+   *
+   * @throws AcquireTimeoutError (`ERR_ACQUIRE_TIMEOUT`) when `timeoutMs` passed.
+   * @throws `signal.reason` when `signal` aborts the campaign (nothing is called, what
+   *   the server granted is released).
+   * @throws ProtocolError, BackendError as `Lock.acquire()`.
+   */
+  campaign(options?: AcquireOptions): Promise<Leadership>
+  /**
+   * Campaigns, then runs `work(signal, leadership)` under the term's signal. Work that
+   * settles inside the term resigns it, and `run` settles as the work did; a lost term
+   * rejects with the `LockLostError` (`ERR_LOCK_LOST`), or campaigns again with `again`.
+   * The work must stop when its signal aborts.
+   */
+  run<T>(work: (signal: AbortSignal, leadership: Leadership) => T | PromiseLike<T>, options?: RunOptions): Promise<Awaited<T>>
+  /**
+   * The current leader, as the server answers now (for display and routing, never a
+   * substitute for campaigning); `null` when nobody leads. `EtcdBackend`: the key with
+   * the lowest create revision under the election's prefix, as etcd's own
+   * `concurrency.Election` reads it (a fencepost leader publishes its identity and value
+   * in it; a candidate of etcd's own client reads as `identity: null` and its value).
+   *
+   * @throws ConfigError (`ERR_CONFIG`, kind `'unsupported'`) on the other backends: they
+   *   keep only the holder's owner id with the lock.
+   * @throws BackendError (`ERR_BACKEND`), ProtocolError (`ERR_PROTOCOL`) as the backend's
+   *   queries.
+   */
+  leader(): Promise<Leader | null>
+  /** The current leader, then every change of it, in order, read every `intervalMs`
+   * (default 100): a term shorter than the interval may be missed, never reordered.
+   * Ends when `signal` aborts; rejects as `leader()`. */
+  observe(options?: { intervalMs?: number, signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>
+}
+
+/** One term of an `Election`. It ends exactly once, whatever ends it; then `signal`
+ * aborts and `onStoppedLeading` is called. */
+export declare class Leadership {
+  private constructor()
+  readonly name: string
+  readonly identity: string
+  readonly value: string | null
+  /** The term's fencing token (the lease's): carry it on every write the leader makes. */
+  readonly token: bigint
+  readonly ownerId: string
+  /** The lease the term is held by. */
+  readonly lease: Lease
+  /** Aborted when the term ends: `reason` is the `LockLostError` after a loss, else a
+   * `ConfigError` naming the stop reason. */
+  readonly signal: AbortSignal
+  /** `null` while the term lasts. */
+  readonly stopReason: StopReason | null
+  /** Throws the `LockLostError` if the term was lost, a `ConfigError` if it ended
+   * otherwise. */
+  check(): void
+  /** Releases the lease at once and ends the term (`'resigned'`, or the loss reason).
+   * Idempotent; never rejects with `LockLostError`. */
+  resign(): Promise<void>
+}
+
 // ---- backends -------------------------------------------------------------------------------
 
 /**
@@ -849,16 +967,19 @@ export declare class FencepostError extends Error {
 export declare class ConfigError extends FencepostError {
   readonly code: 'ERR_CONFIG'
   /** `'invalid_argument'` (a JavaScript type), or the core's reason: `'invalid_option'`,
-   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`. */
+   * `'invalid_name'`, `'unsafe_purpose'`, `'unknown_lock'`, `'time_went_backwards'`,
+   * `'time_out_of_range'`. */
   readonly kind: string
   /** The option at fault (`'ttlMs'`, `'renewEveryMs'`…), or `null`. */
   readonly option: string | null
 }
 
-/** A monotonic time earlier than one given before reached the lock machine (only a host
- * bug causes it); it is never used to extend a lease. */
+/** A monotonic time earlier than one given before (`kind` `'time_went_backwards'`), or past
+ * the latest the machine accepts, 2^62 ns ≈ 146 years after the clock's origin
+ * (`'time_out_of_range'`), reached the lock machine. Only a host bug causes it; such a time
+ * is never used to extend a lease. */
 export declare class ClockError extends ConfigError {
-  readonly kind: 'time_went_backwards'
+  readonly kind: 'time_went_backwards' | 'time_out_of_range'
 }
 
 /** A held lease ended while its holder still believed it held it: another holder may
@@ -973,8 +1094,11 @@ export interface MachineSqlRequest {
   /** In order; `bigint` for the core's integers (advisory keys use all 64 bits). */
   readonly params: ReadonlyArray<null | boolean | bigint | string>
   /** `'any'`: any connection in autocommit (a pool is fine); `'dedicated'`: the lock's own
-   * connection, opened for its first statement and closed after its final event. */
-  readonly connection: 'any' | 'dedicated'
+   * connection, opened for its first statement and closed after its final event;
+   * `'listen'` (operation `'wait'`): run the `LISTEN` on the listening connection, then
+   * answer with no rows once a notification on channel `params[0]` arrives or
+   * `params[1]` milliseconds have passed. */
+  readonly connection: 'any' | 'dedicated' | 'listen'
 }
 
 /** A request of a ZooKeeper lock machine (`kind: 'zookeeper'`, the Node package only:
@@ -1052,7 +1176,7 @@ export declare class LockMachine {
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */

@@ -168,6 +168,12 @@ export declare function etcdHolderKey(keyPrefix: string, name: string, ownerId: 
 export declare function etcdHolderRange(keyPrefix: string, name: string): { backend: 'etcd', call: 'range', path: string, body: string }
 
 /**
+ * The etcd range finding who leads election `name` (the lowest create revision under
+ * its prefix, with the key's value), as a gateway call. Read it with `readEtcdLeader`.
+ */
+export declare function etcdLeaderRange(keyPrefix: string, name: string): { backend: 'etcd', call: 'range', path: string, body: string }
+
+/**
  * The etcd lease id of the acquisition `ownerId` (its first 8 bytes, big-endian, as a
  * positive int64), as a bigint.
  */
@@ -175,6 +181,13 @@ export declare function etcdLeaseId(ownerId: string): bigint
 
 /** The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call. */
 export declare function etcdLeaseRevoke(lease: bigint): { backend: 'etcd', call: 'lease_revoke', path: string, body: string }
+
+/**
+ * A leader's publication of `value` in its own key, on its lease, while the key's create
+ * revision is still `token` (etcd's `Election.Proclaim`), as a gateway call. Read the
+ * reply with `readEtcdFencedTxn`.
+ */
+export declare function etcdProclaim(keyPrefix: string, name: string, ownerId: string, token: bigint, value: string): { backend: 'etcd', call: 'txn', path: string, body: string }
 
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
@@ -206,6 +219,12 @@ export declare function readEtcdFencedTxn(name: string, token: bigint, reply: un
  * null when nobody holds the lock) or `{ ok: false, protocol: message }`.
  */
 export declare function readEtcdHolder(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, protocol?: string }
+
+/**
+ * Reads the reply of `etcdLeaderRange`: `{ ok: true, token, lease, value }` (`token`
+ * null when nobody leads) or `{ ok: false, protocol: message }`.
+ */
+export declare function readEtcdLeader(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, value?: string, protocol?: string }
 
 /**
  * Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` (false: the lease was gone

@@ -49,6 +49,20 @@ export interface PostgresBackendOptions extends PostgresSettings {
    * a postgres.js instance made with `max: 1`. fencepost closes each after its lock's
    * final event. */
   connect?: () => PgClientLike | PostgresJsLike | Promise<PgClientLike | PostgresJsLike>
+  /** Wake waiters on release with LISTEN/NOTIFY (default `true`): every release sends
+   * `pg_notify` on the name's channel in its own statement (so only once it committed),
+   * and a lock that finds the name held waits for that notification instead of sleeping
+   * through its backoff. The wait lasts the backoff it stands in for, so a lost
+   * notification, a dead listening connection or a pooler that cannot carry LISTEN
+   * (PgBouncer in transaction mode) costs what polling costs. `false`: waiters poll and
+   * releases notify nobody. */
+  notify?: boolean
+  /** The connection string of the listening connection (one node-postgres `pg.Client`
+   * per backend, opened on the first wait, closed 30 s after the last waiter left or by
+   * `close()`). By default: `connectionString`, the pool's or the single client's
+   * parameters, or postgres.js's own `listen()`. Behind PgBouncer in transaction mode
+   * point it at the server itself, or waiters poll. With only `connect`, waiters poll. */
+  listenConnectionString?: string
 }
 
 /** A request of a PostgreSQL lock machine (`LockMachine({ kind: 'postgres' })`). */
@@ -99,6 +113,8 @@ export declare class PostgresBackend extends Backend {
   readonly leaseTable: string
   readonly tokenTable: string
   readonly namespace: string
+  /** Whether releases notify and waiters listen (LISTEN/NOTIFY; `notify` option, default true). */
+  readonly notify: boolean
   /** What the client given is: `'pg-pool'`, `'pg-client'`, `'postgres.js'`, or null. */
   readonly clientKind: 'pg-pool' | 'pg-client' | 'postgres.js' | null
   /** The advisory-lock key of lock `name` in this backend's namespace. */

@@ -124,6 +124,145 @@ function createPostgres (native, fp) {
     }
   }
 
+  // ---- the listening connection of waiters ---------------------------------------------------
+
+  /** How long the listener keeps its connection after its last waiter left (ms). */
+  const LINGER_MS = 30_000
+  /** The pause before the listener connects again after losing its connection (ms). */
+  const RECONNECT_MS = 500
+
+  /**
+   * The backend's LISTEN connection, shared by the waiters of every lock. A wait answers
+   * at once when its release may have been missed: the channel was not listened to yet
+   * when the lock's acquire was sent (its LISTEN came later, or the connection was lost
+   * and listened again), or a notification on it came after that send. Sequence numbers
+   * order these events against the acquire's mark. Without a way to connect, waits last
+   * their timeout (the polling fallback).
+   */
+  class Listener {
+    constructor (open) {
+      this._open = open // () => Promise<{ listen(channel, sql), close() }> | null
+      this.seq = 0
+      this._listened = new Map() // channel → seq of its LISTEN on the connection
+      this._notified = new Map() // channel → seq of its last notification
+      this._waiters = new Map() // channel → Set of wake functions
+      this._conn = null // a promise of the connection
+      this._linger = null
+      this._closed = false
+    }
+
+    /** Resolves once a release on `channel` may have come after `mark`, or after
+     * `timeoutMs`, or when `signal` aborts: always with no rows (try again). */
+    wait (channel, sql, mark, timeoutMs, signal) {
+      return new Promise((resolve) => {
+        const listened = this._listened.get(channel)
+        if (listened !== undefined && (listened > mark || (this._notified.get(channel) ?? -1) > mark)) {
+          resolve([])
+          return
+        }
+        let timer = null
+        const done = () => {
+          clearTimeout(timer)
+          if (signal) signal.removeEventListener('abort', done)
+          const set = this._waiters.get(channel)
+          if (set !== undefined) {
+            set.delete(done)
+            if (set.size === 0) this._waiters.delete(channel)
+          }
+          this._idle()
+          resolve([])
+        }
+        timer = setTimeout(done, timeoutMs)
+        if (signal) signal.addEventListener('abort', done, { once: true })
+        if (!this._waiters.has(channel)) this._waiters.set(channel, new Set())
+        this._waiters.get(channel).add(done)
+        clearTimeout(this._linger)
+        if (listened === undefined) this._listen(channel, sql)
+      })
+    }
+
+    _wake (channel) {
+      this._notified.set(channel, ++this.seq)
+      const set = this._waiters.get(channel)
+      if (set !== undefined) for (const wake of [...set]) wake()
+    }
+
+    async _listen (channel, sql) {
+      if (this._closed || this._open === null) return
+      try {
+        this._conn ??= this._open({
+          notified: (ch) => this._wake(ch),
+          lost: () => this._lost()
+        })
+        const conn = await this._conn
+        if (this._listened.has(channel)) return
+        await conn.listen(channel, sql)
+        this._listened.set(channel, ++this.seq)
+        this._wake(channel) // a release between the acquire and this LISTEN went unheard
+      } catch (error) {
+        this._lost() // waiters poll meanwhile (their timeout)
+      }
+    }
+
+    /** The connection is gone: nothing is listened to; the waiters' channels listen again. */
+    _lost () {
+      const conn = this._conn
+      this._conn = null
+      this._listened.clear()
+      if (conn !== null) conn.then((c) => c.close(), ignore)
+      if (this._closed || this._waiters.size === 0) return
+      const retry = setTimeout(() => {
+        for (const channel of this._waiters.keys()) this._listen(channel, `LISTEN ${channel}`)
+      }, RECONNECT_MS)
+      retry.unref?.()
+    }
+
+    _idle () {
+      if (this._waiters.size > 0 || this._conn === null) return
+      clearTimeout(this._linger)
+      this._linger = setTimeout(() => this.close(false), LINGER_MS)
+      this._linger.unref?.()
+    }
+
+    close (forever = true) {
+      if (forever) this._closed = true
+      clearTimeout(this._linger)
+      const conn = this._conn
+      this._conn = null
+      this._listened.clear()
+      if (conn !== null) conn.then((c) => c.close(), ignore)
+    }
+  }
+
+  /** A listening connection of node-postgres made by `make()` (a new pg.Client). */
+  async function pgListening (make, events) {
+    const client = make()
+    client.on('error', ignore) // a lost connection surfaces as 'end'
+    client.on('end', () => events.lost())
+    client.on('notification', (msg) => events.notified(msg.channel))
+    await client.connect()
+    // the listener alone must not keep the process alive
+    client.connection && client.connection.stream && client.connection.stream.unref?.()
+    return { listen: (channel, sql) => client.query(sql), close: () => client.end().catch(ignore) }
+  }
+
+  /** Listening through postgres.js's own listen(), which keeps a connection for it and
+   * listens again after a reconnect (each time calling its onlisten). */
+  function postgresJsListening (sql, events) {
+    const unlisten = []
+    return Promise.resolve({
+      listen: async (channel) => {
+        let first = true
+        const handle = await sql.listen(channel, () => events.notified(channel), () => {
+          if (!first) events.notified(channel) // listened again: what came meanwhile went unheard
+          first = false
+        })
+        unlisten.push(handle.unlisten)
+      },
+      close: () => Promise.all(unlisten.map((u) => u().catch(ignore)))
+    })
+  }
+
   // ---- the backend ------------------------------------------------------------------------
 
   /**
@@ -157,8 +296,17 @@ function createPostgres (native, fp) {
         const given = kind === 'pg-pool' ? 'a pool' : kind !== null ? 'a shared client' : 'nothing'
         throw new ConfigError(`session mode needs a dedicated connection per lock: pass connectionString (node-postgres) or connect (a factory of connections); got ${given}. A pool's connections serve other users between statements, who would share or free a session-level advisory lock`)
       }
+      const notify = o.notify === undefined ? true : o.notify
+      if (typeof notify !== 'boolean') throw new ConfigError(`notify must be true or false, got ${check.describe(o.notify)}`, { option: 'notify' })
+      const listenConnectionString = o.listenConnectionString === undefined ? null : check.string(o.listenConnectionString, 'listenConnectionString')
       super()
       this._mode = mode
+      this._notify = notify
+      this._listenConnectionString = listenConnectionString
+      /** the waiters' listening connection, made on the first wait */
+      this._listener = null
+      /** lock id → the listener's sequence number when its last acquire was sent */
+      this._marks = new Map()
       this._settings = settings
       this._client = client ?? null
       this._kind = kind
@@ -175,7 +323,7 @@ function createPostgres (native, fp) {
     }
 
     _machineOptions () {
-      return { kind: 'postgres', mode: this._mode, ...this._settings }
+      return { kind: 'postgres', mode: this._mode, notify: this._notify, ...this._settings }
     }
 
     /** 'lease' or 'session'. */
@@ -186,6 +334,8 @@ function createPostgres (native, fp) {
     get tokenTable () { return this._settings.tokenTable ?? 'fencepost_tokens' }
     /** The namespace of advisory keys ('fencepost'). */
     get namespace () { return this._settings.namespace ?? 'fencepost' }
+    /** Whether releases notify and waiters listen (LISTEN/NOTIFY; default true). */
+    get notify () { return this._notify }
     /** What the client given is: 'pg-pool', 'pg-client', 'postgres.js', or null. */
     get clientKind () { return this._kind }
 
@@ -196,12 +346,44 @@ function createPostgres (native, fp) {
 
     // -- running the machine's requests --
 
-    execute (request) {
+    execute (request, options) {
       if (request === null || typeof request !== 'object' || request.backend !== 'sql') {
         throw new ConfigError(`a PostgresBackend cannot run ${check.describe(request)}`)
       }
+      if (request.connection === 'listen') return this._wait(request, options)
+      if (this._notify && request.operation === 'acquire') {
+        // before the send: a release after it is heard by a wait that follows
+        this._marks.set(request.lock, this._listening().seq)
+      }
       if (request.connection === 'any') return this._any(request)
       return this._onDedicated(request)
+    }
+
+    _wait (request, options) {
+      const [channel, timeoutMs] = request.params
+      const mark = this._marks.get(request.lock) ?? -1
+      const signal = options && options.signal ? options.signal : null
+      return this._listening().wait(channel, request.sql, mark, Number(timeoutMs), signal)
+    }
+
+    _listening () {
+      if (this._listener === null) this._listener = new Listener(this._listenOpener())
+      return this._listener
+    }
+
+    /** How the listener connects: listenConnectionString, connectionString, the pool's or
+     * the single client's parameters, or postgres.js's listen(); null with only a
+     * `connect` factory (waiters then poll). */
+    _listenOpener () {
+      const cs = this._listenConnectionString ?? this._connectionString
+      if (cs !== null) return (events) => pgListening(() => new (loadPg().Client)({ connectionString: cs }), events)
+      if (this._kind === 'pg-pool') return (events) => pgListening(() => new (this._client.Client ?? loadPg().Client)(this._client.options), events)
+      if (this._kind === 'pg-client') {
+        const given = this._client
+        return (events) => pgListening(() => new given.constructor(given.connectionParameters), events)
+      }
+      if (this._kind === 'postgres.js') return (events) => postgresJsListening(this._client, events)
+      return null
     }
 
     async _any (stmt) {
@@ -274,6 +456,7 @@ function createPostgres (native, fp) {
     }
 
     _lockFinished (lock) {
+      this._marks.delete(lock)
       const entry = this._dedicated.get(lock)
       if (entry === undefined) return
       entry.finished = true
@@ -296,6 +479,7 @@ function createPostgres (native, fp) {
     close () {
       if (this._closed) return
       super.close()
+      if (this._listener !== null) this._listener.close()
       // after the releases the driver just queued (microtasks) have been handed over
       queueMicrotask(() => {
         for (const [lock, entry] of this._dedicated) {

@@ -4,6 +4,9 @@ import fencepost from './index.js'
 export const {
   Lock,
   Lease,
+  Election,
+  Leadership,
+  STOP_REASONS,
   Backend,
   RedisProtocolBackend,
   MemoryBackend,

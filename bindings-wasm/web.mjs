@@ -15,7 +15,7 @@ import * as native from './dist/web/fencepost_wasm.js'
 import api from './dist/web/fencepost_api.mjs'
 
 let fencepost
-export let Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
+export let Lock, Lease, Election, Leadership, STOP_REASONS, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
   UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
   redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
   StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
@@ -25,7 +25,7 @@ function ready () {
   if (fencepost === undefined) {
     const f = api.createFencepost(native, 'wasm');
     ({
-      Lock, Lease, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
+      Lock, Lease, Election, Leadership, STOP_REASONS, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
       UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
       redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
       StaleTokenError, ProtocolError, BackendError, coreVersion, implementation

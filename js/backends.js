@@ -1350,6 +1350,34 @@ function createBackends (native, LockMachine, fence) {
       return this._operatorResult('forceRelease', name, native.readEtcdRevoke(reply)).value
     }
 
+    /** An election's leader publishes its record (identity and value, JSON) in its own
+     * key, on its lease, while the key still has the term's token: etcd's
+     * `Election.Proclaim`, so etcd's own `Leader()` / `Observe()` read it. Rejects with
+     * StaleTokenError when the key is gone. */
+    async _proclaim (lease, record) {
+      const call = translate(() => native.etcdProclaim(this._keyPrefix, lease.name, lease.ownerId, lease.token, record))
+      const reply = await this._operatorReply('campaign', lease.name, () => this._post(call.path, call.body, deadlineSignal(now() + this._requestTimeoutMs)))
+      fence.readEtcdFencedTxn(lease.name, lease.token, reply)
+    }
+
+    /** The leader of election `name`: `null`, or `{ token, value, pending }` where
+     * `pending` says the key still holds its holder's owner id (a fencepost holder an
+     * instant before its record, or a plain lock). */
+    async _leader (name) {
+      check.string(name, 'election name')
+      const call = translate(() => native.etcdLeaderRange(this._keyPrefix, name))
+      const reply = await this._operatorReply('leader', name, () => this._post(call.path, call.body, deadlineSignal(now() + this._requestTimeoutMs)))
+      const read = this._operatorResult('leader', name, native.readEtcdLeader(reply))
+      if (read.token === null) return null
+      let pending = false
+      if (/^[0-9a-f]{32}$/.test(read.value)) {
+        try {
+          pending = native.etcdLeaseId(read.value) === read.lease
+        } catch {}
+      }
+      return { token: read.token, value: read.value, pending }
+    }
+
     async _holder (what, name) {
       check.string(name, 'lock name')
       const call = translate(() => native.etcdHolderRange(this._keyPrefix, name))

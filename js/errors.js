@@ -4,7 +4,7 @@
 //
 //   class                 code                 thrown when
 //   ConfigError           ERR_CONFIG           bad input or misuse (types, ranges, options)
-//   ClockError            ERR_CONFIG           the monotonic clock went backwards
+//   ClockError            ERR_CONFIG           the monotonic clock went backwards or out of range
 //   LockLostError         ERR_LOCK_LOST        a held lease ended before it was released
 //   AcquireTimeoutError   ERR_ACQUIRE_TIMEOUT  the acquire timeout passed
 //   StaleTokenError       ERR_STALE_TOKEN      a fence refused a write with an old token
@@ -32,8 +32,9 @@ class ConfigError extends FencepostError {
 ConfigError.prototype.code = 'ERR_CONFIG'
 
 class ClockError extends ConfigError {
-  constructor (message) {
-    super(message, { kind: 'time_went_backwards' })
+  /** @param {string} message @param {'time_went_backwards'|'time_out_of_range'} [kind] */
+  constructor (message, kind = 'time_went_backwards') {
+    super(message, { kind })
   }
 }
 
@@ -133,7 +134,7 @@ function fromNative (error) {
       return new ConfigError(message, { kind: error.kind, option })
     }
     case 'ERR_CLOCK':
-      return new ClockError(error.message)
+      return new ClockError(error.message, error.kind === 'time_out_of_range' ? 'time_out_of_range' : 'time_went_backwards')
     case 'ERR_BACKEND':
       return new BackendError(error.message)
     default:

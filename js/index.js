@@ -10,15 +10,20 @@ const { createLockMachine } = require('./machine')
 const { createFence } = require('./fence')
 const { createBackends } = require('./backends')
 const { createLock, Lease } = require('./lock')
+const { createElection, Leadership, STOP_REASONS } = require('./election')
 
 function createFencepost (native, implementation) {
   const LockMachine = createLockMachine(native)
   const fence = createFence(native)
   const backends = createBackends(native, LockMachine, fence)
   const Lock = createLock((b) => b instanceof backends.Backend)
+  const Election = createElection(Lock)
   return Object.freeze({
     Lock,
     Lease,
+    Election,
+    Leadership,
+    STOP_REASONS,
     Backend: backends.Backend,
     RedisProtocolBackend: backends.RedisProtocolBackend,
     MemoryBackend: backends.MemoryBackend,

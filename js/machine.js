@@ -6,6 +6,8 @@
 
 const check = require('./check')
 const { ConfigError, fromNative, translate } = require('./errors')
+/** The flat encoding's SQL connection codes (`js_outputs`: 0 any, 1 dedicated, 2 listen). */
+const CONNECTIONS = ['any', 'dedicated', 'listen']
 
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
@@ -77,7 +79,7 @@ function createDecoder (native) {
             outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'kubernetes', method: flat[i], path: flat[i + 1], body: flat[i + 2], contentType: flat[i + 3], stamp: strings(flat, i + 5, n) })
             i += 5 + n
           } else if (body === 7) { // SQL (the Node addon only): sql, connection, params
-            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: flat[i + 1] === 1 ? 'dedicated' : 'any', params: null }
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: CONNECTIONS[flat[i + 1]] ?? 'any', params: null }
             const n = flat[i + 2]
             const params = new Array(n)
             i += 3
@@ -132,9 +134,9 @@ const SETTINGS = {
 
 /** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters,
  * settings)` arguments; `masters` names a Redlock machine's masters, `settings` is a
- * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace }`, a ZooKeeper one's
- * `{ root, naming, sessionTimeoutMs }` (both the Node addon only) or a Kubernetes one's
- * `{ namespace }`. */
+ * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace, notify }`, a ZooKeeper
+ * one's `{ root, naming, sessionTimeoutMs }` (both the Node addon only) or a Kubernetes
+ * one's `{ namespace }`. */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
   const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
@@ -152,6 +154,7 @@ function machineArguments (options) {
       if (o[key] === undefined) continue
       settings[key] = key === 'sessionTimeoutMs' ? check.millis(o[key], key) : check.string(o[key], key)
     }
+    if (kind === 'postgres' && o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
   }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
@@ -168,7 +171,7 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres'|'zookeeper'|'kubernetes', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo'|'curator', sessionTimeoutMs?: number}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres'|'zookeeper'|'kubernetes', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo'|'curator', sessionTimeoutMs?: number, notify?: boolean}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
@@ -178,13 +181,14 @@ function createLockMachine (native) {
      *   per master, `{ backend: 'redlock_part', master, script, sha1, keys, args }`, whose
      *   reply is that master's Redis reply. 'postgres' (the Node package only) a
      *   PostgreSQL machine: requests with `backend: 'sql'` (`sql`, `params`,
-     *   `connection`), replies as arrays of rows or `{ sqlstate, message }`, settings
-     *   `mode`, `leaseTable`, `tokenTable`, `namespace`. 'zookeeper' (the Node package
-     *   only): requests `{ backend: 'zookeeper', call, spec }` (`spec` the call as JSON,
-     *   `timeoutMs` on a watch), replies the adapter's JSON text; settings `root`,
-     *   `naming`, `sessionTimeoutMs`. 'kubernetes': requests `{ backend: 'kubernetes',
-     *   method, path, body, contentType, stamp }`, replies the response body's text;
-     *   setting `namespace`.
+     *   `connection`: 'any', 'dedicated' or 'listen', a wait for a release's
+     *   notification), replies as arrays of rows or `{ sqlstate, message }`, settings
+     *   `mode`, `leaseTable`, `tokenTable`, `namespace`, `notify` (boolean, default true).
+     *   'zookeeper' (the Node package only): requests `{ backend: 'zookeeper', call, spec }`
+     *   (`spec` the call as JSON, `timeoutMs` on a watch), replies the adapter's JSON text;
+     *   settings `root`, `naming`, `sessionTimeoutMs`. 'kubernetes': requests
+     *   `{ backend: 'kubernetes', method, path, body, contentType, stamp }`, replies the
+     *   response body's text; setting `namespace`.
      */
     constructor (options) {
       const { keyPrefix, seed, fair, kind, masters, settings } = machineArguments(options)

@@ -122,7 +122,9 @@ impl From<UsageError> for JsError {
         };
         JsError {
             code: match err {
-                UsageError::TimeWentBackwards { .. } => "ERR_CLOCK",
+                UsageError::TimeWentBackwards { .. } | UsageError::TimeOutOfRange { .. } => {
+                    "ERR_CLOCK"
+                }
                 _ => "ERR_CONFIG",
             },
             message,
@@ -1278,6 +1280,41 @@ pub fn read_etcd_holder(reply: &str) -> JsOut<'static> {
         Ok(None) => JsOut::Object(vec![("ok", JsOut::Bool(true)), ("token", JsOut::Null)]),
         Err(e) => protocol(e.to_string()),
     }
+}
+
+/// `etcdLeaderRange`: the range finding who leads election `name`, with the key's value.
+pub fn etcd_leader_range(key_prefix: String, name: &str) -> JsOut<'static> {
+    etcd_call(RequestBody::Etcd(
+        EtcdSettings { key_prefix }.leader_range(name),
+    ))
+}
+
+/// `readEtcdLeader`: `{ ok: true, token, lease, value }` (`token` null when nobody
+/// leads) or `{ ok: false, protocol }`.
+pub fn read_etcd_leader(reply: &str) -> JsOut<'static> {
+    match etcd::read_etcd_leader(reply) {
+        Ok(Some((h, value))) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("token", JsOut::Token(h.token.get())),
+            ("lease", JsOut::Int(h.lease)),
+            ("value", JsOut::Text(value.into())),
+        ]),
+        Ok(None) => JsOut::Object(vec![("ok", JsOut::Bool(true)), ("token", JsOut::Null)]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `etcdProclaim`: a leader's fenced put of `value` into its own key, on its lease.
+pub fn etcd_proclaim(
+    key_prefix: String,
+    name: &str,
+    owner: &str,
+    token: u64,
+    value: &str,
+) -> Result<JsOut<'static>> {
+    let owner = owner_id(owner)?;
+    let req = EtcdSettings { key_prefix }.proclaim(name, &owner, FencingToken(token), value);
+    Ok(etcd_call(RequestBody::Etcd(req)))
 }
 
 /// `etcdLeaseRevoke`: the revoke of lease `id`.

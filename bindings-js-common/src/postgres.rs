@@ -7,7 +7,8 @@
 //!   [`PostgresBackend`]; table names are checked by [`PostgresBackend::check`].
 //! * A statement is `{ sql, params, connection }`: `sql` with `$1…$n` placeholders,
 //!   `params` `null | boolean | bigint | string` in order (`bigint` for the core's
-//!   integers: advisory keys use all 64 bits), `connection` `"any"` or `"dedicated"`.
+//!   integers: advisory keys use all 64 bits), `connection` `"any"`, `"dedicated"` or `"listen"` (a wait for a release's
+//!   notification: `LISTEN` statement, params channel and timeout ms).
 //! * A reply is built by the addon from the rows the client returned (a `number` cell
 //!   through [`sql_number`]) or from a server error's SQLSTATE and message
 //!   ([`SqlReply::Error`]); a value fencepost cannot read becomes [`bad_reply`], which the
@@ -58,6 +59,7 @@ pub fn statement(stmt: &SqlStatement) -> JsOut<'_> {
             JsOut::Text(Cow::Borrowed(match stmt.connection {
                 pg::PgConnection::Any => "any",
                 pg::PgConnection::Dedicated => "dedicated",
+                pg::PgConnection::Listen => "listen",
             })),
         ),
     ])

@@ -944,6 +944,39 @@ pub fn read_etcd_holder<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Resul
     to_js(env, &common::read_etcd_holder(&etcd_reply_text(reply)))
 }
 
+/// The etcd range finding who leads election `name` (the lowest create revision under
+/// its prefix, with the key's value), as a gateway call. Read it with `readEtcdLeader`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'range', path: string, body: string }")]
+pub fn etcd_leader_range(env: &Env, key_prefix: String, name: String) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::etcd_leader_range(key_prefix, &name))
+}
+
+/// Reads the reply of `etcdLeaderRange`: `{ ok: true, token, lease, value }` (`token`
+/// null when nobody leads) or `{ ok: false, protocol: message }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, token?: bigint | null, lease?: bigint, value?: string, protocol?: string }"
+)]
+pub fn read_etcd_leader<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    to_js(env, &common::read_etcd_leader(&etcd_reply_text(reply)))
+}
+
+/// A leader's publication of `value` in its own key, on its lease, while the key's create
+/// revision is still `token` (etcd's `Election.Proclaim`), as a gateway call. Read the
+/// reply with `readEtcdFencedTxn`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'txn', path: string, body: string }")]
+pub fn etcd_proclaim<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    name: String,
+    owner_id: String,
+    token: BigInt,
+    value: String,
+) -> napi::Result<Unknown<'env>> {
+    let token = self::token(env, &token)?;
+    let call = common::etcd_proclaim(key_prefix, &name, &owner_id, token, &value);
+    to_js(env, &js(env, call)?)
+}
+
 /// The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call.
 #[napi(ts_return_type = "{ backend: 'etcd', call: 'lease_revoke', path: string, body: string }")]
 pub fn etcd_lease_revoke<'env>(env: &'env Env, lease: BigInt) -> napi::Result<Unknown<'env>> {

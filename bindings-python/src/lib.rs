@@ -86,7 +86,9 @@ fn option_error(py: Python<'_>, message: String, option: &str) -> PyErr {
 /// attributes `kind` (the core's serde tag) and `option` (for `invalid_option`).
 fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
     let (class, option) = match &err {
-        UsageError::TimeWentBackwards { .. } => ("ClockError", None),
+        UsageError::TimeWentBackwards { .. } | UsageError::TimeOutOfRange { .. } => {
+            ("ClockError", None)
+        }
         UsageError::InvalidOption { option, .. } => ("ConfigError", Some(option.as_str())),
         UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
@@ -1178,7 +1180,9 @@ fn read_etcd_fenced_txn(
 /// appear more than once) and `params` in order, to run on the connection `connection`
 /// names: "any" (any connection, autocommit; a pool is fine) or "dedicated" (the
 /// connection this lock alone uses: open it for the lock's first statement, run every
-/// later statement of the lock on it, close it after the lock's final event).
+/// later statement of the lock on it, close it after the lock's final event) or "listen"
+/// (a wait: the `LISTEN` on the listening connection, then no rows once a notification
+/// on channel `params[0]` arrives or `params[1]` milliseconds have passed).
 #[pyclass(frozen, module = "fencepost._core", name = "SqlStatement")]
 struct Sql {
     stmt: SqlStatement,
@@ -1200,7 +1204,7 @@ impl Sql {
             .map(|v| from_sql_value(py, v))
             .collect()
     }
-    /// "any" or "dedicated".
+    /// "any", "dedicated" or "listen".
     #[getter]
     fn connection(&self) -> &'static str {
         self.stmt.connection.as_str()
@@ -2093,6 +2097,60 @@ fn read_etcd_holder(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option
     }
 }
 
+/// The election query "who leads `name`?": the key with the lowest create revision
+/// under the election's prefix, with its value (etcd's `Election.Leader`). Read it with
+/// `read_etcd_leader`.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn etcd_leader_range(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    Ok(EtcdCall {
+        req: settings.leader_range(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `etcd_leader_range`: `(token, lease_id, value)` of the leader
+/// (`value` "" when its key has none), or None when nobody leads.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_leader(
+    py: Python<'_>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Option<(u64, i64, String)>> {
+    match etcd::read_etcd_leader(&etcd_reply_text(reply)) {
+        Ok(leader) => Ok(leader.map(|(h, value)| (h.token.get(), h.lease, value))),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// A leader's publication of `value` in its own key, on its lease, while its key's
+/// create revision is still `token` (etcd's `Election.Proclaim`). Read the reply with
+/// `read_etcd_fenced_txn`.
+///
+/// Errors: `ConfigError` naming an argument of the wrong type.
+#[pyfunction]
+fn etcd_proclaim(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    owner_id: &Bound<'_, PyAny>,
+    token: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let name = arg_str(name, "name")?;
+    let owner = owner_from_hex(py, owner_id)?;
+    Ok(EtcdCall {
+        req: settings.proclaim(&name, &owner, arg_token(token)?, &arg_str(value, "value")?),
+    })
+}
+
 /// The revoke of etcd lease `lease_id` (the operator's reset of the lock that lease
 /// holds: etcd deletes its key). Read it with `read_etcd_revoke`.
 #[pyfunction]
@@ -2215,6 +2273,19 @@ fn advisory_key(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResu
     ))
 }
 
+/// The `LISTEN`/`NOTIFY` channel of `name` in `namespace` (a backend with `notify`):
+/// `"fencepost_"` and the name's advisory key as 16 hex digits (unsigned), 26 bytes.
+/// Releases notify it; waiters listen on it.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+fn notify_channel(namespace: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(pg::notify_channel(
+        &arg_str(namespace, "namespace")?,
+        &arg_str(name, "name")?,
+    ))
+}
+
 /// The statement taking a transaction-level advisory lock on `name`: run it as the
 /// first statement of your transaction, on the connection running it. It tries
 /// `pg_try_advisory_xact_lock` once and, if granted while no lease row of the name is
@@ -2294,6 +2365,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_redis_flag, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_holder_range, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_holder, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_leader_range, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_leader, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_proclaim, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_lease_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(lock_state_statement, m)?)?;
@@ -2303,6 +2377,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_key, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_migration, m)?)?;
     m.add_function(wrap_pyfunction!(advisory_key, m)?)?;
+    m.add_function(wrap_pyfunction!(notify_channel, m)?)?;
     m.add_function(wrap_pyfunction!(xact_lock_statement, m)?)?;
     m.add_function(wrap_pyfunction!(read_xact_lock, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_holder_key, m)?)?;

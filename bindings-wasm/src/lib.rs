@@ -835,6 +835,45 @@ pub fn read_etcd_holder(reply: JsValue) -> Result<JsValue, JsValue> {
     to_js(&common::read_etcd_holder(&etcd_reply_text(&reply)))
 }
 
+/// The etcd range finding who leads election `name`, with the key's value, as a gateway
+/// call (`readEtcdLeader`).
+#[wasm_bindgen(js_name = etcdLeaderRange)]
+pub fn etcd_leader_range(key_prefix: JsValue, name: JsValue) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    to_js(&common::etcd_leader_range(
+        key_prefix,
+        &string(&name, "election name")?,
+    ))
+}
+
+/// Reads the reply of `etcdLeaderRange`: `{ ok: true, token, lease, value }` (`token`
+/// null when nobody leads) or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readEtcdLeader)]
+pub fn read_etcd_leader(reply: JsValue) -> Result<JsValue, JsValue> {
+    to_js(&common::read_etcd_leader(&etcd_reply_text(&reply)))
+}
+
+/// A leader's publication of `value` in its own key, on its lease, while the key's create
+/// revision is still `token` (etcd's `Election.Proclaim`), as a gateway call. Read the
+/// reply with `readEtcdFencedTxn`.
+#[wasm_bindgen(js_name = etcdProclaim)]
+pub fn etcd_proclaim(
+    key_prefix: JsValue,
+    name: JsValue,
+    owner_id: JsValue,
+    token: JsValue,
+    value: JsValue,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let name = string(&name, "name")?;
+    let owner = string(&owner_id, "ownerId")?;
+    let token = self::token(&token)?;
+    let value = string(&value, "value")?;
+    to_js(&js(common::etcd_proclaim(
+        key_prefix, &name, &owner, token, &value,
+    ))?)
+}
+
 /// The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call.
 #[wasm_bindgen(js_name = etcdLeaseRevoke)]
 pub fn etcd_lease_revoke(lease: JsValue) -> Result<JsValue, JsValue> {

@@ -343,8 +343,8 @@ async fn run<T: Transport, C: Clock>(
                         message,
                     },
                 };
-                // Only time going backwards can fail here: a broken clock, reported by
-                // the next acquire or release.
+                // Only a broken clock (backwards, out of range) can fail here; the next
+                // acquire or release reports it.
                 let _ = machine.handle_input(input);
             }
             Either::Right((Either::Right((None, _)), _)) => {}

@@ -17,6 +17,13 @@ pub enum UsageError {
         "time went backwards: now is {now}, but {last} was given before; pass a monotonic clock"
     )]
     TimeWentBackwards { now: Instant, last: Instant },
+    /// An input carried a `now` past [`Instant::LATEST`] (about 146 years after the
+    /// host's origin): not a monotonic clock's reading (DESIGN.md rule 6).
+    #[error(
+        "time out of range: now is {now}, past the latest instant a machine accepts \
+         (2^62 ns, about 146 years after the origin); pass a monotonic clock's reading"
+    )]
+    TimeOutOfRange { now: Instant },
     /// A lock option is out of range; the message names the value and the allowed range.
     #[error("{option}: {message}")]
     InvalidOption { option: String, message: String },
@@ -52,10 +59,12 @@ fn nul_note(nul: &bool) -> &'static str {
 
 impl UsageError {
     /// The error's name, as serde spells its `kind`: `"time_went_backwards"`,
+    /// `"time_out_of_range"`,
     /// `"invalid_option"`, `"unsafe_purpose"`, `"invalid_name"` or `"unknown_lock"`.
     pub fn kind(&self) -> &'static str {
         match self {
             UsageError::TimeWentBackwards { .. } => "time_went_backwards",
+            UsageError::TimeOutOfRange { .. } => "time_out_of_range",
             UsageError::InvalidOption { .. } => "invalid_option",
             UsageError::UnsafePurpose { .. } => "unsafe_purpose",
             UsageError::InvalidName { .. } => "invalid_name",

@@ -20,7 +20,7 @@
 //!                 5 (redlock_part), master, then as 0: script, keys…, args…
 //!                 6 (zookeeper, with the `zookeeper` feature), call, JSON, timeoutMs | null
 //!                 7 (sql, with the `js-sql` feature), sql, connection (0 any,
-//!                   1 dedicated), params.length, ...params; each param is a type
+//!                   1 dedicated, 2 listen), params.length, ...params; each param is a type
 //!                   code and a value: 0 null (no value), 1 bool (0 | 1), 2 int
 //!                   (decimal text: a signed 64-bit value, read as a bigint), 3 text
 //!                 8 (kubernetes, with the `kubernetes` feature), method, path,
@@ -216,6 +216,7 @@ fn encode_sql<'a, E>(
     push(Number(match stmt.connection {
         PgConnection::Any => 0.0,
         PgConnection::Dedicated => 1.0,
+        PgConnection::Listen => 2.0,
     }))?;
     push(Number(stmt.params.len() as f64))?;
     for param in &stmt.params {

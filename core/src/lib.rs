@@ -106,7 +106,8 @@
 //!
 //! ## Time
 //! [`Instant`] is nanoseconds on the host's monotonic clock. A `now` earlier than one
-//! given before is rejected ([`UsageError::TimeWentBackwards`], rule 6). Timers due at
+//! given before is rejected ([`UsageError::TimeWentBackwards`], rule 6), and so is one
+//! past [`Instant::LATEST`] ([`UsageError::TimeOutOfRange`]). Timers due at
 //! an input's `now` fire before the input is handled, so a reply that comes after a
 //! deadline is already late when it is read.
 //!
@@ -122,7 +123,7 @@
 //!    late reply showing the server still holds a lease this machine gave up on is
 //!    answered with an owner-checked release.
 //! 5. An ambiguous acquire is retried with the same owner id (idempotent) or released.
-//! 6. Backwards time is a usage error.
+//! 6. Backwards time is a usage error, and so is time out of range.
 //! 7. Fencing tokens come from the server and are on every [`Event::Acquired`].
 //! 8. A `correctness` lock on a backend whose tokens can regress needs an opt-in.
 //! 9. Waiting uses bounded exponential backoff with jitter, or the server's wake-up

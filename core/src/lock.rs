@@ -177,8 +177,9 @@ pub(crate) struct Releasing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Sent {
     pub valid_until: Instant,
-    /// An earlier attempt sent inside the validity has an unknown outcome: it may have
-    /// deleted the key, so a retry finding it gone is the release, not a loss.
+    /// An earlier attempt sent inside the validity has an unknown outcome, or a cleanup
+    /// of the same owner is under way beside the release: either may have deleted the
+    /// key, so a release finding it gone is the release, not a loss.
     pub maybe_deleted: bool,
 }
 
@@ -1078,6 +1079,17 @@ impl Lock {
             // release already in flight for this owner, which will remove it. (A late
             // *grant* may have landed after that release: it gets its own.)
             return;
+        }
+        if flight.owner == self.acq.owner {
+            // This owner's own release is under way (a Redlock's late part, an ambiguous
+            // attempt's late grant) and a host may run the cleanup first, on another
+            // connection: a release that then finds the key gone found this cleanup's
+            // work, not a lease that ended before it.
+            if let State::Releasing(Releasing { sent, .. })
+            | State::ReleaseBackoff(ReleaseBackoff { sent, .. }) = &mut self.state
+            {
+                sent.maybe_deleted = true;
+            }
         }
         self.acq.send_cleanup(ctx, flight.owner, 0);
     }

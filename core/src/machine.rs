@@ -161,7 +161,7 @@ impl Machine {
     /// deadline is already late when it is read.
     ///
     /// Errors (the input is rejected and nothing changes):
-    /// [`UsageError::TimeWentBackwards`]; for `Acquire`, [`UsageError::InvalidName`],
+    /// [`UsageError::TimeWentBackwards`], [`UsageError::TimeOutOfRange`]; for `Acquire`, [`UsageError::InvalidName`],
     /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`]; for `Release` and `Extend`,
     /// [`UsageError::UnknownLock`]. Replies to unknown requests are ignored.
     pub fn handle_input(&mut self, input: Input) -> Result<(), UsageError> {
@@ -171,6 +171,9 @@ impl Machine {
                 now,
                 last: self.last_now,
             });
+        }
+        if now > Instant::LATEST {
+            return Err(UsageError::TimeOutOfRange { now });
         }
         // Validate before anything changes.
         match &input {

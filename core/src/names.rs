@@ -94,6 +94,7 @@ names!("PostgreSQL mode", PgMode {
 names!("PostgreSQL connection", PgConnection {
     Any => "any",
     Dedicated => "dedicated",
+    Listen => "listen",
 });
 
 names!("parameter style", ParamStyle {
@@ -141,7 +142,11 @@ mod tests {
         agrees_with_serde(&RedisScript::ALL);
         agrees_with_serde(&[Purpose::Efficiency, Purpose::Correctness]);
         agrees_with_serde(&[PgMode::Lease, PgMode::Session]);
-        agrees_with_serde(&[PgConnection::Any, PgConnection::Dedicated]);
+        agrees_with_serde(&[
+            PgConnection::Any,
+            PgConnection::Dedicated,
+            PgConnection::Listen,
+        ]);
         agrees_with_serde(&[ParamStyle::Dollar, ParamStyle::Pyformat]);
         agrees_with_serde(&[
             LostReason::Expired,

@@ -25,6 +25,10 @@ impl Instant {
     pub const ZERO: Instant = Instant(0);
     /// The far future (about 584 years after the origin).
     pub const MAX: Instant = Instant(u64::MAX);
+    /// The latest `now` a machine accepts: 2^62 ns, about 146 years after the origin.
+    /// No monotonic clock gets there; the room above it keeps every deadline the machine
+    /// computes from `now` (at most the longest TTL, 2^31 ms) finite, below [`Instant::MAX`].
+    pub const LATEST: Instant = Instant(1 << 62);
 
     /// An instant `nanos` nanoseconds after the origin.
     pub const fn from_nanos(nanos: u64) -> Self {

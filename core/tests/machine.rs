@@ -7,8 +7,8 @@ mod support;
 use std::collections::HashSet;
 
 use fencepost_core::{
-    AcquireFailedReason, Backend, Event, FencingToken, Input, LockOptions, LostReason, Machine,
-    Operation, Output, Purpose, RedisValue, UsageError,
+    AcquireFailedReason, Backend, Event, FencingToken, Input, Instant, LockOptions, LostReason,
+    Machine, Operation, Output, Purpose, RedisValue, UsageError,
 };
 use support::*;
 
@@ -337,6 +337,45 @@ fn rule6_time_going_backwards_is_a_usage_error_and_changes_nothing() {
         }
     );
     assert!(err.to_string().contains("monotonic"));
+}
+
+#[test]
+fn rule6_time_out_of_range_is_a_usage_error_and_changes_nothing() {
+    let mut m = Machine::with_seed(Backend::default(), 1);
+    m.acquire(at(0), "report", opts(1_000)).unwrap();
+    let Output::Request(acquire) = m.poll_output() else {
+        panic!("the acquire is sent")
+    };
+    assert_eq!(m.poll_output(), Output::Timeout(acquire.deadline));
+    // a reading past LATEST (a host that saturated a huge or broken clock value) would
+    // leave no room for a finite deadline: refused, whatever the input
+    let late = Instant::from_nanos(Instant::LATEST.as_nanos() + 1);
+    for input in [
+        Input::Timeout { now: late },
+        Input::Release {
+            now: Instant::MAX,
+            lock: acquire.lock,
+        },
+    ] {
+        let err = m.handle_input(input).unwrap_err();
+        assert!(matches!(err, UsageError::TimeOutOfRange { .. }), "{err:?}");
+        assert_eq!(err.kind(), "time_out_of_range");
+        assert!(err.to_string().contains("monotonic"), "{err}");
+        assert_eq!(
+            m.poll_output(),
+            Output::Timeout(acquire.deadline),
+            "nothing changed"
+        );
+    }
+    let err = m.acquire(Instant::MAX, "other", opts(1_000)).unwrap_err();
+    assert!(matches!(err, UsageError::TimeOutOfRange { .. }));
+    // LATEST itself is accepted, and a lock taken then still gets finite deadlines
+    let mut m = Machine::with_seed(Backend::default(), 1);
+    m.acquire(Instant::LATEST, "report", opts(1_000)).unwrap();
+    let Output::Request(req) = m.poll_output() else {
+        panic!("the acquire is sent")
+    };
+    assert!(req.deadline > Instant::LATEST && req.deadline < Instant::MAX);
 }
 
 #[test]

@@ -329,6 +329,61 @@ fn renewal_failures_without_a_decision_are_retried_until_the_deadline() {
 }
 
 #[test]
+fn a_late_grant_during_the_release_cleans_up_without_holding_the_release_back() {
+    let mut t = Redlock::redlock(1);
+    t.at(0);
+    let lock = t.acquire(0, "report", opts(1_000));
+    let parts = t.take_all(0);
+    // master 3 grants at once but its reply is slow; master 4 never answers
+    let slow: Vec<Request> = parts.iter().filter(|r| master(r) == 3).cloned().collect();
+    let slow_reply = t.apply(&slow[0]);
+    let _ = serve_masters(&mut t, 0, parts, &[0, 1, 2]);
+    assert!(matches!(t.events(0)[..], [Event::Acquired { .. }]));
+    t.at(10).release(0, lock);
+    let releases = t.take_all(0);
+    assert!(releases.iter().all(|r| r.operation == Release) && releases.len() == 5);
+    // the late grant of master 3 is answered with a cleanup of every master (it may hold
+    // the key for this owner id whatever the release finds there) ...
+    t.at(11).reply(0, &slow[0], slow_reply);
+    let cleanups = t.take_all(0);
+    assert_eq!(cleanups.len(), 5);
+    // ... and the release still completes on its own majority, at once
+    let unanswered = serve_masters(&mut t, 0, releases, &[0, 1, 2]);
+    t.expect_event(0, Event::Released);
+    let _ = serve_masters(&mut t, 0, unanswered, &[3]);
+    let _ = serve_masters(&mut t, 0, cleanups, &[0, 1, 2, 3, 4]);
+    t.expect_no_event(0);
+    for m in 0..5 {
+        assert_eq!(t.holder_on(m, "report"), None, "master {m}");
+    }
+}
+
+#[test]
+fn a_cleanup_that_overtakes_the_release_of_the_same_owner_is_no_loss() {
+    // a host with a connection pool may run the cleanup of a late grant before the
+    // release sent earlier: the release then finds the key gone by this owner's own
+    // cleanup, which is the release, not a lease that ended before it
+    let mut t = Redlock::redlock(1);
+    t.at(0);
+    let lock = t.acquire(0, "report", opts(1_000));
+    let parts = t.take_all(0);
+    let slow: Vec<Request> = parts.iter().filter(|r| master(r) == 3).cloned().collect();
+    let slow_reply = t.apply(&slow[0]);
+    let _ = serve_masters(&mut t, 0, parts, &[0, 1, 2]);
+    t.events(0);
+    t.at(10).release(0, lock);
+    let releases = t.take_all(0);
+    t.at(11).reply(0, &slow[0], slow_reply);
+    let cleanups = t.take_all(0);
+    let _ = serve_masters(&mut t, 0, cleanups, &[0, 1, 2, 3, 4]);
+    let _ = serve_masters(&mut t, 0, releases, &[0, 1, 2, 3, 4]);
+    t.expect_event(0, Event::Released);
+    for m in 0..5 {
+        assert_eq!(t.holder_on(m, "report"), None, "master {m}");
+    }
+}
+
+#[test]
 fn a_release_found_gone_on_a_majority_is_a_loss() {
     let mut t = Redlock::redlock(1);
     t.at(0);

@@ -36,7 +36,7 @@ struct Dispatch(Arc<dyn Adapter>);
 impl Transport for Dispatch {
     type Execute = BoxFuture<'static, Result<Reply, String>>;
     fn execute(&self, request: &Request) -> Self::Execute {
-        self.0.execute(request.body.clone())
+        self.0.execute_request(request)
     }
 }
 

@@ -20,6 +20,24 @@
 //! # let _ = report; Ok(()) }
 //! ```
 //!
+//! ## Leader election
+//! [`Client::election`] gives an [`Election`]: a lock held indefinitely, so a leader's
+//! [`Leadership`] carries the lease's fencing token and its term ends when the lease is
+//! lost; [`Election::run`] cancels the work then, and dropping a `Leadership` resigns.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fencepost::{Client, LockOptions};
+//!
+//! # async fn demo() -> Result<(), fencepost::Error> {
+//! let client = Client::connect("redis://127.0.0.1:6379").await?;
+//! let election = client
+//!     .election("scheduler", "pod-a", LockOptions::ttl(Duration::from_secs(10)))?
+//!     .on_stopped_leading(|term, reason| eprintln!("term {} ended: {reason:?}", term.token));
+//! election.run(|term| async move { /* lead, writing with term.token */ }).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Layers
 //! This crate is a *driver*: it makes no lock decision. Validity, the renewal schedule,
 //! backoff, loss and cleanup are the sans-IO state machine's in
@@ -44,10 +62,12 @@
 
 mod adapters;
 mod client;
+mod election;
 mod error;
 mod url;
 
 pub use client::{Client, Holder, Lease, LeaseHandle};
+pub use election::{Election, Leadership, StopReason, Term};
 pub use error::Error;
 pub use url::{BackendKind, BackendUrl};
 

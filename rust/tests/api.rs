@@ -533,3 +533,44 @@ async fn etcd_status_counts_the_queued_contenders() {
     );
     second.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_waiter_is_granted_within_milliseconds_of_the_release() {
+    let Ok(url) = std::env::var("FENCEPOST_PG_URL") else {
+        println!("skipped: FENCEPOST_PG_URL is not set (scripts/services/postgres.sh start)");
+        return;
+    };
+    // two clients: the release's notification crosses connections, as between processes
+    let (holder, waiter) = (
+        Client::connect(&url).await.unwrap(),
+        Client::connect(&url).await.unwrap(),
+    );
+    let name = unique("notify");
+    let held = holder.acquire(&name, ttl(30_000)).await.unwrap();
+    // a backoff of 8 s: far above what the notification takes
+    let options = LockOptions {
+        acquire_timeout: Some(Duration::from_secs(25)),
+        retry_base: Duration::from_secs(8),
+        retry_max: Duration::from_secs(8),
+        ..ttl(30_000)
+    };
+    let (name2, waiter2) = (name.clone(), waiter.clone());
+    let task = tokio::spawn(async move {
+        let lease = waiter2.acquire(&name2, options).await.unwrap();
+        let at = Instant::now();
+        (lease, at)
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    let token = held.token();
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (lease, at) = task.await.unwrap();
+    let delay = at.saturating_duration_since(released);
+    assert!(
+        delay < Duration::from_millis(250),
+        "granted {delay:?} after the release"
+    );
+    assert_eq!(lease.token().get(), token.get() + 1);
+    lease.release().await.unwrap();
+}

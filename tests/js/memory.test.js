@@ -733,6 +733,10 @@ test('LockMachine refuses wrong types and backwards time with ConfigError, never
   const machine = new LockMachine({ seed: 1 })
   machine.timeout(10)
   assert.throws(() => machine.timeout(5), (e) => e instanceof ClockError && e.kind === 'time_went_backwards' && e.code === 'ERR_CONFIG')
+  // past the latest instant (2^62 ns ≈ 4.6e12 ms): no finite deadline is left
+  for (const now of [5e12, 1e300]) {
+    assert.throws(() => machine.timeout(now), (e) => e instanceof ClockError && e.kind === 'time_out_of_range' && /monotonic/.test(e.message), String(now))
+  }
   for (const now of [NaN, -1, Infinity, '10', 10n, null]) {
     assert.throws(() => machine.timeout(now), ConfigError, String(now))
   }

@@ -504,3 +504,148 @@ for (const [what, [url, mixes]] of Object.entries(CONTENTION)) {
     await contend(url, mixes)
   })
 }
+
+// ---- waiters woken by the release's notification ----------------------------------------------
+
+/** The backoff of the waiters below (ms): far above what a notification takes. */
+const SLOW_POLL_MS = 8000
+
+/** Holds `name` on `holderBackend`, starts a waiter on `waiterBackend` whose backoff is
+ * `pollMs`, releases after `releaseAfterMs`; resolves to the ms from the release's
+ * return to the waiter's grant. `between` runs while the waiter waits. */
+async function grantDelay (holderBackend, waiterBackend, name, { pollMs = SLOW_POLL_MS, releaseAfterMs = 1000, between = null } = {}) {
+  const held = await new Lock(holderBackend, name, { ttlMs: 30000 }).acquire()
+  const waiter = new Lock(waiterBackend, name, { ttlMs: 30000, acquireTimeoutMs: 25000, retryBaseMs: pollMs, retryMaxMs: pollMs })
+  let grantedAt = null
+  const waiting = waiter.acquire().then((lease) => { grantedAt = performance.now(); return lease })
+  await sleep(releaseAfterMs)
+  if (between !== null) await between()
+  assert.equal(grantedAt, null)
+  await held.release()
+  const released = performance.now()
+  const lease = await waiting
+  await lease.release()
+  assert.equal(lease.token, held.token + 1n)
+  return grantedAt - released
+}
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: a waiter is granted within milliseconds of the release (LISTEN/NOTIFY), not at its 8 s backoff`, { skip }, async () => {
+    await migrate()
+    const a = await CLIENTS[kind]()
+    const b = await CLIENTS[kind]()
+    const holder = new PostgresBackend(a.client)
+    const waiter = new PostgresBackend(b.client)
+    try {
+      assert.equal(waiter.notify, true)
+      const delay = await grantDelay(holder, waiter, lockName())
+      assert.ok(delay < 250, `granted ${delay.toFixed(1)} ms after the release`)
+    } finally {
+      holder.close()
+      waiter.close()
+      await a.end()
+      await b.end()
+    }
+  })
+}
+
+test('session mode: a waiter is granted within milliseconds of the unlock', { skip }, async () => {
+  await migrate()
+  const holder = new PostgresBackend(null, { mode: 'session', connectionString: PG_URL })
+  const waiter = new PostgresBackend(null, { mode: 'session', connectionString: PG_URL })
+  try {
+    const delay = await grantDelay(holder, waiter, lockName())
+    assert.ok(delay < 250, `granted ${delay.toFixed(1)} ms after the release`)
+  } finally {
+    holder.close()
+    waiter.close()
+  }
+})
+
+test('a listener that cannot connect: the waiter gets the lock by polling', { skip }, async () => {
+  await migrate()
+  const a = await CLIENTS['pg-pool']()
+  const b = await CLIENTS['pg-pool']()
+  const holder = new PostgresBackend(a.client)
+  const waiter = new PostgresBackend(b.client, { listenConnectionString: 'postgresql://127.0.0.1:1/none?connect_timeout=1' })
+  try {
+    const delay = await grantDelay(holder, waiter, lockName(), { pollMs: 1000, releaseAfterMs: 500 })
+    assert.ok(delay < 3000, `granted ${delay.toFixed(0)} ms after the release`)
+  } finally {
+    holder.close()
+    waiter.close()
+    await a.end()
+    await b.end()
+  }
+})
+
+test('with the listening connection terminated the waiter still gets the lock (it listens again, or polls)', { skip }, async () => {
+  await migrate()
+  const a = await CLIENTS['pg-pool']()
+  const b = await CLIENTS['pg-pool']()
+  const holder = new PostgresBackend(a.client)
+  const waiter = new PostgresBackend(b.client)
+  const name = lockName()
+  const channel = `fencepost_${BigInt.asUintN(64, advisoryKey(name)).toString(16).padStart(16, '0')}`
+  try {
+    const delay = await grantDelay(holder, waiter, name, {
+      pollMs: 1500,
+      releaseAfterMs: 300,
+      between: async () => {
+        await waitUntil(async () => (await sql('SELECT pid FROM pg_stat_activity WHERE query = $1', [`LISTEN ${channel}`])).length > 0, 5000)
+        const killed = await sql('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1', [`LISTEN ${channel}`])
+        assert.ok(killed.length > 0 && killed.every((r) => r[0] === true))
+      }
+    })
+    assert.ok(delay < 5000, `granted ${delay.toFixed(0)} ms after the release`)
+  } finally {
+    holder.close()
+    waiter.close()
+    await a.end()
+    await b.end()
+  }
+})
+
+test('PgBouncer (transaction pooling): LISTEN cannot work there, and waiters fall back on polling', { skip: skipBouncer }, async () => {
+  await migrate()
+  const mk = () => { const pool = new pg.Pool({ connectionString: BOUNCER_URL, max: 2 }); pool.on('error', () => {}); return pool }
+  const [p1, p2] = [mk(), mk()]
+  const holder = new PostgresBackend(p1)
+  const waiter = new PostgresBackend(p2)
+  try {
+    const delay = await grantDelay(holder, waiter, lockName(), { pollMs: 1500, releaseAfterMs: 500 })
+    assert.ok(delay < 5000, `granted ${delay.toFixed(0)} ms after the release`)
+  } finally {
+    holder.close()
+    waiter.close()
+    await p1.end()
+    await p2.end()
+  }
+})
+
+test('notify: false polls, and its releases notify nobody', { skip }, async () => {
+  await migrate()
+  const name = lockName()
+  const channel = `fencepost_${BigInt.asUintN(64, advisoryKey(name)).toString(16).padStart(16, '0')}`
+  const listen = new pg.Client({ connectionString: PG_URL })
+  await listen.connect()
+  const heard = []
+  listen.on('notification', (m) => heard.push(m.channel))
+  await listen.query(`LISTEN ${channel}`)
+  const { client, end } = CLIENTS['pg-pool']()
+  try {
+    assert.throws(() => new PostgresBackend(client, { notify: 'yes' }), ConfigError)
+    for (const notify of [false, true]) {
+      const backend = new PostgresBackend(client, { notify })
+      assert.equal(backend.notify, notify)
+      const lease = await new Lock(backend, name, { ttlMs: 5000 }).acquire()
+      await lease.release()
+      await sleep(300)
+      assert.deepEqual(heard, notify ? [channel] : [], `notify: ${notify}`)
+      backend.close()
+    }
+  } finally {
+    await listen.end()
+    await end()
+  }
+})

@@ -16,7 +16,8 @@
 //   vector is replayed in both: `client` is what ioredis and node-redis return (strings for
 //   bulk and simple strings, an `Error` for an error reply); `tagged` uses the other shapes
 //   the binding accepts (`Buffer` bulk strings, `{ status }`, `{ error }`).
-// * A usage error is a thrown ConfigError (ClockError for `time_went_backwards`) whose
+// * A usage error is a thrown ConfigError (ClockError for `time_went_backwards` and
+//   `time_out_of_range`) whose
 //   `kind` is the core's; for `invalid_option` its `option` is the JavaScript name, which
 //   is mapped back (`ttlMs` → `ttl`), and the message must start with it.
 // * etcd vectors: the package emits JSON gateway calls (`path`, `body`: keys base64, int64

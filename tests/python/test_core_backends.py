@@ -164,8 +164,11 @@ def test_postgres_lease_mode_round_trip_with_sql_rows() -> None:
     assert stmt.sql.count("$1") >= 2  # a placeholder may repeat
     m.reply(1 * NS, req.id, [(None, 250)])  # held by another, 250 ms left
     out, _ = m.poll()
-    assert requests(out) == [] and events(out) == []
-    m.timeout(260 * NS)
+    # the waiter listens for the release's notification (notify, on by default)
+    (wait,) = requests(out)
+    assert events(out) == [] and (wait.operation, wait.body.connection) == ("wait", "listen")
+    assert wait.body.params[0] == _core.notify_channel("fencepost", "report")
+    m.reply(260 * NS, wait.id, [])  # notified, or the wait's time passed: try again
     (req,) = requests(m.poll()[0])
     m.reply(261 * NS, req.id, [[7, 1000]])
     (ev,) = events(m.poll()[0])

@@ -19,6 +19,7 @@ LAYERS: Dict[str, int] = {
     "_core": 0,
     "errors": 1,
     "_lease": 2,
+    "_leader": 2,
     "_driver": 3,
     "_backend": 4,
     "lock": 5,
@@ -30,6 +31,8 @@ LAYERS: Dict[str, int] = {
     "zookeeper": 6,
     "kubernetes": 6,
     "memory": 6,
+    # the election composes the lock API, on any adapter
+    "election": 6,
     # Redlock runs the Redis adapter on each master
     "redlock": 7,
     "__init__": 8,

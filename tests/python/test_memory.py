@@ -524,6 +524,12 @@ def test_machine_usage_errors_carry_their_kind() -> None:
     with pytest.raises(ClockError) as clock:
         machine.timeout(5_000)
     assert (clock.value.kind, clock.value.option) == ("time_went_backwards", None)
+    for far in (2**62 + 1, 2**64 - 1):  # past the latest instant: no finite deadline is left
+        with pytest.raises(ClockError) as late:
+            machine.timeout(far)
+        assert (late.value.kind, late.value.option) == ("time_out_of_range", None)
+        assert "monotonic" in str(late.value)
+    assert machine.poll() == ([], None)
     with pytest.raises(ConfigError) as unknown:
         machine.release(20_000, 99)
     assert (unknown.value.kind, unknown.value.option) == ("unknown_lock", None)

@@ -827,3 +827,138 @@ def test_token_floor_is_greatest_of_next_token_and_floor(name: str, migrated: No
         ((row,),) = sql("SELECT token FROM fencepost_leases WHERE name = %s", name)
         assert row == tokens[-1]
         backend.close()
+
+
+# ---- waiters woken by the release's notification ---------------------------------------------
+
+#: The backoff of the waiters below (seconds): far above what a notification takes.
+SLOW_POLL = 8.0
+
+
+def _wait_for_grant(
+    backend: PostgresBackend, name: str, holder: fencepost.Lock, *, release_after: float, poll: float = SLOW_POLL
+) -> Tuple[float, int]:
+    """Holds ``name`` with ``holder``, starts a waiter on ``backend`` whose backoff is
+    ``poll`` (SLOW_POLL), releases after ``release_after`` seconds; returns (seconds from the
+    release's return to the waiter's grant, the waiter's token)."""
+    holder.acquire_sync()
+    waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=25.0, retry_base=poll, retry_max=poll)
+    got: List[Tuple[float, int]] = []
+
+    def wait() -> None:
+        lease = waiter.acquire_sync()
+        got.append((time.monotonic(), lease.token))
+        waiter.release_sync()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(release_after)
+    holder.release_sync()
+    released = time.monotonic()
+    thread.join(timeout=30)
+    assert got, "the waiter got nothing"
+    return got[0][0] - released, got[0][1]
+
+
+@needs_pg
+@pytest.mark.parametrize("mode", ["lease", "session"])
+def test_a_waiter_is_granted_within_milliseconds_of_the_release(name: str, migrated: None, mode: str) -> None:
+    """The release notifies the name's channel; the parked waiter tries at once instead
+    of sleeping through its 8 s backoff."""
+    assert PG_URL
+    args: Any = {"mode": "session", "conninfo": PG_URL} if mode == "session" else {}
+    with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(None if mode == "session" else c1, **args), name, ttl=30.0)
+        delay, token = _wait_for_grant(PostgresBackend(None if mode == "session" else c2, **args), name, holder, release_after=1.0)
+    assert delay < 0.25, f"granted {delay * 1000:.1f} ms after the release"
+    assert token >= 2
+
+
+@needs_pg
+async def test_an_async_waiter_on_a_pool_is_granted_within_milliseconds_of_the_release(name: str, migrated: None) -> None:
+    assert PG_URL
+    async with psycopg_pool.AsyncConnectionPool(PG_URL, kwargs={"autocommit": True}, min_size=1, open=False) as pool:
+        backend = PostgresBackend(pool)
+        holder = await fencepost.Lock(backend, name, ttl=30.0).acquire()
+        waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=25.0, retry_base=SLOW_POLL, retry_max=SLOW_POLL)
+        task = asyncio.create_task(waiter.acquire())
+        await asyncio.sleep(1.0)
+        assert not task.done()
+        await holder.release()
+        released = time.monotonic()
+        lease = await asyncio.wait_for(task, 25)
+        delay = time.monotonic() - released
+        await lease.release()
+    assert delay < 0.25, f"granted {delay * 1000:.1f} ms after the release"
+
+
+@needs_pg
+def test_with_the_listener_terminated_the_waiter_still_gets_the_lock(name: str, migrated: None) -> None:
+    """pg_terminate_backend on the listening connection: the listener connects and
+    listens again (which answers its waiters: a release may have come meanwhile), or the
+    wait lasts its backoff (here 1.5 s); either way the waiter gets the lock."""
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
+        holder.acquire_sync()
+        backend = PostgresBackend(c2)
+        waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=20.0, retry_base=1.5, retry_max=1.5)
+        got: List[int] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.acquire_sync().token))
+        thread.start()
+        channel = _core.notify_channel("fencepost", name)
+        wait_until(lambda: bool(sql("SELECT pid FROM pg_stat_activity WHERE query = %s", f"LISTEN {channel}")), 5)
+        # the notification is sent to a listener that is gone
+        killed = sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", f"LISTEN {channel}")
+        assert killed and all(k[0] for k in killed)
+        holder.release_sync()
+        released = time.monotonic()
+        thread.join(timeout=20)
+        assert got, "the waiter never got the lock"
+        assert time.monotonic() - released < 5.0
+        waiter.release_sync()
+
+
+@needs_pg
+def test_with_no_listening_connection_the_waiter_gets_the_lock_by_polling(name: str, migrated: None) -> None:
+    """A listener that cannot connect (listen_conninfo names a closed port): every wait
+    lasts its backoff (1 s here), and the waiter gets the lock by polling."""
+    assert PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
+        backend = PostgresBackend(c2, listen_conninfo="host=127.0.0.1 port=1 connect_timeout=1")
+        delay, _ = _wait_for_grant(backend, name, holder, release_after=0.5, poll=1.0)
+    assert delay < 3.0, f"granted {delay:.2f} s after the release"
+
+
+@needs_bouncer
+def test_behind_transaction_pooling_waiters_fall_back_on_polling(name: str, migrated: None) -> None:
+    """PgBouncer in transaction mode cannot carry LISTEN (the listening server session
+    goes back to the pool): the notification never arrives, and the waiter gets the lock
+    at its backoff (1.5 s here) all the same."""
+    assert BOUNCER_URL
+    with psycopg.connect(BOUNCER_URL, autocommit=True) as c1, psycopg.connect(BOUNCER_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
+        holder.acquire_sync()
+        waiter = fencepost.Lock(PostgresBackend(c2), name, ttl=30.0, acquire_timeout=20.0, retry_base=1.5, retry_max=1.5)
+        got: List[int] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.acquire_sync().token))
+        thread.start()
+        time.sleep(0.5)
+        holder.release_sync()
+        thread.join(timeout=20)
+        assert got, "the waiter never got the lock"
+        waiter.release_sync()
+
+
+@needs_pg
+def test_with_notify_off_the_release_notifies_nobody(name: str, migrated: None) -> None:
+    assert PG_URL
+    channel = _core.notify_channel("fencepost", name)
+    with psycopg.connect(PG_URL, autocommit=True) as listen, psycopg.connect(PG_URL, autocommit=True) as c:
+        listen.execute(f"LISTEN {channel}")
+        for notify in (False, True):
+            with fencepost.Lock(PostgresBackend(c, notify=notify), name, ttl=5.0):
+                pass
+            heard = [n.channel for n in listen.notifies(timeout=0.5)]
+            assert heard == ([channel] if notify else []), notify

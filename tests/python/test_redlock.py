@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -155,6 +156,90 @@ async def test_two_of_five_stopped_acquire_renew_and_release(
         await backend.aclose()
         for c in clients:
             await c.aclose()
+
+
+class _InFlight:
+    """Counts the script calls in flight across the masters' clients and the most at once."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self.guard = threading.Lock()
+
+    def enter(self) -> None:
+        with self.guard:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self.guard:
+            self.now -= 1
+
+
+def _slow_clients(urls: Sequence[str], flight: _InFlight, blocking: bool) -> List[Any]:
+    """Clients whose script calls take at least 20 ms each and are counted in ``flight``."""
+    if blocking:
+
+        class Slow(redis.Redis):  # type: ignore[misc]
+            def evalsha(self, *args: Any) -> Any:
+                flight.enter()
+                try:
+                    time.sleep(0.02)
+                    return super().evalsha(*args)
+                finally:
+                    flight.leave()
+
+        return [Slow.from_url(u, socket_timeout=5) for u in urls]
+
+    class ASlow(redis.asyncio.Redis):  # type: ignore[misc]
+        async def evalsha(self, *args: Any) -> Any:
+            flight.enter()
+            try:
+                await asyncio.sleep(0.02)
+                return await super().evalsha(*args)
+            finally:
+                flight.leave()
+
+    return [ASlow.from_url(u, socket_timeout=5) for u in urls]
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "threads"])
+def test_a_steps_parts_go_to_every_master_at_once(
+    masters: Tuple[List[str], List[int]], prefix: str, blocking: bool
+) -> None:
+    # the caller waiting for an acquire or a release runs one request itself; the
+    # other masters' parts must not queue behind it, one round trip after another
+    urls, _ = masters
+    flight = _InFlight()
+    clients = _slow_clients(urls, flight, blocking)
+    backend = RedlockBackend(clients, key_prefix=prefix)
+    lock = fencepost.Lock(backend, "job", ttl=5.0, acquire_timeout=5.0, auto_renew=False)
+    try:
+        if blocking:
+            with lock:
+                acquired = flight.most
+                flight.most = 0
+        else:
+
+            async def cycle() -> int:
+                async with lock:
+                    most = flight.most
+                    flight.most = 0
+                await backend.aclose()
+                return most
+
+            acquired = asyncio.run(cycle())
+        # (more than five: a late acquire part or a cleanup of one still on its way)
+        assert acquired >= 5, f"the acquire reached at most {acquired} masters at once"
+        assert flight.most >= 5, f"the release reached at most {flight.most} masters at once"
+        # the release returned on a majority: the other parts may still be on their way
+        probe, key = probes(urls), backend.lock_key("job")
+        deadline = time.monotonic() + 2.0
+        while holders(probe, key) != [None] * 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert holders(probe, key) == [None] * 5
+    finally:
+        backend.close()
 
 
 def test_two_of_five_stopped_blocking_clients(masters: Tuple[List[str], List[int]], prefix: str) -> None:

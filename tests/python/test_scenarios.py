@@ -21,9 +21,9 @@ What differs from the Rust runner, because the binding is not the core:
   is replayed once per string flavour.
 * A usage error is an exception, rendered as the Rust runner renders the core's
   ``UsageError`` from its ``kind`` and ``option`` attributes: ``{"kind": k}``, plus
-  ``"option"`` for ``invalid_option``, compared exactly. ``time_went_backwards`` must
-  also be a ``fencepost.errors.ClockError``, the other kinds a ``ConfigError`` that is
-  not one.
+  ``"option"`` for ``invalid_option``, compared exactly. ``time_went_backwards`` and
+  ``time_out_of_range`` must also be a ``fencepost.errors.ClockError``, the other kinds a
+  ``ConfigError`` that is not one.
 * ``AcquireFailed``'s ``last_error`` / ``error`` are read from ``Event.message``; for a
   protocol error that is the core's ``ProtocolError`` display
   (``"redis protocol error: <message>"``), so the substring rule still applies.
@@ -484,6 +484,7 @@ OPTIONAL_KEYS = ("last_error", "error")
 #: Usage-error kinds → the exception the binding raises for them.
 USAGE_ERROR_KINDS = {
     "time_went_backwards",
+    "time_out_of_range",
     "invalid_option",
     "unsafe_purpose",
     "invalid_name",
@@ -537,7 +538,7 @@ def usage_error_of(error: BaseException) -> Optional[Dict[str, Any]]:
     kind, option = error.kind, error.option
     if kind not in USAGE_ERROR_KINDS:
         return None
-    if isinstance(error, ClockError) != (kind == "time_went_backwards"):
+    if isinstance(error, ClockError) != (kind in ("time_went_backwards", "time_out_of_range")):
         return None
     if kind == "invalid_option":
         return {"kind": kind, "option": option}

@@ -39,6 +39,7 @@ from .errors import (
     ProtocolError,
     StaleToken,
 )
+from .election import Election, Leader, Leadership, SyncLeadership
 from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
 
@@ -53,6 +54,10 @@ __all__ = [
     "Lock",
     "Lease",
     "SyncLease",
+    "Election",
+    "Leadership",
+    "SyncLeadership",
+    "Leader",
     "Seconds",
     "Backend",
     "MemoryBackend",

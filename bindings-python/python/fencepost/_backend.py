@@ -372,6 +372,31 @@ class Backend:
             raise BackendError(f"fenced SET of {data_key!r} failed: {exc}") from exc
         _core.read_redis_fenced_set(data_key, token, reply)
 
+    # -- elections: where a leader's record is kept (fencepost.election) --
+
+    async def _proclaim_async(self, lease: Any, record: str) -> None:
+        """Writes a new leader's record (identity and value, JSON) beside its lock,
+        fenced by ``lease``; backends with no place for it keep nothing."""
+
+    def _proclaim_sync(self, lease: Any, record: str) -> None:
+        """Blocking :meth:`_proclaim_async`."""
+
+    def _no_leader(self) -> ConfigError:
+        return ConfigError(
+            f"{self._label()} cannot say who leads an election: it keeps only the "
+            "holder's owner id with the lock (Election.leader() and observe() are "
+            "available on EtcdBackend)",
+            kind="unsupported",
+        )
+
+    async def _leader_async(self, name: str) -> Any:
+        """The current leader of election ``name`` (a ``fencepost.Leader``) or None."""
+        raise self._no_leader()
+
+    def _leader_sync(self, name: str) -> Any:
+        """Blocking :meth:`_leader_async`."""
+        raise self._no_leader()
+
     # -- operator queries: is it locked? free it --
 
     def _operator_command(self, name: str, force: bool) -> _core.Command:

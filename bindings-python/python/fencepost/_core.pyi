@@ -26,7 +26,7 @@ EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
 #: an etcd call.
 BodyKind = Literal["redis", "redis_blpop", "sql", "etcd", "redlock_part"]
 #: Which connection a SQL statement must run on.
-ConnectionKind = Literal["any", "dedicated"]
+ConnectionKind = Literal["any", "dedicated", "listen"]
 #: A SQL parameter or cell value as the core knows them.
 SqlValue = Union[None, bool, int, str]
 
@@ -54,12 +54,15 @@ class PostgresSpec(_PostgresSpecKind, total=False):
       advisory lock on a dedicated connection, with a heartbeat);
     * ``lease_table`` (``"fencepost_leases"``), ``token_table``
       (``"fencepost_tokens"``) — plain SQL identifiers, optionally ``schema.table``;
-    * ``namespace`` (``"fencepost"``) — namespace of advisory keys."""
+    * ``namespace`` (``"fencepost"``) — namespace of advisory keys;
+    * ``notify`` (``True``) — releases send ``pg_notify`` on the name's channel and
+      contenders wait for it (a request on connection ``"listen"``) instead of polling."""
 
     mode: Literal["lease", "session"]
     lease_table: str
     token_table: str
     namespace: str
+    notify: bool
 
 class _EtcdSpecKind(TypedDict):
     kind: Literal["etcd"]
@@ -302,7 +305,9 @@ class SqlStatement:
     times) and ``params`` in order. ``connection`` is ``"any"`` (any connection in
     autocommit; a pool is fine) or ``"dedicated"`` (the connection this lock alone
     uses: opened for its first statement, every later statement of the lock on it,
-    closed after the lock's final event)."""
+    closed after the lock's final event) or ``"listen"`` (a ``wait``: run the ``LISTEN``
+    on the listening connection, then answer with no rows once a notification on
+    channel ``params[0]`` arrives or ``params[1]`` milliseconds have passed)."""
 
     @property
     def sql(self) -> str: ...
@@ -659,6 +664,13 @@ def advisory_key(namespace: str, name: str) -> int:
 
     Raises: ConfigError for arguments that are not str."""
 
+def notify_channel(namespace: str, name: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of ``name`` in ``namespace`` (a backend with
+    ``notify``): ``"fencepost_"`` and the name's advisory key as 16 hex digits
+    (unsigned), 26 bytes. Releases notify it; waiters listen on it.
+
+    Raises: ConfigError for arguments that are not str."""
+
 def xact_lock_statement(
     name: str,
     *,
@@ -713,6 +725,23 @@ def etcd_holder_range(key_prefix: str, name: str) -> EtcdCall:
 def read_etcd_holder(reply: Union[str, bytes]) -> Optional[Tuple[int, int]]:
     """Reads the reply of :func:`etcd_holder_range`: ``(token, lease_id)`` of the
     holder, or None when nobody holds the lock. Raises: ProtocolError."""
+
+def etcd_leader_range(key_prefix: str, name: str) -> EtcdCall:
+    """The election query "who leads ``name``?": the key with the lowest create
+    revision under the election's prefix, with its value (etcd's ``Election.Leader``).
+    Read with :func:`read_etcd_leader`."""
+
+def read_etcd_leader(reply: Union[str, bytes]) -> Optional[Tuple[int, int, str]]:
+    """Reads the reply of :func:`etcd_leader_range`: ``(token, lease_id, value)`` of the
+    leader (``value`` ``""`` when its key has none), or None when nobody leads.
+    Raises: ProtocolError."""
+
+def etcd_proclaim(key_prefix: str, name: str, owner_id: str, token: int, value: str) -> EtcdCall:
+    """A leader's publication of ``value`` in its own key, on its lease, while the key's
+    create revision is still ``token`` (etcd's ``Election.Proclaim``). Read the reply
+    with :func:`read_etcd_fenced_txn`.
+
+    Raises: ConfigError naming an argument of the wrong type."""
 
 def etcd_lease_revoke(lease_id: int) -> EtcdCall:
     """The revoke of lease ``lease_id``: the operator's reset of the lock it holds."""

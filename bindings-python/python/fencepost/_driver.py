@@ -765,8 +765,10 @@ class AsyncDriver:
                     continue  # nothing can run it; the machine's deadlines give up on it
                 self.backend._request_scheduled(self, output)
                 acquisition = self._acquisitions.get(output.lock)
-                if acquisition is not None and acquisition.serving is not None:
-                    # Its caller is waiting for it: the caller runs it (see _serve).
+                if acquisition is not None and acquisition.serving is not None and not acquisition.inline:
+                    # Its caller is waiting for it: the caller runs it (see _serve). The
+                    # others emitted with it (a Redlock step's part for each master) run on
+                    # tasks meanwhile: one caller would send them one after the other.
                     acquisition.inline.append(output)
                     acquisition.wake_caller()
                 else:
@@ -1175,7 +1177,9 @@ class ThreadDriver:
                         # Bind the request now: a closure over the loop variable would
                         # see only the last request of this poll() when a worker runs it.
                         self._wait_pool.submit(functools.partial(self._execute, output))
-                elif serving and self._may_inline(output):
+                elif serving and not acquisition.inline and self._may_inline(output):  # type: ignore[union-attr]
+                    # the others emitted with it (a Redlock step's parts) go to the pool:
+                    # one caller would send them one after the other
                     acquisition.inline.append(output)  # type: ignore[union-attr]
                     acquisition.wake_caller()  # type: ignore[union-attr]
                 else:

@@ -248,6 +248,9 @@ class SyncLease(_LeaseBase):
             name=name, token=token, owner_id=owner_id, valid_until_ns=valid_until_ns, poke=poke
         )
         self._lost_event: Optional[threading.Event] = None
+        #: Called by the driver (its lock held) once the lease is lost: an election's
+        #: term watcher sets an event there and does the rest on its own thread.
+        self._on_lost: Optional[Callable[[], None]] = None
 
     @property
     def lost(self) -> threading.Event:
@@ -295,6 +298,9 @@ class SyncLease(_LeaseBase):
         event = self._lost_event
         if event is not None:
             event.set()
+        hook = self._on_lost
+        if hook is not None:
+            hook()
 
 
 #: Guards the first access of a SyncLease's ``lost`` event (made on demand: most

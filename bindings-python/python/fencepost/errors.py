@@ -7,7 +7,7 @@ puts on its errors' ``code``), so logs and alerts can match on it across languag
 class                  ``code``                raised when
 =====================  ======================  ==========================================
 :class:`ConfigError`   ``ERR_CONFIG``          bad input or misuse (also a ``ValueError``)
-:class:`ClockError`    ``ERR_CONFIG``          the monotonic clock went backwards
+:class:`ClockError`    ``ERR_CONFIG``          the monotonic clock went backwards or out of range
 :class:`LockLost`      ``ERR_LOCK_LOST``       a held lease ended before it was released
 :class:`AcquireTimeout` ``ERR_ACQUIRE_TIMEOUT`` the acquire timeout passed
 :class:`StaleToken`    ``ERR_STALE_TOKEN``     a fence refused a write with an old token
@@ -56,7 +56,8 @@ class ConfigError(FencepostError, ValueError):
             range), ``"invalid_name"`` (an empty or too long lock name),
             ``"unsafe_purpose"`` (a correctness lock without the failover opt-in),
             ``"unknown_lock"`` (a lock id the machine never issued) or
-            ``"time_went_backwards"`` (:class:`ClockError`). ``"invalid_argument"``
+            ``"time_went_backwards"`` or ``"time_out_of_range"`` (:class:`ClockError`).
+            ``"invalid_argument"``
             when the Python package refused it before the core saw it (a wrong type,
             NaN, a negative duration, misuse of a ``Lock`` object, a client of the
             wrong kind).
@@ -82,9 +83,11 @@ class ConfigError(FencepostError, ValueError):
 
 
 class ClockError(ConfigError):
-    """A monotonic time earlier than one given before reached the lock machine. Only a
-    host bug (or a non-monotonic clock) causes it; fencepost never uses such a time to
-    extend a lease. Its ``kind`` is ``"time_went_backwards"``."""
+    """A monotonic time earlier than one given before (``kind``
+    ``"time_went_backwards"``), or past the latest the lock machine accepts, 2**62 ns
+    (about 146 years) after the clock's origin (``"time_out_of_range"``), reached the lock
+    machine. Only a host bug (or a non-monotonic clock) causes it; fencepost never uses
+    such a time to extend a lease."""
 
     code = "ERR_CONFIG"
 

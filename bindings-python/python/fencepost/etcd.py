@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._backend import Backend
+from ._leader import read_record
 from ._lease import Lease, SyncLease
 from .errors import BackendError, ConfigError
 
@@ -75,6 +76,14 @@ def _import_httpx() -> Any:
             "fencepost.etcd needs httpx: pip install 'fencepost[etcd]'"
         ) from exc
     return httpx
+
+
+def _is_owner_of(value: str, lease: int) -> bool:
+    """Whether ``value`` is the owner id whose etcd lease id is ``lease``."""
+    try:
+        return len(value) == 32 and _core.etcd_lease_id(value) == lease
+    except ConfigError:
+        return False
 
 
 def _watch_line_done(line: str) -> bool:
@@ -516,6 +525,61 @@ class EtcdBackend(Backend):
         except Exception as exc:
             raise BackendError(f"force_release({name!r}) failed: {exc}") from exc
         return _core.read_etcd_revoke(reply)
+
+    # -- elections: the leader's record is its key's value (etcd's Election.Proclaim) --
+
+    def _proclaim_call(self, lease: Any, record: str) -> Any:
+        return _core.etcd_proclaim(self.key_prefix, lease.name, lease.owner_id, lease.token, record)
+
+    async def _proclaim_async(self, lease: Any, record: str) -> None:
+        call = self._proclaim_call(lease, record)
+        try:
+            reply = str(await self._execute_async(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"publishing the leader of {lease.name!r} failed: {exc}") from exc
+        _core.read_etcd_fenced_txn(lease.name, lease.token, reply)
+
+    def _proclaim_sync(self, lease: Any, record: str) -> None:
+        call = self._proclaim_call(lease, record)
+        try:
+            reply = str(self._execute_sync(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"publishing the leader of {lease.name!r} failed: {exc}") from exc
+        _core.read_etcd_fenced_txn(lease.name, lease.token, reply)
+
+    def _leader_of(self, reply: str) -> Any:
+        leader = _core.read_etcd_leader(reply)
+        if leader is None:
+            return None
+        token, lease, value = leader
+        # a fencepost holder's key holds its owner id until the record replaces it;
+        # the owner id's first 8 bytes are the lease id, so it is recognised exactly
+        owner = value if _is_owner_of(value, lease) else None
+        return read_record(value, token, owner)
+
+    async def _leader_async(self, name: str) -> Any:
+        call = _core.etcd_leader_range(self.key_prefix, name)
+        try:
+            reply = str(await self._execute_async(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"reading the leader of {name!r} failed: {exc}") from exc
+        return self._leader_of(reply)
+
+    def _leader_sync(self, name: str) -> Any:
+        call = _core.etcd_leader_range(self.key_prefix, name)
+        try:
+            reply = str(self._execute_sync(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"reading the leader of {name!r} failed: {exc}") from exc
+        return self._leader_of(reply)
 
     async def _holder_async(self, name: str, what: str) -> Optional[Tuple[int, int]]:
         call = _core.etcd_holder_range(self.key_prefix, name)

@@ -299,6 +299,21 @@ class PostgresBackend(Backend):
             token is above the name's row there, if it has one.
         namespace: namespace of advisory keys (``"fencepost"``), so applications
             sharing a database do not collide (:func:`advisory_key`).
+        notify: wake waiters on release with ``LISTEN``/``NOTIFY`` (default ``True``):
+            every release sends ``pg_notify`` on the name's channel in its own
+            statement (so only once it committed), and a lock that finds the name
+            held waits for that notification instead of sleeping through its backoff.
+            The wait lasts the backoff it stands in for, so a lost notification, a
+            dead listening connection or a pooler that cannot carry ``LISTEN``
+            (PgBouncer in transaction mode: notifications never reach the client)
+            costs what polling costs. ``False``: waiters poll, releases notify nobody.
+        listen_conninfo: the connection string of the listening connection (one per
+            backend, opened on the first wait, on a thread of its own, closed 30 s
+            after the last waiter left). By default it connects like ``conninfo``,
+            the pool (its ``conninfo`` and ``kwargs``) or the single connection (its
+            parameters and password). Behind PgBouncer in transaction mode point it at
+            the server itself (or at a session-mode pool), or waiters poll. With only
+            a ``connect`` factory and no ``listen_conninfo``, waiters poll.
 
     **Session mode needs dedicated connections, never a pool's.** A session-level
     advisory lock belongs to the server session that took it: it is held exactly as
@@ -359,6 +374,8 @@ class PostgresBackend(Backend):
         lease_table: str = "fencepost_leases",
         token_table: str = "fencepost_tokens",
         namespace: str = "fencepost",
+        notify: bool = True,
+        listen_conninfo: Optional[str] = None,
     ) -> None:
         super().__init__()
         psycopg = _psycopg()
@@ -368,7 +385,15 @@ class PostgresBackend(Backend):
         if not isinstance(namespace, str):
             raise ConfigError(f"namespace must be a str, got {namespace!r}")
         _core.advisory_key(namespace, "")  # ConfigError for text UTF-8 cannot hold
+        if not isinstance(notify, bool):
+            raise ConfigError(f"notify must be True or False, got {notify!r}")
+        if listen_conninfo is not None and not isinstance(listen_conninfo, str):
+            raise ConfigError(f"listen_conninfo must be a str, got {listen_conninfo!r}")
         self.mode: Mode = mode
+        self.notify = notify
+        self._listen_conninfo = listen_conninfo
+        self._listener: Optional[_Listener] = None
+        self._marks: Dict[Tuple[int, int], int] = {}
         self.lease_table = lease_table
         self.token_table = token_table
         self.namespace = namespace
@@ -448,6 +473,7 @@ class PostgresBackend(Backend):
             "lease_table": self.lease_table,
             "token_table": self.token_table,
             "namespace": self.namespace,
+            "notify": self.notify,
         }
 
     def advisory_key(self, name: str) -> int:
@@ -755,6 +781,8 @@ class PostgresBackend(Backend):
 
     def _close_owned(self) -> None:
         super()._close_owned()
+        if self._listener is not None:
+            self._listener.close()
         conn, self._replacement = self._replacement, None
         if conn is None or conn.closed:
             return
@@ -776,6 +804,9 @@ class PostgresBackend(Backend):
     # -- driver hooks --
 
     def _request_scheduled(self, driver: Any, request: _core.Request) -> None:
+        if self.notify and request.operation == "acquire":
+            # before the send: a release after it is heard by a wait that follows
+            self._marks[(id(driver), request.lock)] = self._listening().mark()
         if not _dedicated(request):
             return
         key = (id(driver), request.lock)
@@ -789,6 +820,7 @@ class PostgresBackend(Backend):
 
     def _lock_finished(self, driver: Any, lock: int) -> None:
         key = (id(driver), lock)
+        self._marks.pop(key, None)
         with self._guard:
             entry = self._dedicated.get(key)
             if entry is None:
@@ -837,10 +869,84 @@ class PostgresBackend(Backend):
             conn = self._take_if_done(key, entry)
         self._close(driver, conn)
 
+    # -- waiting for a release's notification --
+
+    def _listening(self) -> _Listener:
+        with self._guard:
+            if self._listener is None:
+                self._listener = _Listener(self._listen_connect())
+            return self._listener
+
+    def _listen_connect(self) -> Callable[[], Any]:
+        """How the listener connects (it raises BackendError when it cannot: its
+        waiters then poll)."""
+        psycopg = _psycopg()
+        args: Optional[Dict[str, Any]] = None
+        conninfo = self._listen_conninfo or self._conninfo
+        if conninfo is not None:
+            args = {"conninfo": conninfo}
+        elif self._pool is not None and isinstance(getattr(self._pool, "conninfo", None), str):
+            args = dict(getattr(self._pool, "kwargs", None) or {})
+            args["conninfo"] = self._pool.conninfo
+        elif self._conn is not None:
+            args = _reconnect_args(self._conn, None)
+        if args is None:
+            def refuse() -> Any:
+                raise BackendError("no connection string for the listening connection: pass listen_conninfo")
+            return refuse
+        args["autocommit"] = True
+        args.setdefault("connect_timeout", 5)
+        return lambda: psycopg.connect(**args)
+
+    def _wait_args(self, driver: Any, request: _core.Request) -> Tuple[str, str, float, int]:
+        stmt = request.body
+        assert isinstance(stmt, _core.SqlStatement)
+        channel, timeout_ms = stmt.params[0], stmt.params[1]
+        if not isinstance(channel, str) or not isinstance(timeout_ms, int):
+            raise BackendError(f"a listen request names (channel, timeout ms), got {stmt.params!r}")
+        mark = self._marks.get((id(driver), request.lock), -1)
+        return channel, stmt.sql, max(0, timeout_ms) / 1000, mark
+
+    async def _wait_async(self, driver: Any, request: _core.Request) -> object:
+        channel, sql, timeout, mark = self._wait_args(driver, request)
+        loop = asyncio.get_running_loop()
+        heard: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            def settle() -> None:
+                if not heard.done():
+                    heard.set_result(None)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+        forget = self._listening().wait(channel, sql, mark, wake)
+        try:
+            await asyncio.wait_for(heard, timeout)
+        except asyncio.TimeoutError:
+            pass  # the backoff the wait stands in for has passed: try again
+        finally:
+            forget()
+        return []
+
+    def _wait_sync(self, driver: Any, request: _core.Request) -> object:
+        channel, sql, timeout, mark = self._wait_args(driver, request)
+        heard = threading.Event()
+        forget = self._listening().wait(channel, sql, mark, heard.set)
+        try:
+            heard.wait(timeout)
+        finally:
+            forget()
+        return []
+
     async def _run_async(self, driver: Any, request: _core.Request) -> object:
         stmt = request.body
         if not isinstance(stmt, _core.SqlStatement):
             raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
+        if stmt.connection == "listen":
+            return await self._wait_async(driver, request)
         if stmt.connection == "any":
             if self._pool is not None:
                 try:
@@ -880,6 +986,8 @@ class PostgresBackend(Backend):
         stmt = request.body
         if not isinstance(stmt, _core.SqlStatement):
             raise ConfigError(f"a PostgreSQL backend cannot run {request!r}")
+        if stmt.connection == "listen":
+            return self._wait_sync(driver, request)
         if stmt.connection == "any":
             if self._pool is not None:
                 try:
@@ -991,6 +1099,151 @@ async def _run_ddl_async(conn: Any, sql: str) -> None:
     else:
         async with conn.transaction():
             await conn.execute(sql, prepare=False)
+
+
+# ---- the listening connection of waiters -------------------------------------------------------
+
+
+class _Listener:
+    """The backend's ``LISTEN`` connection: one blocking psycopg connection on a thread
+    of its own, serving the waiters of every lock (``with lock`` and ``async with
+    lock`` alike) until none has waited for :data:`_LINGER` seconds.
+
+    A wait answers at once when its release may have been missed: the channel was not
+    listened to yet when the lock's acquire was sent (the ``LISTEN`` came later, or
+    the connection was lost and listened again), or a notification on it came after
+    that send. Sequence numbers order these events against the acquire's ``mark``."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._guard = threading.Lock()
+        self._seq = 0
+        self._listened: Dict[str, int] = {}  # channel -> seq of its LISTEN on the connection
+        self._notified: Dict[str, int] = {}  # channel -> seq of its last notification
+        self._pending: Dict[str, str] = {}  # channel -> its LISTEN statement, not run yet
+        self._waiters: Dict[str, List[Callable[[], None]]] = {}
+        self._idle_since = time.monotonic()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def mark(self) -> int:
+        """The sequence number now: taken when an acquire is sent."""
+        with self._guard:
+            return self._seq
+
+    def wait(self, channel: str, listen_sql: str, mark: int, wake: Callable[[], None]) -> Callable[[], None]:
+        """Calls ``wake`` (from the listener's thread, or now) once a release on
+        ``channel`` may have come after ``mark``; returns the function that forgets
+        the waiter."""
+        with self._guard:
+            listened = self._listened.get(channel)
+            if listened is None:
+                # woken once its LISTEN is in place, which is after the mark
+                self._pending[channel] = listen_sql
+                now = False
+            else:
+                now = listened > mark or self._notified.get(channel, -1) > mark
+            if not now:
+                self._waiters.setdefault(channel, []).append(wake)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="fencepost-pg-listen", daemon=True)
+                self._thread.start()
+        if now:
+            wake()
+
+        def forget() -> None:
+            with self._guard:
+                waiters = self._waiters.get(channel)
+                if waiters is not None and wake in waiters:
+                    waiters.remove(wake)
+                    if not waiters:
+                        del self._waiters[channel]
+                if not self._waiters:
+                    self._idle_since = time.monotonic()
+
+        return forget
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+
+    def _wake(self, channel: str) -> List[Callable[[], None]]:
+        """With the guard held: the waiters of ``channel``, to call without it."""
+        self._seq += 1
+        self._notified[channel] = self._seq
+        waiters = self._waiters.pop(channel, [])
+        if not self._waiters:
+            self._idle_since = time.monotonic()
+        return waiters
+
+    def _run(self) -> None:
+        conn: Any = None
+        try:
+            while True:
+                with self._guard:
+                    idle = not self._waiters
+                    broken = conn is None or conn.closed or conn.broken
+                    # idle too long, or idle without a connection: leave (the next wait
+                    # starts again)
+                    if self._closed or (idle and (broken or time.monotonic() - self._idle_since > _LINGER)):
+                        self._thread = None
+                        self._listened.clear()
+                        self._pending.clear()
+                        return
+                if broken:
+                    conn = self._reconnect(conn)
+                    if conn is None:
+                        continue
+                with self._guard:
+                    pending = dict(self._pending)
+                woken: List[Callable[[], None]] = []
+                try:
+                    for channel, sql in pending.items():
+                        conn.execute(sql, prepare=False)
+                        with self._guard:
+                            self._pending.pop(channel, None)
+                            self._seq += 1
+                            self._listened[channel] = self._seq
+                            woken += self._wake(channel)
+                    for wake in woken:
+                        wake()
+                    for note in conn.notifies(timeout=_LISTEN_POLL):
+                        with self._guard:
+                            woken = self._wake(note.channel)
+                        for wake in woken:
+                            wake()
+                except Exception as exc:  # the connection broke: listen again on a new one
+                    _log.debug("fencepost's PostgreSQL listener lost its connection: %s", exc)
+                    conn = self._reconnect(conn)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _reconnect(self, dead: Any) -> Any:
+        """A new connection, every channel to be listened to again (what was sent
+        while none listened is covered: a new LISTEN answers its waiters at once)."""
+        if dead is not None:
+            dead.close()
+        with self._guard:
+            for channel in self._listened:
+                self._pending.setdefault(channel, f"LISTEN {channel}")
+            for channel in self._waiters:
+                self._pending.setdefault(channel, f"LISTEN {channel}")
+            self._listened.clear()
+        try:
+            return self._connect()
+        except Exception as exc:
+            _log.debug("fencepost's PostgreSQL listener cannot connect: %s", exc)
+            time.sleep(_RECONNECT_PAUSE)  # waiters meanwhile poll (their wait's timeout)
+            return None
+
+
+#: How long the listener keeps its connection after its last waiter left (seconds).
+_LINGER = 30.0
+#: How often the listener looks for channels to add while it waits for notifications.
+_LISTEN_POLL = 0.02
+#: The pause between failed connects of the listener.
+_RECONNECT_PAUSE = 0.5
 
 
 # ---- transaction-level advisory locks -------------------------------------------------------

@@ -440,6 +440,70 @@ impl EtcdBackend {
     pub fn holder_range(&self, name: &str) -> EtcdRequest {
         EtcdRequest::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0))
     }
+
+    /// The election query "who leads `name`?": [`EtcdBackend::holder_range`] with the
+    /// key's value, which is how etcd's `concurrency.Election.Leader` reads it. Read the
+    /// reply with [`read_etcd_leader`].
+    pub fn leader_range(&self, name: &str) -> EtcdRequest {
+        let mut range = self.prefix_range(name, 1, EtcdSort::CreateAscend, 0);
+        range.keys_only = false;
+        EtcdRequest::Range(range)
+    }
+
+    /// A leader's publication of `value` in its own key (etcd's
+    /// `concurrency.Election.Proclaim`): a [`EtcdBackend::fenced_txn`] that puts
+    /// `value` into the key of `owner`, still attached to its lease, only while that
+    /// key's create revision is `token`. Read the reply with [`read_etcd_fenced_txn`].
+    pub fn proclaim(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        token: FencingToken,
+        value: &str,
+    ) -> EtcdRequest {
+        let key = self.holder_key(name, owner);
+        let put = EtcdOp::Put {
+            key: key.clone(),
+            value: value.to_owned(),
+            lease: lease_id(owner),
+        };
+        self.fenced_txn(name, &key, token, vec![put])
+    }
+}
+
+/// Reads the reply of [`EtcdBackend::leader_range`]: the holder and its key's value
+/// (UTF-8, lossy; empty when the key has none), or `None` when no key lives under the
+/// election's prefix.
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_etcd_leader(reply: &str) -> Result<Option<(EtcdHolder, String)>, ProtocolError> {
+    let Some(holder) = read_etcd_holder(reply)? else {
+        return Ok(None);
+    };
+    let v = parse(reply).map_err(|e| match e {
+        ReadError::Protocol(p) => p,
+        ReadError::Ambiguous(m) => protocol(m),
+    })?;
+    let kv = v
+        .get("kvs")
+        .and_then(Value::as_array)
+        .and_then(|k| k.first());
+    // the gateway omits an empty value
+    let value = match kv.and_then(|kv| kv.get("value")) {
+        None => String::new(),
+        Some(raw) => {
+            let bytes = raw
+                .as_str()
+                .and_then(|r| B64.decode(r).ok())
+                .ok_or_else(|| {
+                    protocol(format!(
+                        "leader range: a value that is not base64: {raw:.200}"
+                    ))
+                })?;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    };
+    Ok(Some((holder, value)))
 }
 
 /// Reads the reply of [`EtcdBackend::holder_range`]: the holder, or `None` when no key
@@ -1250,6 +1314,50 @@ mod tests {
         };
         assert_eq!(compared(FencingToken(0)), i64::MAX);
         assert_eq!(compared(FencingToken(33)), 33);
+    }
+
+    #[test]
+    fn proclaim_puts_the_value_into_the_own_key_on_its_lease_while_it_holds() {
+        let owner = OwnerId([0xab; 16]);
+        let settings = EtcdBackend::default();
+        match settings.proclaim("jobs", &owner, FencingToken(33), "v") {
+            EtcdRequest::Txn(txn) => {
+                let key = settings.holder_key("jobs", &owner);
+                assert_eq!(txn.compare[0].key, key);
+                assert_eq!(txn.compare[0].create_revision, 33);
+                assert_eq!(
+                    txn.success,
+                    vec![EtcdOp::Put {
+                        key,
+                        value: "v".into(),
+                        lease: lease_id(&owner)
+                    }]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match settings.leader_range("jobs") {
+            EtcdRequest::Range(r) => assert!(!r.keys_only && r.limit == 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn leader_replies_carry_the_lowest_keys_value() {
+        // "fencepost:jobs/00000000000000ab" and "hi", base64
+        let kv = r#"{"header":{"revision":"40"},"kvs":[{"key":"ZmVuY2Vwb3N0OmpvYnMvMDAwMDAwMDAwMDAwMDBhYg==","create_revision":"33","value":"aGk="}],"count":"2"}"#;
+        let (holder, value) = read_etcd_leader(kv).unwrap().unwrap();
+        assert_eq!(
+            (holder.token, holder.lease, value.as_str()),
+            (FencingToken(33), 0xab, "hi")
+        );
+        let empty = r#"{"header":{"revision":"40"},"kvs":[{"key":"ZmVuY2Vwb3N0OmpvYnMvMDAwMDAwMDAwMDAwMDBhYg==","create_revision":"33"}],"count":"1"}"#;
+        assert_eq!(read_etcd_leader(empty).unwrap().unwrap().1, "");
+        assert_eq!(
+            read_etcd_leader(r#"{"header":{"revision":"40"}}"#),
+            Ok(None)
+        );
+        assert!(read_etcd_leader(r#"{"error":"x","code":3}"#).is_err());
     }
 
     #[test]

@@ -38,7 +38,7 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
@@ -69,6 +69,15 @@ pub struct PostgresBackend {
     /// Namespace of advisory keys, so two applications sharing a database do not
     /// collide. Default `fencepost`.
     pub namespace: String,
+    /// Wake waiters on release with `LISTEN`/`NOTIFY` (default on): every release
+    /// statement sends `pg_notify` on the name's channel ([`notify_channel`]) in its own
+    /// transaction, so waiters hear of it only once it committed, and a contender parks
+    /// on a [`PgConnection::Listen`] wait for the notification instead of sleeping
+    /// through its backoff. The wait lasts that backoff, so a lost notification, a
+    /// dead listening connection or a pooler that cannot carry `LISTEN` (PgBouncer in
+    /// transaction mode) costs what polling costs, never more. Off: contenders poll,
+    /// and releases notify nobody.
+    pub notify: bool,
 }
 
 impl Default for PostgresBackend {
@@ -78,6 +87,7 @@ impl Default for PostgresBackend {
             lease_table: "fencepost_leases".to_owned(),
             token_table: "fencepost_tokens".to_owned(),
             namespace: "fencepost".to_owned(),
+            notify: true,
         }
     }
 }
@@ -93,6 +103,15 @@ pub enum PgConnection {
     /// final event (released, lost, acquire failed) has come. Never a pooled,
     /// transaction-mode connection.
     Dedicated,
+    /// A wait for a notification (operation `wait`, [`PostgresBackend::notify`]): `sql`
+    /// is the `LISTEN` statement, `params` the channel (text) and how long to wait in
+    /// milliseconds (int). Run the `LISTEN` on a connection that listens for the host's
+    /// waiters (one per backend is enough; not through a transaction-mode pooler, where
+    /// notifications do not come back), then answer with no rows once a notification
+    /// on the channel arrives, or once the time has passed. A notification that came
+    /// after the acquire this wait follows was sent, or a channel that was not listened
+    /// to yet when it was sent, answers at once: its release may have come in between.
+    Listen,
 }
 
 /// One SQL statement: `sql` with `$1…$n` placeholders and `params` in order.
@@ -132,6 +151,14 @@ pub fn advisory_key(namespace: &str, name: &str) -> i64 {
     h.update(name.as_bytes());
     let d = h.digest().bytes();
     i64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+/// The `LISTEN`/`NOTIFY` channel of `name` in `namespace`: `fencepost_` and the name's
+/// advisory key ([`advisory_key`]) in 16 hex digits, 26 bytes (PostgreSQL truncates
+/// channel names at 63). Names sharing a key would share a channel: a spurious
+/// wake-up, which only costs an acquire attempt.
+pub fn notify_channel(namespace: &str, name: &str) -> String {
+    format!("fencepost_{:016x}", advisory_key(namespace, name) as u64)
 }
 
 /// Whether `name` is a plain identifier, optionally schema-qualified (`a.b`).
@@ -290,7 +317,7 @@ impl PostgresBackend {
     }
 
     pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> SqlStatement {
-        match self.mode {
+        let mut statement = match self.mode {
             PgMode::Lease => SqlStatement {
                 sql: format!(
                     "UPDATE {t} SET owner = NULL, expires_at = NULL \
@@ -318,20 +345,54 @@ impl PostgresBackend {
                 ],
                 connection: PgConnection::Dedicated,
             },
+        };
+        if self.notify {
+            // Only a release that freed something notifies (one call per row it
+            // returns), and the statement's own transaction sends it at commit. The
+            // reply keeps its row count, all its readers look at.
+            statement.sql = format!(
+                "WITH r AS ({}) SELECT r.*, pg_notify($3::text, '')::text FROM r",
+                statement.sql
+            );
+            statement
+                .params
+                .push(SqlValue::Text(notify_channel(&self.namespace, name)));
+        }
+        statement
+    }
+
+    /// The wait of a contender for the release's notification ([`PgConnection::Listen`]).
+    fn listen(&self, name: &str, timeout_ms: u64) -> SqlStatement {
+        let channel = notify_channel(&self.namespace, name);
+        SqlStatement {
+            sql: format!("LISTEN {channel}"),
+            params: vec![SqlValue::Text(channel), SqlValue::Int(ms_param(timeout_ms))],
+            connection: PgConnection::Listen,
         }
     }
 }
 
-/// Every step is one statement; contenders poll. In session mode the lock lives and
+/// Every step is one statement; contenders wait for a release's notification (or
+/// poll, with `notify` off). In session mode the lock lives and
 /// dies with its dedicated connection: a failed heartbeat means the session, and the
 /// lock with it, is gone.
 impl Recipe for PostgresBackend {
+    fn waiting(&self) -> Waiting {
+        // the wait stands in for the backoff, and lasts as long (`Lock::park`)
+        if self.notify {
+            Waiting::Notify
+        } else {
+            Waiting::Poll
+        }
+    }
+
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Sql(match step {
             Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor),
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             Step::Release(_) | Step::Cleanup => self.release(name, owner),
+            Step::Wait { timeout_ms } if self.notify => self.listen(name, timeout_ms),
             Step::Wait { .. } => return Phrased::Nothing,
         }))
     }

@@ -193,8 +193,12 @@ impl Recipe for RedlockBackend {
         };
         let cleanup = step == Step::Cleanup;
         let open = tallies(progress);
-        // one step of the lock's own at a time: an earlier one was abandoned
-        open.retain(|t| t.cleanup);
+        if !cleanup {
+            // one step of the lock's own at a time: an earlier one was abandoned. A
+            // cleanup runs beside the lock's step (a late grant answered while it
+            // releases) and must not drop that step's tally.
+            open.retain(|t| t.cleanup);
+        }
         open.push(Tally {
             cleanup,
             owner: *owner,

@@ -87,7 +87,7 @@ impl Adapter for Memory {
             Ok(state) => Ok(state
                 .lock_keys
                 .iter()
-                .filter_map(|k| super::redis_inspect_name(&self.backend, k))
+                .filter_map(|k| self.backend.lock_name(k))
                 .filter(|n| n.starts_with(&prefix))
                 .filter_map(|n| self.holder_now(&state, &n))
                 .take(limit)

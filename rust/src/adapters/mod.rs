@@ -31,6 +31,16 @@ pub(crate) trait Adapter: Send + Sync + 'static {
     /// future at the request's deadline.
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>>;
 
+    /// Runs one of the machine's requests: [`Adapter::execute`] of its body, unless the
+    /// adapter needs to know what the request is for (PostgreSQL marks each acquire's
+    /// send for the waits that follow it).
+    fn execute_request(
+        &self,
+        request: &fencepost_core::Request,
+    ) -> BoxFuture<'static, Result<Reply, String>> {
+        self.execute(request.body.clone())
+    }
+
     /// Who holds `name` now, as the server sees it (`None`: nobody).
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>>;
 
@@ -42,23 +52,4 @@ pub(crate) trait Adapter: Send + Sync + 'static {
 /// Turns a millisecond count the server reported into a `Duration` (negative: none).
 pub(crate) fn ms(n: i64) -> Option<Duration> {
     u64::try_from(n).ok().map(Duration::from_millis)
-}
-
-/// The lock name of a Redis lease key (`None`: not one of fencepost's).
-pub(crate) fn redis_inspect_name(
-    backend: &fencepost_core::RedisBackend,
-    key: &str,
-) -> Option<String> {
-    // the inverse of `RedisBackend::lock_key` (the core's `lock_name`, spelled here so the
-    // crate builds against a core without it): a name that starts with '}' has a NUL
-    // before it inside the braces
-    let tagged = key
-        .strip_prefix(backend.key_prefix.as_str())?
-        .strip_prefix('{')?
-        .strip_suffix("}:lock")?;
-    let name = match tagged.strip_prefix('\0') {
-        Some(rest) if rest.starts_with('}') => rest,
-        _ => tagged,
-    };
-    Some(name.to_owned())
 }

@@ -4,7 +4,12 @@
 //! Statements go out with `query_typed` (parameter types given, an unnamed statement
 //! in one round trip: no prepared statements, so a transaction-pooling PgBouncer works).
 //! Session-level advisory mode (a connection per lock) is not offered here.
+//!
+//! Waiters listen for the release's `pg_notify` on one more connection ([`Listener`]),
+//! opened on the first wait; a wait ends at a notification on its channel or at its
+//! timeout (the backoff it stands in for).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fencepost_core::{
@@ -20,6 +25,149 @@ pub(crate) struct PgAdapter {
     url: Arc<str>,
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
     backend: PostgresBackend,
+    listener: Arc<Listener>,
+}
+
+/// The waiters' `LISTEN` connection and what it heard. A wait answers at once when its
+/// release may have been missed: its channel was not listened to when the name's last
+/// acquire was sent, or a notification on it came after that. Sequence numbers order
+/// these events against that send's mark. The mark is per channel (the name's latest
+/// acquire in this client), so with several contenders of one name in one client a
+/// wait may miss a notification and end at its timeout.
+#[derive(Default)]
+struct Listener {
+    state: Mutex<Heard>,
+    client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+}
+
+/// How many names' acquire marks the listener keeps.
+const MAX_MARKS: usize = 4096;
+
+#[derive(Default)]
+struct Heard {
+    seq: u64,
+    /// channel → seq of its `LISTEN` on the current connection
+    listened: HashMap<String, u64>,
+    /// channel → seq of its last notification
+    notified: HashMap<String, u64>,
+    /// channel → seq when the name's last acquire was sent
+    marks: HashMap<String, u64>,
+    waiters: HashMap<String, Vec<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Heard {
+    fn wake(&mut self, channel: &str) {
+        self.seq += 1;
+        self.notified.insert(channel.to_owned(), self.seq);
+        for waiter in self.waiters.remove(channel).unwrap_or_default() {
+            let _ = waiter.send(());
+        }
+    }
+}
+
+impl Listener {
+    fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Before an acquire of the name on `channel` is sent.
+    fn mark(&self, channel: String) {
+        let mut heard = self.heard();
+        if heard.marks.len() >= MAX_MARKS {
+            // one per name ever acquired: forget them (a wait without a mark answers
+            // at once, the cautious side) rather than grow without bound
+            heard.marks.clear();
+        }
+        let seq = heard.seq;
+        heard.marks.insert(channel, seq);
+    }
+
+    /// Ends once a release on `channel` may have come after the mark, or after
+    /// `timeout`; a connection that cannot be had leaves only the timeout.
+    async fn wait(
+        self: Arc<Self>,
+        url: Arc<str>,
+        listen_sql: String,
+        channel: String,
+        timeout: std::time::Duration,
+    ) {
+        let heard_now = {
+            let heard = self.heard();
+            let mark = heard.marks.get(&channel).copied();
+            match (heard.listened.get(&channel), mark) {
+                (Some(&at), Some(mark)) => {
+                    at > mark || heard.notified.get(&channel).is_some_and(|&n| n > mark)
+                }
+                (Some(_), None) => true,
+                (None, _) => false,
+            }
+        };
+        if heard_now {
+            return;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let listening = self.heard().listened.contains_key(&channel);
+        if listening {
+            self.heard()
+                .waiters
+                .entry(channel.clone())
+                .or_default()
+                .push(tx);
+        } else {
+            // once its LISTEN is in place, which is after the mark: try again
+            if self.listen(&url, &listen_sql, &channel).await.is_ok() {
+                return;
+            }
+            drop(tx);
+            tokio::time::sleep(timeout).await;
+            return;
+        }
+        let _ = tokio::time::timeout(timeout, rx).await;
+    }
+
+    async fn listen(self: &Arc<Self>, url: &str, sql: &str, channel: &str) -> Result<(), String> {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_none_or(|c| c.is_closed()) {
+            *slot = Some(self.connect(url).await?);
+        }
+        let client = slot.as_ref().expect("connected above");
+        client.batch_execute(sql).await.map_err(|e| e.to_string())?;
+        let mut heard = self.heard();
+        heard.seq += 1;
+        let seq = heard.seq;
+        heard.listened.insert(channel.to_owned(), seq);
+        Ok(())
+    }
+
+    async fn connect(self: &Arc<Self>, url: &str) -> Result<tokio_postgres::Client, String> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| e.to_string())?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(2));
+        }
+        let (client, mut connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let (tokio_postgres::AsyncMessage::Notification(n), Some(this)) =
+                    (message, this.upgrade())
+                {
+                    this.heard().wake(n.channel());
+                }
+            }
+            // the connection ended: nothing is listened to any more
+            if let Some(this) = this.upgrade() {
+                this.heard().listened.clear();
+            }
+        });
+        Ok(client)
+    }
 }
 
 async fn open(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
@@ -60,6 +208,7 @@ impl PgAdapter {
             url: url.into(),
             client: Arc::new(Mutex::new(Arc::new(client))),
             backend,
+            listener: Arc::default(),
         })
     }
 
@@ -234,6 +383,27 @@ impl PgAdapter {
 impl Adapter for PgAdapter {
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
         match body {
+            // A wait for a release's notification: no rows once it came, or at the
+            // wait's timeout (the backoff it stands in for).
+            RequestBody::Sql(stmt) if stmt.connection == fencepost_core::PgConnection::Listen => {
+                let (channel, ms) = match stmt.params.as_slice() {
+                    [SqlValue::Text(c), SqlValue::Int(ms), ..] => {
+                        (c.clone(), u64::try_from(*ms).unwrap_or(0))
+                    }
+                    other => {
+                        let message =
+                            format!("a listen request names (channel, timeout ms), got {other:?}");
+                        return futures::future::ready(Err(message)).boxed();
+                    }
+                };
+                let (listener, url) = (self.listener.clone(), self.url.clone());
+                async move {
+                    let timeout = std::time::Duration::from_millis(ms);
+                    listener.wait(url, stmt.sql, channel, timeout).await;
+                    Ok(Reply::Sql(SqlReply::Rows { rows: Vec::new() }))
+                }
+                .boxed()
+            }
             RequestBody::Sql(stmt) => {
                 let shared = self.shared();
                 async move { shared.run(stmt).await.map(Reply::Sql) }.boxed()
@@ -244,6 +414,25 @@ impl Adapter for PgAdapter {
             )))
             .boxed(),
         }
+    }
+
+    fn execute_request(
+        &self,
+        request: &fencepost_core::Request,
+    ) -> BoxFuture<'static, Result<Reply, String>> {
+        if let (true, fencepost_core::Operation::Acquire, RequestBody::Sql(stmt)) =
+            (self.backend.notify, request.operation, &request.body)
+        {
+            // before the send: a release after it is heard by the wait that follows
+            if let Some(SqlValue::Text(name)) = stmt.params.first() {
+                let channel = fencepost_core::backends::postgres::notify_channel(
+                    &self.backend.namespace,
+                    name,
+                );
+                self.listener.mark(channel);
+            }
+        }
+        self.execute(request.body.clone())
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {

@@ -222,10 +222,7 @@ impl Adapter for RedisAdapter {
                     .await
                     .map_err(|e| Error::Backend(format!("Redis SCAN: {e}")))?;
                 let (next, keys) = redis_inspect::scan_reply(&value(v))?;
-                names.extend(
-                    keys.iter()
-                        .filter_map(|k| redis_inspect::name_of(&backend, k)),
-                );
+                names.extend(keys.iter().filter_map(|k| backend.lock_name(k)));
                 cursor = next;
                 if cursor == "0" || names.len() >= limit {
                     break;

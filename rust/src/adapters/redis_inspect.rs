@@ -72,8 +72,6 @@ pub(crate) fn pattern(backend: &RedisBackend, prefix: &str) -> String {
     )
 }
 
-pub(crate) use super::redis_inspect_name as name_of;
-
 /// The keys of one `SCAN` reply and its next cursor.
 pub(crate) fn scan_reply(v: &RedisValue) -> Result<(String, Vec<String>), Error> {
     if let RedisValue::Array(parts) = v {

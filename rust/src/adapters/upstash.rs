@@ -144,10 +144,7 @@ impl Inner {
             ];
             let v = self.command(&argv).await.map_err(Error::Backend)?;
             let (next, keys) = redis_inspect::scan_reply(&v)?;
-            names.extend(
-                keys.iter()
-                    .filter_map(|k| redis_inspect::name_of(&self.backend, k)),
-            );
+            names.extend(keys.iter().filter_map(|k| self.backend.lock_name(k)));
             cursor = next;
             if cursor == "0" || names.len() >= limit {
                 break;

@@ -1,0 +1,322 @@
+//! Leader election on the lock API: an [`Election`] is a lock held indefinitely, so a
+//! leader carries the lease's fencing token and its term ends when the lease is lost
+//! (the core's `Event::Lost`). Nothing here decides validity, renewals or tokens.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use fencepost_core::{FencingToken, LockOptions, LostReason, OwnerId};
+
+use crate::{Client, Error, Lease};
+
+/// Why a term ended (given to [`Election::on_stopped_leading`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// [`Leadership::resign`], or the work of [`Election::run`] finished.
+    Resigned,
+    /// The [`Leadership`] was dropped without a resign (its task cancelled, the
+    /// future of [`Election::run`] dropped): the lease is released at once.
+    Cancelled,
+    /// The lease was lost (the core's reason).
+    Lost(LostReason),
+}
+
+/// What the callbacks see of a term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Term {
+    /// The election's name (its lock's).
+    pub name: String,
+    /// The leader's identity.
+    pub identity: String,
+    /// The leader's value, if any.
+    pub value: Option<String>,
+    /// The term's fencing token (the lease's).
+    pub token: FencingToken,
+    /// The lease's owner id.
+    pub owner: OwnerId,
+}
+
+type Started = Arc<dyn Fn(&Term) + Send + Sync>;
+type Stopped = Arc<dyn Fn(&Term, StopReason) + Send + Sync>;
+
+/// A leader election named `name` on a [`Client`], campaigned for as `identity`.
+///
+/// Built on [`Client::acquire`]: every backend with locks has it (Redis as an
+/// efficiency election; PostgreSQL lease rows and etcd for correctness). Callbacks are
+/// called exactly once per term, in order: [`Election::on_started_leading`] before
+/// [`Election::campaign`] returns, [`Election::on_stopped_leading`] whatever ends the
+/// term (a resign, the lease's loss, the [`Leadership`] dropped).
+#[derive(Clone)]
+pub struct Election {
+    client: Client,
+    name: String,
+    identity: String,
+    value: Option<String>,
+    options: LockOptions,
+    started: Option<Started>,
+    stopped: Option<Stopped>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl Client {
+    /// An election named `name`, campaigned for as `identity` with the lock options
+    /// `options` (`auto_renew` must stay on: a term lasts as long as its lease is
+    /// renewed).
+    ///
+    /// Errors: [`Error::Config`] for an empty identity or `auto_renew` off;
+    /// [`Error::Usage`] for a name or options the core refuses.
+    pub fn election(
+        &self,
+        name: &str,
+        identity: &str,
+        options: LockOptions,
+    ) -> Result<Election, Error> {
+        if identity.is_empty() {
+            return Err(Error::Config(
+                "identity must be a non-empty string, got \"\"".into(),
+            ));
+        }
+        if !options.auto_renew {
+            return Err(Error::Config(
+                "auto_renew must stay true for an election: a term lasts as long as its lease is renewed"
+                    .into(),
+            ));
+        }
+        self.backend().check_acquire(name, &options)?;
+        Ok(Election {
+            client: self.clone(),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            value: None,
+            options,
+            started: None,
+            stopped: None,
+        })
+    }
+}
+
+impl Election {
+    /// Sets the value a leader publishes beside its identity.
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// Sets the callback called once per term when it starts. It must not block.
+    pub fn on_started_leading(mut self, f: impl Fn(&Term) + Send + Sync + 'static) -> Self {
+        self.started = Some(Arc::new(f));
+        self
+    }
+
+    /// Sets the callback called once per term when it ends, whatever ends it. It must
+    /// not block.
+    pub fn on_stopped_leading(
+        mut self,
+        f: impl Fn(&Term, StopReason) + Send + Sync + 'static,
+    ) -> Self {
+        self.stopped = Some(Arc::new(f));
+        self
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This candidate's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Waits until this candidate leads (as long as `options.acquire_timeout` allows)
+    /// and returns the term. Dropping the future cancels the campaign (what the server
+    /// granted is released); no callback is called then.
+    ///
+    /// Errors: as [`Client::acquire`].
+    pub async fn campaign(&self) -> Result<Leadership, Error> {
+        let lease = self
+            .client
+            .acquire(&self.name, self.options.clone())
+            .await?;
+        let term = Term {
+            name: self.name.clone(),
+            identity: self.identity.clone(),
+            value: self.value.clone(),
+            token: lease.token(),
+            owner: lease.owner_id(),
+        };
+        let state = Arc::new(TermState {
+            term,
+            ended: Mutex::new(None),
+            stopped: self.stopped.clone(),
+        });
+        if let Some(started) = &self.started {
+            started(&state.term);
+        }
+        let watcher = {
+            let state = state.clone();
+            let lost = lease.lost();
+            tokio::spawn(async move {
+                let reason = lost.await;
+                state.end(StopReason::Lost(reason));
+            })
+        };
+        Ok(Leadership {
+            lease: Some(lease),
+            state,
+            watcher,
+        })
+    }
+
+    /// Campaigns, then runs `work` with a view of the term, racing it against the
+    /// term's loss: a lost term cancels `work` (its future dropped at its next
+    /// `.await`). Work that finishes inside the term resigns it. Dropping the future
+    /// of `run` resigns at once ([`StopReason::Cancelled`]).
+    ///
+    /// Errors: as [`Election::campaign`]; [`Error::Lost`] when the term was lost, or
+    /// the resign found the lease gone on the server (then `work`'s result is
+    /// discarded, as in [`Client::with_lock`]).
+    pub async fn run<T, F, Fut>(&self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign().await?;
+        let lost = leadership.lost();
+        let outcome = tokio::select! {
+            reason = lost => Err(reason),
+            value = work(leadership.term().clone()) => Ok(value),
+        };
+        match outcome {
+            // as with_lock: a release that found the lease gone discards the result
+            Ok(value) => match leadership.resign().await? {
+                StopReason::Lost(reason) => Err(Error::Lost {
+                    name: self.name.clone(),
+                    reason,
+                }),
+                _ => Ok(value),
+            },
+            Err(reason) => {
+                // before the drop, which would end the term as cancelled
+                leadership.state.end(StopReason::Lost(reason.clone()));
+                Err(Error::Lost {
+                    name: self.name.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+}
+
+struct TermState {
+    term: Term,
+    ended: Mutex<Option<StopReason>>,
+    stopped: Option<Stopped>,
+}
+
+impl TermState {
+    /// Ends the term if nobody did: the first caller calls the callback.
+    fn end(&self, reason: StopReason) -> bool {
+        {
+            let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            if ended.is_some() {
+                return false;
+            }
+            *ended = Some(reason.clone());
+        }
+        if let Some(stopped) = &self.stopped {
+            stopped(&self.term, reason);
+        }
+        true
+    }
+}
+
+/// One term of an [`Election`]. Resign it with [`Leadership::resign`]; dropping it
+/// releases the lease at once (best effort) and ends the term as
+/// [`StopReason::Cancelled`].
+pub struct Leadership {
+    lease: Option<Lease>,
+    state: Arc<TermState>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Leadership {
+    /// The term: name, identity, value, token, owner id.
+    pub fn term(&self) -> &Term {
+        &self.state.term
+    }
+
+    /// The term's fencing token: carry it on every write the leader makes.
+    pub fn token(&self) -> FencingToken {
+        self.state.term.token
+    }
+
+    /// Why the term ended, or `None` while it lasts.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.state
+            .ended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Resolves with the reason once the lease is lost (see [`Lease::lost`]).
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        match &self.lease {
+            Some(lease) => futures::future::Either::Left(lease.lost()),
+            None => futures::future::Either::Right(std::future::pending()),
+        }
+    }
+
+    /// Releases the lease now (owner-checked, no waiting out the TTL) and ends the
+    /// term: returns why it ended ([`StopReason::Resigned`], or the loss that came
+    /// first, which includes a server that no longer held the lease at release).
+    ///
+    /// Errors: [`Error::DriverGone`].
+    pub async fn resign(mut self) -> Result<StopReason, Error> {
+        self.watcher.abort();
+        let lease = self
+            .lease
+            .take()
+            .expect("a leadership holds its lease until resigned");
+        let reason = match lease.release().await {
+            Ok(()) => StopReason::Resigned,
+            Err(Error::Lost { reason, .. }) => StopReason::Lost(reason),
+            Err(other) => {
+                self.state.end(StopReason::Cancelled);
+                return Err(other);
+            }
+        };
+        self.state.end(reason.clone());
+        Ok(self.stop_reason().unwrap_or(reason))
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if self.lease.take().is_some() {
+            // the lease's own drop releases it at once
+            self.watcher.abort();
+            self.state.end(StopReason::Cancelled);
+        }
+    }
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("term", &self.state.term)
+            .field("stop_reason", &self.stop_reason())
+            .finish()
+    }
+}

@@ -1,0 +1,274 @@
+//! Leader election (`Client::election`) against the in-memory backend and, when their
+//! URLs are set, the real Redis, PostgreSQL and etcd scripts/test starts: one leader at a
+//! time, and the stop callback exactly once per term, in order, under resign, loss and
+//! cancellation. A server that is not configured is printed and skipped.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencepost::core::backends::etcd::EtcdRequest;
+use fencepost::core::backends::postgres::{lock_state_statement, read_lock_state};
+use fencepost::core::{Reply, RequestBody};
+use fencepost::{Backend, Client, Error, LockOptions, LostReason, StopReason};
+
+fn unique(label: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("rust-elect-{label}-{}-{nanos}", std::process::id())
+}
+
+fn servers() -> Vec<(&'static str, String)> {
+    let mut out = vec![("memory", "memory://".to_owned())];
+    for (label, var, scheme) in [
+        ("redis", "FENCEPOST_REDIS_URL", ""),
+        ("postgres", "FENCEPOST_PG_URL", ""),
+        ("etcd", "FENCEPOST_ETCD_URL", "etcd+"),
+    ] {
+        match std::env::var(var) {
+            Ok(url) if !url.is_empty() => out.push((label, format!("{scheme}{url}"))),
+            _ => println!("skipped {label}: {var} is not set (scripts/services/{label}.sh start)"),
+        }
+    }
+    out
+}
+
+fn ttl(ms: u64) -> LockOptions {
+    let mut o = LockOptions::ttl(Duration::from_millis(ms));
+    o.acquire_timeout = Some(Duration::from_secs(10));
+    o
+}
+
+/// Frees `name` behind the leader's back, as an operator would: Redis deletes the
+/// lease key, PostgreSQL clears the row, etcd revokes the holder's lease.
+async fn evict(client: &Client, name: &str) {
+    match client.backend() {
+        Backend::Redis(b) => {
+            let reply = client
+                .execute(RequestBody::Redis(b.force_release(name)))
+                .await
+                .unwrap();
+            assert!(
+                matches!(reply, Reply::Redis(fencepost::core::RedisValue::Int(1))),
+                "{reply:?}"
+            );
+        }
+        Backend::Postgres(b) => {
+            let reply = client
+                .execute(RequestBody::Sql(lock_state_statement(b, name, true)))
+                .await
+                .unwrap();
+            let Reply::Sql(sql) = reply else {
+                panic!("{reply:?}")
+            };
+            assert!(read_lock_state(&sql).unwrap().lease, "a live row was freed");
+        }
+        Backend::Etcd(_) => {
+            let holder = client.status(name).await.unwrap().expect("held");
+            let lease = i64::from_str_radix(holder.owner.unwrap().trim_start_matches("lease:"), 16)
+                .unwrap();
+            client
+                .execute(RequestBody::Etcd(EtcdRequest::LeaseRevoke { id: lease }))
+                .await
+                .unwrap();
+        }
+        other => panic!("no eviction for {other:?}"),
+    }
+}
+
+type Seen = Arc<Mutex<Vec<(String, u64, Option<StopReason>)>>>;
+
+fn recorded(client: &Client, name: &str, who: &str, ms: u64) -> (fencepost::Election, Seen) {
+    let seen: Seen = Arc::default();
+    let (a, b) = (seen.clone(), seen.clone());
+    let election = client
+        .election(name, who, ttl(ms))
+        .unwrap()
+        .with_value("10.0.0.1")
+        .on_started_leading(move |t| {
+            a.lock()
+                .unwrap()
+                .push(("started".into(), t.token.get(), None))
+        })
+        .on_stopped_leading(move |t, r| {
+            b.lock()
+                .unwrap()
+                .push(("stopped".into(), t.token.get(), Some(r.clone())))
+        });
+    (election, seen)
+}
+
+fn seen(s: &Seen) -> Vec<(String, u64, Option<StopReason>)> {
+    s.lock().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_end_exactly_once_in_order_under_resign_loss_and_cancel() {
+    for (label, url) in servers() {
+        let client = Client::connect(&url).await.unwrap();
+        let name = unique("terms");
+        let (election, calls) = recorded(&client, &name, "pod-a", 600);
+
+        // resign: released at once, the next candidate leads at once with a later token
+        let first = election.campaign().await.unwrap();
+        assert_eq!(
+            (
+                first.term().identity.as_str(),
+                first.term().value.as_deref()
+            ),
+            ("pod-a", Some("10.0.0.1"))
+        );
+        let mut other_options = ttl(600);
+        other_options.acquire_timeout = Some(Duration::ZERO);
+        let other = client.election(&name, "pod-b", other_options).unwrap();
+        assert!(
+            matches!(other.campaign().await, Err(Error::AcquireTimeout { .. })),
+            "{label}: one leader at a time"
+        );
+        let t1 = first.token().get();
+        assert_eq!(first.resign().await.unwrap(), StopReason::Resigned);
+        let started = std::time::Instant::now();
+        let second = other.campaign().await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "{label}: {:?}",
+            started.elapsed()
+        );
+        assert!(second.token().get() > t1);
+        second.resign().await.unwrap();
+
+        // loss: evicted, the term ends at the next renewal (ttl / 3) and run cancels work
+        let (c, n) = (client.clone(), name.clone());
+        let finished = Arc::new(Mutex::new(false));
+        let f = finished.clone();
+        let outcome = election
+            .run(|term| async move {
+                assert!(term.token.get() > 0);
+                evict(&c, &n).await;
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                *f.lock().unwrap() = true;
+            })
+            .await;
+        assert!(
+            matches!(
+                outcome,
+                Err(Error::Lost {
+                    reason: LostReason::RenewRejected,
+                    ..
+                })
+            ),
+            "{label}: {outcome:?}"
+        );
+        assert!(
+            !*finished.lock().unwrap(),
+            "{label}: the work was cancelled"
+        );
+
+        // cancel: dropping the run's future resigns at once
+        let running = tokio::spawn({
+            let election = election.clone();
+            async move {
+                election
+                    .run(|_| tokio::time::sleep(Duration::from_secs(60)))
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        running.abort();
+        let _ = running.await;
+        let started = std::time::Instant::now();
+        let third = other.campaign().await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "{label}: released at once"
+        );
+        third.resign().await.unwrap();
+
+        // run: the work's result, resigned after it
+        let token = election
+            .run(|term| async move { term.token.get() })
+            .await
+            .unwrap();
+
+        let calls = seen(&calls);
+        let tokens: Vec<u64> = calls.iter().step_by(2).map(|c| c.1).collect();
+        let expect: Vec<_> = [
+            StopReason::Resigned,
+            StopReason::Lost(LostReason::RenewRejected),
+            StopReason::Cancelled,
+            StopReason::Resigned,
+        ]
+        .iter()
+        .zip(&tokens)
+        .flat_map(|(r, t)| {
+            [
+                ("started".to_owned(), *t, None),
+                ("stopped".to_owned(), *t, Some(r.clone())),
+            ]
+        })
+        .collect();
+        assert_eq!(calls, expect, "{label}");
+        assert_eq!(tokens.last(), Some(&token));
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "{label}: {tokens:?}"
+        );
+        println!("{label}: terms {tokens:?}, callbacks once each, in order");
+    }
+}
+
+#[tokio::test]
+async fn bad_elections_are_typed_errors() {
+    let client = Client::memory();
+    assert!(matches!(
+        client.election("jobs", "", ttl(1_000)),
+        Err(Error::Config(_))
+    ));
+    let mut manual = ttl(1_000);
+    manual.auto_renew = false;
+    assert!(matches!(
+        client.election("jobs", "a", manual),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        client.election("", "a", ttl(1_000)),
+        Err(Error::Usage(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_that_finds_the_lease_gone_is_a_lost_term_not_a_result() {
+    let client = Client::memory();
+    let name = unique("gone");
+    let (election, calls) = recorded(&client, &name, "pod-a", 30_000);
+    let c = client.clone();
+    let n = name.clone();
+    let outcome = election
+        .run(|_| async move {
+            evict(&c, &n).await; // gone before any renewal noticed
+            "done"
+        })
+        .await;
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::Lost {
+                reason: LostReason::NotHeldAtRelease,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        seen(&calls),
+        vec![
+            ("started".to_owned(), 1, None),
+            (
+                "stopped".to_owned(),
+                1,
+                Some(StopReason::Lost(LostReason::NotHeldAtRelease))
+            )
+        ]
+    );
+}
