@@ -1195,6 +1195,49 @@ export interface MachineSqlRequest {
   readonly connection: 'any' | 'dedicated' | 'listen'
 }
 
+/** A request of a ZooKeeper lock machine (`kind: 'zookeeper'`, the Node package only:
+ * WebAssembly hosts cannot reach ZooKeeper): one call for a ZooKeeper client. A parked
+ * waiter's watch has `operation: 'wait'`, `call: 'watch'` and `timeoutMs`. */
+export interface MachineZooKeeperRequest {
+  readonly type: 'request'
+  readonly backend: 'zookeeper'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release' | 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+  /** `'create'`, `'children'`, `'exists'`, `'watch'`, `'delete'`, `'delete_owned'` or `'multi'`. */
+  readonly call: string
+  /** The call as JSON (`{"call": …, "path": …, …}`, the core's `ZkRequest`); answer with
+   * the JSON document described there, with the client's `session` id. */
+  readonly spec: string
+  /** A watch: answer `{"event": "timeout"}` after this long without an event. */
+  readonly timeoutMs?: number
+}
+
+/** A request of a Kubernetes Lease machine (`kind: 'kubernetes'`): one call to the API
+ * server. */
+export interface MachineKubernetesRequest {
+  readonly type: 'request'
+  readonly backend: 'kubernetes'
+  readonly id: number
+  readonly lock: number
+  readonly operation: 'acquire' | 'renew' | 'release' | 'wait'
+  /** After this instant the outcome no longer matters: report a transport error. */
+  readonly deadlineMs: number
+  /** `'GET'`, `'POST'`, `'PUT'` or `'PATCH'`. */
+  readonly method: string
+  /** Under the server URL: `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`. */
+  readonly path: string
+  /** The JSON body, or null. */
+  readonly body: string | null
+  /** `'application/json'`, or `'application/json-patch+json'` for a PATCH. */
+  readonly contentType: string
+  /** The `spec` fields of the body to set to the wall clock (a MicroTime: RFC 3339 UTC
+   * with six fractional digits) just before sending. */
+  readonly stamp: readonly string[]
+}
+
 /** An event of the lock machine. */
 export type MachineEvent =
   | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
@@ -1219,11 +1262,15 @@ export declare class LockMachine {
    * master's Redis reply. `'postgres'` (the Node package only) one that emits
    * `MachineSqlRequest`s and reads rows (arrays of `null | boolean | number | bigint |
    * string`) or `{ sqlstate, message }`, with `mode` (`'lease'` or `'session'`),
-   * `leaseTable`, `tokenTable` and `namespace`.
+   * `leaseTable`, `tokenTable` and `namespace`. `'zookeeper'` (the Node package only) one
+   * that emits `MachineZooKeeperRequest`s and reads the adapter's JSON text, with `root`,
+   * `naming` and `sessionTimeoutMs` (the negotiated session timeout: the largest ttl).
+   * `'kubernetes'` one that emits `MachineKubernetesRequest`s and reads the API server's
+   * response bodies as text, with `namespace` (the WebAssembly package refuses it).
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, notify?: boolean })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */
@@ -1241,7 +1288,7 @@ export declare class LockMachine {
   /** Time passed. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /** Every pending output, and when to call `timeout` next (`null`: no timer). */
-  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineSqlRequest | MachineEvent>, nextTimeoutMs: number | null }
+  poll(): { outputs: Array<MachineRequest | MachineWaitRequest | MachineEtcdRequest | MachineRedlockRequest | MachineSqlRequest | MachineZooKeeperRequest | MachineKubernetesRequest | MachineEvent>, nextTimeoutMs: number | null }
   /** Starts observing (each option optional: `events` and `warnings` default true, the
    * thresholds as in `ObserveOptions`), or stops with `null`; until then the machine
    * builds no observation. @throws ConfigError naming a bad option */

@@ -42,7 +42,11 @@ export declare class Machine {
    * "wait"`), `"redlock"` (requests with `backend: "redlock_part"`, one per master;
    * `masters` names each master, `host:port/db`, in the order of their clients) or
    * `"postgres"` (requests with `backend: "sql"`; `settings` is then `{ mode,
-   * leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`).
+   * leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`),
+   * `"zookeeper"` (requests with `backend: "zookeeper"`, replies the adapter's JSON
+   * documents; `settings` `{ root, naming, sessionTimeoutMs }`) or `"kubernetes"`
+   * (requests with `backend: "kubernetes"`, replies the API server's response bodies;
+   * `settings` `{ namespace }`).
    */
   constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null, masters?: Array<string> | undefined | null, settings?: object | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */
@@ -265,6 +269,13 @@ export declare function readRedisFlag(reply: unknown): { ok: boolean, value?: bo
  */
 export declare function readXactLock(reply: unknown): { ok: boolean, token?: bigint | null, protocol?: string }
 
+/**
+ * Reads the JSON `{"results": [...]}` of a fenced ZooKeeper multi (the holder check's
+ * result first): `{ ok: true, applied }` (`applied` false: the holder node is gone,
+ * nothing was written) or `{ ok: false, protocol }`.
+ */
+export declare function readZookeeperFenced(reply: string): { ok: boolean, applied?: boolean, protocol?: string }
+
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
 
@@ -313,3 +324,10 @@ export declare function tokenKey(keyPrefix: string, name: string): string
  * reply with `readXactLock`.
  */
 export declare function xactLockStatement(settings: object | undefined | null, name: string, wait: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * `[lock path, node prefix]` of lock `name` on a ZooKeeper backend with `settings`
+ * (`{ root, naming }`) for the acquisition `ownerId` (32 hex digits): `{root}/{name}`,
+ * and the name the owner's node starts with before the server's sequence.
+ */
+export declare function zookeeperNodePrefix(settings: object | undefined | null, name: string, ownerId: string): [string, string]

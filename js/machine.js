@@ -70,6 +70,15 @@ function createDecoder (native) {
             if (flat[i + 3] !== null) o.timeoutMs = flat[i + 3]
             outputs.push(o)
             i += 4
+          } else if (body === 6) { // ZooKeeper (the Node addon only): call, JSON, timeoutMs
+            const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'zookeeper', call: flat[i], spec: flat[i + 1] }
+            if (flat[i + 2] !== null) o.timeoutMs = flat[i + 2]
+            outputs.push(o)
+            i += 3
+          } else if (body === 8) { // Kubernetes: method, path, body, contentType, stamp
+            const n = flat[i + 4]
+            outputs.push({ type: 'request', id, lock, operation, deadlineMs, backend: 'kubernetes', method: flat[i], path: flat[i + 1], body: flat[i + 2], contentType: flat[i + 3], stamp: strings(flat, i + 5, n) })
+            i += 5 + n
           } else if (body === 7) { // SQL (the Node addon only): sql, connection, params
             const o = { type: 'request', id, lock, operation, deadlineMs, backend: 'sql', sql: flat[i], connection: CONNECTIONS[flat[i + 1]] ?? 'any', params: null }
             const n = flat[i + 2]
@@ -117,10 +126,18 @@ function createDecoder (native) {
   }
 }
 
+/** The settings each kind that takes them reads (the addon's `settings` argument). */
+const SETTINGS = {
+  postgres: ['mode', 'leaseTable', 'tokenTable', 'namespace'],
+  zookeeper: ['root', 'naming', 'sessionTimeoutMs'],
+  kubernetes: ['namespace']
+}
+
 /** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters,
  * settings)` arguments; `masters` names a Redlock machine's masters, `settings` is a
- * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace, notify }` (the Node addon
- * only). */
+ * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace, notify }`, a ZooKeeper
+ * one's `{ root, naming, sessionTimeoutMs }` (both the Node addon only) or a Kubernetes
+ * one's `{ namespace }`. */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
   const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
@@ -132,12 +149,13 @@ function machineArguments (options) {
     masters = o.masters.map((m, i) => check.string(m, `masters[${i}]`))
   }
   let settings = null
-  if (kind === 'postgres') {
+  if (kind === 'postgres' || kind === 'zookeeper' || kind === 'kubernetes') {
     settings = {}
-    for (const key of ['mode', 'leaseTable', 'tokenTable', 'namespace']) {
-      if (o[key] !== undefined) settings[key] = check.string(o[key], key)
+    for (const key of SETTINGS[kind]) {
+      if (o[key] === undefined) continue
+      settings[key] = key === 'sessionTimeoutMs' ? check.millis(o[key], key) : check.string(o[key], key)
     }
-    if (o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
+    if (kind === 'postgres' && o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
   }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {
@@ -154,7 +172,7 @@ function createLockMachine (native) {
 
   class LockMachine {
     /**
-     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string, notify?: boolean}} [options] `seed`
+     * @param {{keyPrefix?: string, seed?: bigint|number, fair?: boolean, kind?: 'redis'|'etcd'|'redlock'|'postgres'|'zookeeper'|'kubernetes', masters?: string[], mode?: 'lease'|'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo'|'curator', sessionTimeoutMs?: number, notify?: boolean}} [options] `seed`
      *   makes owner ids and jitter deterministic (tests only: never in production, owner ids
      *   become guessable). `fair` turns on fair hand-off: a contended acquisition queues on
      *   the server and parks on a blocking pop (a request with `backend: 'redis_blpop'`).
@@ -167,6 +185,11 @@ function createLockMachine (native) {
      *   `connection`: 'any', 'dedicated' or 'listen', a wait for a release's
      *   notification), replies as arrays of rows or `{ sqlstate, message }`, settings
      *   `mode`, `leaseTable`, `tokenTable`, `namespace`, `notify` (boolean, default true).
+     *   'zookeeper' (the Node package only): requests `{ backend: 'zookeeper', call, spec }`
+     *   (`spec` the call as JSON, `timeoutMs` on a watch), replies the adapter's JSON text;
+     *   settings `root`, `naming`, `sessionTimeoutMs`. 'kubernetes': requests
+     *   `{ backend: 'kubernetes', method, path, body, contentType, stamp }`, replies the
+     *   response body's text; setting `namespace`.
      */
     constructor (options) {
       const { keyPrefix, seed, fair, kind, masters, settings } = machineArguments(options)

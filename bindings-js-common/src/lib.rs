@@ -17,7 +17,9 @@
 //!   other `fooBar` is `foo_bar` as is), decoded by the core's serde type
 //!   [`LockOptions`]: an unknown option is an error naming it.
 //! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default),
-//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`].
+//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`]; the
+//!   Node addon adds `"postgres"`, `"zookeeper"` and `"kubernetes"` (features of the same
+//!   names, each with a settings object: modules `postgres`, `zookeeper`, `kubernetes`).
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's [`UsageError::kind`] or `"invalid_argument"`, `option` =
 //!   the option's name, `detail` = the message without the option name), `"ERR_CLOCK"`
@@ -45,8 +47,12 @@ use fencepost_core::{
 use serde::de::{self, value::MapDeserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
 
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 // ---- errors -----------------------------------------------------------------------------
 
@@ -673,6 +679,10 @@ pub fn lock_options(fields: Vec<(String, Primitive)>) -> Result<LockOptions> {
     decode(fields)
 }
 
+/// Why the WebAssembly module has no Kubernetes Lease backend (its size budget).
+pub const KUBERNETES_IN_WASM: &str =
+    "the Lease backend would add 5.2 KiB gzipped to the module, over its size budget";
+
 /// The backends the JavaScript bindings carry (their adapters speak Redis, etcd, and
 /// Redis on each of a Redlock's masters).
 fn carried() -> [Backend; 3] {
@@ -700,11 +710,20 @@ pub fn backend(
     if !kinds.iter().any(|b| b.name() == kind) {
         let names: Vec<&str> = kinds.iter().map(Backend::name).collect();
         if kind == "zookeeper" {
-            // ZooKeeper speaks its own binary protocol over TCP: `fetch` cannot carry it
+            // ZooKeeper speaks its own binary protocol over TCP: `fetch` cannot carry it.
+            // The Node addon builds zookeeper machines itself (feature `zookeeper`).
             return Err(JsError::config(format!(
-                "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have \
-                 no sockets to reach ZooKeeper, and the Node package has no ZooKeeper \
-                 adapter): kind must be {}",
+                "kind \"zookeeper\" is not available in the WebAssembly package (workers have \
+                 no sockets to reach ZooKeeper): use the Node package, fencepost; kind must \
+                 be {}",
+                quoted(&names, "or")
+            )));
+        }
+        if kind == "kubernetes" {
+            // The Node addon builds kubernetes machines itself (feature `kubernetes`).
+            return Err(JsError::config(format!(
+                "kind \"kubernetes\" is not available in the WebAssembly package ({KUBERNETES_IN_WASM}): \
+                 use the Node package, fencepost; kind must be {}",
                 quoted(&names, "or")
             )));
         }
@@ -786,9 +805,28 @@ impl JsMachine {
         Ok(JsMachine { inner })
     }
 
-    /// Whether replies are etcd gateway JSON text (else Redis client values).
+    /// Whether replies are text: etcd gateway JSON, a ZooKeeper adapter's JSON document,
+    /// a Kubernetes response body (else Redis client values or SQL rows).
     pub fn reads_text(&self) -> bool {
-        matches!(self.inner.backend(), Backend::Etcd(_))
+        match self.inner.backend() {
+            Backend::Etcd(_) => true,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => true,
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A text reply (see [`JsMachine::reads_text`]) as this machine's [`Reply`].
+    pub fn text_reply(&self, text: String) -> Reply {
+        match self.inner.backend() {
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Reply::ZooKeeper(text),
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => Reply::Kubernetes(text),
+            _ => Reply::Etcd(text),
+        }
     }
 
     /// Whether replies are SQL rows or error replies (a PostgreSQL machine).
@@ -1476,17 +1514,22 @@ mod tests {
         );
         let e = backend(Some("etcd"), None, Some(true), None).unwrap_err();
         assert!(e.message.contains("FIFO"), "{}", e.message);
+        // the Node addon builds these machines itself; the shared decoder (all the
+        // WebAssembly module has) refuses them, saying why
         let e = backend(Some("zookeeper"), None, None, None).unwrap_err();
         assert_eq!(
             e.message,
-            "kind \"zookeeper\" is not available in JavaScript (WebAssembly workers have no \
-             sockets to reach ZooKeeper, and the Node package has no ZooKeeper adapter): kind \
-             must be 'redis', 'etcd' or 'redlock'"
+            "kind \"zookeeper\" is not available in the WebAssembly package (workers have no \
+             sockets to reach ZooKeeper): use the Node package, fencepost; kind must be \
+             'redis', 'etcd' or 'redlock'"
         );
         let e = backend(Some("kubernetes"), None, None, None).unwrap_err();
-        assert_eq!(
-            e.message,
-            "kind must be 'redis', 'etcd' or 'redlock', got \"kubernetes\""
+        assert!(
+            e.message.starts_with(
+                "kind \"kubernetes\" is not available in the WebAssembly package (the Lease backend"
+            ),
+            "{}",
+            e.message
         );
         assert!(backend(Some("postgres"), None, None, None).is_err());
         let masters: Vec<String> = ["a:1/0", "b:1/0", "c:1/0"].map(String::from).into();

@@ -286,17 +286,29 @@ fn machine_backend(
     masters: Option<Vec<String>>,
     settings: Option<Unknown<'_>>,
 ) -> napi::Result<fencepost_core::Backend> {
-    if kind.as_deref() == Some("postgres") {
+    let with_settings = matches!(
+        kind.as_deref(),
+        Some("postgres") | Some("zookeeper") | Some("kubernetes")
+    );
+    if with_settings {
+        let kind = kind.as_deref().unwrap_or_default();
         if key_prefix.is_some() || fair == Some(true) || masters.is_some() {
             return Err(throw(
                 env,
-                JsError::config(
-                    "keyPrefix, fair and masters apply to Redis, etcd and Redlock machines, not to kind \"postgres\"",
-                ),
+                JsError::config(format!(
+                    "keyPrefix, fair and masters apply to Redis, etcd and Redlock machines, not to kind {kind:?}"
+                )),
             ));
         }
         let fields = pg_fields(env, settings)?;
-        return js(env, common::postgres::backend(fields));
+        return js(
+            env,
+            match kind {
+                "zookeeper" => common::zookeeper::backend(fields),
+                "kubernetes" => common::kubernetes::backend(fields),
+                _ => common::postgres::backend(fields),
+            },
+        );
     }
     js(
         env,
@@ -304,11 +316,12 @@ fn machine_backend(
     )
 }
 
-/// A PostgreSQL settings object's fields (none for `undefined` / `null`).
+/// A settings object's fields (none for `undefined` / `null`): a PostgreSQL,
+/// ZooKeeper or Kubernetes machine's.
 fn pg_fields(env: &Env, settings: Option<Unknown<'_>>) -> napi::Result<Vec<(String, Primitive)>> {
     match settings {
         Some(v) if !matches!(v.get_type()?, ValueType::Undefined | ValueType::Null) => {
-            primitives_of(env, v, "PostgreSQL settings")
+            primitives_of(env, v, "backend settings")
         }
         _ => Ok(Vec::new()),
     }
@@ -435,7 +448,11 @@ impl Machine {
     /// "wait"`), `"redlock"` (requests with `backend: "redlock_part"`, one per master;
     /// `masters` names each master, `host:port/db`, in the order of their clients) or
     /// `"postgres"` (requests with `backend: "sql"`; `settings` is then `{ mode,
-    /// leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`).
+    /// leaseTable, tokenTable, namespace }`, each optional: see `PostgresBackend`),
+    /// `"zookeeper"` (requests with `backend: "zookeeper"`, replies the adapter's JSON
+    /// documents; `settings` `{ root, naming, sessionTimeoutMs }`) or `"kubernetes"`
+    /// (requests with `backend: "kubernetes"`, replies the API server's response bodies;
+    /// `settings` `{ namespace }`).
     #[napi(constructor)]
     pub fn new(
         env: Env,
@@ -505,7 +522,7 @@ impl Machine {
         value: Unknown<'_>,
     ) -> napi::Result<()> {
         let reply = if self.inner.reads_text() {
-            Reply::Etcd(etcd_reply_text(value))
+            self.inner.text_reply(etcd_reply_text(value))
         } else if self.inner.reads_sql() {
             Reply::Sql(to_sql_reply(&env, value))
         } else {
@@ -1006,6 +1023,32 @@ pub fn postgres_migration(
 ) -> napi::Result<String> {
     let fields = pg_fields(&env, settings)?;
     js(&env, common::postgres::migration(fields))
+}
+
+/// `[lock path, node prefix]` of lock `name` on a ZooKeeper backend with `settings`
+/// (`{ root, naming }`) for the acquisition `ownerId` (32 hex digits): `{root}/{name}`,
+/// and the name the owner's node starts with before the server's sequence.
+#[napi(ts_return_type = "[string, string]")]
+pub fn zookeeper_node_prefix<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+    owner_id: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let out = js(
+        env,
+        common::zookeeper::node_prefix(fields, &name, &owner_id),
+    )?;
+    to_js(env, &out)
+}
+
+/// Reads the JSON `{"results": [...]}` of a fenced ZooKeeper multi (the holder check's
+/// result first): `{ ok: true, applied }` (`applied` false: the holder node is gone,
+/// nothing was written) or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, applied?: boolean, protocol?: string }")]
+pub fn read_zookeeper_fenced(env: &Env, reply: String) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::zookeeper::read_fenced(&reply))
 }
 
 /// The stable signed 64-bit advisory-lock key of `name` in `namespace` (a bigint).

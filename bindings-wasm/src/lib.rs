@@ -491,7 +491,7 @@ impl Machine {
         let now_ms = number(&now_ms, "nowMs")?;
         let request = id(&request, "request")?;
         let reply = if self.inner.reads_text() {
-            Reply::Etcd(etcd_reply_text(&value))
+            self.inner.text_reply(etcd_reply_text(&value))
         } else {
             Reply::Redis(to_redis_value(&value, 0))
         };

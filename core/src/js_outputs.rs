@@ -14,7 +14,7 @@
 //!                 2 (etcd), call, path, body, timeoutMs | null
 //!                 3 (a backend the JavaScript bindings do not carry: SQL without the
 //!                   `js-sql` feature, as in the WebAssembly module, which carries no
-//!                   PostgreSQL; Kubernetes)
+//!                   PostgreSQL)
 //!                 4 (redis, then WAIT on the same connection), as 0, then
 //!                   replicas, timeoutMs
 //!                 5 (redlock_part), master, then as 0: script, keys…, args…
@@ -23,6 +23,8 @@
 //!                   1 dedicated, 2 listen), params.length, ...params; each param is a type
 //!                   code and a value: 0 null (no value), 1 bool (0 | 1), 2 int
 //!                   (decimal text: a signed 64-bit value, read as a bigint), 3 text
+//!                 8 (kubernetes, with the `kubernetes` feature), method, path,
+//!                   body (JSON) | null, contentType, stamp.length, ...stamp
 //! acquired        1, lock, token (a u64: bigint), validUntilMs
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
@@ -128,9 +130,20 @@ pub fn encode_output<'a, E>(
                 RequestBody::Sql(_) => push(Number(3.0))?,
                 #[cfg(feature = "js-sql")]
                 RequestBody::Sql(stmt) => encode_sql(stmt, push)?,
-                // the JavaScript addons build the core without the Lease backend
+                // Kubernetes: one HTTP call; the host stamps the `stamp` fields of the
+                // body's `spec` with its wall clock just before sending
                 #[cfg(feature = "kubernetes")]
-                RequestBody::Kubernetes(_) => push(Number(3.0))?,
+                RequestBody::Kubernetes(k) => {
+                    push(Number(8.0))?;
+                    push(text(&k.method))?;
+                    push(text(&k.path))?;
+                    push(k.body.as_deref().map_or(Null, text))?;
+                    push(text(&k.content_type))?;
+                    push(Number(k.stamp.len() as f64))?;
+                    for field in &k.stamp {
+                        push(text(field))?;
+                    }
+                }
                 #[cfg(feature = "zookeeper")]
                 // ZooKeeper: the call as JSON; a watch blocks for `timeoutMs` at most
                 RequestBody::ZooKeeper(z) => {
@@ -340,6 +353,39 @@ mod tests {
             vec![Number(1.0), Number(2.0), Token(9), Number(1.0)]
         );
         assert!(flat(&Output::Idle).is_empty());
+    }
+
+    #[cfg(feature = "kubernetes")]
+    #[test]
+    fn a_kubernetes_request_as_a_flat_record() {
+        use crate::backends::KubeRequest;
+        let request = Output::Request(Request {
+            id: RequestId(4),
+            lock: LockId(1),
+            operation: Operation::Acquire,
+            deadline: Instant::from_nanos(2_000_000),
+            body: RequestBody::Kubernetes(KubeRequest {
+                method: "PUT".into(),
+                path: "/apis/coordination.k8s.io/v1/namespaces/default/leases/r".into(),
+                body: Some("{}".into()),
+                content_type: "application/json".into(),
+                stamp: vec!["acquireTime".into(), "renewTime".into()],
+            }),
+        });
+        use FlatValue::*;
+        assert_eq!(
+            flat(&request)[5..],
+            [
+                Number(8.0),
+                Text("PUT".into()),
+                Text("/apis/coordination.k8s.io/v1/namespaces/default/leases/r".into()),
+                Text("{}".into()),
+                Text("application/json".into()),
+                Number(2.0),
+                Text("acquireTime".into()),
+                Text("renewTime".into()),
+            ]
+        );
     }
 
     #[cfg(feature = "js-sql")]

@@ -468,8 +468,9 @@ fn etcd_scenario_vectors_replay_exactly() {
     assert!(count >= 2, "only {count} etcd vectors in {}", dir.display());
 }
 
-/// The ZooKeeper vectors, `tests/scenarios/zookeeper/*.json` (replayed by this runner
-/// and the Python one; the JavaScript packages have no ZooKeeper backend).
+/// The ZooKeeper vectors, `tests/scenarios/zookeeper/*.json` (replayed by this runner,
+/// the Python one and the Node package's; the WebAssembly package has no ZooKeeper
+/// backend).
 #[test]
 fn zookeeper_scenario_vectors_replay_exactly() {
     let dir = scenario_dir().join("zookeeper");
@@ -488,7 +489,8 @@ fn zookeeper_scenario_vectors_replay_exactly() {
 }
 
 /// The Kubernetes Lease vectors, `tests/scenarios/kubernetes/*.json` (replayed by this
-/// runner and the Python one; the JavaScript packages have no Kubernetes backend).
+/// runner, the Python one and the Node package's; the WebAssembly package has no
+/// Kubernetes backend).
 #[test]
 fn kubernetes_scenario_vectors_replay_exactly() {
     let dir = scenario_dir().join("kubernetes");

@@ -1,7 +1,8 @@
 'use strict'
 // Replays the cross-language scenario vectors tests/scenarios/*.json,
-// tests/scenarios/etcd/*.json and tests/scenarios/redlock/*.json through the package's
-// sans-IO API, `LockMachine` (the same object the drivers run).
+// tests/scenarios/etcd/*.json, tests/scenarios/redlock/*.json and (the Node package only)
+// tests/scenarios/zookeeper/*.json and tests/scenarios/kubernetes/*.json through the
+// package's sans-IO API, `LockMachine` (the same object the drivers run).
 //
 // The format, the reply shorthand and the matching rules are in tests/scenarios/README.md;
 // this file mirrors the Rust runner core/tests/scenarios.rs: read a vector (losslessly:
@@ -23,6 +24,10 @@
 //   as strings); they are read back into the core's `EtcdRequest` form the vectors state
 //   (int64 as bigint, keys plain), so the gateway rendering is checked too. Replies are
 //   the gateway documents as JSON text (`client`) or its UTF-8 bytes (`tagged`).
+// * ZooKeeper and Kubernetes vectors: requests are read back from the call's JSON (`spec`;
+//   a Lease request's `body`); replies are JSON text or its bytes, as for etcd. The
+//   WebAssembly package carries neither backend: there the vectors are not replayed and
+//   its machine must refuse the kind with a ConfigError.
 // * Binding checks the Rust runner has no counterpart for: `acquire` returns the lock id
 //   the README promises (the n-th accepted acquire is lock n), and `owner(lock)` is the
 //   owner id in the lock's acquire and renew requests.
@@ -53,6 +58,21 @@ const REDLOCK_VECTORS = vectorsIn(path.join(SCENARIO_DIR, 'redlock'))
 /** Vectors stating what the rules demand where the machine disagrees today: replayed only
  * with FENCEPOST_PENDING_VECTORS=1, like the Rust runner's `--ignored` test. */
 const PENDING = vectorsIn(path.join(SCENARIO_DIR, 'pending'))
+/** Vectors of the ZooKeeper and Kubernetes Lease backends: the kinds a package may lack. */
+const KIND_VECTORS = {
+  zookeeper: vectorsIn(path.join(SCENARIO_DIR, 'zookeeper')),
+  kubernetes: vectorsIn(path.join(SCENARIO_DIR, 'kubernetes'))
+}
+/** Whether this package's machines carry `kind` (the WebAssembly module refuses some). */
+function carries (kind) {
+  try {
+    new LockMachine({ kind, seed: 1 }) // eslint-disable-line no-new
+    return true
+  } catch (error) {
+    if (error instanceof ConfigError) return false
+    throw error
+  }
+}
 
 class VectorError extends Error {}
 
@@ -150,9 +170,10 @@ function load (file) {
   let masters
   let kind = 'redis'
   if (raw.backend !== undefined) {
-    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'masters'])
-    if (!['redis', 'etcd', 'redlock'].includes(raw.backend.kind)) throw new VectorError(`unknown backend ${show(raw.backend)}`)
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'masters', 'namespace'])
+    if (!['redis', 'etcd', 'redlock', 'zookeeper', 'kubernetes'].includes(raw.backend.kind)) throw new VectorError(`unknown backend ${show(raw.backend)}`)
     kind = raw.backend.kind
+    if (raw.backend.namespace !== undefined && kind !== 'kubernetes') throw new VectorError('backend.namespace belongs to a kubernetes backend')
     keyPrefix = raw.backend.key_prefix
     fair = raw.backend.fair
     masters = raw.backend.masters
@@ -168,7 +189,7 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, kind, keyPrefix, fair, masters, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, kind, keyPrefix, fair, masters, namespace: raw.backend?.namespace, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
 }
 
 /** A vector value as JSON text, integers past 2^53 (bigint) written exactly. */
@@ -242,6 +263,17 @@ function etcdSpec (o) {
 }
 
 function renderOutput (o) {
+  if (o.type === 'request' && o.backend === 'zookeeper') {
+    const zookeeper = JSON.parse(o.spec) // strings and small integers only: nothing is rounded
+    const request = { id: o.id, lock: o.lock, operation: o.operation, deadline_ms: o.deadlineMs, zookeeper }
+    if (o.timeoutMs !== undefined) request.wait_timeout_ms = o.timeoutMs
+    return { request }
+  }
+  if (o.type === 'request' && o.backend === 'kubernetes') {
+    // the body parsed, as the Rust runner renders it
+    const kubernetes = { method: o.method, path: o.path, body: o.body === null ? null : JSON.parse(o.body), content_type: o.contentType, stamp: [...o.stamp] }
+    return { request: { id: o.id, lock: o.lock, operation: o.operation, deadline_ms: o.deadlineMs, kubernetes } }
+  }
   if (o.type === 'request' && o.backend === 'etcd') {
     const request = { id: o.id, lock: o.lock, operation: o.operation, deadline_ms: o.deadlineMs, etcd: etcdSpec(o) }
     if (o.operation === 'wait') request.wait_timeout_ms = o.timeoutMs
@@ -399,8 +431,11 @@ function replay (file, flavourName) {
     fair: scenario.fair,
     seed: scenario.seed,
     ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {}),
-    ...(scenario.kind === 'redlock' ? { kind: 'redlock', masters: scenario.masters } : {})
+    ...(scenario.kind === 'redlock' ? { kind: 'redlock', masters: scenario.masters } : {}),
+    ...(scenario.kind === 'zookeeper' ? { kind: 'zookeeper' } : {}),
+    ...(scenario.kind === 'kubernetes' ? { kind: 'kubernetes', namespace: scenario.namespace } : {})
   })
+  const textReplies = ['etcd', 'zookeeper', 'kubernetes'].includes(scenario.kind)
   const owners = new Owners()
   let accepted = 0
   scenario.steps.forEach((step, index) => {
@@ -417,7 +452,7 @@ function replay (file, flavourName) {
         }
         case 'release': machine.release(now, Number(input.lock)); break
         case 'extend': machine.extend(now, Number(input.lock)); break
-        case 'reply': machine.reply(now, Number(input.request), scenario.kind === 'etcd' ? etcdReply(input.reply, flavourName) : reply(input.reply, flavour)); break
+        case 'reply': machine.reply(now, Number(input.request), textReplies ? etcdReply(input.reply, flavourName) : reply(input.reply, flavour)); break
         case 'transport_error': machine.transportError(now, Number(input.request), input.message); break
         case 'timeout': machine.timeout(now); break
       }
@@ -470,6 +505,23 @@ for (const file of [...VECTORS, ...ETCD_VECTORS, ...REDLOCK_VECTORS]) {
     test(`vector ${path.basename(file, '.json')} (${flavour} replies)`, () => {
       assert.ok(replay(file, flavour) > 0)
     })
+  }
+}
+
+for (const [kind, files] of Object.entries(KIND_VECTORS)) {
+  const carried = carries(kind)
+  test(`${kind} vectors exist; this package ${carried ? 'replays them' : 'refuses the kind'}`, () => {
+    assert.ok(files.length > 0, `no ${kind} vectors`)
+    if (!carried) {
+      assert.throws(() => new LockMachine({ kind }), (e) => e instanceof ConfigError && e.message.includes(`kind "${kind}" is not available in the WebAssembly package`))
+    }
+  })
+  for (const file of carried ? files : []) {
+    for (const flavour of Object.keys(FLAVOURS)) {
+      test(`vector ${path.basename(file, '.json')} (${flavour} replies)`, () => {
+        assert.ok(replay(file, flavour) > 0)
+      })
+    }
   }
 }
 
