@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use fencepost_core::driver::{self, Clock, Transport};
 use fencepost_core::{
-    Backend, FencingToken, Instant, LockOptions, LostReason, OwnerId, Reply, Request, RequestBody,
+    Backend, FencingToken, Instant, LockOptions, LostReason, ObserveOptions, OwnerId, Reply,
+    Request, RequestBody,
 };
 use futures::future::{BoxFuture, FutureExt, Shared};
 
@@ -88,9 +89,28 @@ impl Client {
     /// [`Client::connect`] with a parsed URL (whose settings, such as the key prefix,
     /// you may have changed).
     pub async fn from_url(url: &BackendUrl) -> Result<Client, Error> {
+        Client::from_url_observed(url, ObserveOptions::default()).await
+    }
+
+    /// [`Client::from_url`] with the warnings' thresholds of your choice
+    /// (`late_renewal_fraction`, `held_long_ttls`, `hot_lock_attempts`,
+    /// `hot_lock_waiters`, `unreachable_every`; see [`ObserveOptions`]). As with
+    /// `from_url`, the client observes only while a `tracing` subscriber listens to the
+    /// target `fencepost` when it is made (events at INFO, warnings at WARN); `events:
+    /// false` or `warnings: false` in `observe` turn those off whatever it listens to.
+    ///
+    /// Errors: as [`Client::from_url`]; [`Error::Config`] for a threshold out of range.
+    pub async fn from_url_observed(
+        url: &BackendUrl,
+        observe: ObserveOptions,
+    ) -> Result<Client, Error> {
+        // refused before connecting, whether or not anything listens now
+        observe
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
         let clock = TokioClock(tokio::time::Instant::now());
         let (adapter, backend) = crate::url::open(url, clock.clone()).await?;
-        Client::with_adapter(adapter, backend, clock)
+        Client::with_adapter(adapter, backend, clock, observe)
     }
 
     /// An in-memory Redis in this process (`memory://`): for trying things out and
@@ -98,24 +118,30 @@ impl Client {
     pub fn memory() -> Client {
         let clock = TokioClock(tokio::time::Instant::now());
         let adapter = Arc::new(crate::adapters::memory::Memory::new(clock.clone()));
-        Client::with_adapter(adapter, Backend::default(), clock)
-            .expect("the platform has secure randomness")
+        Client::with_adapter(
+            adapter,
+            Backend::default(),
+            clock,
+            ObserveOptions::default(),
+        )
+        .expect("the platform has secure randomness")
     }
 
     fn with_adapter(
         adapter: Arc<dyn Adapter>,
         backend: Backend,
         clock: TokioClock,
+        observe: ObserveOptions,
     ) -> Result<Client, Error> {
         let mut machine = fencepost_core::Machine::new(backend.clone())
             .map_err(|e| Error::Backend(format!("cannot make owner ids: {e}")))?;
         let transport = Dispatch(adapter.clone());
         // observed only while a tracing subscriber listens to target "fencepost"
-        let (locks, run) = match crate::observe::wanted() {
+        let (locks, run) = match crate::observe::wanted(observe) {
             Some(options) => {
                 machine
                     .observe(Some(options))
-                    .map_err(|e| Error::Backend(e.to_string()))?;
+                    .map_err(|e| Error::Config(e.to_string()))?;
                 let (locks, run) =
                     driver::driver_observed(machine, transport, clock, crate::observe::observer());
                 (locks, run.left_future())

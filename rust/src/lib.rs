@@ -65,7 +65,8 @@
 //! `backend_error` (`operation`, `error`), and the warnings `renewal_late`, `held_long`,
 //! `hot_lock`, `server_unreachable` (field `warning = true`, at WARN, the message naming
 //! what to change). Field `event` is the name; durations are `f64` seconds. Without a
-//! subscriber the machine observes nothing.
+//! subscriber the machine observes nothing. The warnings' thresholds are the
+//! [`ObserveOptions`] given to [`Client::from_url_observed`] (defaults otherwise).
 //!
 //! Units: every duration is a [`std::time::Duration`]; tokens are
 //! [`FencingToken`]s (server-assigned, strictly increasing per lock).
@@ -87,6 +88,6 @@ pub use url::{BackendKind, BackendUrl};
 /// The core crate, for its fence builders (`fence`), backend settings and replies.
 pub use fencepost_core as core;
 pub use fencepost_core::{
-    AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, OwnerId, Purpose,
-    StaleToken,
+    AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, ObserveOptions, OwnerId,
+    Purpose, StaleToken,
 };

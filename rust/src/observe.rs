@@ -13,15 +13,18 @@ use std::collections::HashMap;
 use fencepost_core::{Field, LockId, Observation, ObserveOptions, Observed};
 use tracing::{Level, Span};
 
-/// What a client made now should observe, from the subscriber's interest; `None` for
+/// What a client made now should observe: `base` (the thresholds, and whether events
+/// and warnings are wanted at all) narrowed to the subscriber's interest; `None` for
 /// nothing.
-pub(crate) fn wanted() -> Option<ObserveOptions> {
-    let events = tracing::enabled!(target: "fencepost", Level::INFO);
-    let warnings = events || tracing::enabled!(target: "fencepost", Level::WARN);
-    (events || warnings).then(|| ObserveOptions {
+pub(crate) fn wanted(base: ObserveOptions) -> Option<ObserveOptions> {
+    let events = base.events && tracing::enabled!(target: "fencepost", Level::INFO);
+    let warnings = base.warnings
+        && (tracing::enabled!(target: "fencepost", Level::INFO)
+            || tracing::enabled!(target: "fencepost", Level::WARN));
+    (events || warnings).then_some(ObserveOptions {
         events,
         warnings,
-        ..ObserveOptions::default()
+        ..base
     })
 }
 

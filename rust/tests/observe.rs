@@ -159,3 +159,42 @@ async fn without_a_subscriber_nothing_is_observed() {
     lease.release().await.expect("released");
     assert!(client.close(Duration::from_secs(2)).await);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn thresholds_of_ones_own_choice_and_a_bad_one_refused() {
+    let recorder = Shared(Arc::new(Recorder::default()));
+    let _guard = tracing::subscriber::set_default(recorder.clone());
+    let url = fencepost::BackendUrl::parse("memory://").expect("a URL");
+    // the same late renewal as above, with the warning turned off (0: never)
+    let quiet = fencepost::ObserveOptions {
+        late_renewal_fraction: 0.0,
+        ..Default::default()
+    };
+    let client = Client::from_url_observed(&url, quiet)
+        .await
+        .expect("a client");
+    let mut options = LockOptions::ttl(Duration::from_millis(300));
+    options.renew_every = Some(Duration::from_millis(250));
+    let lease = client.acquire("late", options).await.expect("acquired");
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    lease.release().await.expect("released");
+    assert!(client.close(Duration::from_secs(2)).await);
+    let events = recorder.0.events.lock().unwrap().clone();
+    let names: Vec<&str> = events.iter().map(|e| e.fields["event"].as_str()).collect();
+    assert!(
+        names.contains(&"renewed") && !names.contains(&"renewal_late"),
+        "{names:?}"
+    );
+
+    let bad = fencepost::ObserveOptions {
+        late_renewal_fraction: 2.0,
+        ..Default::default()
+    };
+    match Client::from_url_observed(&url, bad).await {
+        Err(fencepost::Error::Config(message)) => {
+            assert!(message.contains("late_renewal_fraction"), "{message}")
+        }
+        Err(other) => panic!("a config error, got {other:?}"),
+        Ok(_) => panic!("a fraction of 2 was accepted"),
+    }
+}
