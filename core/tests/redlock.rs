@@ -328,26 +328,33 @@ fn renewal_failures_without_a_decision_are_retried_until_the_deadline() {
     );
 }
 
-#[test]
-fn a_late_grant_during_the_release_cleans_up_without_holding_the_release_back() {
-    let mut t = Redlock::redlock(1);
+/// Acquires "report" on masters 0–2 while master 3 grants at once but its reply is slow
+/// and master 4 never answers; releases at 10, then the late grant of master 3 arrives
+/// at 11. Returns the release's parts and the cleanup that late grant gets.
+fn a_late_grant_during_the_release(t: &mut Redlock) -> (Vec<Request>, Vec<Request>) {
     t.at(0);
     let lock = t.acquire(0, "report", opts(1_000));
     let parts = t.take_all(0);
-    // master 3 grants at once but its reply is slow; master 4 never answers
-    let slow: Vec<Request> = parts.iter().filter(|r| master(r) == 3).cloned().collect();
-    let slow_reply = t.apply(&slow[0]);
-    let _ = serve_masters(&mut t, 0, parts, &[0, 1, 2]);
+    let slow = parts.iter().find(|r| master(r) == 3).cloned().unwrap();
+    let slow_reply = t.apply(&slow);
+    let _ = serve_masters(t, 0, parts, &[0, 1, 2]);
     assert!(matches!(t.events(0)[..], [Event::Acquired { .. }]));
     t.at(10).release(0, lock);
     let releases = t.take_all(0);
     assert!(releases.iter().all(|r| r.operation == Release) && releases.len() == 5);
-    // the late grant of master 3 is answered with a cleanup of every master (it may hold
-    // the key for this owner id whatever the release finds there) ...
-    t.at(11).reply(0, &slow[0], slow_reply);
+    // the late grant is answered with a cleanup of every master (it may hold the key for
+    // this owner id whatever the release finds there)
+    t.at(11).reply(0, &slow, slow_reply);
     let cleanups = t.take_all(0);
     assert_eq!(cleanups.len(), 5);
-    // ... and the release still completes on its own majority, at once
+    (releases, cleanups)
+}
+
+#[test]
+fn a_late_grant_during_the_release_cleans_up_without_holding_the_release_back() {
+    let mut t = Redlock::redlock(1);
+    let (releases, cleanups) = a_late_grant_during_the_release(&mut t);
+    // the release still completes on its own majority, at once
     let unanswered = serve_masters(&mut t, 0, releases, &[0, 1, 2]);
     t.expect_event(0, Event::Released);
     let _ = serve_masters(&mut t, 0, unanswered, &[3]);
@@ -364,17 +371,7 @@ fn a_cleanup_that_overtakes_the_release_of_the_same_owner_is_no_loss() {
     // release sent earlier: the release then finds the key gone by this owner's own
     // cleanup, which is the release, not a lease that ended before it
     let mut t = Redlock::redlock(1);
-    t.at(0);
-    let lock = t.acquire(0, "report", opts(1_000));
-    let parts = t.take_all(0);
-    let slow: Vec<Request> = parts.iter().filter(|r| master(r) == 3).cloned().collect();
-    let slow_reply = t.apply(&slow[0]);
-    let _ = serve_masters(&mut t, 0, parts, &[0, 1, 2]);
-    t.events(0);
-    t.at(10).release(0, lock);
-    let releases = t.take_all(0);
-    t.at(11).reply(0, &slow[0], slow_reply);
-    let cleanups = t.take_all(0);
+    let (releases, cleanups) = a_late_grant_during_the_release(&mut t);
     let _ = serve_masters(&mut t, 0, cleanups, &[0, 1, 2, 3, 4]);
     let _ = serve_masters(&mut t, 0, releases, &[0, 1, 2, 3, 4]);
     t.expect_event(0, Event::Released);
