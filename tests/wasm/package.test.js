@@ -46,11 +46,15 @@ test('the shared JavaScript layer and fencepost.d.ts are carried word for word',
 })
 
 // What only the Node package has: PostgreSQL (bindings-node/postgres.js and its addon
-// functions), which WebAssembly hosts cannot reach (no sockets).
-const NODE_ONLY = new Set(['PostgresBackend', 'xactLock', 'fencedUpdate', 'postgresMigration', 'advisoryKey'])
-const NODE_ONLY_NATIVE = new Set(['postgresMigration', 'advisoryKey', 'xactLockStatement', 'readXactLock', 'lockStateStatement', 'readLockState'])
+// functions) and ZooKeeper (bindings-node/zookeeper.js), which WebAssembly hosts cannot
+// reach (no sockets), and Kubernetes Lease (bindings-node/kubernetes.js), which the
+// module leaves out for its size.
+const NODE_ONLY = new Set(['PostgresBackend', 'xactLock', 'fencedUpdate', 'postgresMigration', 'advisoryKey',
+  'ZooKeeperBackend', 'KubernetesLeaseBackend', 'kubernetesFromKubeconfig', 'kubernetesInCluster'])
+const NODE_ONLY_NATIVE = new Set(['postgresMigration', 'advisoryKey', 'xactLockStatement', 'readXactLock', 'lockStateStatement', 'readLockState',
+  'zookeeperNodePrefix', 'readZookeeperFenced'])
 
-test('every entry exports the same names as the napi package, less its Node-only PostgreSQL', async () => {
+test('every entry exports the same names as the napi package, less its Node-only PostgreSQL, ZooKeeper and Kubernetes', async () => {
   const napiAll = Object.keys(require(path.join(REPO, 'bindings-node'))).sort()
   for (const name of NODE_ONLY) assert.ok(napiAll.includes(name), `bindings-node exports ${name}`)
   const napi = napiAll.filter((k) => !NODE_ONLY.has(k))
@@ -65,7 +69,7 @@ test('every entry exports the same names as the napi package, less its Node-only
   assert.deepEqual(named(napiEsm), napiAll, 'bindings-node/index.mjs names every export')
 })
 
-test('the low-level interface is the napi addon\'s, less its PostgreSQL functions: same functions, classes and members', () => {
+test('the low-level interface is the napi addon\'s, less its PostgreSQL and ZooKeeper functions: same functions, classes and members', () => {
   // wasm-bindgen adds free() and __destroy_into_raw() to its classes (explicit release of
   // the Rust object; a FinalizationRegistry frees it otherwise)
   const WASM_ONLY = new Set(['free', '__destroy_into_raw'])
