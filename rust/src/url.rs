@@ -1,6 +1,7 @@
 //! Backends by URL.
 
 use std::sync::Arc;
+#[cfg(feature = "zookeeper")]
 use std::time::Duration;
 
 #[cfg(feature = "zookeeper")]
