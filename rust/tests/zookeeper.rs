@@ -287,7 +287,7 @@ async fn a_fenced_write_is_refused_once_the_lease_is_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_the_adapter_cannot_run_is_a_transport_error() {
+async fn replies_name_their_session_and_a_foreign_request_is_a_transport_error() {
     let Some(hosts) = hosts() else { return };
     let client = Client::connect(&format!("zookeeper://{hosts}/fencepost-rust"))
         .await
@@ -362,4 +362,92 @@ async fn the_cli_runs_a_command_under_a_zookeeper_lock() {
         None,
         "released at exit"
     );
+}
+
+/// A ZooKeeper of the test's own, to pause (SIGSTOP) without disturbing the others.
+struct OwnZk {
+    state: std::path::PathBuf,
+    hosts: String,
+}
+
+impl OwnZk {
+    fn script(command: &str, state: &std::path::Path) -> std::process::Output {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scripts/services/zookeeper.sh");
+        std::process::Command::new(script)
+            .arg(command)
+            .env("FENCEPOST_STATE", state)
+            .output()
+            .unwrap()
+    }
+
+    fn start() -> OwnZk {
+        let state = std::env::temp_dir().join(unique("own-zk"));
+        std::fs::create_dir_all(&state).unwrap();
+        let out = Self::script("start", &state);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hosts = std::fs::read_to_string(state.join("zookeeper/hosts"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        OwnZk { state, hosts }
+    }
+}
+
+impl Drop for OwnZk {
+    fn drop(&mut self) {
+        let _ = Self::script("stop", &self.state);
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_paused_past_the_session_loses_the_lease_and_a_new_session_acquires() {
+    if hosts().is_none() {
+        return; // no ZooKeeper installed here either
+    }
+    let zk = OwnZk::start();
+    let client = Client::connect(&format!(
+        "zookeeper://{}/fencepost-rust?session_timeout=2s",
+        zk.hosts
+    ))
+    .await
+    .unwrap();
+    let session = || async {
+        let exists = ZkRequest::Exists { path: "/".into() };
+        match client
+            .execute(RequestBody::ZooKeeper(exists))
+            .await
+            .unwrap()
+        {
+            Reply::ZooKeeper(doc) => serde_json::from_str::<serde_json::Value>(&doc).unwrap()
+                ["session"]
+                .as_i64()
+                .unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let before = session().await;
+    let name = unique("pause");
+    let lease = acquire(&client, &name, ttl(2_000)).await;
+    let first = lease.token();
+    let lost = lease.lost();
+    assert!(OwnZk::script("pause", &zk.state).status.success());
+    // renewals go unanswered: lost at the validity deadline, within one TTL (2 s)
+    let reason = tokio::time::timeout(Duration::from_secs(4), lost).await;
+    // past the session timeout (2 s × 7/5 on the client's side): the session is over
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(OwnZk::script("resume", &zk.state).status.success());
+    assert_eq!(reason.expect("lost while paused"), LostReason::Expired);
+    drop(lease);
+    // the expired session's node goes with it; a new session gets the lock
+    let again = acquire(&client, &name, ttl(2_000)).await;
+    assert!(again.token() > first, "{} after {first}", again.token());
+    assert_ne!(session().await, before, "a new session");
+    assert_ne!(session().await, before, "a new session");
+    again.release().await.unwrap();
 }
