@@ -48,15 +48,17 @@ pub struct Holder {
     /// The lock name.
     pub name: String,
     /// The holder's owner id (32 hex digits), when the server stores it (Redis,
-    /// PostgreSQL; etcd keys name the lease instead, given here as `lease:<hex>`).
+    /// PostgreSQL, ZooKeeper nodes fencepost made; etcd keys name the lease instead,
+    /// given here as `lease:<hex>`).
     pub owner: Option<String>,
     /// The holder's fencing token, when the server knows it.
     pub token: Option<FencingToken>,
     /// Time left on the holder's lease as the server counts it (`PTTL`, the row's
-    /// expiry, the lease's TTL); `None` when unknown.
+    /// expiry, the lease's TTL); `None` when unknown (ZooKeeper: the session, not the
+    /// node, has a deadline, and the server does not tell it).
     pub ttl_left: Option<Duration>,
     /// Contenders queued behind the holder, where the server keeps a queue (etcd: the
-    /// other keys under the lock's prefix); `None` where it does not (Redis polling
+    /// other keys under the lock's prefix; ZooKeeper: the other contender nodes); `None` where it does not (Redis polling
     /// waiters and PostgreSQL lease rows leave no trace until they win).
     pub waiters: Option<u64>,
 }
@@ -80,8 +82,9 @@ impl Client {
     /// PostgreSQL's tables are created if missing (idempotent).
     ///
     /// Errors: [`Error::Config`] for a bad URL or a scheme whose cargo feature is off;
-    /// [`Error::Backend`] when the server cannot be reached (Redis and PostgreSQL
-    /// connect here; etcd and Upstash on the first request).
+    /// [`Error::Backend`] when the server cannot be reached (Redis, PostgreSQL and
+    /// ZooKeeper connect here, ZooKeeper opening its session and learning the
+    /// negotiated session timeout; etcd and Upstash on the first request).
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Client::from_url(&BackendUrl::parse(url)?).await
     }
@@ -257,7 +260,8 @@ impl Client {
 
     /// The held locks whose names start with `prefix` (`""`: all), at most `limit`.
     /// Redis scans with `SCAN … MATCH` in bounded steps (never `KEYS`); PostgreSQL
-    /// reads the lease table in name order; etcd ranges over the key prefix.
+    /// reads the lease table in name order; etcd ranges over the key prefix; ZooKeeper
+    /// lists the root's children (the lock names) and reads each one's lowest contender.
     ///
     /// Errors: as [`Client::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {

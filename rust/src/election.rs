@@ -44,7 +44,7 @@ type Stopped = Arc<dyn Fn(&Term, StopReason) + Send + Sync>;
 /// A leader election named `name` on a [`Client`], campaigned for as `identity`.
 ///
 /// Built on [`Client::acquire`]: every backend with locks has it (Redis as an
-/// efficiency election; PostgreSQL lease rows and etcd for correctness). Callbacks are
+/// efficiency election; PostgreSQL lease rows, etcd and ZooKeeper for correctness). Callbacks are
 /// called exactly once per term, in order: [`Election::on_started_leading`] before
 /// [`Election::campaign`] returns, [`Election::on_stopped_leading`] whatever ends the
 /// term (a resign, the lease's loss, the [`Leadership`] dropped).

@@ -1,7 +1,7 @@
 //! # fencepost
 //!
-//! Distributed locks with fencing tokens for tokio, on Redis, PostgreSQL, etcd and
-//! the Upstash REST protocol, and the `fencepost` command that runs a command under a
+//! Distributed locks with fencing tokens for tokio, on Redis, PostgreSQL, etcd,
+//! ZooKeeper and the Upstash REST protocol, and the `fencepost` command that runs a command under a
 //! lock (`fencepost run --backend redis://… --name nightly -- ./job.sh`).
 //!
 //! ```no_run
@@ -53,6 +53,7 @@
 //! | `postgres` | `postgres://`, lease rows | tokio-postgres |
 //! | `etcd` | `etcd+http(s)://`, the v3 JSON gateway | reqwest |
 //! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
+//! | `zookeeper` | `zookeeper://`, ZooKeeper's lock recipe | zookeeper-client |
 //! | `cli` | the `fencepost` binary | clap, nix |
 //!
 //! ## Observability

@@ -113,8 +113,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// memory://, redis://, rediss://, postgres://, etcd+http(s)://host:port[,…] or
-    /// upstash+https://[:token@]host; `?key_prefix=` sets the key prefix.
+    /// memory://, redis://, rediss://, postgres://, etcd+http(s)://host:port[,…],
+    /// zookeeper://host:2181[,…][/root] or upstash+https://[:token@]host; `?key_prefix=` sets the key prefix.
     #[arg(long, env = "FENCEPOST_BACKEND_URL")]
     backend: String,
 }

@@ -1,7 +1,11 @@
 //! Backends by URL.
 
 use std::sync::Arc;
+#[cfg(feature = "zookeeper")]
+use std::time::Duration;
 
+#[cfg(feature = "zookeeper")]
+use fencepost_core::backends::ZkNaming;
 use fencepost_core::Backend;
 
 use crate::adapters::Adapter;
@@ -19,6 +23,7 @@ use crate::Error;
 /// | `postgres://user@host/db` (`postgresql://`) | PostgreSQL lease rows, tokio-postgres | `postgres` |
 /// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` |
 /// | `upstash+https://[:token@]host[/path]` (`upstash+http://`) | Redis over the Upstash REST protocol, reqwest; the token from the URL or `UPSTASH_REDIS_REST_TOKEN` | `upstash` |
+/// | `zookeeper://host1:2181[,host2:2181…][/root][?naming=curator&session_timeout=10s]` | ZooKeeper's lock recipe, zookeeper-client; root default `/locks` (lock `name` at `/locks/name`, as kazoo's `Lock("/locks/name")`), naming `kazoo` (default) or `curator`, the session timeout asked for (default 10 s; `500ms`, `10s` or seconds) | `zookeeper` |
 ///
 /// A `?key_prefix=…` query parameter sets the key prefix (Redis, Upstash: default
 /// `fencepost:`; etcd: default `fencepost/`); it is removed before the URL reaches
@@ -51,6 +56,20 @@ pub enum BackendKind {
         url: String,
         /// The bearer token, if any.
         token: Option<String>,
+    },
+    /// `zookeeper://`: the ensemble and where its locks live (cargo feature
+    /// `zookeeper`).
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper {
+        /// The connect string, `host1:2181,host2:2181`.
+        hosts: String,
+        /// Parent of every lock path (absolute; default `/locks`).
+        root: String,
+        /// Whose node names to use (`?naming=kazoo|curator`).
+        naming: ZkNaming,
+        /// The session timeout to ask for (`?session_timeout=`; `None`: 10 s). The
+        /// server may negotiate another: a lock's TTL must not exceed that one.
+        session_timeout: Option<Duration>,
     },
 }
 
@@ -100,11 +119,19 @@ impl BackendUrl {
                     token,
                 }
             }
+            #[cfg(feature = "zookeeper")]
+            Some("zookeeper") => zookeeper(url, &base["zookeeper://".len()..])?,
+            #[cfg(not(feature = "zookeeper"))]
+            Some("zookeeper") => {
+                return Err(Error::Config(
+                    "this build of fencepost has no ZooKeeper backend: build it with the cargo feature `zookeeper`".into(),
+                ))
+            }
             _ => {
                 return Err(Error::Config(format!(
                     "backend URL must start with memory://, redis://, rediss://, redlock://, \
-                     postgres://, etcd+http://, etcd+https://, upstash+http:// or upstash+https://, \
-                     got {}",
+                     postgres://, etcd+http://, etcd+https://, upstash+http://, upstash+https:// \
+                     or zookeeper://, got {}",
                     redact(url)
                 )))
             }
@@ -137,6 +164,76 @@ fn redlock_masters(url: &str, rest: &str) -> Result<Vec<String>, Error> {
         )));
     }
     Ok(masters)
+}
+
+#[cfg(feature = "zookeeper")]
+/// The ensemble and settings of `zookeeper://h1:2181,h2:2181[/root][?naming=…&session_timeout=…]`
+/// (`rest`: after the scheme). An empty root or `/` is the default `/locks`.
+fn zookeeper(url: &str, rest: &str) -> Result<BackendKind, Error> {
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (hosts, root) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let hosts: Vec<&str> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    if hosts.is_empty() {
+        return Err(Error::Config(format!(
+            "backend URL {} names no ZooKeeper server: use zookeeper://host1:2181[,host2:2181][/root]",
+            redact(url)
+        )));
+    }
+    let root = if root.is_empty() { "/locks" } else { root };
+    let mut naming = ZkNaming::Kazoo;
+    let mut session_timeout = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("naming", "kazoo")) => naming = ZkNaming::Kazoo,
+            Some(("naming", "curator")) => naming = ZkNaming::Curator,
+            Some(("naming", v)) => {
+                return Err(Error::Config(format!(
+                    "naming in {} must be kazoo or curator, got {v:?}",
+                    redact(url)
+                )))
+            }
+            Some(("session_timeout", v)) => {
+                session_timeout = Some(parse_timeout(v).ok_or_else(|| {
+                    Error::Config(format!(
+                        "session_timeout in {} must be a positive duration such as 10s or 500ms, got {v:?}",
+                        redact(url)
+                    ))
+                })?)
+            }
+            _ => {
+                return Err(Error::Config(format!(
+                    "unknown parameter {pair:?} in {}: ZooKeeper URLs take naming and session_timeout",
+                    redact(url)
+                )))
+            }
+        }
+    }
+    Ok(BackendKind::ZooKeeper {
+        hosts: hosts.join(","),
+        root: root.to_owned(),
+        naming,
+        session_timeout,
+    })
+}
+
+#[cfg(feature = "zookeeper")]
+/// `500ms`, `10s` or a bare number of seconds (`10`, `1.5`); `None` for anything else
+/// or zero.
+fn parse_timeout(v: &str) -> Option<Duration> {
+    let (number, scale) = if let Some(ms) = v.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else {
+        (v.strip_suffix('s').unwrap_or(v), 1.0)
+    };
+    let secs = number.parse::<f64>().ok()? * scale;
+    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
 }
 
 /// Splits `?key_prefix=` off `url`; other query parameters stay.
@@ -237,6 +334,25 @@ pub(crate) async fn open(
             let adapter =
                 crate::adapters::upstash::UpstashAdapter::new(u.clone(), token.clone(), b.clone())?;
             Ok((Arc::new(adapter), Backend::Redis(b)))
+        }
+        #[cfg(feature = "zookeeper")]
+        BackendKind::ZooKeeper {
+            hosts,
+            root,
+            naming,
+            session_timeout,
+        } => {
+            if url.key_prefix.is_some() {
+                return Err(Error::Config(
+                    "key_prefix does not apply to ZooKeeper: its locks live under the URL's root path (zookeeper://host:2181/root)".into(),
+                ));
+            }
+            let asked =
+                session_timeout.unwrap_or(crate::adapters::zookeeper::DEFAULT_SESSION_TIMEOUT);
+            let (adapter, b) =
+                crate::adapters::zookeeper::ZkAdapter::connect(hosts, asked, root.clone(), *naming)
+                    .await?;
+            Ok((Arc::new(adapter), Backend::ZooKeeper(b)))
         }
         #[allow(unreachable_patterns)]
         other => Err(Error::Config(format!(

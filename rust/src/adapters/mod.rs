@@ -23,6 +23,8 @@ pub(crate) mod redis_inspect;
 pub(crate) mod redlock;
 #[cfg(feature = "upstash")]
 pub(crate) mod upstash;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 /// One backend's client, shared by the driver and the operator queries.
 pub(crate) trait Adapter: Send + Sync + 'static {
