@@ -1297,10 +1297,10 @@ impl Lock {
             return;
         }
         if flight.owner == self.acq.owner {
-            // This owner's own release is under way (a Redlock's late part, an ambiguous
-            // attempt's late grant) and a host may run the cleanup first, on another
-            // connection: a release that then finds the key gone found this cleanup's
-            // work, not a lease that ended before it.
+            // This owner's own release is under way (a fanned-out step's late part, an
+            // ambiguous attempt's late grant) and a host may run the cleanup first, on
+            // another connection: a release that then finds the key gone found this
+            // cleanup's work, not a lease that ended before it.
             if let State::Releasing(Releasing { sent, .. })
             | State::ReleaseBackoff(ReleaseBackoff { sent, .. }) = &mut self.state
             {
