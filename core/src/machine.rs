@@ -187,8 +187,9 @@ impl Machine {
     /// deadline is already late when it is read.
     ///
     /// Errors (the input is rejected and nothing changes):
-    /// [`UsageError::TimeWentBackwards`], [`UsageError::TimeOutOfRange`]; for `Acquire`, [`UsageError::InvalidName`],
-    /// [`UsageError::InvalidOption`], [`UsageError::UnsafePurpose`]; for `Release` and `Extend`,
+    /// [`UsageError::TimeWentBackwards`], [`UsageError::TimeOutOfRange`]; for `Acquire`,
+    /// [`UsageError::InvalidName`], [`UsageError::InvalidOption`],
+    /// [`UsageError::UnsafePurpose`]; for `Release` and `Extend`,
     /// [`UsageError::UnknownLock`]. Replies to unknown requests are ignored.
     pub fn handle_input(&mut self, input: Input) -> Result<(), UsageError> {
         let now = input.now();
