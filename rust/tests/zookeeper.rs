@@ -5,7 +5,6 @@
 //! acquire and wait is bounded.
 
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use fencepost::core::backends::zookeeper::{read_zk_fenced, ZkFenced, ZkOp};
@@ -16,19 +15,8 @@ use zookeeper_client as zk;
 
 const LIMIT: Duration = Duration::from_secs(15);
 
-/// A lock name no other test (or earlier run) uses.
-fn unique(label: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "rust-{label}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+mod common;
+use common::unique;
 
 fn hosts() -> Option<String> {
     let hosts = std::env::var("FENCEPOST_ZK_HOSTS")
