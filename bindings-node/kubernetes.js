@@ -17,33 +17,13 @@ const https = require('node:https')
 const os = require('node:os')
 const path = require('node:path')
 const check = require('./dist/js/check.js')
-const { now } = require('./dist/js/driver.js')
+const { now, deadlineSignal, eitherSignal } = require('./dist/js/driver.js')
 
 /** Where a pod's service account is mounted. */
 const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 
 function createKubernetes (native, fp) {
   const { Backend, ConfigError, BackendError, ProtocolError } = fp
-
-  /** An AbortSignal that fires at `deadlineMs` on the driver's clock. */
-  const deadlineSignal = (deadlineMs) => AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
-
-  /** `a` (or null) and `b` as one signal: aborted when either is. */
-  function eitherSignal (a, b) {
-    if (a === null) return b
-    if (a.aborted) return a
-    if (b.aborted) return b
-    const both = new AbortController()
-    const onA = () => both.abort(a.reason)
-    const onB = () => both.abort(b.reason)
-    a.addEventListener('abort', onA, { once: true })
-    b.addEventListener('abort', onB, { once: true })
-    both.signal.addEventListener('abort', () => {
-      a.removeEventListener('abort', onA)
-      b.removeEventListener('abort', onB)
-    }, { once: true })
-    return both.signal
-  }
 
   const KUBERNETES_OPTIONS = ['server', 'token', 'namespace', 'fetch', 'requestTimeoutMs']
   /** Default of KubernetesLeaseBackend's `requestTimeoutMs` (Python's clients: 1 s). */

@@ -24,7 +24,7 @@
 // backend will subclass Backend the same way: `execute(request)` returns the reply as data.
 
 const check = require('./check')
-const { Driver, Reachability, now, describeError, singleUseSignals } = require('./driver')
+const { Driver, Reachability, now, describeError, singleUseSignals, deadlineSignal, eitherSignal } = require('./driver')
 const { BackendError, ConfigError, FencepostError, ProtocolError, translate } = require('./errors')
 const { Lease } = require('./lock')
 const { Observer } = require('./observe')
@@ -850,13 +850,6 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  /** An AbortSignal that fires at `deadlineMs` on the driver's clock, when the runtime has
-   * AbortSignal.timeout (the driver gives up at the deadline anyway; this frees the fetch). */
-  function deadlineSignal (deadlineMs) {
-    if (typeof deadlineMs !== 'number' || typeof AbortSignal === 'undefined' || typeof AbortSignal.timeout !== 'function') return null
-    return AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
-  }
-
   /** An AbortSignal that fires at `deadlineMs` on the driver's clock (`signal` null
    * without AbortController or a deadline), and `clear()`, which drops its timer. */
   function deadlineTimer (deadlineMs) {
@@ -866,24 +859,6 @@ function createBackends (native, LockMachine, fence) {
       Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
     timer.unref?.() // the driver's own timer says whether the process must stay up
     return { signal: controller.signal, clear: () => clearTimeout(timer) }
-  }
-
-  /** `a` and `b` as one signal (either may be null): aborted when either is. */
-  function eitherSignal (a, b) {
-    if (a === null) return b
-    if (b === null) return a
-    if (a.aborted) return a
-    if (b.aborted) return b
-    const both = new AbortController()
-    const onA = () => both.abort(a.reason)
-    const onB = () => both.abort(b.reason)
-    a.addEventListener('abort', onA, { once: true })
-    b.addEventListener('abort', onB, { once: true })
-    both.signal.addEventListener('abort', () => {
-      a.removeEventListener('abort', onA)
-      b.removeEventListener('abort', onB)
-    }, { once: true })
-    return both.signal
   }
 
   // ---- Redlock: N independent masters ------------------------------------------------

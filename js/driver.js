@@ -428,4 +428,29 @@ class Driver {
   }
 }
 
-module.exports = { Driver, Reachability, now, describeError, singleUseSignals, emitWarning }
+/** An AbortSignal that fires at `deadlineMs` on the driver's clock, when the runtime has
+ * AbortSignal.timeout (the driver gives up at the deadline anyway; this frees the fetch). */
+function deadlineSignal (deadlineMs) {
+  if (typeof deadlineMs !== 'number' || typeof AbortSignal === 'undefined' || typeof AbortSignal.timeout !== 'function') return null
+  return AbortSignal.timeout(Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(deadlineMs - now()))))
+}
+
+/** `a` and `b` as one signal (either may be null): aborted when either is. */
+function eitherSignal (a, b) {
+  if (a === null) return b
+  if (b === null) return a
+  if (a.aborted) return a
+  if (b.aborted) return b
+  const both = new AbortController()
+  const onA = () => both.abort(a.reason)
+  const onB = () => both.abort(b.reason)
+  a.addEventListener('abort', onA, { once: true })
+  b.addEventListener('abort', onB, { once: true })
+  both.signal.addEventListener('abort', () => {
+    a.removeEventListener('abort', onA)
+    b.removeEventListener('abort', onB)
+  }, { once: true })
+  return both.signal
+}
+
+module.exports = { Driver, Reachability, now, describeError, singleUseSignals, emitWarning, deadlineSignal, eitherSignal }
