@@ -135,6 +135,8 @@
 #![forbid(unsafe_code)]
 
 pub mod backends;
+#[cfg(feature = "contract")]
+pub mod contract;
 #[cfg(feature = "driver")]
 pub mod driver;
 mod error;
@@ -144,6 +146,8 @@ pub mod js_outputs;
 mod lock;
 mod machine;
 pub mod memory;
+#[cfg(feature = "model")]
+pub mod model;
 pub mod names;
 mod observe;
 mod options;

@@ -273,6 +273,7 @@ impl State {
 // ---- the lock ------------------------------------------------------------------------
 
 /// One acquisition's facts, beside its state: what the lock is, and what it has sent.
+#[derive(Clone, Debug)]
 pub(crate) struct Acquisition {
     pub id: LockId,
     pub name: String,
@@ -314,6 +315,7 @@ struct Cleanup {
     group: RequestId,
 }
 
+#[derive(Clone, Debug)]
 pub(crate) struct Lock {
     pub acq: Acquisition,
     pub state: State,

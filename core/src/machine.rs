@@ -96,7 +96,9 @@ pub enum Output {
     Idle,
 }
 
-/// The lock state machine: many locks against one backend, no I/O, no clock.
+/// The lock state machine: many locks against one backend, no I/O, no clock. A clone
+/// is an independent machine in the same state (same owner ids and jitter to come).
+#[derive(Clone)]
 pub struct Machine {
     backend: Backend,
     rng: ChaCha20Rng,
@@ -306,6 +308,37 @@ impl Machine {
     /// How many requests await a reply or transport error.
     pub fn requests_in_flight(&self) -> usize {
         self.requests.len()
+    }
+
+    /// Feeds the machine's whole state to `h` in a canonical order (maps by key, live
+    /// timers only), so that two machines in the same state hash alike whatever
+    /// history led there. Test-only (feature `model`): the model checker's state hash
+    /// (`crate::model`).
+    #[cfg(feature = "model")]
+    pub fn fingerprint(&self, h: &mut impl core::hash::Hasher) {
+        use core::fmt::Write;
+        use core::hash::Hash;
+        struct Sink<'a, H>(&'a mut H);
+        impl<H: core::hash::Hasher> Write for Sink<'_, H> {
+            fn write_str(&mut self, s: &str) -> core::fmt::Result {
+                self.0.write(s.as_bytes());
+                Ok(())
+            }
+        }
+        self.last_now.hash(h);
+        (self.next_lock, self.next_request).hash(h);
+        self.rng.get_word_pos().hash(h);
+        let mut locks: Vec<_> = self.locks.iter().collect();
+        locks.sort_by_key(|(id, _)| **id);
+        let mut requests: Vec<_> = self.requests.iter().collect();
+        requests.sort_by_key(|(id, _)| id.0);
+        let mut timers: Vec<_> = (self.timers.iter())
+            .filter(|Reverse((at, lock, gen))| self.timer_is_live(*at, *lock, *gen))
+            .map(|Reverse((at, lock, _))| (*at, *lock))
+            .collect();
+        timers.sort();
+        // Debug is total over these types; a write to a hasher cannot fail
+        let _ = write!(Sink(h), "{locks:?}{requests:?}{timers:?}{:?}", self.outputs);
     }
 
     /// `acquiring`, and `hot_lock` when the pending acquisitions of `name` reach

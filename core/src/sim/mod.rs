@@ -9,6 +9,8 @@ mod world;
 pub use crate::memory::{
     etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
 };
+#[cfg(feature = "model")]
+pub(crate) use world::{request_owner, s2_etcd, s2_redis, s2_redlock, Belief, Checker, Resource};
 pub use world::{
     Faults, FenceCounts, FenceRule, MasterRestart, Outcome, Property, RedlockMix, SimBackend,
     SimConfig, Simulation, Violation, LOCK_NAME,

@@ -352,8 +352,8 @@ pub struct FenceCounts {
 }
 
 /// A fence with its rule and what it saw, in grant order.
-#[derive(Debug)]
-struct Resource {
+#[derive(Clone, Debug)]
+pub(crate) struct Resource {
     rule: FenceRule,
     fence: Fence,
     /// The first owner that wrote with each token.
@@ -364,7 +364,7 @@ struct Resource {
 }
 
 impl Resource {
-    fn new(rule: FenceRule) -> Self {
+    pub(crate) fn new(rule: FenceRule) -> Self {
         Resource {
             rule,
             fence: Fence::new(),
@@ -376,7 +376,7 @@ impl Resource {
 
     /// Decides a write whose grant stands at `place` in grant order (`None`: unknown);
     /// `Ok(Some(first))` when `first`, another owner, wrote with the same token before.
-    fn write(
+    pub(crate) fn write(
         &mut self,
         token: FencingToken,
         owner: OwnerId,
@@ -1793,41 +1793,78 @@ impl Simulation {
         if !self.masters.masters.is_empty() {
             return self.check_redlock();
         }
-        let holder = self.server.get(self.now, &self.lock_key).map(str::to_owned);
-        let expires = self.server.expires_at(self.now, &self.lock_key);
+        let held = self.server.get(self.now, &self.lock_key).is_some();
         self.checker
-            .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
-        for c in 0..self.clients.len() {
-            let client = &self.clients[c];
-            let local = client.local(self.now);
-            let lock = match client.work {
-                Work::Holding { lock, .. }
-                | Work::Releasing { lock }
-                | Work::Acquiring { lock } => lock,
-                Work::Idle => continue,
-            };
-            let Some(valid_until) = client.machine.valid_until(lock) else {
-                continue;
-            };
-            if local >= valid_until {
-                continue;
-            }
-            let Some(owner) = client.machine.owner(lock) else {
-                continue;
-            };
-            let believed_until = client.true_of(valid_until);
-            let ok = holder.as_deref().is_some_and(|h| is_hex_of(h, &owner))
-                && expires.is_some_and(|e| e >= believed_until);
-            if !ok {
-                let detail = format!(
-                    "c{c} believes it holds lock {lock} until {believed_until} (its clock: {valid_until}), \
-                     but the server's holder is {holder:?}, expiring at {expires:?}"
-                );
-                self.checker
-                    .violate(Property::S2, self.now, detail, &mut self.outcome);
-            }
+            .idle_check(self.now, held, &self.clients, &mut self.outcome);
+        if let Some(detail) = s2_redis(&self.server, self.now, &self.lock_key, self.beliefs()) {
+            self.checker
+                .violate(Property::S2, self.now, detail, &mut self.outcome);
         }
     }
+
+    /// What each client believes about its lease now (the clients whose clock has not
+    /// passed their lock's validity).
+    fn beliefs(&self) -> impl Iterator<Item = Belief> + '_ {
+        let now = self.now;
+        self.clients
+            .iter()
+            .enumerate()
+            .filter_map(move |(c, client)| {
+                let (lock, token) = match client.work {
+                    Work::Holding { lock, token, .. } => (lock, Some(token)),
+                    Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
+                    Work::Idle => return None,
+                };
+                let valid_until = client.machine.valid_until(lock)?;
+                if client.local(now) >= valid_until {
+                    return None;
+                }
+                Some(Belief {
+                    client: c,
+                    lock,
+                    token,
+                    owner: client.machine.owner(lock)?,
+                    valid_until,
+                    believed_until: client.true_of(valid_until),
+                })
+            })
+    }
+}
+
+/// One client's belief at a check: it holds `lock` (with `token`, when its host has
+/// seen the grant) until `valid_until` on its own clock, `believed_until` in true time.
+/// The simulator's and the model checker's clients alike, for the S2 checks.
+#[derive(Clone, Debug)]
+pub(crate) struct Belief {
+    pub client: usize,
+    pub lock: LockId,
+    pub token: Option<FencingToken>,
+    pub owner: OwnerId,
+    pub valid_until: Instant,
+    pub believed_until: Instant,
+}
+
+/// S2 on one Redis: every believer's owner id holds the lock key, expiring no earlier
+/// than the believed instant. The first breach, described.
+pub(crate) fn s2_redis(
+    server: &MemoryRedis,
+    now: Instant,
+    lock_key: &str,
+    beliefs: impl IntoIterator<Item = Belief>,
+) -> Option<String> {
+    let holder = server.get(now, lock_key);
+    let expires = server.expires_at(now, lock_key);
+    beliefs.into_iter().find_map(|b| {
+        let ok = holder.is_some_and(|h| is_hex_of(h, &b.owner))
+            && expires.is_some_and(|e| e >= b.believed_until);
+        (!ok).then(|| {
+            format!(
+                "c{} believes it holds lock {} until {} (its clock: {}), \
+                 but the server's holder is {holder:?}, expiring at {expires:?}",
+                b.client, b.lock, b.believed_until, b.valid_until
+            )
+        })
+    })
 }
 
 impl Simulation {
@@ -1844,44 +1881,39 @@ impl Simulation {
             self.trace(|| format!("server: the key with revision {token} now holds the lock"));
         }
         self.etcd_holder = holder_rev;
-        let expires = holder
-            .as_ref()
-            .and_then(|(_, kv)| self.etcd.lease_expires_at(kv.lease));
         self.checker
             .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
-        for c in 0..self.clients.len() {
-            let client = &self.clients[c];
-            let local = client.local(self.now);
-            let (lock, token) = match client.work {
-                Work::Holding { lock, token, .. } => (lock, Some(token)),
-                Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
-                Work::Idle => continue,
-            };
-            let Some(valid_until) = client.machine.valid_until(lock) else {
-                continue;
-            };
-            if local >= valid_until {
-                continue;
-            }
-            let Some(owner) = client.machine.owner(lock) else {
-                continue;
-            };
-            let believed_until = client.true_of(valid_until);
-            let ok = holder.as_ref().is_some_and(|(key, kv)| {
-                kv.lease == lease_id(&owner)
-                    && key.ends_with(&format!("{:016x}", lease_id(&owner)))
-                    && token.is_none_or(|t| t.get() == kv.create_revision as u64)
-            }) && expires.is_some_and(|e| e >= believed_until);
-            if !ok {
-                let detail = format!(
-                    "c{c} believes it holds lock {lock} (token {token:?}) until {believed_until} (its clock: {valid_until}), \
-                     but the server's holder is {holder:?}, its lease expiring at {expires:?}"
-                );
-                self.checker
-                    .violate(Property::S2, self.now, detail, &mut self.outcome);
-            }
+        if let Some(detail) = s2_etcd(&self.etcd, holder.as_ref(), self.beliefs()) {
+            self.checker
+                .violate(Property::S2, self.now, detail, &mut self.outcome);
         }
     }
+}
+
+/// S2 on etcd: every believer's key is the `holder` (the key with the lowest create
+/// revision under the lock's prefix, [`MemoryEtcd::first_under`]), with the believer's
+/// token as its create revision when known, its lease expiring no earlier than the
+/// believed instant. The first breach, described.
+pub(crate) fn s2_etcd(
+    etcd: &MemoryEtcd,
+    holder: Option<&(String, crate::memory::EtcdKv)>,
+    beliefs: impl IntoIterator<Item = Belief>,
+) -> Option<String> {
+    let expires = holder.and_then(|(_, kv)| etcd.lease_expires_at(kv.lease));
+    beliefs.into_iter().find_map(|b| {
+        let ok = holder.is_some_and(|(key, kv)| {
+            kv.lease == lease_id(&b.owner)
+                && key.ends_with(&format!("{:016x}", lease_id(&b.owner)))
+                && b.token.is_none_or(|t| t.get() == kv.create_revision as u64)
+        }) && expires.is_some_and(|e| e >= b.believed_until);
+        (!ok).then(|| {
+            format!(
+                "c{} believes it holds lock {} (token {:?}) until {} (its clock: {}), \
+                 but the server's holder is {holder:?}, its lease expiring at {expires:?}",
+                b.client, b.lock, b.token, b.believed_until, b.valid_until
+            )
+        })
+    })
 }
 
 impl Simulation {
@@ -1892,70 +1924,73 @@ impl Simulation {
     /// checked: a Redlock token is the granting majority's highest counter, which can
     /// go backwards between grants (`core/src/backends/redlock.rs`).
     fn check_redlock(&mut self) {
-        let n = self.masters.masters.len();
-        let quorum = n / 2 + 1;
-        let now = self.now;
-        let holders: Vec<Option<(String, Option<Instant>)>> = self
-            .masters
-            .masters
-            .iter()
-            .map(|m| {
-                m.get(now, &self.lock_key)
-                    .map(|h| (h.to_owned(), m.expires_at(now, &self.lock_key)))
-            })
-            .collect();
-        let held = holders
-            .iter()
-            .flatten()
-            .any(|(h, _)| holders.iter().flatten().filter(|(o, _)| o == h).count() >= quorum);
+        let (held, breach) = s2_redlock(
+            &self.masters,
+            &self.master_down_until,
+            self.now,
+            &self.lock_key,
+            self.beliefs(),
+        );
         self.checker
-            .idle_check(now, held, &self.clients, &mut self.outcome);
-        for c in 0..self.clients.len() {
-            let client = &self.clients[c];
-            let local = client.local(now);
-            let lock = match client.work {
-                Work::Holding { lock, .. }
-                | Work::Releasing { lock }
-                | Work::Acquiring { lock } => lock,
-                Work::Idle => continue,
-            };
-            let Some(valid_until) = client.machine.valid_until(lock) else {
-                continue;
-            };
-            if local >= valid_until {
-                continue;
-            }
-            let Some(owner) = client.machine.owner(lock) else {
-                continue;
-            };
-            let believed_until = client.true_of(valid_until);
-            // A master restarted without persistence and still down cannot vote for
-            // anyone: until it is back it stands for the key it forgot (the delayed
-            // restart's point).
-            let holding = holders
-                .iter()
-                .zip(&self.master_down_until)
-                .filter(|(h, &down)| {
-                    down >= believed_until
-                        || h.as_ref().is_some_and(|(h, e)| {
-                            is_hex_of(h, &owner) && e.is_some_and(|e| e >= believed_until)
-                        })
-                })
-                .count();
-            if holding < quorum {
-                let detail = format!(
-                    "c{c} believes it holds lock {lock} until {believed_until} (its clock: {valid_until}), \
-                     but only {holding} of {n} masters hold it for it that long: {holders:?}"
-                );
-                self.checker
-                    .violate(Property::S2, now, detail, &mut self.outcome);
-            }
+            .idle_check(self.now, held, &self.clients, &mut self.outcome);
+        if let Some(detail) = breach {
+            self.checker
+                .violate(Property::S2, self.now, detail, &mut self.outcome);
         }
     }
 }
 
+/// S2 on Redlock masters: every believer's owner id holds the key on a majority until
+/// the believed instant, a master down (restarting) until then counting for it. Whether
+/// a majority holds the key for anyone, and the first breach, described.
+pub(crate) fn s2_redlock(
+    masters: &MemoryRedlock,
+    down_until: &[Instant],
+    now: Instant,
+    lock_key: &str,
+    beliefs: impl IntoIterator<Item = Belief>,
+) -> (bool, Option<String>) {
+    let n = masters.masters.len();
+    let quorum = n / 2 + 1;
+    let holders: Vec<Option<(String, Option<Instant>)>> = masters
+        .masters
+        .iter()
+        .map(|m| {
+            m.get(now, lock_key)
+                .map(|h| (h.to_owned(), m.expires_at(now, lock_key)))
+        })
+        .collect();
+    let held = holders
+        .iter()
+        .flatten()
+        .any(|(h, _)| holders.iter().flatten().filter(|(o, _)| o == h).count() >= quorum);
+    let breach = beliefs.into_iter().find_map(|b| {
+        // A master restarted without persistence and still down cannot vote for
+        // anyone: until it is back it stands for the key it forgot (the delayed
+        // restart's point).
+        let holding = holders
+            .iter()
+            .zip(down_until)
+            .filter(|(h, &down)| {
+                down >= b.believed_until
+                    || h.as_ref().is_some_and(|(h, e)| {
+                        is_hex_of(h, &b.owner) && e.is_some_and(|e| e >= b.believed_until)
+                    })
+            })
+            .count();
+        (holding < quorum).then(|| {
+            format!(
+                "c{} believes it holds lock {} until {} (its clock: {}), \
+                 but only {holding} of {n} masters hold it for it that long: {holders:?}",
+                b.client, b.lock, b.believed_until, b.valid_until
+            )
+        })
+    });
+    (held, breach)
+}
+
 /// Whether `s` is the 32-hex-digit form of `owner`, without allocating.
-fn is_hex_of(s: &str, owner: &OwnerId) -> bool {
+pub(crate) fn is_hex_of(s: &str, owner: &OwnerId) -> bool {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let b = s.as_bytes();
     b.len() == 32
@@ -1968,7 +2003,7 @@ fn unit(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-fn request_owner(request: &Request) -> String {
+pub(crate) fn request_owner(request: &Request) -> String {
     match &request.body {
         crate::RequestBody::Redis(cmd) => cmd.args.first().cloned().unwrap_or_default(),
         _ => String::new(),
@@ -2132,7 +2167,8 @@ impl Simulation {
 // ---- the checker -----------------------------------------------------------------------
 
 /// Verifies S1–S4 as the schedule runs.
-struct Checker {
+#[derive(Clone, Debug)]
+pub(crate) struct Checker {
     within_model: bool,
     /// Whether grants carry fencing tokens to check (not on Redlock, see
     /// `Simulation::check_redlock`).
@@ -2152,7 +2188,7 @@ struct Checker {
 }
 
 impl Checker {
-    fn new(within_model: bool, fault_free: bool, cfg: &SimConfig) -> Self {
+    pub(crate) fn new(within_model: bool, fault_free: bool, cfg: &SimConfig) -> Self {
         Checker {
             within_model,
             tokens: !matches!(cfg.backend, SimBackend::Redlock(_)),
@@ -2171,7 +2207,13 @@ impl Checker {
     }
 
     /// Records the first violation of each property in a schedule.
-    fn violate(&mut self, property: Property, at: Instant, detail: String, outcome: &mut Outcome) {
+    pub(crate) fn violate(
+        &mut self,
+        property: Property,
+        at: Instant,
+        detail: String,
+        outcome: &mut Outcome,
+    ) {
         if outcome.violations.iter().any(|v| v.property == property) {
             return;
         }
@@ -2187,7 +2229,7 @@ impl Checker {
         self.server_restarts += 1;
     }
 
-    fn grant(
+    pub(crate) fn grant(
         &mut self,
         at: Instant,
         token: FencingToken,
@@ -2210,7 +2252,7 @@ impl Checker {
 
     /// A write the resource accepted; `shared_with`: another owner that wrote with the
     /// same token before.
-    fn accepted(
+    pub(crate) fn accepted(
         &mut self,
         at: Instant,
         token: FencingToken,
@@ -2241,7 +2283,7 @@ impl Checker {
     }
 
     /// Where the grant that gave `owner` its `token` stands in grant order.
-    fn grant_place(&self, token: FencingToken, owner: OwnerId) -> Option<u64> {
+    pub(crate) fn grant_place(&self, token: FencingToken, owner: OwnerId) -> Option<u64> {
         let by_owner = self.grant_order.get(&(token, Some(owner.0)));
         by_owner
             .or_else(|| self.grant_order.get(&(token, None)))
@@ -2249,7 +2291,7 @@ impl Checker {
     }
 
     /// Whether a grant at `place` is the newest the server made.
-    fn is_newest_grant(&self, place: Option<u64>) -> bool {
+    pub(crate) fn is_newest_grant(&self, place: Option<u64>) -> bool {
         self.grants_made > 0 && place == Some(self.grants_made)
     }
 

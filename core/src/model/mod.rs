@@ -1,0 +1,1092 @@
+//! A bounded model checker of the real [`Machine`] (feature `model`, test-only).
+//!
+//! Where the fault simulator ([`crate::sim`]) samples schedules at random, this explores
+//! *every* schedule of a small world up to a depth bound, breadth first: 2–3 client
+//! machines (each under the machine [`Contract`]) against an in-memory server
+//! ([`crate::memory`]: Redis, etcd, a Redlock of masters), a fenced resource, and a
+//! network that delivers any message in flight in any order, drops and duplicates
+//! within a budget, and processes that pause within a budget (between the validity
+//! check and the write, the seed story, or anywhere).
+//!
+//! **Time is part of the state.** It advances only to the next instant at which
+//! something is due (a machine timer, a host's request deadline or watch timeout, a
+//! key or lease expiring on the server), or to just before it ([`ModelConfig::epsilon`]
+//! earlier), so every ordering of deliveries, pauses and resumes relative to every
+//! deadline is explored. Clocks may drift within the declared bound
+//! ([`ModelConfig::drift`]: the first client's clock slow by `drift_factor`, the others'
+//! fast).
+//!
+//! **Checked in every reachable state**: the simulator's S1 (grant tokens rise; the
+//! fence never accepts a lower token, nor one token from two owners), S2 (while a
+//! client's clock has not passed its validity, the server holds the lock for it until
+//! then) and S3 with the machine contract ([`Contract`]: nothing but an owner-checked
+//! release after `Released`/`Lost`/`AcquireFailed`, every request with a deadline, the
+//! event grammar), and that the tokens of the `Acquired` events of the lock never go
+//! down. S4 (liveness) is not: an adversary that may delay any message for as long as
+//! it likes starves any lock.
+//!
+//! **Why a purpose-built explorer**: the machine is not `Hash`, and a framework such as
+//! `stateright` wants states that are; a breadth-first search over cloned worlds,
+//! deduplicated by a 128-bit hash of each world's canonical encoding
+//! ([`Machine::fingerprint`]), needs no dependency and gives the shortest counterexample.
+//! Cloning a world is cheaper than replaying its path from the initial state (measured
+//! in `docs/SIMULATION.md`); paths are kept only as parent links, and the counterexample
+//! is replayed once, traced.
+
+use core::hash::{Hash, Hasher};
+use core::time::Duration;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashSet};
+
+use crate::backends::etcd::{EtcdRequest, EtcdWatch};
+use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply, RequestBody};
+use crate::contract::Contract;
+use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY};
+use crate::sim::{
+    request_owner, s2_etcd, s2_redis, s2_redlock, Belief, Checker, FenceRule, Property, Resource,
+    SimBackend, SimConfig,
+};
+use crate::{
+    Backend, Event, FencingToken, Input, Instant, LockId, LockOptions, Machine, OwnerId,
+    RedlockBackend, Request, RequestId,
+};
+
+/// The lock every client contends for.
+const LOCK_NAME: &str = crate::sim::LOCK_NAME;
+
+/// The server the clients lock on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelBackend {
+    /// One [`MemoryRedis`], the plain (not fair) recipe.
+    Redis,
+    /// [`MemoryEtcd`]: per-contender keys, leases, watches of the predecessor.
+    Etcd,
+    /// [`MemoryRedlock`] with this many masters (odd, at least 3).
+    Redlock(u8),
+}
+
+/// The bounds of one exploration.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub backend: ModelBackend,
+    /// Client processes (2–3).
+    pub clients: usize,
+    /// Lock cycles (acquire, write, release) each client performs.
+    pub cycles: u32,
+    /// The longest schedule explored, in steps (actions).
+    pub depth: usize,
+    /// Messages the network may drop, and duplicate, in one schedule.
+    pub drops: u8,
+    pub duplicates: u8,
+    /// Process pauses in one schedule.
+    pub pauses: u8,
+    /// Acquisitions a host may cancel in one schedule.
+    pub cancels: u8,
+    /// Clocks drift within the declared bound: the first client's runs slow by
+    /// `drift_factor`, the others' fast by as much.
+    pub drift: bool,
+    /// How much earlier than a due instant the "just before" step lands.
+    pub epsilon: Duration,
+    /// Options of every acquisition.
+    pub options: LockOptions,
+    /// Stop after this many distinct states (the report says the search was cut).
+    pub max_states: usize,
+    /// Break a rule on purpose (tests of the checker).
+    #[cfg(feature = "sabotage")]
+    pub sabotage: crate::sabotage::Sabotage,
+}
+
+impl ModelConfig {
+    /// Two clients, one cycle each, 1 s TTL, the given depth; no faults beyond
+    /// reordering and timing (enable them with the budget fields).
+    pub fn new(backend: ModelBackend, depth: usize) -> Self {
+        let mut options = LockOptions::ttl(Duration::from_secs(1));
+        options.retry_base = Duration::from_millis(10);
+        options.retry_max = Duration::from_millis(200);
+        ModelConfig {
+            backend,
+            clients: 2,
+            cycles: 1,
+            depth,
+            drops: 0,
+            duplicates: 0,
+            pauses: 0,
+            cancels: 0,
+            drift: false,
+            epsilon: Duration::from_micros(1),
+            options,
+            max_states: 2_000_000,
+            #[cfg(feature = "sabotage")]
+            sabotage: crate::sabotage::Sabotage::default(),
+        }
+    }
+}
+
+/// What an exploration found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Distinct states reached (the initial one included).
+    pub states: u64,
+    /// Transitions taken (actions applied), duplicates of known states included.
+    pub transitions: u64,
+    /// The deepest level explored.
+    pub depth: usize,
+    /// Whether every state within the depth bound was explored (not cut by
+    /// `max_states`), and whether the state space ended before the bound.
+    pub complete: bool,
+    pub exhausted: bool,
+    pub elapsed: Duration,
+    /// The first violation, with the shortest schedule leading to it.
+    pub violation: Option<Counterexample>,
+}
+
+/// A violation and the shortest schedule that leads to it.
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    /// `S1`, `S2`, `S3` (the contract's rule after the final event), `contract` (the
+    /// rest of the contract) or `tokens` (`Acquired` tokens went down).
+    pub property: String,
+    pub detail: String,
+    /// The schedule's steps (actions).
+    pub length: usize,
+    /// The world's timeline, one line per happening, in true time.
+    pub timeline: Vec<String>,
+    /// Per client, its machine's inputs as scenario-vector steps
+    /// (`tests/scenarios/README.md`), on that client's clock.
+    pub vectors: Vec<Vec<String>>,
+}
+
+impl core::fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(
+            f,
+            "{}: {} ({} steps)",
+            self.property, self.detail, self.length
+        )?;
+        for line in &self.timeline {
+            writeln!(f, "  {line}")?;
+        }
+        for (c, steps) in self.vectors.iter().enumerate() {
+            writeln!(f, "c{c}'s inputs as vector steps:")?;
+            for s in steps {
+                writeln!(f, "    {s},")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One step of a schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Action {
+    Acquire(usize),
+    /// The host cancels an acquisition (`release()` before the grant).
+    Cancel(usize),
+    /// The host checks its lease is valid and writes to the resource.
+    Write(usize),
+    /// The host checks its lease is valid, then its process stops before the write
+    /// goes out (sent on resume).
+    PauseBeforeWrite(usize),
+    Release(usize),
+    Pause(usize),
+    Resume(usize),
+    Deliver(usize),
+    Drop(usize),
+    Duplicate(usize),
+    AdvanceTo(Instant),
+}
+
+#[derive(Clone, Debug)]
+enum Msg {
+    Request {
+        client: usize,
+        request: Request,
+    },
+    Reply {
+        client: usize,
+        request: RequestId,
+        reply: Reply,
+    },
+    Write {
+        client: usize,
+        token: FencingToken,
+        owner: OwnerId,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Work {
+    Idle,
+    Acquiring {
+        lock: LockId,
+    },
+    Holding {
+        lock: LockId,
+        token: FencingToken,
+        written: bool,
+    },
+    Releasing {
+        lock: LockId,
+    },
+}
+
+/// A host request in flight: when the host cancels it (its deadline, or a watch's
+/// timeout), in true time.
+#[derive(Clone, Debug, Hash)]
+struct HostRequest {
+    deadline: Instant,
+    watch_timeout: Option<Instant>,
+}
+
+#[derive(Clone)]
+struct Client {
+    contract: Contract,
+    rate: f64,
+    paused: bool,
+    write_after_pause: Option<(FencingToken, OwnerId)>,
+    work: Work,
+    cycles_left: u32,
+    /// Acquisitions started: the machine's lock ids count them.
+    acquisitions: u64,
+    in_flight: BTreeMap<RequestId, HostRequest>,
+    /// The machine's next timer, on its own clock.
+    timer: Option<Instant>,
+}
+
+impl Client {
+    fn local(&self, now: Instant) -> Instant {
+        Instant::from_nanos((now.as_nanos() as f64 * self.rate) as u64)
+    }
+
+    fn true_of(&self, local: Instant) -> Instant {
+        Instant::from_nanos((local.as_nanos() as f64 / self.rate).ceil() as u64)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Server {
+    Redis(MemoryRedis),
+    Etcd {
+        etcd: MemoryEtcd,
+        /// Watches registered, in arrival order: client, request, watch.
+        watches: Vec<(usize, RequestId, EtcdWatch)>,
+        /// The create revision of the key that held the lock at the last check.
+        holder: Option<i64>,
+    },
+    Redlock(MemoryRedlock),
+}
+
+#[derive(Clone)]
+struct World {
+    now: Instant,
+    options: LockOptions,
+    clients: Vec<Client>,
+    net: Vec<Msg>,
+    server: Server,
+    resource: Resource,
+    checker: Checker,
+    drops: u8,
+    duplicates: u8,
+    pauses: u8,
+    cancels: u8,
+    /// The highest token of an `Acquired` event so far (not on Redlock).
+    highest_acquired: Option<FencingToken>,
+    /// The first violation: property and detail.
+    violation: Option<(String, String)>,
+    /// Traced replay only: the timeline, and each client's inputs as vector steps.
+    trace: Option<(Vec<String>, Vec<Vec<String>>)>,
+}
+
+impl World {
+    fn new(cfg: &ModelConfig) -> Self {
+        let backend = match cfg.backend {
+            ModelBackend::Redis => Backend::Redis(RedisBackend::default()),
+            ModelBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+            ModelBackend::Redlock(n) => Backend::Redlock(RedlockBackend {
+                masters: (0..n).map(|m| format!("m{m}")).collect(),
+                ..RedlockBackend::default()
+            }),
+        };
+        let drift = cfg.options.drift_factor;
+        let clients = (0..cfg.clients)
+            .map(|c| {
+                #[allow(unused_mut)]
+                let mut machine = Machine::with_seed(backend.clone(), 1 + c as u64);
+                #[cfg(feature = "sabotage")]
+                machine.sabotage(cfg.sabotage);
+                let rate = match (cfg.drift, c) {
+                    (false, _) => 1.0,
+                    (true, 0) => 1.0 - drift,
+                    (true, _) => 1.0 + drift,
+                };
+                Client {
+                    contract: Contract::new(machine, 0),
+                    rate,
+                    paused: false,
+                    write_after_pause: None,
+                    work: Work::Idle,
+                    cycles_left: cfg.cycles,
+                    acquisitions: 0,
+                    in_flight: BTreeMap::new(),
+                    timer: None,
+                }
+            })
+            .collect();
+        let (server, sim_backend) = match cfg.backend {
+            ModelBackend::Redis => (Server::Redis(MemoryRedis::new()), SimBackend::Redis),
+            ModelBackend::Etcd => (
+                Server::Etcd {
+                    etcd: MemoryEtcd::new(),
+                    watches: Vec::new(),
+                    holder: None,
+                },
+                SimBackend::Etcd,
+            ),
+            ModelBackend::Redlock(n) => (
+                Server::Redlock(MemoryRedlock::new(usize::from(n))),
+                SimBackend::Redlock(crate::sim::RedlockMix::new(n)),
+            ),
+        };
+        let mut sim = SimConfig::new(|_| crate::sim::Faults::network(cfg.options.ttl));
+        sim.backend = sim_backend;
+        sim.options = cfg.options.clone();
+        World {
+            now: Instant::ZERO,
+            options: cfg.options.clone(),
+            clients,
+            net: Vec::new(),
+            server,
+            resource: Resource::new(FenceRule::TokenOnly),
+            // inside the model, faults present: S1–S3 checked, S4 not
+            checker: Checker::new(true, false, &sim),
+            drops: cfg.drops,
+            duplicates: cfg.duplicates,
+            pauses: cfg.pauses,
+            cancels: cfg.cancels,
+            highest_acquired: None,
+            violation: None,
+            trace: None,
+        }
+    }
+
+    fn lock_key() -> String {
+        RedisBackend::default().lock_key(LOCK_NAME)
+    }
+
+    fn note(&mut self, text: impl FnOnce() -> String) {
+        if let Some((lines, _)) = &mut self.trace {
+            lines.push(format!("{:>14} {}", self.now.to_string(), text()));
+        }
+    }
+
+    fn violate(&mut self, property: &str, detail: String) {
+        if self.violation.is_none() {
+            self.violation = Some((property.to_owned(), detail));
+        }
+    }
+
+    // ---- the actions a state allows ----
+
+    fn actions(&self, cfg: &ModelConfig) -> Vec<Action> {
+        let mut out = Vec::new();
+        for (c, client) in self.clients.iter().enumerate() {
+            if client.paused {
+                out.push(Action::Resume(c));
+                continue;
+            }
+            match &client.work {
+                Work::Idle if client.cycles_left > 0 => out.push(Action::Acquire(c)),
+                Work::Acquiring { .. } if self.cancels > 0 => out.push(Action::Cancel(c)),
+                Work::Holding { lock, written, .. } => {
+                    let valid = (client.contract.machine.valid_until(*lock))
+                        .is_some_and(|v| client.local(self.now) < v);
+                    if valid && !written {
+                        out.push(Action::Write(c));
+                        if self.pauses > 0 {
+                            out.push(Action::PauseBeforeWrite(c));
+                        }
+                    } else if valid {
+                        out.push(Action::Release(c));
+                    }
+                }
+                _ => {}
+            }
+            if self.pauses > 0 {
+                out.push(Action::Pause(c));
+            }
+        }
+        for (i, msg) in self.net.iter().enumerate() {
+            let to_paused = match msg {
+                Msg::Reply { client, .. } => self.clients[*client].paused,
+                _ => false,
+            };
+            if !to_paused {
+                out.push(Action::Deliver(i));
+            }
+            if self.drops > 0 {
+                out.push(Action::Drop(i));
+            }
+            if self.duplicates > 0 {
+                out.push(Action::Duplicate(i));
+            }
+        }
+        if let Some(next) = self.next_due() {
+            let before = Instant::from_nanos(
+                next.as_nanos()
+                    .saturating_sub(cfg.epsilon.as_nanos() as u64),
+            );
+            if before > self.now {
+                out.push(Action::AdvanceTo(before));
+            }
+            out.push(Action::AdvanceTo(next));
+        }
+        out
+    }
+
+    /// The next instant after now at which something is due.
+    fn next_due(&self) -> Option<Instant> {
+        let mut due: Vec<Instant> = Vec::new();
+        for c in self.clients.iter().filter(|c| !c.paused) {
+            due.extend(c.timer.map(|t| c.true_of(t)));
+            for r in c.in_flight.values() {
+                due.push(r.deadline);
+                due.extend(r.watch_timeout);
+            }
+        }
+        let key = Self::lock_key();
+        match &self.server {
+            Server::Redis(r) => due.extend(r.expires_at(self.now, &key)),
+            Server::Redlock(m) => due.extend(
+                m.masters
+                    .iter()
+                    .filter_map(|r| r.expires_at(self.now, &key)),
+            ),
+            Server::Etcd { etcd, .. } => due.extend(etcd.next_expiry()),
+        }
+        due.into_iter().filter(|&t| t > self.now).min()
+    }
+
+    // ---- applying one ----
+
+    fn apply(&mut self, action: &Action) {
+        match *action {
+            Action::Acquire(c) => {
+                self.note(|| format!("c{c}: acquire"));
+                let now = self.clients[c].local(self.now);
+                let options = self.options.clone();
+                self.input(
+                    c,
+                    Input::Acquire {
+                        now,
+                        name: LOCK_NAME.into(),
+                        options,
+                    },
+                );
+                self.clients[c].acquisitions += 1;
+                let lock = LockId(self.clients[c].acquisitions);
+                if self.clients[c].work == Work::Idle {
+                    self.clients[c].work = Work::Acquiring { lock };
+                }
+                self.after_input(c);
+            }
+            Action::Cancel(c) => {
+                if let Work::Acquiring { lock } = self.clients[c].work {
+                    self.cancels -= 1;
+                    self.note(|| format!("c{c}: cancels acquiring"));
+                    self.clients[c].work = Work::Releasing { lock };
+                    let now = self.clients[c].local(self.now);
+                    self.input(c, Input::Release { now, lock });
+                    self.after_input(c);
+                }
+            }
+            Action::Write(c) | Action::PauseBeforeWrite(c) => {
+                if let Work::Holding { lock, token, .. } = self.clients[c].work {
+                    let owner =
+                        (self.clients[c].contract.machine.owner(lock)).unwrap_or(OwnerId([0; 16]));
+                    self.clients[c].work = Work::Holding {
+                        lock,
+                        token,
+                        written: true,
+                    };
+                    if matches!(action, Action::PauseBeforeWrite(_)) {
+                        self.pauses -= 1;
+                        self.note(|| {
+                            format!("c{c}: checks its lease valid, then its process stops")
+                        });
+                        self.clients[c].paused = true;
+                        self.clients[c].write_after_pause = Some((token, owner));
+                    } else {
+                        self.note(|| format!("c{c}: writes with token {token}"));
+                        self.net.push(Msg::Write {
+                            client: c,
+                            token,
+                            owner,
+                        });
+                    }
+                }
+            }
+            Action::Release(c) => {
+                if let Work::Holding { lock, .. } = self.clients[c].work {
+                    self.note(|| format!("c{c}: release"));
+                    self.clients[c].work = Work::Releasing { lock };
+                    let now = self.clients[c].local(self.now);
+                    self.input(c, Input::Release { now, lock });
+                    self.after_input(c);
+                }
+            }
+            Action::Pause(c) => {
+                self.pauses -= 1;
+                self.note(|| format!("c{c}: process stops"));
+                self.clients[c].paused = true;
+            }
+            Action::Resume(c) => {
+                self.clients[c].paused = false;
+                self.note(|| format!("c{c}: process resumes"));
+                if let Some((token, owner)) = self.clients[c].write_after_pause.take() {
+                    self.note(|| format!("c{c}: sends the write it checked (token {token})"));
+                    self.net.push(Msg::Write {
+                        client: c,
+                        token,
+                        owner,
+                    });
+                }
+                self.due_at_client(c);
+            }
+            Action::Deliver(i) => {
+                let msg = self.net.remove(i);
+                self.deliver(msg);
+            }
+            Action::Drop(i) => {
+                self.drops -= 1;
+                let msg = self.net.remove(i);
+                self.note(|| format!("net: drops {}", describe(&msg)));
+            }
+            Action::Duplicate(i) => {
+                self.duplicates -= 1;
+                let msg = self.net[i].clone();
+                self.note(|| format!("net: duplicates {}", describe(&msg)));
+                self.net.push(msg);
+            }
+            Action::AdvanceTo(to) => {
+                self.now = to;
+                self.note(|| "time passes".into());
+                if let Server::Etcd { etcd, .. } = &mut self.server {
+                    etcd.expire(to);
+                }
+                self.serve_watches();
+                for c in 0..self.clients.len() {
+                    if !self.clients[c].paused {
+                        self.due_at_client(c);
+                    }
+                }
+            }
+        }
+        self.purge();
+        self.check();
+    }
+
+    /// What is due at a running client now: its machine's timer, then the host's
+    /// cancellations at deadlines and watch timeouts.
+    fn due_at_client(&mut self, c: usize) {
+        let local = self.clients[c].local(self.now);
+        if self.clients[c].timer.is_some_and(|t| t <= local) {
+            self.input(c, Input::Timeout { now: local });
+            self.after_input(c);
+        }
+        let due: Vec<(RequestId, bool)> = (self.clients[c].in_flight.iter())
+            .filter_map(|(id, r)| {
+                if r.watch_timeout.is_some_and(|t| t <= self.now) {
+                    Some((*id, true))
+                } else {
+                    (r.deadline <= self.now).then_some((*id, false))
+                }
+            })
+            .collect();
+        for (request, watch) in due {
+            if self.clients[c].in_flight.remove(&request).is_none() {
+                continue;
+            }
+            let now = self.clients[c].local(self.now);
+            if watch {
+                if let Server::Etcd { watches, .. } = &mut self.server {
+                    watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
+                }
+                self.note(|| format!("c{c}: watch {} times out", request.0));
+                let reply = Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned());
+                self.input(
+                    c,
+                    Input::Reply {
+                        now,
+                        request,
+                        reply,
+                    },
+                );
+            } else {
+                self.note(|| format!("c{c}: request {} cancelled at its deadline", request.0));
+                let message = "deadline".to_owned();
+                self.input(
+                    c,
+                    Input::TransportError {
+                        now,
+                        request,
+                        message,
+                    },
+                );
+            }
+            self.after_input(c);
+        }
+    }
+
+    fn input(&mut self, c: usize, input: Input) {
+        if let Some((_, vectors)) = &mut self.trace {
+            vectors[c].push(vector_step(&input));
+        }
+        if let Err(breach) = self.clients[c].contract.try_feed(input) {
+            let property = if breach.starts_with("after the final event") {
+                "S3"
+            } else {
+                "contract"
+            };
+            self.violate(property, format!("c{c}: {breach}"));
+        }
+    }
+
+    /// Takes the requests and events the client's machine emitted.
+    fn after_input(&mut self, c: usize) {
+        let requests = core::mem::take(&mut self.clients[c].contract.pending);
+        for request in requests {
+            let deadline = self.clients[c].true_of(request.deadline).max(self.now);
+            let watch_timeout = match &request.body {
+                RequestBody::Etcd(EtcdRequest::Watch(w)) => {
+                    let local =
+                        self.clients[c].local(self.now) + Duration::from_millis(w.timeout_ms);
+                    Some(self.clients[c].true_of(local).max(self.now))
+                }
+                _ => None,
+            };
+            self.note(|| {
+                format!(
+                    "c{c}: sends {:?} (request {})",
+                    request.operation, request.id.0
+                )
+            });
+            self.clients[c].in_flight.insert(
+                request.id,
+                HostRequest {
+                    deadline,
+                    watch_timeout,
+                },
+            );
+            self.net.push(Msg::Request { client: c, request });
+        }
+        let events = core::mem::take(&mut self.clients[c].contract.events);
+        for (lock, event) in events {
+            self.on_event(c, lock, event);
+        }
+        self.clients[c].timer = self.clients[c].contract.next_timeout;
+    }
+
+    fn on_event(&mut self, c: usize, lock: LockId, event: Event) {
+        self.note(|| format!("c{c}: event {event:?}"));
+        match event {
+            Event::Acquired { token, .. } => {
+                if !matches!(self.server, Server::Redlock(_)) {
+                    if let Some(h) = self.highest_acquired {
+                        if token < h {
+                            let detail =
+                                format!("c{c} acquired with token {token} after token {h}");
+                            self.violate("tokens", detail);
+                        }
+                    }
+                    self.highest_acquired =
+                        Some(self.highest_acquired.map_or(token, |h| h.max(token)));
+                }
+                self.clients[c].work = Work::Holding {
+                    lock,
+                    token,
+                    written: false,
+                };
+            }
+            Event::Renewed { .. } => {}
+            Event::Lost { .. } | Event::Released | Event::AcquireFailed { .. } => {
+                let client = &mut self.clients[c];
+                if client.work != Work::Idle {
+                    client.cycles_left = client.cycles_left.saturating_sub(1);
+                }
+                client.work = Work::Idle;
+            }
+        }
+    }
+
+    fn deliver(&mut self, msg: Msg) {
+        match msg {
+            Msg::Request { client, request } => self.serve(client, request),
+            Msg::Reply {
+                client,
+                request,
+                reply,
+            } => {
+                if self.clients[client].in_flight.remove(&request).is_some() {
+                    self.note(|| format!("c{client}: reply to request {}: {reply:?}", request.0));
+                    let now = self.clients[client].local(self.now);
+                    self.input(
+                        client,
+                        Input::Reply {
+                            now,
+                            request,
+                            reply,
+                        },
+                    );
+                    self.after_input(client);
+                }
+            }
+            Msg::Write {
+                client,
+                token,
+                owner,
+            } => {
+                let place = self.checker.grant_place(token, owner);
+                let newest = self.checker.is_newest_grant(place);
+                let mut outcome = crate::sim::Outcome::default();
+                match self.resource.write(token, owner, place, newest) {
+                    Ok(shared_with) => {
+                        self.note(|| format!("resource: accepts c{client}'s write, token {token}"));
+                        (self.checker).accepted(self.now, token, owner, shared_with, &mut outcome);
+                    }
+                    Err(stale) => {
+                        self.note(|| format!("resource: refuses c{client}'s write: {stale}"))
+                    }
+                }
+                self.take_violations(outcome);
+            }
+        }
+    }
+
+    fn take_violations(&mut self, outcome: crate::sim::Outcome) {
+        if let Some(v) = outcome.violations.into_iter().next() {
+            self.violate(&v.property.to_string(), v.detail);
+        }
+    }
+
+    /// A request reaches the server; its reply goes on the network.
+    fn serve(&mut self, client: usize, request: Request) {
+        let now = self.now;
+        let mut outcome = crate::sim::Outcome::default();
+        let reply = match &mut self.server {
+            Server::Redis(server) => {
+                let key = Self::lock_key();
+                let before = server.get(now, &key).map(str::to_owned);
+                let reply = server.execute(now, &request.body);
+                if request.operation == Operation::Acquire {
+                    if let Reply::Redis(RedisValue::Array(items)) = &reply {
+                        if let [RedisValue::Int(1), RedisValue::Int(token)] = items.as_slice() {
+                            let owner = request_owner(&request);
+                            if before.as_deref() != Some(owner.as_str()) {
+                                let token = FencingToken(*token as u64);
+                                (self.checker).grant(
+                                    now,
+                                    token,
+                                    OwnerId::from_hex(&owner),
+                                    &mut outcome,
+                                );
+                            }
+                        }
+                    }
+                }
+                Some(reply)
+            }
+            Server::Redlock(masters) => Some(masters.execute(now, &request.body)),
+            Server::Etcd { etcd, watches, .. } => match &request.body {
+                RequestBody::Etcd(EtcdRequest::Watch(w)) => match etcd.watch(now, w) {
+                    Some(events) => Some(Reply::Etcd(events)),
+                    None => {
+                        watches.push((client, request.id, w.clone()));
+                        None
+                    }
+                },
+                RequestBody::Etcd(call) => Some(Reply::Etcd(etcd.call(now, call))),
+                _ => None,
+            },
+        };
+        self.take_violations(outcome);
+        match reply {
+            Some(reply) => {
+                self.note(|| format!("server: {:?} from c{client} → {reply:?}", request.operation));
+                self.net.push(Msg::Reply {
+                    client,
+                    request: request.id,
+                    reply,
+                });
+            }
+            None => self.note(|| format!("server: c{client} watches")),
+        }
+        self.serve_watches();
+    }
+
+    /// etcd: answers the registered watches that fire now, first registered first.
+    fn serve_watches(&mut self) {
+        let Server::Etcd { etcd, watches, .. } = &mut self.server else {
+            return;
+        };
+        let mut i = 0;
+        let mut fired = Vec::new();
+        while i < watches.len() {
+            match etcd.watch(self.now, &watches[i].2) {
+                Some(events) => {
+                    let (client, request, _) = watches.remove(i);
+                    fired.push(Msg::Reply {
+                        client,
+                        request,
+                        reply: Reply::Etcd(events),
+                    });
+                }
+                None => i += 1,
+            }
+        }
+        for msg in fired {
+            self.note(|| format!("server: wakes with {}", describe(&msg)));
+            self.net.push(msg);
+        }
+    }
+
+    /// Replies whose request the host no longer waits for are dropped on arrival: gone
+    /// from the network at once (the same schedules, fewer states).
+    fn purge(&mut self) {
+        let clients = &self.clients;
+        self.net.retain(|m| match m {
+            Msg::Reply {
+                client, request, ..
+            } => clients[*client].in_flight.contains_key(request),
+            _ => true,
+        });
+    }
+
+    /// S1 at the server, S2, on the state reached.
+    fn check(&mut self) {
+        let now = self.now;
+        let beliefs: Vec<Belief> = (self.clients.iter().enumerate())
+            .filter_map(|(c, client)| {
+                let (lock, token) = match client.work {
+                    Work::Holding { lock, token, .. } => (lock, Some(token)),
+                    Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
+                    Work::Idle => return None,
+                };
+                let machine = &client.contract.machine;
+                let valid_until = machine.valid_until(lock)?;
+                if client.local(now) >= valid_until {
+                    return None;
+                }
+                Some(Belief {
+                    client: c,
+                    lock,
+                    token,
+                    owner: machine.owner(lock)?,
+                    valid_until,
+                    believed_until: client.true_of(valid_until),
+                })
+            })
+            .collect();
+        let key = Self::lock_key();
+        let mut outcome = crate::sim::Outcome::default();
+        let breach = match &mut self.server {
+            Server::Redis(server) => s2_redis(server, now, &key, beliefs),
+            Server::Redlock(masters) => {
+                let down = vec![Instant::ZERO; masters.masters.len()];
+                s2_redlock(masters, &down, now, &key, beliefs).1
+            }
+            Server::Etcd { etcd, holder, .. } => {
+                let prefix = EtcdBackend::default().lock_prefix(LOCK_NAME);
+                let first = etcd.first_under(now, &prefix);
+                let rev = first.as_ref().map(|(_, kv)| kv.create_revision);
+                if rev.is_some() && rev != *holder {
+                    let token = FencingToken(rev.unwrap_or(0) as u64);
+                    self.checker.grant(now, token, None, &mut outcome);
+                }
+                *holder = rev;
+                s2_etcd(etcd, first.as_ref(), beliefs)
+            }
+        };
+        self.take_violations(outcome);
+        if let Some(detail) = breach {
+            self.violate(&Property::S2.to_string(), detail);
+        }
+    }
+
+    /// A 128-bit hash of the world's canonical encoding (messages as a multiset).
+    fn fingerprint(&self) -> u128 {
+        let mut a = DefaultHasher::new();
+        let mut b = DefaultHasher::new();
+        b.write_u8(0x5a);
+        for h in [&mut a, &mut b] {
+            self.now.hash(h);
+            for c in &self.clients {
+                c.contract.fingerprint(h);
+                (c.paused, &c.write_after_pause, &c.work, c.cycles_left).hash(h);
+                c.acquisitions.hash(h);
+                c.in_flight.hash(h);
+                c.timer.hash(h);
+            }
+            let mut msgs: Vec<u64> = (self.net.iter())
+                .map(|m| {
+                    let mut mh = DefaultHasher::new();
+                    format!("{m:?}").hash(&mut mh);
+                    mh.finish()
+                })
+                .collect();
+            msgs.sort_unstable();
+            msgs.hash(h);
+            let text = format!("{:?}{:?}{:?}", self.server, self.resource, self.checker);
+            text.hash(h);
+            (self.drops, self.duplicates, self.pauses, self.cancels).hash(h);
+            self.highest_acquired.hash(h);
+        }
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
+}
+
+fn describe(msg: &Msg) -> String {
+    match msg {
+        Msg::Request { client, request } => {
+            format!(
+                "c{client}'s {:?} request {}",
+                request.operation, request.id.0
+            )
+        }
+        Msg::Reply {
+            client, request, ..
+        } => format!("the reply to c{client}'s request {}", request.0),
+        Msg::Write { client, token, .. } => format!("c{client}'s write with token {token}"),
+    }
+}
+
+/// An input as a scenario-vector step (`tests/scenarios/README.md`), without its
+/// expectations.
+fn vector_step(input: &Input) -> String {
+    use serde_json::{json, Value};
+    let ms = |t: Instant| t.as_nanos() as f64 / 1e6;
+    fn redis(v: &RedisValue) -> Value {
+        match v {
+            RedisValue::Nil => Value::Null,
+            RedisValue::Int(n) => json!(n),
+            RedisValue::Data(s) => json!(s),
+            RedisValue::Status(s) => json!({ "status": s }),
+            RedisValue::Error(s) => json!({ "error": s }),
+            RedisValue::Array(items) => Value::Array(items.iter().map(redis).collect()),
+        }
+    }
+    let (at, input) = match input {
+        Input::Acquire { now, name, .. } => (*now, json!({"type": "acquire", "name": name})),
+        Input::Release { now, lock } => (*now, json!({"type": "release", "lock": lock.0})),
+        Input::Extend { now, lock } => (*now, json!({"type": "extend", "lock": lock.0})),
+        Input::Timeout { now } => (*now, json!({"type": "timeout"})),
+        Input::TransportError {
+            now,
+            request,
+            message,
+        } => (
+            *now,
+            json!({"type": "transport_error", "request": request.0, "message": message}),
+        ),
+        Input::Reply {
+            now,
+            request,
+            reply,
+        } => {
+            let reply = match reply {
+                Reply::Redis(v) => redis(v),
+                Reply::Etcd(text) | Reply::ZooKeeper(text) | Reply::Kubernetes(text) => {
+                    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+                }
+                other => json!(format!("{other:?}")),
+            };
+            (
+                *now,
+                json!({"type": "reply", "request": request.0, "reply": reply}),
+            )
+        }
+    };
+    json!({"at_ms": ms(at), "input": input}).to_string()
+}
+
+/// Explores every schedule of `cfg`'s world up to its depth, breadth first, and
+/// returns what it found: the first violation comes with the shortest schedule.
+pub fn explore(cfg: &ModelConfig) -> Report {
+    let start = std::time::Instant::now();
+    let root = World::new(cfg);
+    let mut visited: HashSet<u128> = HashSet::new();
+    visited.insert(root.fingerprint());
+    // parent links: (parent node, action), node 0 the root
+    let mut nodes: Vec<(u32, Option<Action>)> = vec![(0, None)];
+    let mut frontier: Vec<(u32, World)> = vec![(0, root)];
+    let mut transitions = 0u64;
+    let mut depth = 0;
+    let mut complete = true;
+    let mut found: Option<u32> = None;
+    'levels: while depth < cfg.depth && !frontier.is_empty() {
+        let mut next = Vec::new();
+        for (node, world) in &frontier {
+            for action in world.actions(cfg) {
+                let mut w = world.clone();
+                w.apply(&action);
+                transitions += 1;
+                if !visited.insert(w.fingerprint()) {
+                    continue;
+                }
+                nodes.push((*node, Some(action)));
+                let id = (nodes.len() - 1) as u32;
+                if w.violation.is_some() {
+                    found = Some(id);
+                    depth += 1;
+                    break 'levels;
+                }
+                if nodes.len() >= cfg.max_states {
+                    complete = false;
+                    depth += 1;
+                    break 'levels;
+                }
+                next.push((id, w));
+            }
+        }
+        frontier = next;
+        depth += 1;
+    }
+    let exhausted = found.is_none() && complete && frontier.is_empty();
+    let violation = found.map(|id| {
+        let mut path = Vec::new();
+        let mut at = id;
+        while at != 0 {
+            let (parent, action) = &nodes[at as usize];
+            path.extend(action.clone());
+            at = *parent;
+        }
+        path.reverse();
+        replay(cfg, &path)
+    });
+    Report {
+        states: nodes.len() as u64,
+        transitions,
+        depth,
+        complete,
+        exhausted,
+        elapsed: start.elapsed(),
+        violation,
+    }
+}
+
+/// Replays `path` from the initial world, traced, into a counterexample.
+fn replay(cfg: &ModelConfig, path: &[Action]) -> Counterexample {
+    let mut w = World::new(cfg);
+    w.trace = Some((Vec::new(), vec![Vec::new(); cfg.clients]));
+    for action in path {
+        w.apply(action);
+    }
+    let (property, detail) = w.violation.clone().unwrap_or_default();
+    let (timeline, vectors) = w.trace.take().unwrap_or_default();
+    Counterexample {
+        property,
+        detail,
+        length: path.len(),
+        timeline,
+        vectors,
+    }
+}
