@@ -33,9 +33,9 @@
 //! in `docs/SIMULATION.md`); paths are kept only as parent links, and the counterexample
 //! is replayed once, traced.
 
+use core::fmt::Write as _;
 use core::hash::{Hash, Hasher};
 use core::time::Duration;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet};
 
 use crate::backends::etcd::{EtcdRequest, EtcdWatch};
@@ -251,9 +251,20 @@ struct Client {
     in_flight: BTreeMap<RequestId, HostRequest>,
     /// The machine's next timer, on its own clock.
     timer: Option<Instant>,
+    /// The hash of the contract's state, until the next input changes it (encoding a
+    /// machine is most of the cost of a state).
+    machine_hash: Option<u128>,
 }
 
 impl Client {
+    fn machine_fingerprint(&self) -> u128 {
+        let mut h = Fingerprint {
+            buf: Vec::with_capacity(4096),
+        };
+        self.contract.fingerprint(&mut h);
+        h.value()
+    }
+
     fn local(&self, now: Instant) -> Instant {
         Instant::from_nanos((now.as_nanos() as f64 * self.rate) as u64)
     }
@@ -329,6 +340,7 @@ impl World {
                     acquisitions: 0,
                     in_flight: BTreeMap::new(),
                     timer: None,
+                    machine_hash: None,
                 }
             })
             .collect();
@@ -638,6 +650,7 @@ impl World {
     }
 
     fn input(&mut self, c: usize, input: Input) {
+        self.clients[c].machine_hash = None;
         if let Some((_, vectors)) = &mut self.trace {
             vectors[c].push(vector_step(&input));
         }
@@ -913,34 +926,94 @@ impl World {
     }
 
     /// A 128-bit hash of the world's canonical encoding (messages as a multiset).
-    fn fingerprint(&self) -> u128 {
-        let mut a = DefaultHasher::new();
-        let mut b = DefaultHasher::new();
-        b.write_u8(0x5a);
-        for h in [&mut a, &mut b] {
-            self.now.hash(h);
-            for c in &self.clients {
-                c.contract.fingerprint(h);
-                (c.paused, &c.write_after_pause, &c.work, c.cycles_left).hash(h);
-                c.acquisitions.hash(h);
-                c.in_flight.hash(h);
-                c.timer.hash(h);
+    fn fingerprint(&mut self) -> u128 {
+        for c in &mut self.clients {
+            if c.machine_hash.is_none() {
+                c.machine_hash = Some(c.machine_fingerprint());
             }
-            let mut msgs: Vec<u64> = (self.net.iter())
-                .map(|m| {
-                    let mut mh = DefaultHasher::new();
-                    format!("{m:?}").hash(&mut mh);
-                    mh.finish()
-                })
-                .collect();
-            msgs.sort_unstable();
-            msgs.hash(h);
-            let text = format!("{:?}{:?}{:?}", self.server, self.resource, self.checker);
-            text.hash(h);
-            (self.drops, self.duplicates, self.pauses, self.cancels).hash(h);
-            self.highest_acquired.hash(h);
         }
-        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+        let mut h = Fingerprint {
+            buf: Vec::with_capacity(8192),
+        };
+        self.now.hash(&mut h);
+        for c in &self.clients {
+            c.machine_hash
+                .unwrap_or_else(|| c.machine_fingerprint())
+                .hash(&mut h);
+            (c.paused, &c.write_after_pause, &c.work, c.cycles_left).hash(&mut h);
+            c.acquisitions.hash(&mut h);
+            c.in_flight.hash(&mut h);
+            c.timer.hash(&mut h);
+        }
+        let mut msgs: Vec<u128> = (self.net.iter())
+            .map(|m| {
+                let mut mh = Fingerprint::default();
+                let _ = write!(mh, "{m:?}");
+                mh.value()
+            })
+            .collect();
+        msgs.sort_unstable();
+        msgs.hash(&mut h);
+        let _ = write!(h, "{:?}{:?}{:?}", self.server, self.resource, self.checker);
+        (self.drops, self.duplicates, self.pauses, self.cancels).hash(&mut h);
+        self.highest_acquired.hash(&mut h);
+        h.value()
+    }
+}
+
+/// A fast 128-bit hash (two multiply-rotate lanes over 8-byte words) of the bytes
+/// written, kept in a buffer and hashed at once (the encoding arrives in many small
+/// pieces): the state hash of the explorer, which encodes every state it reaches. Not
+/// keyed: nothing adversarial feeds it.
+#[derive(Default)]
+struct Fingerprint {
+    buf: Vec<u8>,
+}
+
+impl Fingerprint {
+    fn value(&self) -> u128 {
+        let (mut a, mut b) = (0u64, 0x1656_67B1_9E37_79F9u64);
+        let mut chunks = self.buf.chunks_exact(8);
+        let mut word = |w: u64| {
+            a = (a ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+            b = (b ^ w.rotate_left(17))
+                .wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+                .rotate_left(31);
+        };
+        for c in &mut chunks {
+            word(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
+        }
+        let mut last = [0u8; 8];
+        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        word(u64::from_le_bytes(last));
+        let len = self.buf.len() as u64;
+        let mix = |mut x: u64| {
+            x ^= x >> 33;
+            x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+            x ^= x >> 33;
+            x = x.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+            x ^ (x >> 33)
+        };
+        (u128::from(mix(a ^ len)) << 64) | u128::from(mix(b ^ len.rotate_left(32)))
+    }
+}
+
+impl Hasher for Fingerprint {
+    fn write(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        self.value() as u64
+    }
+}
+
+impl core::fmt::Write for Fingerprint {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.write(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -1012,7 +1085,7 @@ fn vector_step(input: &Input) -> String {
 /// returns what it found: the first violation comes with the shortest schedule.
 pub fn explore(cfg: &ModelConfig) -> Report {
     let start = std::time::Instant::now();
-    let root = World::new(cfg);
+    let mut root = World::new(cfg);
     let mut visited: HashSet<u128> = HashSet::new();
     visited.insert(root.fingerprint());
     // parent links: (parent node, action), node 0 the root
