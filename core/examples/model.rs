@@ -8,12 +8,14 @@ use fencepost_core::model::{explore, ModelBackend, ModelConfig};
 
 const USAGE: &str = "usage: model [--backend redis|etcd|redlock|every] [--depth N] [--clients N] \
 [--cycles N] [--drops N] [--duplicates N] [--pauses N] [--cancels N] [--drift] \
-[--max-states N] [--sabotage-rule1]";
+[--max-states N] [--clones N] [--sabotage-rule1 [--expect PROPERTY]]";
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut backends = vec![ModelBackend::Redis];
     let mut cfg = ModelConfig::new(ModelBackend::Redis, 12);
+    // with --expect, success is finding a violation of that property (a sabotage run)
+    let mut expect: Option<String> = None;
     let num = |v: Option<String>| -> u64 {
         v.and_then(|v| v.replace('_', "").parse().ok())
             .unwrap_or_else(|| {
@@ -47,8 +49,10 @@ fn main() {
             "--pauses" => cfg.pauses = num(args.next()) as u8,
             "--cancels" => cfg.cancels = num(args.next()) as u8,
             "--drift" => cfg.drift = true,
+            "--clones" => cfg.clones = num(args.next()) as usize,
             "--max-states" => cfg.max_states = num(args.next()) as usize,
             "--sabotage-rule1" => cfg.sabotage.validity_from_reply = true,
+            "--expect" => expect = args.next(),
             _ => {
                 eprintln!("{USAGE}");
                 std::process::exit(2)
@@ -85,9 +89,22 @@ fn main() {
             },
             r.elapsed.as_secs_f64().max(Duration::from_millis(1).as_secs_f64()),
         );
-        if let Some(v) = r.violation {
-            failed = true;
-            println!("{v}");
+        match (r.violation, &expect) {
+            (Some(v), Some(p)) if v.property == *p => {
+                println!(
+                    "found as expected, the shortest counterexample ({} steps):\n{v}",
+                    v.length
+                )
+            }
+            (Some(v), _) => {
+                failed = true;
+                println!("{v}");
+            }
+            (None, Some(p)) => {
+                failed = true;
+                println!("expected a violation of {p}, found none");
+            }
+            (None, None) => {}
         }
     }
     if failed {

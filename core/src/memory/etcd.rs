@@ -114,6 +114,25 @@ pub fn etcd_error(code: i64, message: &str) -> String {
 pub const WATCH_TIMEOUT_REPLY: &str = "{}";
 
 impl MemoryEtcd {
+    /// Writes the whole server state in a canonical order, whatever the history that
+    /// built it. Test-only (feature `model`): the model checker's state hash.
+    #[cfg(feature = "model")]
+    pub(crate) fn fingerprint(&self, out: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let mut deletes: Vec<_> = self.deletes.iter().collect();
+        deletes.sort();
+        write!(
+            out,
+            "{} {} {:?}{:?}{deletes:?} {} {} {:?}",
+            self.revision,
+            self.raft_term,
+            self.kvs,
+            self.leases,
+            self.next_lease_id,
+            self.min_ttl_s,
+            self.revoke_lag
+        )
+    }
+
     /// An empty server at revision 1.
     pub fn new() -> Self {
         Self::default()

@@ -25,6 +25,20 @@ pub struct MemoryRedis {
 }
 
 impl MemoryRedis {
+    /// Writes the whole key space in a canonical order (keys sorted), whatever the
+    /// history that built it. Test-only (feature `model`): the model checker's state
+    /// hash.
+    #[cfg(feature = "model")]
+    pub(crate) fn fingerprint(&self, out: &mut impl core::fmt::Write) -> core::fmt::Result {
+        fn sorted<V>(map: &HashMap<String, V>) -> Vec<(&String, &V)> {
+            let mut v: Vec<_> = map.iter().collect();
+            v.sort_by(|a, b| a.0.cmp(b.0));
+            v
+        }
+        let (keys, lists, zsets) = (sorted(&self.keys), sorted(&self.lists), sorted(&self.zsets));
+        write!(out, "{keys:?}{lists:?}{zsets:?}")
+    }
+
     /// An empty server.
     pub fn new() -> Self {
         Self::default()

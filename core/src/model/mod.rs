@@ -30,8 +30,9 @@
 //! deduplicated by a 128-bit hash of each world's canonical encoding
 //! ([`Machine::fingerprint`]), needs no dependency and gives the shortest counterexample.
 //! Cloning a world is cheaper than replaying its path from the initial state (measured
-//! in `docs/SIMULATION.md`); paths are kept only as parent links, and the counterexample
-//! is replayed once, traced.
+//! in `docs/SIMULATION.md`), but a world is about 9 KB: the frontier keeps up to
+//! [`ModelConfig::clones`] clones and rebuilds the rest by replay. Paths are kept as
+//! parent links, and the counterexample is replayed once, traced.
 
 use core::fmt::Write as _;
 use core::hash::{Hash, Hasher};
@@ -91,6 +92,11 @@ pub struct ModelConfig {
     pub options: LockOptions,
     /// Stop after this many distinct states (the report says the search was cut).
     pub max_states: usize,
+    /// At most this many states of the next level are kept as clones (about 9 KB
+    /// each with 2 clients); the rest are rebuilt by replaying their path from the
+    /// initial world when expanded: less memory, about 4 times the time at depth 9
+    /// (docs/SIMULATION.md). 0 replays every state.
+    pub clones: usize,
     /// Break a rule on purpose (tests of the checker).
     #[cfg(feature = "sabotage")]
     pub sabotage: crate::sabotage::Sabotage,
@@ -116,6 +122,7 @@ impl ModelConfig {
             epsilon: Duration::from_micros(1),
             options,
             max_states: 2_000_000,
+            clones: 50_000,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -954,7 +961,19 @@ impl World {
             .collect();
         msgs.sort_unstable();
         msgs.hash(&mut h);
-        let _ = write!(h, "{:?}{:?}{:?}", self.server, self.resource, self.checker);
+        let _ = match &self.server {
+            Server::Redis(r) => r.fingerprint(&mut h),
+            Server::Redlock(m) => (m.masters.iter()).try_for_each(|r| r.fingerprint(&mut h)),
+            Server::Etcd {
+                etcd,
+                watches,
+                holder,
+            } => etcd
+                .fingerprint(&mut h)
+                .and_then(|()| write!(h, "{watches:?}{holder:?}")),
+        };
+        // one resource name: the fence's map has one entry
+        let _ = write!(h, "{:?}{:?}", self.resource, self.checker);
         (self.drops, self.duplicates, self.pauses, self.cancels).hash(&mut h);
         self.highest_acquired.hash(&mut h);
         h.value()
@@ -1090,14 +1109,26 @@ pub fn explore(cfg: &ModelConfig) -> Report {
     visited.insert(root.fingerprint());
     // parent links: (parent node, action), node 0 the root
     let mut nodes: Vec<(u32, Option<Action>)> = vec![(0, None)];
-    let mut frontier: Vec<(u32, World)> = vec![(0, root)];
+    let mut frontier: Vec<(u32, Option<World>)> = vec![(0, Some(root))];
     let mut transitions = 0u64;
     let mut depth = 0;
     let mut complete = true;
     let mut found: Option<u32> = None;
     'levels: while depth < cfg.depth && !frontier.is_empty() {
         let mut next = Vec::new();
-        for (node, world) in &frontier {
+        for (node, kept) in &frontier {
+            let rebuilt;
+            let world = match kept {
+                Some(w) => w,
+                None => {
+                    let mut w = World::new(cfg);
+                    for action in path_to(&nodes, *node) {
+                        w.apply(&action);
+                    }
+                    rebuilt = w;
+                    &rebuilt
+                }
+            };
             for action in world.actions(cfg) {
                 let mut w = world.clone();
                 w.apply(&action);
@@ -1117,24 +1148,15 @@ pub fn explore(cfg: &ModelConfig) -> Report {
                     depth += 1;
                     break 'levels;
                 }
-                next.push((id, w));
+                let keep = next.len() < cfg.clones;
+                next.push((id, keep.then_some(w)));
             }
         }
         frontier = next;
         depth += 1;
     }
     let exhausted = found.is_none() && complete && frontier.is_empty();
-    let violation = found.map(|id| {
-        let mut path = Vec::new();
-        let mut at = id;
-        while at != 0 {
-            let (parent, action) = &nodes[at as usize];
-            path.extend(action.clone());
-            at = *parent;
-        }
-        path.reverse();
-        replay(cfg, &path)
-    });
+    let violation = found.map(|id| replay(cfg, &path_to(&nodes, id)));
     Report {
         states: nodes.len() as u64,
         transitions,
@@ -1144,6 +1166,19 @@ pub fn explore(cfg: &ModelConfig) -> Report {
         elapsed: start.elapsed(),
         violation,
     }
+}
+
+/// The actions from the initial world to `node`, following the parent links.
+fn path_to(nodes: &[(u32, Option<Action>)], node: u32) -> Vec<Action> {
+    let mut path = Vec::new();
+    let mut at = node;
+    while at != 0 {
+        let (parent, action) = &nodes[at as usize];
+        path.extend(action.clone());
+        at = *parent;
+    }
+    path.reverse();
+    path
 }
 
 /// Replays `path` from the initial world, traced, into a counterexample.
