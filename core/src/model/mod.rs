@@ -1109,7 +1109,8 @@ pub fn explore(cfg: &ModelConfig) -> Report {
     visited.insert(root.fingerprint());
     // parent links: (parent node, action), node 0 the root
     let mut nodes: Vec<(u32, Option<Action>)> = vec![(0, None)];
-    let mut frontier: Vec<(u32, Option<World>)> = vec![(0, Some(root))];
+    // boxed: a level of replayed states holds 8 bytes each, not a world's size
+    let mut frontier: Vec<(u32, Option<Box<World>>)> = vec![(0, Some(Box::new(root)))];
     let mut transitions = 0u64;
     let mut depth = 0;
     let mut complete = true;
@@ -1149,7 +1150,7 @@ pub fn explore(cfg: &ModelConfig) -> Report {
                     break 'levels;
                 }
                 let keep = next.len() < cfg.clones;
-                next.push((id, keep.then_some(w)));
+                next.push((id, keep.then(|| Box::new(w))));
             }
         }
         frontier = next;
