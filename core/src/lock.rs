@@ -322,7 +322,7 @@ pub(crate) struct Lock {
 /// What the recipe may read about a step of lock `name`.
 fn step_cx<'a>(
     name: &'a str,
-    options: &LockOptions,
+    options: &'a LockOptions,
     owner: &'a OwnerId,
     sent_at: Instant,
     part: u16,
@@ -339,6 +339,7 @@ fn step_cx<'a>(
         min_replicas: options.min_replicas,
         replica_timeout_ms: options.replica_timeout_ms(),
         part,
+        metadata: options.metadata.as_deref(),
     }
 }
 

@@ -79,6 +79,8 @@ names!("Redis script", RedisScript {
     ReleaseFair => "release_fair",
     IsLocked => "is_locked",
     ForceRelease => "force_release",
+    Inspect => "inspect",
+    List => "list",
 });
 
 names!("purpose", Purpose {

@@ -29,7 +29,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
+    payload, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId};
@@ -105,6 +106,18 @@ pub enum RedisScript {
     /// the first live waiter exactly as `ReleaseFair` does. `1` if a lease was
     /// deleted, else `0` (nothing else changes).
     ForceRelease,
+    /// Operator query. `KEYS = [lock, token, meta]` (plain) or `[lock, token, meta,
+    /// queue]` (fair): `{}` when the lease key is gone, else `{owner, pttl, token,
+    /// metadata, waiters}` (`''` for a missing token or metadata, waiters `-1` without a
+    /// queue). Reads only.
+    Inspect,
+    /// Operator listing, one bounded step. `KEYS = []`, `ARGV = [cursor, pattern,
+    /// count, fair]`: `SCAN cursor MATCH pattern COUNT count`, then for each lease key
+    /// found that still lives `{key, owner, pttl, token, metadata, waiters}` as
+    /// `Inspect` reads them; returns `{next cursor, found}`. Never `KEYS`. The other
+    /// keys of a lock are derived from its lease key, so on Redis Cluster a step sees
+    /// one node only.
+    List,
 }
 
 // The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
@@ -116,6 +129,7 @@ pub enum RedisScript {
 // raises the counter to `floor - 1` at once, so the `INCR` of a hand-off grant reaches
 // the floor; raising a counter is always safe (tokens only move up).
 const ACQUIRE_LUA: &str = r#"local floor = ARGV[3]
+if floor == '' then floor = nil end
 if floor and not string.match(floor, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR token floor must be a positive integer')
 end
@@ -129,23 +143,30 @@ local function next_token()
   return redis.call('GET', KEYS[2])
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
   return {1, next_token()}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
   return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
+// The metadata key (`…:meta`, see `RedisBackend::meta_key`) is reached from the lease
+// key, undeclared, so renewals and releases send the same keys with or without
+// metadata; it shares the lease key's hash tag, hence its Cluster slot.
 const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', string.sub(KEYS[1], 1, -5) .. 'meta', ARGV[2])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 "#;
 
 const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', string.sub(KEYS[1], 1, -5) .. 'meta')
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -223,6 +244,7 @@ const IS_LOCKED_LUA: &str = "return redis.call('EXISTS', KEYS[1])\n";
 // arguments shifted by one (no owner); a change to one belongs in both (scripts cannot
 // share code; MemoryRedis runs both through one `hand_off`).
 const FORCE_RELEASE_LUA: &str = r#"if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', string.sub(KEYS[1], 1, -5) .. 'meta')
 if #KEYS == 1 then return 1 end
 while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
@@ -246,6 +268,30 @@ while true do
   end
 end
 return 1
+"#;
+
+// Missing values read as '' (a nil would end the Lua array early); -1 waiters: no queue.
+const INSPECT_LUA: &str = r#"local owner = redis.call('GET', KEYS[1])
+if not owner then return {} end
+local waiters = -1
+if KEYS[4] then waiters = redis.call('ZCARD', KEYS[4]) end
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', waiters}
+"#;
+
+// One bounded SCAN step and each found lease's fields, as INSPECT_LUA reads them; the
+// other keys of a lock are derived from its lease key (`…:lock`).
+const LIST_LUA: &str = r#"local scan = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local found = {}
+for _, key in ipairs(scan[2]) do
+  local owner = redis.call('GET', key)
+  if owner then
+    local base = string.sub(key, 1, -5)
+    local waiters = -1
+    if ARGV[4] == '1' then waiters = redis.call('ZCARD', base .. 'queue') end
+    found[#found + 1] = {key, owner, redis.call('PTTL', key), redis.call('GET', base .. 'token') or '', redis.call('GET', base .. 'meta') or '', waiters}
+  end
+end
+return {scan[1], found}
 "#;
 
 // The fence key holds `<token>` (token-only write) or `<token>:<owner>` (owner-bound
@@ -273,7 +319,7 @@ return {1, token}
 
 impl RedisScript {
     /// Every script, for hosts that preload them with `SCRIPT LOAD`.
-    pub const ALL: [RedisScript; 8] = [
+    pub const ALL: [RedisScript; 10] = [
         RedisScript::Acquire,
         RedisScript::Renew,
         RedisScript::Release,
@@ -282,6 +328,8 @@ impl RedisScript {
         RedisScript::ReleaseFair,
         RedisScript::IsLocked,
         RedisScript::ForceRelease,
+        RedisScript::Inspect,
+        RedisScript::List,
     ];
 
     /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
@@ -295,12 +343,14 @@ impl RedisScript {
             RedisScript::ReleaseFair => RELEASE_FAIR_LUA,
             RedisScript::IsLocked => IS_LOCKED_LUA,
             RedisScript::ForceRelease => FORCE_RELEASE_LUA,
+            RedisScript::Inspect => INSPECT_LUA,
+            RedisScript::List => LIST_LUA,
         }
     }
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
-        static SHAS: [OnceLock<String>; 8] = [const { OnceLock::new() }; 8];
+        static SHAS: [OnceLock<String>; 10] = [const { OnceLock::new() }; 10];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
@@ -443,6 +493,71 @@ impl RedisBackend {
         }
     }
 
+    /// The holder metadata key of `name`: `{prefix}{{name}}:meta`, written by an
+    /// acquisition with [`crate::LockOptions::metadata`] with the lease's `PX`, extended
+    /// and deleted with the lease key.
+    pub fn meta_key(&self, name: &str) -> String {
+        self.tagged(name, "meta")
+    }
+
+    /// The operator query "who holds `name`?" ([`RedisScript::Inspect`]): owner, time
+    /// left (`PTTL`), token and metadata in one atomic read, plus the queue length when
+    /// fair. Read its reply with [`read_redis_inspect`].
+    pub fn inspect(&self, name: &str) -> RedisCommand {
+        let mut keys = vec![
+            self.lock_key(name),
+            self.token_key(name),
+            self.meta_key(name),
+        ];
+        if self.fair {
+            keys.push(self.tagged(name, "queue"));
+        }
+        RedisCommand {
+            script: RedisScript::Inspect,
+            keys,
+            args: vec![],
+            wait: None,
+        }
+    }
+
+    /// One step of the operator listing of the locks whose names start with `prefix`
+    /// ([`RedisScript::List`]), from `cursor` (`"0"` for the first step). Read its reply
+    /// with [`read_redis_list`]; send the next step with the cursor it returns, at most
+    /// [`REDIS_LIST_STEPS`] steps per listing.
+    pub fn list_step(&self, prefix: &str, cursor: &str) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::List,
+            keys: vec![],
+            args: vec![
+                cursor.to_owned(),
+                self.list_pattern(prefix),
+                REDIS_SCAN_COUNT.to_string(),
+                if self.fair { "1" } else { "0" }.to_owned(),
+            ],
+            wait: None,
+        }
+    }
+
+    /// The `SCAN … MATCH` pattern of the lease keys of names starting with `prefix`.
+    pub fn list_pattern(&self, prefix: &str) -> String {
+        let escape = |s: &str| {
+            s.chars().fold(String::new(), |mut out, c| {
+                if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                    out.push('\\');
+                }
+                out.push(c);
+                out
+            })
+        };
+        // a name that starts with '}' has a NUL before it inside the braces (`tagged`)
+        let pad = if prefix.starts_with('}') { "\0" } else { "" };
+        format!(
+            "{}{{{pad}{}*}}:lock",
+            escape(&self.key_prefix),
+            escape(prefix)
+        )
+    }
+
     /// How long a queued waiter stays in line without asking again: its longest park
     /// (`retry_max`) plus a claim window plus slack.
     fn presence_ms(retry_max_ms: u64) -> u64 {
@@ -460,6 +575,20 @@ impl RedisBackend {
         let mut cmd = self.acquire_without_floor(name, owner, ttl_ms, retry_max_ms);
         // the optional last ARGV: scripts called without it ask for no floor
         cmd.args.extend(floor.map(|f| f.to_string()));
+        cmd
+    }
+
+    /// The plain acquire with metadata: `KEYS = [lock, token, meta]`, `ARGV = [owner,
+    /// ttl_ms, floor or '', metadata]`.
+    fn acquire_with_metadata(&self, cx: &StepCx<'_>, metadata: &str) -> RedisCommand {
+        let mut cmd = self.acquire(cx.name, cx.owner, cx.ttl_ms, cx.retry_max_ms, None);
+        cmd.keys.push(self.meta_key(cx.name));
+        cmd.args
+            .push(cx.token_floor.map(|f| f.to_string()).unwrap_or_default());
+        // canonical text (keys in order, compact), whatever JSON the host encoded
+        let canonical = crate::decode_metadata(metadata).map(|m| crate::encode_metadata(&m));
+        cmd.args
+            .push(canonical.unwrap_or_else(|| metadata.to_owned()));
         cmd
     }
 
@@ -558,7 +687,11 @@ impl Recipe for RedisBackend {
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         let mut cmd = match step {
-            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, cx.token_floor),
+            Step::Acquire => match cx.metadata {
+                // check_acquire keeps metadata off fair locks
+                Some(metadata) if !self.fair => self.acquire_with_metadata(cx, metadata),
+                _ => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, cx.token_floor),
+            },
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             // a fair release hands the lock to the first live waiter for one park
             Step::Release(_) | Step::Cleanup => self.release(name, owner, cx.retry_max_ms),
@@ -757,6 +890,105 @@ pub fn read_redis_flag(v: &RedisValue) -> Result<bool, ProtocolError> {
             message: format!("operator script: expected 1 or 0, got {v:?}"),
         }),
     }
+}
+
+/// How many keys one listing step asks `SCAN` for.
+pub const REDIS_SCAN_COUNT: usize = 500;
+/// At most this many steps per listing, so a huge keyspace costs a bounded time.
+pub const REDIS_LIST_STEPS: usize = 1_000;
+
+fn text(v: &RedisValue) -> Option<String> {
+    match v {
+        RedisValue::Data(s) | RedisValue::Status(s) => Some(s.clone()),
+        RedisValue::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn operator_error(message: String) -> ProtocolError {
+    ProtocolError {
+        backend: "redis".to_owned(),
+        message,
+    }
+}
+
+/// `{owner, pttl, token, metadata, waiters}` as a holder of `name`. A fair reservation
+/// (`r:<owner>`) is shown as its owner.
+fn read_holder(name: String, fields: &[RedisValue]) -> Result<Holder, ProtocolError> {
+    let [owner, pttl, token, metadata, waiters] = fields else {
+        return Err(operator_error(format!(
+            "inspect: expected [owner, pttl, token, metadata, waiters], got {fields:?}"
+        )));
+    };
+    let owner = text(owner).ok_or_else(|| {
+        operator_error(format!("inspect: the lease key holds no string: {owner:?}"))
+    })?;
+    let metadata = text(metadata).filter(|m| !m.is_empty());
+    Ok(Holder {
+        name,
+        owner: Some(owner.trim_start_matches("r:").to_owned()),
+        token: text(token)
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(FencingToken),
+        ttl_left: as_int(pttl)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(core::time::Duration::from_millis),
+        waiters: as_int(waiters).and_then(|n| u64::try_from(n).ok()),
+        // display only: text another writer left that is no JSON object of strings reads
+        // as none
+        metadata: metadata.as_deref().and_then(crate::decode_metadata),
+    })
+}
+
+/// Reads the reply of [`RedisBackend::inspect`]: the holder of `name`, or `None` when
+/// nobody holds it.
+///
+/// Errors: [`ProtocolError`] for an error reply or any other shape.
+pub fn read_redis_inspect(name: &str, v: &RedisValue) -> Result<Option<Holder>, ProtocolError> {
+    match v {
+        RedisValue::Array(items) if items.is_empty() => Ok(None),
+        RedisValue::Array(items) => read_holder(name.to_owned(), items).map(Some),
+        RedisValue::Nil => Ok(None),
+        RedisValue::Error(e) => Err(operator_error(format!("inspect: server error reply: {e}"))),
+        _ => Err(operator_error(format!(
+            "inspect: expected an array, got {v:?}"
+        ))),
+    }
+}
+
+/// Reads the reply of one [`RedisBackend::list_step`]: the next cursor (`None`: the scan
+/// is complete) and the holders found in this step, in the server's order.
+///
+/// Errors: [`ProtocolError`] for an error reply or any other shape.
+pub fn read_redis_list(
+    backend: &RedisBackend,
+    v: &RedisValue,
+) -> Result<(Option<String>, Vec<Holder>), ProtocolError> {
+    let shape = || operator_error(format!("list: expected [cursor, [holders]], got {v:?}"));
+    if let RedisValue::Error(e) = v {
+        return Err(operator_error(format!("list: server error reply: {e}")));
+    }
+    let RedisValue::Array(parts) = v else {
+        return Err(shape());
+    };
+    let [cursor, RedisValue::Array(found)] = parts.as_slice() else {
+        return Err(shape());
+    };
+    let cursor = text(cursor).ok_or_else(shape)?;
+    let mut holders = Vec::with_capacity(found.len());
+    for entry in found {
+        let RedisValue::Array(fields) = entry else {
+            return Err(shape());
+        };
+        let Some((key, fields)) = fields.split_first() else {
+            return Err(shape());
+        };
+        // a key under the pattern that is no lease key of this prefix is not a lock
+        if let Some(name) = text(key).and_then(|k| backend.lock_name(&k)) {
+            holders.push(read_holder(name, fields)?);
+        }
+    }
+    Ok(((cursor != "0").then_some(cursor), holders))
 }
 
 pub(crate) fn read_owner_check(v: &RedisValue) -> Result<Read, ReadError> {

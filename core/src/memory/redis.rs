@@ -104,7 +104,10 @@ impl MemoryRedis {
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
         let arity_ok = match cmd.script {
-            RedisScript::Acquire => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
+            RedisScript::Acquire => {
+                (keys.len() == 2 && (args.len() == 2 || args.len() == 3))
+                    || (keys.len() == 3 && args.len() == 4)
+            }
             RedisScript::FencedSet => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
             RedisScript::Release => keys.len() == 1 && args.len() == 1,
@@ -114,6 +117,8 @@ impl MemoryRedis {
             RedisScript::ForceRelease => {
                 (keys.len() == 1 && args.is_empty()) || (keys.len() == 3 && args.len() == 3)
             }
+            RedisScript::Inspect => (keys.len() == 3 || keys.len() == 4) && args.is_empty(),
+            RedisScript::List => keys.is_empty() && args.len() == 4,
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -126,6 +131,8 @@ impl MemoryRedis {
             RedisScript::AcquireFair => args.get(3),
             _ => None,
         };
+        // a metadata acquire without a floor sends '' in its place
+        let floor = floor.filter(|f| !f.is_empty());
         let floor = match floor.map(|f| parse_floor(f)) {
             None => None,
             Some(Some(f)) => Some(f),
@@ -138,6 +145,13 @@ impl MemoryRedis {
                 let Some(ttl) = parse_ms(&args[1]) else {
                     return RedisValue::Error("ERR invalid expire time".to_owned());
                 };
+                let granted = match self.get(now, &keys[0]) {
+                    Some(holder) => holder == args[0],
+                    None => true,
+                };
+                if let (true, Some(meta), Some(value)) = (granted, keys.get(2), args.get(3)) {
+                    self.set(meta, value, Some(now + ttl));
+                }
                 match self.get(now, &keys[0]).map(str::to_owned) {
                     Some(holder) if holder == args[0] => {
                         self.set_expiry(&keys[0], now + ttl);
@@ -164,6 +178,7 @@ impl MemoryRedis {
                 };
                 if self.get(now, &keys[0]) == Some(args[0].as_str()) {
                     self.set_expiry(&keys[0], now + ttl);
+                    self.set_expiry(&meta_key(&keys[0]), now + ttl);
                     RedisValue::Int(1)
                 } else {
                     RedisValue::Int(0)
@@ -172,6 +187,7 @@ impl MemoryRedis {
             RedisScript::Release => {
                 if self.get(now, &keys[0]) == Some(args[0].as_str()) {
                     self.keys.remove(&keys[0]);
+                    self.keys.remove(&meta_key(&keys[0]));
                     RedisValue::Int(1)
                 } else {
                     RedisValue::Int(0)
@@ -252,6 +268,7 @@ impl MemoryRedis {
                     return RedisValue::Int(0);
                 }
                 self.keys.remove(&keys[0]);
+                self.keys.remove(&meta_key(&keys[0]));
                 if keys.len() == 3 {
                     let Some(claim) = parse_ms(&args[0]) else {
                         return RedisValue::Error("ERR invalid expire time".to_owned());
@@ -264,6 +281,36 @@ impl MemoryRedis {
                     }
                 }
                 RedisValue::Int(1)
+            }
+            RedisScript::Inspect => {
+                let base = keys[0].strip_suffix("lock").unwrap_or(&keys[0]);
+                let queue = keys.get(3).map(String::as_str);
+                self.inspect_fields(now, base, queue)
+                    .map_or(RedisValue::Array(vec![]), RedisValue::Array)
+            }
+            RedisScript::List => {
+                // one step holds every match: the key space is small and has no cursor
+                let mut found: Vec<&String> = self
+                    .keys
+                    .keys()
+                    .filter(|k| glob_match(args[1].as_bytes(), k.as_bytes()))
+                    .collect();
+                found.sort();
+                let fair = args[3] == "1";
+                let found = found
+                    .into_iter()
+                    .filter_map(|key| {
+                        let base = key.strip_suffix("lock")?;
+                        let queue = fair.then(|| format!("{base}queue"));
+                        let mut fields = self.inspect_fields(now, base, queue.as_deref())?;
+                        fields.insert(0, RedisValue::Data(key.clone()));
+                        Some(RedisValue::Array(fields))
+                    })
+                    .collect();
+                RedisValue::Array(vec![
+                    RedisValue::Data("0".to_owned()),
+                    RedisValue::Array(found),
+                ])
             }
             RedisScript::FencedSet => {
                 let Ok(token) = args[0].parse::<i64>() else {
@@ -375,6 +422,27 @@ impl MemoryRedis {
         );
     }
 
+    /// The Inspect script's `{owner, pttl, token, metadata, waiters}` for the lock whose
+    /// keys start with `base` (`…}:`), or `None` when its lease key is gone.
+    fn inspect_fields(
+        &self,
+        now: Instant,
+        base: &str,
+        queue: Option<&str>,
+    ) -> Option<Vec<RedisValue>> {
+        let lock = format!("{base}lock");
+        let owner = self.get(now, &lock)?.to_owned();
+        let text = |key: String| RedisValue::Data(self.get(now, &key).unwrap_or("").to_owned());
+        let waiters = queue.map_or(-1, |q| self.zsets.get(q).map_or(0, |z| z.len() as i64));
+        Some(vec![
+            RedisValue::Data(owner),
+            RedisValue::Int(self.pttl(now, &lock).unwrap_or(-2)),
+            text(format!("{base}token")),
+            text(format!("{base}meta")),
+            RedisValue::Int(waiters),
+        ])
+    }
+
     fn set_expiry(&mut self, key: &str, at: Instant) {
         if let Some(e) = self.keys.get_mut(key) {
             e.expires_at = Some(at);
@@ -402,6 +470,25 @@ impl MemoryRedis {
 }
 
 /// A token floor as the scripts accept it: a positive decimal integer Redis can count.
+/// The metadata key the scripts derive from a lease key (`…:lock` → `…:meta`).
+fn meta_key(lock: &str) -> String {
+    format!("{}meta", lock.strip_suffix("lock").unwrap_or(lock))
+}
+
+/// Redis glob matching as `SCAN … MATCH` does it, for `*`, `?` and `\` escapes (the
+/// listing pattern uses no classes).
+fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && glob_match(rest, &s[1..]),
+        Some((b'\\', rest)) if !rest.is_empty() => {
+            s.first() == Some(&rest[0]) && glob_match(&rest[1..], &s[1..])
+        }
+        Some((c, rest)) => s.first() == Some(c) && glob_match(rest, &s[1..]),
+    }
+}
+
 fn parse_floor(s: &str) -> Option<i64> {
     s.parse::<i64>()
         .ok()

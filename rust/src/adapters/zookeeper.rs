@@ -187,6 +187,7 @@ impl Inner {
                         // the session, not the node, has a deadline; the server does not say it
                         ttl_left: None,
                         waiters: Some((contenders.len() - i - 1) as u64),
+                        metadata: None,
                     }));
                 }
                 Err(zk::Error::NoNode) => continue,
