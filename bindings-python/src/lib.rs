@@ -2153,6 +2153,109 @@ fn read_redis_flag(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<bool> {
     redis::read_redis_flag(&to_redis_value(reply, 0)).map_err(|e| protocol_error(py, &e))
 }
 
+/// The operator query "who holds lock `name`?" on Redis as a `Command` (script
+/// "inspect"): owner, time left, token and metadata in one atomic read, with `fair` the
+/// queue length too. Read its reply with `read_redis_inspect`.
+///
+/// Errors: `ConfigError` for arguments of the wrong type.
+#[pyfunction]
+fn redis_inspect(
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    fair: bool,
+) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        fair,
+    };
+    Ok(Command {
+        cmd: settings.inspect(&arg_str(name, "name")?),
+    })
+}
+
+/// One step of the operator listing of the locks whose names start with `prefix`, from
+/// `cursor` ("0" first), as a `Command` (script "list": one bounded `SCAN`, never
+/// `KEYS`). Read its reply with `read_redis_list`; at most `REDIS_LIST_STEPS` steps.
+///
+/// Errors: `ConfigError` for arguments of the wrong type.
+#[pyfunction]
+fn redis_list_step(
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    cursor: &Bound<'_, PyAny>,
+    fair: bool,
+) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        fair,
+    };
+    Ok(Command {
+        cmd: settings.list_step(&arg_str(prefix, "prefix")?, &arg_str(cursor, "cursor")?),
+    })
+}
+
+/// A holder as the dict `fencepost.Holder` is built from: `name`, `owner` (str or
+/// None), `token` (int or None), `ttl_left_ns` (int or None), `waiters` (int or None),
+/// `metadata` (dict of str or None).
+fn holder_dict<'py>(py: Python<'py>, h: &fencepost_core::Holder) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &h.name)?;
+    d.set_item("owner", h.owner.as_deref())?;
+    d.set_item("token", h.token.map(|t| t.0))?;
+    d.set_item(
+        "ttl_left_ns",
+        h.ttl_left
+            .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+    )?;
+    d.set_item("waiters", h.waiters)?;
+    d.set_item("metadata", h.metadata.as_ref())?;
+    Ok(d)
+}
+
+/// Reads the reply of `redis_inspect`: the holder's dict (see `Holder`), or None when
+/// nobody holds lock `name`.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_redis_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let name = arg_str(name, "name")?;
+    match redis::read_redis_inspect(&name, &to_redis_value(reply, 0)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of one `redis_list_step`: `(next_cursor, holders)`, `next_cursor`
+/// None once the scan is complete, `holders` the dicts of the locks found in this step.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_redis_list<'py>(
+    py: Python<'py>,
+    key_prefix: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<(Option<String>, Vec<Bound<'py, PyDict>>)> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..RedisSettings::default()
+    };
+    match redis::read_redis_list(&settings, &to_redis_value(reply, 0)) {
+        Ok((next, holders)) => Ok((
+            next,
+            holders
+                .iter()
+                .map(|h| holder_dict(py, h))
+                .collect::<PyResult<_>>()?,
+        )),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// The operator query "who holds lock `name`?" on etcd: a range read of the key with
 /// the lowest create revision under the lock's prefix. Read it with `read_etcd_holder`.
 ///
@@ -2446,6 +2549,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(redis_is_locked, m)?)?;
     m.add_function(wrap_pyfunction!(redis_force_release, m)?)?;
     m.add_function(wrap_pyfunction!(read_redis_flag, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_list_step, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_list, m)?)?;
+    m.add("REDIS_LIST_STEPS", redis::REDIS_LIST_STEPS)?;
     m.add_function(wrap_pyfunction!(etcd_holder_range, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_holder, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_leader_range, m)?)?;

@@ -140,6 +140,7 @@ OPTION_FIELDS = (
     "token_floor",
     "min_replicas",
     "replica_timeout_ms",
+    "metadata",
 )
 
 #: The core's ``LockOptions::default()`` (README, "Options"), as ``Machine.acquire``
@@ -212,6 +213,11 @@ def lock_options(*layers: Dict[str, Any]) -> Dict[str, Any]:
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                     raise VectorError(f"options: token_floor must be null or a token, got {value!r}")
                 out[key] = value
+            elif key == "metadata":
+                # an object of strings in the vector, its JSON text in the core
+                if not isinstance(value, dict):
+                    raise VectorError(f"options: metadata must be an object, got {value!r}")
+                out[key] = json.dumps(value)
             elif key == "drift_factor":
                 if not is_number(value):
                     raise VectorError(f"options: drift_factor must be a number, got {value!r}")

@@ -1140,6 +1140,68 @@ mod tests {
     }
 
     #[test]
+    fn metadata_is_refused_on_fair_redis_and_other_backends() {
+        let mut o = crate::LockOptions::ttl(core::time::Duration::from_secs(10));
+        o.metadata = Some(r#"{"host":"a"}"#.to_owned());
+        assert_eq!(crate::Backend::default().check_acquire("r", &o), Ok(()));
+        let fair = crate::Backend::Redis(RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        });
+        let pg = crate::Backend::Postgres(Default::default());
+        for b in [fair, pg] {
+            let err = b.check_acquire("r", &o).unwrap_err();
+            assert!(
+                err.to_string().starts_with("metadata: not supported"),
+                "{err}"
+            );
+        }
+        o.metadata = Some(r#"{"pid":7}"#.to_owned());
+        let err = crate::Backend::default()
+            .check_acquire("r", &o)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("metadata: must be a JSON object"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inspect_and_list_replies_are_read_into_holders() {
+        use RedisValue::*;
+        let b = RedisBackend::default();
+        assert_eq!(read_redis_inspect("r", &Array(vec![])), Ok(None));
+        let fields = |owner: &str| {
+            vec![
+                Data(owner.into()),
+                Int(1500),
+                Data("7".into()),
+                Data(r#"{"host":"a"}"#.into()),
+                Int(-1),
+            ]
+        };
+        let h = read_redis_inspect("r", &Array(fields(&"ab".repeat(16))))
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.token, Some(FencingToken(7)));
+        assert_eq!(h.ttl_left, Some(core::time::Duration::from_millis(1500)));
+        assert_eq!(h.waiters, None);
+        assert_eq!(h.metadata.unwrap()["host"], "a");
+        assert!(read_redis_inspect("r", &Int(1)).is_err());
+        let mut entry = vec![Data(b.lock_key("job"))];
+        entry.extend(fields("r:owner"));
+        let reply = Array(vec![Data("17".into()), Array(vec![Array(entry)])]);
+        let (next, found) = read_redis_list(&b, &reply).unwrap();
+        assert_eq!(next.as_deref(), Some("17"));
+        assert_eq!(found[0].name, "job");
+        assert_eq!(found[0].owner.as_deref(), Some("owner"));
+        let done = Array(vec![Data("0".into()), Array(vec![])]);
+        assert_eq!(read_redis_list(&b, &done), Ok((None, vec![])));
+        assert_eq!(b.list_pattern("a*"), "fencepost:{a\\**}:lock");
+    }
+
+    #[test]
     fn owner_checks_accept_only_one_or_zero() {
         assert_eq!(read_owner_check(&RedisValue::Int(1)), Ok(Read::Done));
         assert_eq!(read_owner_check(&RedisValue::Int(0)), Ok(Read::NotHeld));
