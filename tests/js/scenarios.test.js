@@ -93,7 +93,8 @@ const OPTIONS = {
   accept_failover_risk: 'acceptFailoverRisk',
   token_floor: 'tokenFloor',
   min_replicas: 'minReplicas',
-  replica_timeout_ms: 'replicaTimeoutMs'
+  replica_timeout_ms: 'replicaTimeoutMs',
+  metadata: 'metadata'
 }
 /** JavaScript option → the core's option name in a usage error. */
 const CORE_OPTION = {
