@@ -103,6 +103,14 @@ pub fn decode_metadata(text: &str) -> Option<std::collections::BTreeMap<String, 
     serde_json::from_str(text).ok()
 }
 
+impl LockOptions {
+    /// These options with `metadata` stored with each grant ([`LockOptions::metadata`]).
+    pub fn with_metadata(mut self, metadata: &std::collections::BTreeMap<String, String>) -> Self {
+        self.metadata = Some(encode_metadata(metadata));
+        self
+    }
+}
+
 /// The longest TTL accepted: 2^31 ms (about 24.8 days).
 pub const MAX_TTL: Duration = Duration::from_millis(1 << 31);
 
