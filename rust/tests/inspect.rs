@@ -60,6 +60,10 @@ async fn metadata_round_trips_and_list_is_prefix_filtered() {
             )
             .await
             .unwrap();
+        let standard = fencepost::standard_metadata(Some("nightly"));
+        for key in ["pid", "process", "acquired_at", "label"] {
+            assert!(standard.contains_key(key), "{key}: {standard:?}");
+        }
         let listed = client.list(&name, 10).await.unwrap();
         let names: Vec<_> = listed.iter().map(|h| h.name.clone()).collect();
         assert_eq!(names, vec![name.clone(), format!("{name}:b")], "{label}");
