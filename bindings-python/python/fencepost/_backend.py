@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Unio
 from . import _core
 from ._driver import AsyncDriver, Reachability, ThreadDriver
 from ._holder import Holder
+from ._leader import Leader
 from .errors import BackendError, ConfigError
 from ._units import Seconds, _count, _seconds_to_ns
 from .observe import ObserveCallback, Observer
@@ -434,17 +435,35 @@ class Backend:
         return ConfigError(
             f"{self._label()} cannot say who leads an election: it keeps only the "
             "holder's owner id with the lock (Election.leader() and observe() are "
-            "available on EtcdBackend)",
+            "available on EtcdBackend, plain RedisBackend and MemoryBackend)",
             kind="unsupported",
         )
 
+    def _keeps_leader_metadata(self) -> bool:
+        """Whether an election keeps its leader's record as the lease's metadata here
+        (plain Redis and memory: the backends that store metadata)."""
+        spec = self._machine_spec()
+        return spec.get("kind") == "redis" and not spec.get("fair", False)
+
+    @staticmethod
+    def _leader_from_holder(holder: Optional[Holder]) -> Any:
+        if holder is None:
+            return None
+        meta = holder.metadata or {}
+        # a holder whose metadata is no election record (a plain lock) names no leader
+        return Leader(identity=meta.get("identity"), value=meta.get("value"), token=holder.token or 0)
+
     async def _leader_async(self, name: str) -> Any:
         """The current leader of election ``name`` (a ``fencepost.Leader``) or None."""
-        raise self._no_leader()
+        if not self._keeps_leader_metadata():
+            raise self._no_leader()
+        return self._leader_from_holder(await self.inspect(name))
 
     def _leader_sync(self, name: str) -> Any:
         """Blocking :meth:`_leader_async`."""
-        raise self._no_leader()
+        if not self._keeps_leader_metadata():
+            raise self._no_leader()
+        return self._leader_from_holder(self.inspect_sync(name))
 
     # -- operator queries: is it locked? free it --
 
