@@ -274,6 +274,23 @@ function createBackends (native, LockMachine, fence) {
      * acquiring. Rejects with BackendError (unreachable), ProtocolError, ConfigError (a
      * name that is not a string).
      */
+    /** Whether an election keeps its leader's record as the lease's metadata here: plain
+     * (not fair) Redis, the backends that store metadata. */
+    _keepsLeaderMetadata () { return !this._fair }
+
+    /** The leader of election `name` as `Election.leader()` reads it: the holder's
+     * metadata as the record `{ identity, value }`, or null when nobody holds it. */
+    async _leader (name) {
+      if (!this._keepsLeaderMetadata()) {
+        throw new ConfigError(`${this.constructor.name} with fair hand-off cannot say who leads an election: a hand-off grant stores no metadata (leader() and observe() are available on EtcdBackend and on Redis backends without fair hand-off)`, { kind: 'unsupported' })
+      }
+      const found = await this.inspect(name)
+      if (found === null) return null
+      const meta = found.metadata
+      if (meta === null || typeof meta.identity !== 'string') return { token: found.token, value: null, pending: true }
+      return { token: found.token, value: JSON.stringify({ identity: meta.identity, value: meta.value ?? null }), pending: false }
+    }
+
     async inspect (name) {
       check.string(name, 'lock name')
       const command = translate(() => native.redisInspect(this._keyPrefix, name, this._fair))
