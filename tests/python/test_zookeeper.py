@@ -83,13 +83,13 @@ def test_fifo_hand_off_of_three_waiters_without_polling(zk: Any) -> None:
     name = unique("fifo")
     opts = dict(ttl=zk.session_timeout, acquire_timeout=20.0)
     calls: List[str] = []
-    run = zk._call
+    run = zk._calls
 
-    def counting(spec: Any, left: Any) -> Any:
+    def counting(spec: Any) -> Any:
         calls.append(spec["call"])
-        return run(spec, left)
+        return run(spec)
 
-    zk._call = counting
+    zk._calls = counting
     holder = fencepost.Lock(zk, name, **opts).acquire_sync()
     order: List[int] = []
     threads = []
