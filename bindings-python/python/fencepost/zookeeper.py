@@ -2,8 +2,8 @@
 
 ``ZooKeeperBackend(KazooClient(hosts="127.0.0.1:2181", timeout=10.0))`` serves the
 blocking API (``with lock``, ``lock.acquire_sync()``) and asyncio (``async with lock``,
-``await lock.acquire()``; kazoo's calls then run on worker threads, so the event loop
-never blocks). Requires ``kazoo`` (``pip install kazoo``) and ZooKeeper ≥ 3.5
+``await lock.acquire()``; the event loop never blocks: it hears of kazoo's replies
+through kazoo's callbacks). Requires ``kazoo`` (``pip install kazoo``) and ZooKeeper ≥ 3.5
 (``create2``, multi-op transactions).
 
 **Why ZooKeeper for correctness locks.** Every write goes through the ensemble's
@@ -95,6 +95,8 @@ async def _awaited(loop: asyncio.AbstractEventLoop, result: Any, limit: Optional
 
     result.rawlink(ready)
     try:
+        if limit is None:
+            return await future
         done, _ = await asyncio.wait({future}, timeout=limit)
     finally:
         result.unlink(ready)
@@ -386,15 +388,24 @@ class ZooKeeperBackend(Backend):
         call = spec["call"]
         if call == "create":
             # makepath: the parents are made only when the create finds them missing
-            path, stat = yield zk.create_async(
+            created = zk.create_async(
                 spec["path"],
                 spec["data"].encode(),
                 ephemeral=True,
                 sequence=True,
                 makepath=True,
                 include_data=True,
-            ), None
-            return {"path": path, "stat": _stat(stat)}
+            )
+            # sent right behind the create, it sees the new node (a session's requests
+            # run in order): both in one round trip
+            listed = zk.get_children_async(spec["path"].rsplit("/", 1)[0])
+            path, stat = yield created, None
+            doc: Dict[str, Any] = {"path": path, "stat": _stat(stat)}
+            try:
+                doc["children"] = list((yield listed, None))
+            except Exception:  # left out: the recipe lists the children itself
+                pass
+            return doc
         if call == "children":
             children = yield zk.get_children_async(spec["path"]), None
             return {"children": list(children)}
