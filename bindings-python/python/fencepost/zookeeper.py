@@ -56,7 +56,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Set, Tuple, Union
 
 from . import _core
 from ._backend import Backend
@@ -193,6 +193,8 @@ class ZooKeeperBackend(Backend):
         self.root = root
         self.naming = naming
         self._negotiated_ms: Optional[int] = None
+        #: The wake-ups of the watches under way (``close`` ends them).
+        self._watches: Set[Any] = set()
         self._hook_connect(client)
         try:
             client.start(timeout=start_timeout)
@@ -479,6 +481,7 @@ class ZooKeeperBackend(Backend):
             return True  # one state change is enough: remove the listener
 
         zk.add_listener(on_state)
+        self._watches.add(fired)
         try:
             stat = yield zk.exists_async(path, watch=on_node), timeout
             if stat is _TIMED_OUT:
@@ -488,7 +491,16 @@ class ZooKeeperBackend(Backend):
             what = yield fired, max(end - time.monotonic(), 0.0)
             return "timeout" if what is _TIMED_OUT else str(what)
         finally:
+            self._watches.discard(fired)
             zk.remove_listener(on_state)
+
+    def _close_drivers(self) -> Any:
+        # a caller of acquire_sync parked on a watch wakes at once, to hear BackendError
+        drivers = super()._close_drivers()
+        for fired in list(self._watches):
+            if not fired.ready():
+                fired.set("session")
+        return drivers
 
     # -- fenced writes --
 
