@@ -90,6 +90,26 @@ def test_a_fair_hand_off_tells_the_waiter(name: str) -> None:
         backend.close()
 
 
+@pytest.mark.skipif(not REDIS_URL, reason="FENCEPOST_REDIS_URL is not set (scripts/test sets it)")
+def test_a_grant_that_left_no_record_makes_the_next_one_unknown(name: str) -> None:
+    import redis
+
+    backend = fencepost.backend_from_url(REDIS_URL or "")
+    raw = redis.Redis.from_url(REDIS_URL or "")
+    try:
+        with fencepost.Lock(backend, name, ttl=5.0) as first:
+            assert first.previous == "none"
+        # a grant by a client that keeps no record (an older fencepost): the counter moves
+        raw.incr(f"fencepost:{{{name}}}:token")
+        with fencepost.Lock(backend, name, ttl=5.0) as lease:
+            assert lease.previous == "unknown"
+        with fencepost.Lock(backend, name, ttl=5.0) as lease:
+            assert lease.previous == "released"
+    finally:
+        backend.close()
+        raw.close()
+
+
 @pytest.mark.skipif(not ETCD_URL, reason="FENCEPOST_ETCD_URL is not set (scripts/test sets it)")
 def test_etcd_keeps_no_record(name: str) -> None:
     backend = fencepost.backend_from_url(ETCD_URL or "")

@@ -67,8 +67,9 @@ pub enum RedisScript {
     /// another: `{0, pttl}`. A floor that is not a positive decimal integer is an
     /// error reply. A new grant's reply has a third item saying how the previous
     /// holder ended (`released`, `expired`, `none`, `unknown`), from the `last` key
-    /// beside the lock's (`p{name}:last`: the latest grant's owner id, with
-    /// ` released` appended by its holder's own release), which the grant rewrites.
+    /// beside the lock's (`p{name}:last`: the latest grant's `<owner> <token>`, with
+    /// ` released` appended by its holder's own release; a record of another token than
+    /// the counter's is `unknown`), which the grant rewrites.
     Acquire,
     /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
     /// Never re-creates a missing key (DESIGN.md rule 3).
@@ -136,21 +137,26 @@ local function next_token()
   end
   return redis.call('GET', KEYS[2])
 end
--- how the previous holder ended: `p{name}:last` holds the last grant's owner id, with
--- " released" once its holder's own release ran (never a cleanup's); no token counter
--- yet: the first grant
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
 local function previous()
-  local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
-  local last = redis.call('GET', last_key)
-  redis.call('SET', last_key, ARGV[1])
-  if not redis.call('GET', KEYS[2]) then return 'none' end
-  if not last then return 'unknown' end
-  if string.sub(last, -9) == ' released' then return 'released' end
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
   return 'expired'
 end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local before = previous()
-  return {1, next_token(), before}
+  return granted(previous())
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -168,8 +174,9 @@ return 0
 
 const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
-  if ARGV[2] ~= 'cleanup' and redis.call('GET', last_key) == ARGV[1] then
-    redis.call('SET', last_key, ARGV[1] .. ' released')
+  local last = redis.call('GET', last_key)
+  if ARGV[2] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+    redis.call('SET', last_key, last .. ' released')
   end
   return redis.call('DEL', KEYS[1])
 end
@@ -188,17 +195,23 @@ local function next_token()
   if below_floor() then redis.call('SET', KEYS[2], floor) else redis.call('INCR', KEYS[2]) end
   return redis.call('GET', KEYS[2])
 end
--- how the previous holder ended: `p{name}:last` holds the last grant's owner id, with
--- " released" once its holder's own release ran (never a cleanup's); no token counter
--- yet: the first grant
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
 local function previous()
-  local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
-  local last = redis.call('GET', last_key)
-  redis.call('SET', last_key, ARGV[1])
-  if not redis.call('GET', KEYS[2]) then return 'none' end
-  if not last then return 'unknown' end
-  if string.sub(last, -9) == ' released' then return 'released' end
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
   return 'expired'
+end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -213,8 +226,7 @@ if (not holder) or holder == 'r:' .. ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('DEL', KEYS[5], KEYS[6])
-  local before = previous()
-  return {1, next_token(), before}
+  return granted(previous())
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
@@ -235,9 +247,10 @@ if holder ~= ARGV[1] and holder ~= 'r:' .. ARGV[1] then
   return 0
 end
 local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
+local last = redis.call('GET', last_key)
 local fate = 'expired'
-if ARGV[5] ~= 'cleanup' and redis.call('GET', last_key) == ARGV[1] then
-  redis.call('SET', last_key, ARGV[1] .. ' released')
+if ARGV[5] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+  redis.call('SET', last_key, last .. ' released')
   fate = 'released'
 end
 redis.call('DEL', KEYS[1])
@@ -249,9 +262,9 @@ while true do
   if alive and string.sub(alive, 1, 2) == 't:' then
     local ttl = string.sub(alive, 3)
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
-    redis.call('SET', last_key, waiter)
     redis.call('INCR', KEYS[4])
     local token = redis.call('GET', KEYS[4])
+    redis.call('SET', last_key, waiter .. ' ' .. token)
     redis.call('DEL', ARGV[3] .. waiter)
     redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token .. ' ' .. fate)
     redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
@@ -281,9 +294,9 @@ while true do
   if alive and string.sub(alive, 1, 2) == 't:' then
     local ttl = string.sub(alive, 3)
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
-    redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', waiter)
     redis.call('INCR', KEYS[3])
     local token = redis.call('GET', KEYS[3])
+    redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', waiter .. ' ' .. token)
     redis.call('DEL', ARGV[2] .. waiter)
     redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token .. ' expired')
     redis.call('PEXPIRE', ARGV[3] .. waiter, ttl)

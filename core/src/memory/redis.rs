@@ -84,8 +84,8 @@ impl MemoryRedis {
                     return Err(RedisValue::Error("ERR invalid expire time".to_owned()));
                 };
                 self.set(lock, &head, Some(now + ttl));
-                self.set(&last_key(lock), &head, None);
                 let token = self.incr(now, token_key);
+                self.set(&last_key(lock), &format!("{head} {token}"), None);
                 self.keys.remove(&alive_key);
                 let list = self.lists.entry(wake).or_default();
                 list.0.push_back(format!("g:{token} {previous}"));
@@ -155,8 +155,9 @@ impl MemoryRedis {
                     }
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
-                        let previous = self.previous(now, &keys[0], &keys[1], &args[0]);
+                        let previous = self.previous(now, &keys[1], &keys[0]);
                         let token = self.next_token(now, &keys[1], floor);
+                        self.record_grant(&keys[0], &args[0], token);
                         granted(token, previous)
                     }
                 }
@@ -214,8 +215,9 @@ impl MemoryRedis {
                     self.zrem(&keys[2], owner);
                     self.keys.remove(&keys[4]);
                     self.lists.remove(&keys[5]);
-                    let previous = self.previous(now, &keys[0], &keys[1], owner);
+                    let previous = self.previous(now, &keys[1], &keys[0]);
                     let token = self.next_token(now, &keys[1], floor);
+                    self.record_grant(&keys[0], owner, token);
                     return granted(token, previous);
                 }
                 if !self
@@ -382,20 +384,26 @@ impl MemoryRedis {
     }
 
     /// How the previous holder of `lock` ended, as the acquire scripts' `previous()`
-    /// says, and `owner` recorded as the latest grant's.
-    fn previous(&mut self, now: Instant, lock: &str, token_key: &str, owner: &str) -> &'static str {
-        let last_key = last_key(lock);
-        let last = self.get(now, &last_key).map(str::to_owned);
-        self.set(&last_key, owner, None);
-        if self.get(now, token_key).is_none() {
-            "none"
-        } else {
-            match last {
-                None => "unknown",
-                Some(l) if l.ends_with(" released") => "released",
-                Some(_) => "expired",
-            }
+    /// says, before the grant moves the counter at `token_key`.
+    fn previous(&self, now: Instant, token_key: &str, lock: &str) -> &'static str {
+        let Some(counter) = self.get(now, token_key) else {
+            return "none";
+        };
+        let last = self.get(now, &last_key(lock)).unwrap_or("");
+        let (token, mark) = match last.split_once(' ') {
+            Some((_, rest)) => rest.split_once(' ').unwrap_or((rest, "")),
+            None => return "unknown",
+        };
+        match (token == counter, mark) {
+            (false, _) => "unknown",
+            (true, "released") => "released",
+            (true, _) => "expired",
         }
+    }
+
+    /// The acquire scripts' record of a grant: `<owner> <token>`.
+    fn record_grant(&mut self, lock: &str, owner: &str, token: i64) {
+        self.set(&last_key(lock), &format!("{owner} {token}"), None);
     }
 
     /// The release scripts' mark: unless the release is a cleanup, `owner`'s grant is
@@ -408,10 +416,16 @@ impl MemoryRedis {
         cleanup: Option<&String>,
     ) -> bool {
         let last_key = last_key(lock);
-        if cleanup.is_some_and(|c| c == "cleanup") || self.get(now, &last_key) != Some(owner) {
+        let Some(last) = self.get(now, &last_key).map(str::to_owned) else {
+            return false;
+        };
+        let unmarked_mine = last
+            .split_once(' ')
+            .is_some_and(|(o, token)| o == owner && !token.contains(' '));
+        if cleanup.is_some_and(|c| c == "cleanup") || !unmarked_mine {
             return false;
         }
-        self.set(&last_key, &format!("{owner} released"), None);
+        self.set(&last_key, &format!("{last} released"), None);
         true
     }
 
@@ -595,6 +609,11 @@ mod tests {
         assert_eq!(r.eval(at(1_400), &b.force_release("x")), RedisValue::Int(1));
         let after_reset = r.eval(at(1_500), &b.acquire("x", &a, 1_000, 500, None));
         assert_eq!(previous(&after_reset), "expired");
+        // a grant that wrote no record (an older fencepost) moved the counter past it
+        r.eval(at(1_600), &b.release("x", &a, 500, true));
+        r.incr(at(1_600), &b.token_key("x"));
+        let after_unrecorded = r.eval(at(1_700), &b.acquire("x", &c, 1_000, 500, None));
+        assert_eq!(previous(&after_unrecorded), "unknown");
     }
 
     #[test]
