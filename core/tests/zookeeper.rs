@@ -139,7 +139,8 @@ fn lowest_node_holds_with_its_czxid_valid_from_the_children_reads_send() {
         t.events(),
         [Event::Acquired {
             token: FencingToken(16),
-            valid_until: at(988)
+            valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
         }]
     );
     // renew at 0 + 333.333: does the node still exist for this session?

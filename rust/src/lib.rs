@@ -90,5 +90,5 @@ pub use url::{BackendKind, BackendUrl};
 pub use fencepost_core as core;
 pub use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, ObserveOptions, OwnerId,
-    Purpose, StaleToken,
+    Previous, Purpose, StaleToken,
 };

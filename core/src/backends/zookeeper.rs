@@ -544,6 +544,8 @@ impl ZooKeeperBackend {
                         Ok(Read::Granted {
                             token: FencingToken(token),
                             base: None,
+                            // the predecessor's node is gone either way
+                            previous: crate::Previous::Unknown,
                         })
                     }
                     Some(i) => {
