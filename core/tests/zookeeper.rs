@@ -199,7 +199,8 @@ fn a_create_whose_listing_shows_it_lowest_holds_without_another_read() {
         t.events(),
         [Event::Acquired {
             token: FencingToken(16),
-            valid_until: at(988)
+            valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
         }]
     );
     assert!(t.requests.is_empty(), "{:?}", t.requests);
