@@ -202,6 +202,15 @@ export declare class Lease implements AsyncDisposable {
   readonly token: bigint
   /** This acquisition's owner id: 32 lowercase hex digits, the value in the lock key. */
   readonly ownerId: string
+  /** How the lock's previous holder ended, as the server saw it at this grant:
+   * `'released'` (a clean release, or a fair hand-off), `'expired'` (its lease ran out,
+   * or it was freed behind its back: it may have left its work half done), `'none'` (the
+   * first grant of this name) or `'unknown'` (the backend keeps no record: etcd,
+   * Redlock, ZooKeeper, PostgreSQL advisory locks; a grant retried after a lost reply).
+   * Redis (and `MemoryBackend`), PostgreSQL lease rows and Kubernetes report it; a lease
+   * its holder's machine gave up is freed by a cleanup that reports `'expired'`, never
+   * `'released'`. */
+  readonly previous: PreviousHolder
   /** Aborted the moment the lease is lost, with the `LockLostError` as its `reason`.
    * Taking it keeps the lease alive until it is released or lost (never collected under
    * work the signal guards). */
@@ -1299,9 +1308,12 @@ export interface MachineKubernetesRequest {
   readonly stamp: readonly string[]
 }
 
+/** How a lock's previous holder ended (`Lease.previous`). */
+export type PreviousHolder = 'released' | 'expired' | 'none' | 'unknown'
+
 /** An event of the lock machine. */
 export type MachineEvent =
-  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
+  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number, readonly previous: PreviousHolder }
   | { readonly type: 'renewed', readonly lock: number, readonly validUntilMs: number }
   | { readonly type: 'lost', readonly lock: number, readonly reason: Exclude<LostReason, 'closed'> }
   | { readonly type: 'released', readonly lock: number }

@@ -1426,13 +1426,16 @@ struct Event {
 }
 
 /// The lock is held: `token` is its fencing token, `valid_until_ns` the monotonic
-/// instant until which the holder may believe it holds the lease.
+/// instant until which the holder may believe it holds the lease, `previous` how the
+/// previous holder ended ("released", "expired", "none" or "unknown").
 #[pyclass(extends = Event, frozen, module = "fencepost._core")]
 struct Acquired {
     #[pyo3(get)]
     token: u64,
     #[pyo3(get)]
     valid_until_ns: u64,
+    #[pyo3(get)]
+    previous: &'static str,
 }
 
 /// A renewal was confirmed: the lease is valid until `valid_until_ns`.
@@ -1472,7 +1475,10 @@ impl Event {
         let class = slf.get_type().name()?.to_string();
         let fields = if let Ok(e) = slf.cast::<Acquired>() {
             let e = e.get();
-            format!(", token={}, valid_until_ns={}", e.token, e.valid_until_ns)
+            format!(
+                ", token={}, valid_until_ns={}, previous={:?}",
+                e.token, e.valid_until_ns, e.previous
+            )
         } else if let Ok(e) = slf.cast::<Renewed>() {
             format!(", valid_until_ns={}", e.get().valid_until_ns)
         } else if let Ok(e) = slf.cast::<Lost>() {
@@ -1501,7 +1507,11 @@ fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> 
         kind: event.kind(),
     });
     match event {
-        CoreEvent::Acquired { token, valid_until } => {
+        CoreEvent::Acquired {
+            token,
+            valid_until,
+            previous,
+        } => {
             let (token, valid_until_ns) = (token.get(), valid_until.as_nanos());
             new(
                 py,
@@ -1509,6 +1519,7 @@ fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> 
                 Acquired {
                     token,
                     valid_until_ns,
+                    previous: previous.as_str(),
                 },
             )
         }

@@ -164,7 +164,7 @@ pub use backends::{
     RequestBody, SqlReply, SqlStatement, SqlValue,
 };
 pub use error::{EntropyError, ProtocolError, UsageError};
-pub use event::{AcquireFailedReason, Event, LostReason};
+pub use event::{AcquireFailedReason, Event, LostReason, Previous};
 pub use fence::{Fence, StaleReason, StaleToken};
 pub use machine::{Input, Machine, Output, Request};
 pub use observe::{Field, Observation, ObserveOptions, Observed};

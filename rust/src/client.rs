@@ -271,6 +271,15 @@ impl Lease {
         self.inner.owner()
     }
 
+    /// How the lock's previous holder ended, as the server saw it at this grant:
+    /// `Released`, `Expired` (its lease ran out or was freed behind it: it may have left
+    /// its work half done), `None` (the first grant of the name) or `Unknown` (the
+    /// backend keeps no record: etcd, Redlock, ZooKeeper; or a grant retried after a lost
+    /// reply). Redis, PostgreSQL lease rows and the in-memory backend report it.
+    pub fn previous(&self) -> fencepost_core::Previous {
+        self.inner.previous()
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.name

@@ -120,5 +120,5 @@ pub fn standard_metadata(label: Option<&str>) -> std::collections::BTreeMap<Stri
 pub use fencepost_core as core;
 pub use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, ObserveOptions, OwnerId,
-    Purpose, StaleToken,
+    Previous, Purpose, StaleToken,
 };

@@ -452,6 +452,7 @@ def render_event(e: _core.Event) -> Dict[str, Any]:
     if e.kind == "acquired":
         out["token"] = e.token
         out["valid_until_ms"] = None if e.valid_until_ns is None else ns_to_ms(e.valid_until_ns)
+        out["previous"] = e.previous
     elif e.kind == "renewed":
         out["valid_until_ms"] = None if e.valid_until_ns is None else ns_to_ms(e.valid_until_ns)
     elif e.kind == "lost":
@@ -485,7 +486,8 @@ def render(output: object) -> Dict[str, Any]:
 # ---- matching (README "Matching rules", as core/tests/scenarios.rs) ---------------------
 
 #: Keys an expectation may leave out (then they are not checked).
-OPTIONAL_KEYS = ("last_error", "error")
+#: Keys a vector may leave out (then they are not checked).
+OPTIONAL_KEYS = ("last_error", "error", "previous")
 
 #: Usage-error kinds → the exception the binding raises for them.
 USAGE_ERROR_KINDS = {
@@ -624,6 +626,7 @@ SHOW_ORDER = (
     "timeout_ms",
     "token",
     "valid_until_ms",
+    "previous",
     "reason",
     "kind",
     "option",

@@ -402,6 +402,9 @@ class Acquired(Event):
     @property
     def valid_until_ns(self) -> int:
         """The validity deadline (monotonic ns)."""
+    @property
+    def previous(self) -> Literal["released", "expired", "none", "unknown"]:
+        """How the previous holder ended, as the server saw it at this grant."""
 
 @final
 class Renewed(Event):

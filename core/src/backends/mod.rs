@@ -301,9 +301,11 @@ pub(crate) enum Read {
     /// This owner holds the lock with `token`. Validity runs from `base` when the
     /// recipe knows an earlier one (etcd: its lease's last confirmed grant or
     /// keep-alive), else from the send of the request that brought the grant.
+    /// `previous`: how the previous holder ended, if the reply tells.
     Granted {
         token: FencingToken,
         base: Option<Instant>,
+        previous: crate::Previous,
     },
     /// The step succeeded and the operation has another: phrase and send it now.
     Continue,

@@ -33,7 +33,7 @@ use super::{
     Waiting,
 };
 use crate::error::ProtocolError;
-use crate::{FencingToken, OwnerId};
+use crate::{FencingToken, OwnerId, Previous};
 
 /// Settings of the Redis backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,12 +66,19 @@ pub enum RedisScript {
     /// `max(counter + 1, floor)` (plain `INCR` without a floor), return `{1, token}`.
     /// Already ours: `PEXPIRE`, return `{1, token}` (idempotent retry). Held by
     /// another: `{0, pttl}`. A floor that is not a positive decimal integer is an
-    /// error reply.
+    /// error reply. A new grant's reply has a third item saying how the previous
+    /// holder ended (`released`, `expired`, `none`, `unknown`), from the `last` key
+    /// beside the lock's (`p{name}:last`: the latest grant's `<owner> <token>`, with
+    /// ` released` appended by its holder's own release; a record of another token than
+    /// the counter's is `unknown`), which the grant rewrites.
     Acquire,
     /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
     /// Never re-creates a missing key (DESIGN.md rule 3).
     Renew,
-    /// `KEYS = [lock]`, `ARGV = [owner]`: `DEL` if the owner matches; `1` or `0`.
+    /// `KEYS = [lock]`, `ARGV = [owner]` or `[owner, "cleanup"]`: `DEL` if the owner
+    /// matches; `1` or `0`. Without `cleanup` (the holder's own release) it marks the
+    /// `last` key released; a cleanup (the machine freeing a lease it no longer
+    /// believes in) does not, so the next holder hears `expired`.
     Release,
     /// `KEYS = [data, fence]`, `ARGV = [token, value]` (token-only rule) or
     /// `[token, value, owner]` (owner-bound rule): writes `value` to `data` unless
@@ -90,9 +97,11 @@ pub enum RedisScript {
     /// predates this moment: a grant it carried has expired), `{0, pttl}`.
     AcquireFair,
     /// Fair release. `KEYS = [lock, queue, alive, token]`, `ARGV = [owner, claim_ms,
-    /// alive_prefix, wake_prefix]`. Leaves the queue; if the owner holds the lock (or
+    /// alive_prefix, wake_prefix]`, with `"cleanup"` added for a cleanup (as
+    /// `Release`). Leaves the queue; if the owner holds the lock (or
     /// its reservation), **grants** it to the first waiter whose presence key lives:
-    /// `SET lock waiter PX <its ttl>`, `INCR token`, and pushes `g:<token>` to that
+    /// `SET lock waiter PX <its ttl>`, `INCR token`, and pushes `g:<token> <previous>`
+    /// (`released`, or `expired` after a cleanup) to that
     /// waiter's wake list, so the waiter's `BLPOP` reply is its grant (one round trip
     /// per hand-off). A waiter whose presence is the older `1` (an earlier fencepost) is
     /// only woken, with the lock reserved (`r:<waiter>`) for `claim_ms`. `1`; else `0`.
@@ -142,9 +151,27 @@ local function next_token()
   end
   return redis.call('GET', KEYS[2])
 end
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
+local function previous()
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
+  return 'expired'
+end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
-  return {1, next_token()}
+  return granted(previous())
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -167,6 +194,11 @@ return 0
 
 const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', string.sub(KEYS[1], 1, -5) .. 'meta')
+  local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
+  local last = redis.call('GET', last_key)
+  if ARGV[2] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+    redis.call('SET', last_key, last .. ' released')
+  end
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -184,16 +216,38 @@ local function next_token()
   if below_floor() then redis.call('SET', KEYS[2], floor) else redis.call('INCR', KEYS[2]) end
   return redis.call('GET', KEYS[2])
 end
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
+local function previous()
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
+  return 'expired'
+end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
+end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- a hand-off grant this acquire overtook says how the releasing holder ended
+  local grant = redis.call('LINDEX', KEYS[6], 0)
+  local fate = grant and string.match(grant, '^g:%d+ (%a+)$')
+  if fate then return {1, redis.call('GET', KEYS[2]) or next_token(), fate} end
   return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 if (not holder) or holder == 'r:' .. ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('DEL', KEYS[5], KEYS[6])
-  return {1, next_token()}
+  return granted(previous())
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
@@ -213,6 +267,13 @@ local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] and holder ~= 'r:' .. ARGV[1] then
   return 0
 end
+local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
+local last = redis.call('GET', last_key)
+local fate = 'expired'
+if ARGV[5] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+  redis.call('SET', last_key, last .. ' released')
+  fate = 'released'
+end
 redis.call('DEL', KEYS[1])
 while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
@@ -224,8 +285,9 @@ while true do
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
     redis.call('INCR', KEYS[4])
     local token = redis.call('GET', KEYS[4])
+    redis.call('SET', last_key, waiter .. ' ' .. token)
     redis.call('DEL', ARGV[3] .. waiter)
-    redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token)
+    redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token .. ' ' .. fate)
     redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
     break
   elseif alive then
@@ -256,8 +318,9 @@ while true do
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
     redis.call('INCR', KEYS[3])
     local token = redis.call('GET', KEYS[3])
+    redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', waiter .. ' ' .. token)
     redis.call('DEL', ARGV[2] .. waiter)
-    redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token)
+    redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token .. ' expired')
     redis.call('PEXPIRE', ARGV[3] .. waiter, ttl)
     break
   elseif alive then
@@ -644,7 +707,23 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RedisCommand {
+    /// The release of `owner`'s lease; `clean`: its holder's own release (the next
+    /// grant hears `released`), else a cleanup (it hears `expired`).
+    pub(crate) fn release(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        claim_ms: u64,
+        clean: bool,
+    ) -> RedisCommand {
+        let mut cmd = self.release_command(name, owner, claim_ms);
+        if !clean {
+            cmd.args.push("cleanup".to_owned());
+        }
+        cmd
+    }
+
+    fn release_command(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RedisCommand {
         if self.fair {
             let o = owner.to_string();
             return RedisCommand {
@@ -694,7 +773,8 @@ impl Recipe for RedisBackend {
             },
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             // a fair release hands the lock to the first live waiter for one park
-            Step::Release(_) | Step::Cleanup => self.release(name, owner, cx.retry_max_ms),
+            Step::Release(_) => self.release(name, owner, cx.retry_max_ms, true),
+            Step::Cleanup => self.release(name, owner, cx.retry_max_ms, false),
             Step::Wait { timeout_ms } => match self.wait(name, owner, timeout_ms) {
                 Some(blpop) => return Phrased::One(RequestBody::RedisBlpop(blpop)),
                 None => return Phrased::Nothing,
@@ -826,14 +906,24 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
     if let RedisValue::Error(e) = v {
         return Err(server_error(e));
     }
-    let pair = match v {
-        RedisValue::Array(items) if items.len() == 2 => (as_int(&items[0]), as_int(&items[1])),
-        _ => (None, None),
+    // a grant's third item: how the previous holder ended (a text; a name this
+    // reader does not know, from a newer script, reads as unknown)
+    let (pair, previous) = match v {
+        RedisValue::Array(items) => match items.as_slice() {
+            [a, b] => ((as_int(a), as_int(b)), Previous::Unknown),
+            [a, b, RedisValue::Data(p) | RedisValue::Status(p)] if as_int(a) == Some(1) => (
+                (as_int(a), as_int(b)),
+                p.parse().unwrap_or(Previous::Unknown),
+            ),
+            _ => ((None, None), Previous::Unknown),
+        },
+        _ => ((None, None), Previous::Unknown),
     };
     match pair {
         (Some(1), Some(token)) if token > 0 => Ok(Read::Granted {
             token: FencingToken(token as u64),
             base: None,
+            previous,
         }),
         (Some(0), Some(pttl)) => Ok(Read::Contended {
             queued: false,
@@ -853,27 +943,37 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
 /// script; anything else (`nil` at the timeout, an older `1`) just means "try now".
 pub(crate) fn read_wait(v: &RedisValue) -> Result<Read, ReadError> {
     read_wake_up(v).map(|grant| match grant {
-        Some(token) => Read::Granted { token, base: None },
+        Some((token, previous)) => Read::Granted {
+            token,
+            base: None,
+            previous,
+        },
         None => Read::Done,
     })
 }
 
-fn read_wake_up(v: &RedisValue) -> Result<Option<FencingToken>, ReadError> {
-    match v {
-        RedisValue::Error(e) => Err(server_error(e)),
+fn read_wake_up(v: &RedisValue) -> Result<Option<(FencingToken, Previous)>, ReadError> {
+    let s = match v {
+        RedisValue::Error(e) => return Err(server_error(e)),
         RedisValue::Array(items) => match items.as_slice() {
-            [_, RedisValue::Data(s) | RedisValue::Status(s)] => match s.strip_prefix("g:") {
-                Some(n) => match n.parse::<u64>() {
-                    Ok(t) if t > 0 => Ok(Some(FencingToken(t))),
-                    _ => Err(protocol(format!(
-                        "fair wake-up: a grant that is not a token: {s:?}"
-                    ))),
-                },
-                None => Ok(None),
-            },
-            _ => Ok(None),
+            [_, RedisValue::Data(s) | RedisValue::Status(s)] => s,
+            _ => return Ok(None),
         },
-        _ => Ok(None),
+        _ => return Ok(None),
+    };
+    let Some(grant) = s.strip_prefix("g:") else {
+        return Ok(None);
+    };
+    // `g:<token>`, then how the releasing holder ended when the script says
+    let (token, previous) = grant.split_once(' ').unwrap_or((grant, "unknown"));
+    match token.parse::<u64>() {
+        Ok(t) if t > 0 => Ok(Some((
+            FencingToken(t),
+            previous.parse().unwrap_or(Previous::Unknown),
+        ))),
+        _ => Err(protocol(format!(
+            "fair wake-up: a grant that is not a token: {s:?}"
+        ))),
     }
 }
 
@@ -1062,7 +1162,8 @@ mod tests {
             read_acquire(&Array(vec![Int(1), Int(42)])),
             Ok(Read::Granted {
                 token: FencingToken(42),
-                base: None
+                base: None,
+                previous: crate::Previous::Unknown
             })
         );
         assert_eq!(
