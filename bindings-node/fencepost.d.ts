@@ -86,6 +86,40 @@ export interface LockOptions {
   minReplicas?: number
   /** How long each WAIT may block, ms: at least 1, below the validity. Default 100. */
   replicaTimeoutMs?: number
+  /**
+   * Holder metadata stored with each grant, for operators (`backend.inspect`,
+   * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
+   * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
+   * only: nothing decides on it. Plain Redis and MemoryBackend only: ConfigError
+   * (`option: 'metadata'`) on fair Redis (a hand-off grant is written by the releasing
+   * holder), etcd, Redlock and the Node-only backends. On Redis it is the key
+   * `{prefix}{name}:meta`, set by the acquire script with the lease's TTL, extended by
+   * each renewal, deleted by the release and by `forceRelease`.
+   */
+  metadata?: Record<string, string> | null
+}
+
+/** Who holds a lock, as `backend.inspect` / `backend.list` found it on the server: a
+ * snapshot for operators, stale on arrival, deciding nothing. */
+export interface Holder {
+  /** The lock name. */
+  readonly name: string
+  /** The holder's owner id (32 hex digits), or null when the server keeps none. */
+  readonly owner: string | null
+  /** The holder's fencing token (the lock's counter), or null when unknown. */
+  readonly token: bigint | null
+  /** Milliseconds left on the holder's lease as the server counts them (PTTL), or null. */
+  readonly ttlLeftMs: number | null
+  /** Contenders queued behind the holder (fair Redis), or null where the server keeps no
+   * queue (plain Redis waiters leave no trace until they win). */
+  readonly waiters: number | null
+  /** The `metadata` the holder acquired with, or null when it gave none. */
+  readonly metadata: Readonly<Record<string, string>> | null
+}
+
+export interface ListOptions {
+  /** At most this many holders (an integer >= 1); default 100. */
+  limit?: number
 }
 
 export interface AcquireOptions {
@@ -168,6 +202,15 @@ export declare class Lease implements AsyncDisposable {
   readonly token: bigint
   /** This acquisition's owner id: 32 lowercase hex digits, the value in the lock key. */
   readonly ownerId: string
+  /** How the lock's previous holder ended, as the server saw it at this grant:
+   * `'released'` (a clean release, or a fair hand-off), `'expired'` (its lease ran out,
+   * or it was freed behind its back: it may have left its work half done), `'none'` (the
+   * first grant of this name) or `'unknown'` (the backend keeps no record: etcd,
+   * Redlock, ZooKeeper, PostgreSQL advisory locks; a grant retried after a lost reply).
+   * Redis (and `MemoryBackend`), PostgreSQL lease rows and Kubernetes report it; a lease
+   * its holder's machine gave up is freed by a cleanup that reports `'expired'`, never
+   * `'released'`. */
+  readonly previous: PreviousHolder
   /** Aborted the moment the lease is lost, with the `LockLostError` as its `reason`.
    * Taking it keeps the lease alive until it is released or lost (never collected under
    * work the signal guards). */
@@ -381,6 +424,27 @@ export declare abstract class Backend {
    */
   forceRelease(name: string): Promise<boolean>
   /**
+   * Who holds lock `name` now (owner id, token, time left, waiters on a fair lock, the
+   * holder's metadata), or null when nobody holds it. One atomic read, for monitoring and
+   * operators: stale on arrival, never a substitute for acquiring.
+   *
+   * @throws BackendError (`ERR_BACKEND`) when the server could not be reached.
+   * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
+   * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string, or (kind
+   *   'unsupported') on backends other than RedisBackend, UpstashRedisBackend and
+   *   MemoryBackend.
+   */
+  inspect(name: string): Promise<Holder | null>
+  /**
+   * The held locks whose names start with `prefix` (default ''), at most `options.limit`
+   * (100), sorted by name among those found. Bounded: cursor-based SCAN steps of 500 keys
+   * (never KEYS), at most 1000 steps, stopping once `limit` locks are found.
+   *
+   * @throws as `inspect`, and ConfigError for a prefix that is not a string or a limit
+   *   that is not an integer >= 1.
+   */
+  list(prefix?: string, options?: ListOptions): Promise<Holder[]>
+  /**
    * Sets this backend's observation callback and the warnings' thresholds. Every event
    * and warning of every lock on this backend (decided by the core: the same names and
    * fields in every language) goes to `onEvent`, to the diagnostics channels
@@ -476,7 +540,7 @@ export declare const OBSERVATION_WARNINGS: readonly ObservationWarning[]
 
 /** The Lua scripts fencepost runs on Redis (`acquire_fair` and `release_fair` on a fair
  * backend; `is_locked` and `force_release` for `isLocked` / `forceRelease`). */
-export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair' | 'is_locked' | 'force_release'
+export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair' | 'is_locked' | 'force_release' | 'inspect' | 'list'
 
 /** A Redis script call as data, as the lock machine and `redisFencedSet` emit it: run
  * `EVALSHA sha1 keys.length ...keys ...args`, or `EVAL` with the source on `NOSCRIPT`. */
@@ -930,6 +994,12 @@ export interface BackendFromUrlOptions {
  * JavaScript.
  * @throws ConfigError (rejects) for another scheme, or a redis:// URL without `redis`.
  */
+/** The standard holder metadata of this process for the `metadata` lock option: `host`
+ * and `pid`/`process` where the runtime has them (Node), `acquired_at` (this call's
+ * wall-clock time, ISO 8601 UTC; display only) and `label` when given.
+ * @throws ConfigError (`ERR_CONFIG`) for a label that is not a string. */
+export declare function standardMetadata(label?: string): Record<string, string>
+
 export declare function backendFromUrl(url: string, options?: BackendFromUrlOptions): Promise<Backend>
 
 /**
@@ -1238,9 +1308,12 @@ export interface MachineKubernetesRequest {
   readonly stamp: readonly string[]
 }
 
+/** How a lock's previous holder ended (`Lease.previous`). */
+export type PreviousHolder = 'released' | 'expired' | 'none' | 'unknown'
+
 /** An event of the lock machine. */
 export type MachineEvent =
-  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number }
+  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number, readonly previous: PreviousHolder }
   | { readonly type: 'renewed', readonly lock: number, readonly validUntilMs: number }
   | { readonly type: 'lost', readonly lock: number, readonly reason: Exclude<LostReason, 'closed'> }
   | { readonly type: 'released', readonly lock: number }

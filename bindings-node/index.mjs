@@ -26,6 +26,7 @@ export const {
   advisoryKey,
   backendFromUrl,
   backendFromEnv,
+  standardMetadata,
   Fence,
   sqlFencedUpdate,
   redisFencedSet,

@@ -264,6 +264,18 @@ export declare function readRedisFencedSet(resource: string, token: bigint, repl
 export declare function readRedisFlag(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
 
 /**
+ * Reads the reply of `redisInspect`: `{ ok: true, holder }` (null: nobody holds it) or
+ * `{ ok: false, protocol }`.
+ */
+export declare function readRedisInspect(name: string, reply: unknown): { ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }
+
+/**
+ * Reads the reply of `redisListStep`: `{ ok: true, cursor, holders }` (cursor null once
+ * the scan is complete) or `{ ok: false, protocol }`.
+ */
+export declare function readRedisList(keyPrefix: string, reply: unknown): { ok: boolean, cursor?: string | null, holders?: Array<{ name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null }>, protocol?: string }
+
+/**
  * Reads the reply of `xactLockStatement` (rows, or `{ sqlstate, message }`):
  * `{ ok: true, token }` (a bigint; null when the lock is held) or `{ ok: false, protocol }`.
  */
@@ -278,6 +290,19 @@ export declare function readZookeeperFenced(reply: string): { ok: boolean, appli
 
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
+
+/**
+ * The operator query "who holds lock `name`?" as a script call `{ script, sha1, keys,
+ * args }` (script `inspect`: owner, PTTL, token, metadata, and with `fair` the queue
+ * length, in one atomic read). Read the reply with `readRedisInspect`.
+ */
+export declare function redisInspect(keyPrefix: string, name: string, fair: boolean): { script: string, sha1: string, keys: string[], args: string[] }
+
+/**
+ * One bounded step (`SCAN cursor MATCH … COUNT 500`, never `KEYS`) of the listing of
+ * locks whose names start with `prefix`, as a script call. Read it with `readRedisList`.
+ */
+export declare function redisListStep(keyPrefix: string, prefix: string, cursor: string, fair: boolean): { script: string, sha1: string, keys: string[], args: string[] }
 
 /**
  * The operator script call `{ script, sha1, keys, args }` for lock `name`: with

@@ -248,8 +248,23 @@ function createZooKeeper (native, fp) {
       switch (spec.call) {
         case 'create': {
           const parent = spec.path.slice(0, spec.path.lastIndexOf('/'))
-          await call((cb) => client.mkdirp(parent, cb))
-          const [path] = await call((cb) => client.create(spec.path, Buffer.from(spec.data), this._zk.CreateMode.EPHEMERAL_SEQUENTIAL, cb))
+          const create = () => call((cb) => client.create(spec.path, Buffer.from(spec.data), this._zk.CreateMode.EPHEMERAL_SEQUENTIAL, cb))
+          // sent right behind the create, the listing sees the new node (a session's
+          // requests run in order): both in one round trip; a failed one is left out
+          const list = () => call((cb) => client.getChildren(parent, cb)).then(([children]) => children, () => null)
+          let created = create()
+          let listed = list()
+          let path
+          try {
+            [path] = await created
+          } catch (error) {
+            if (codeOf(error) !== NO_NODE) throw error
+            // the lock's parents are made on first use, as kazoo's makepath
+            await call((cb) => client.mkdirp(parent, cb))
+            created = create()
+            listed = list()
+            ;[path] = await created
+          }
           let s
           try {
             [s] = await call((cb) => client.exists(path, cb))
@@ -257,7 +272,10 @@ function createZooKeeper (native, fp) {
             throw new BackendError(`ZooKeeper: created ${path} but could not read its stat: ${describeError(error)}`, { cause: error })
           }
           if (!s) throw new BackendError(`ZooKeeper: created ${path} but it was gone at once`)
-          return { path, stat: stat(s) }
+          const doc = { path, stat: stat(s) }
+          const children = await listed
+          if (children) doc.children = children
+          return doc
         }
         case 'children': {
           const [children] = await call((cb) => client.getChildren(spec.path, cb))
@@ -279,16 +297,12 @@ function createZooKeeper (native, fp) {
             if (codeOf(error) === NO_NODE) return { deleted: 0 }
             throw error
           }
-          let deleted = 0
-          for (const child of children.filter((c) => c.startsWith(spec.prefix))) {
-            try {
-              await call((cb) => client.remove(`${spec.path}/${child}`, -1, cb))
-            } catch (error) {
-              if (codeOf(error) !== NO_NODE) throw error
-            }
-            deleted += 1
-          }
-          return { deleted }
+          const mine = children.filter((c) => c.startsWith(spec.prefix))
+          // sent together: one round trip (a child already gone counts as deleted)
+          await Promise.all(mine.map((child) => call((cb) => client.remove(`${spec.path}/${child}`, -1, cb)).catch((error) => {
+            if (codeOf(error) !== NO_NODE) throw error
+          })))
+          return { deleted: mine.length }
         }
         case 'multi': {
           const txn = this._checked(spec.check_path, spec.check_version)

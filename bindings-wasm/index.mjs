@@ -17,6 +17,7 @@ export const {
   EtcdBackend,
   backendFromUrl,
   backendFromEnv,
+  standardMetadata,
   Fence,
   sqlFencedUpdate,
   redisFencedSet,

@@ -130,6 +130,24 @@ function createBackends (native, LockMachine, fence) {
       throw new ConfigError(`${this.constructor.name} does not implement forceRelease(); MemoryBackend, RedisBackend, UpstashRedisBackend and EtcdBackend do`)
     }
 
+    /**
+     * Who holds lock `name` now, as the server answers: `{ name, owner, token, ttlLeftMs,
+     * waiters, metadata }` (see `Holder` in fencepost.d.ts) or null when nobody holds it.
+     * RedisBackend, UpstashRedisBackend and MemoryBackend implement it; the others reject
+     * with ConfigError (kind 'unsupported').
+     */
+    async inspect (name) { // eslint-disable-line no-unused-vars
+      throw new ConfigError(`${this.constructor.name} does not support inspect(): holder inspection is implemented on RedisBackend, UpstashRedisBackend and MemoryBackend`, { kind: 'unsupported' })
+    }
+
+    /**
+     * The held locks whose names start with `prefix`, at most `options.limit` (100). Where
+     * implemented as `inspect`; elsewhere rejects with ConfigError (kind 'unsupported').
+     */
+    async list (prefix, options) { // eslint-disable-line no-unused-vars
+      throw new ConfigError(`${this.constructor.name} does not support list(): holder inspection is implemented on RedisBackend, UpstashRedisBackend and MemoryBackend`, { kind: 'unsupported' })
+    }
+
     /** Reads an operator reply `{ ok, value | protocol }` of the native readers. */
     _operatorResult (what, name, result) {
       if (result.ok) return result
@@ -247,6 +265,102 @@ function createBackends (native, LockMachine, fence) {
       const reply = await this._operatorReply(what, name, () => this.execute(command))
       return this._operatorResult(what, name, native.readRedisFlag(reply)).value
     }
+
+    /**
+     * Who holds lock `name` now: `{ name, owner, token (bigint), ttlLeftMs, waiters (fair
+     * backends: the queue length; else null), metadata (the object the holder acquired
+     * with, or null) }`, or null when nobody holds it. One atomic script (one round
+     * trip), for monitoring and operators: stale on arrival, never a substitute for
+     * acquiring. Rejects with BackendError (unreachable), ProtocolError, ConfigError (a
+     * name that is not a string).
+     */
+    /** Whether an election keeps its leader's record as the lease's metadata here: plain
+     * (not fair) Redis, the backends that store metadata. */
+    _keepsLeaderMetadata () { return !this._fair }
+
+    /** The leader of election `name` as `Election.leader()` reads it: the holder's
+     * metadata as the record `{ identity, value }`, or null when nobody holds it. */
+    async _leader (name) {
+      if (!this._keepsLeaderMetadata()) {
+        throw new ConfigError(`${this.constructor.name} with fair hand-off cannot say who leads an election: a hand-off grant stores no metadata (leader() and observe() are available on EtcdBackend and on Redis backends without fair hand-off)`, { kind: 'unsupported' })
+      }
+      const found = await this.inspect(name)
+      if (found === null) return null
+      const meta = found.metadata
+      if (meta === null || typeof meta.identity !== 'string') return { token: found.token, value: null, pending: true }
+      return { token: found.token, value: JSON.stringify({ identity: meta.identity, value: meta.value ?? null }), pending: false }
+    }
+
+    async inspect (name) {
+      check.string(name, 'lock name')
+      const command = translate(() => native.redisInspect(this._keyPrefix, name, this._fair))
+      const reply = await this._operatorReply('inspect', name, () => this.execute(command))
+      const found = this._operatorResult('inspect', name, native.readRedisInspect(name, reply)).holder
+      return found === null ? null : holder(found)
+    }
+
+    /**
+     * The held locks whose names start with `prefix` (default ''), at most
+     * `options.limit` (default 100), sorted by name among those found, as `inspect`
+     * gives them. Bounded: cursor-based SCAN steps of 500 keys (never KEYS), at most
+     * 1000 steps, stopping once `limit` locks are found; one round trip a step. Rejects
+     * as `inspect`, and with ConfigError for a prefix that is not a string or a limit
+     * that is not an integer >= 1.
+     */
+    async list (prefix = '', options) {
+      check.string(prefix, 'prefix')
+      const o = check.plainObject(options, 'list options')
+      const limit = o.limit === undefined ? 100 : o.limit
+      if (!Number.isSafeInteger(limit) || limit < 1) {
+        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
+      }
+      const found = new Map()
+      let cursor = '0'
+      for (let step = 0; step < LIST_STEPS; step++) {
+        const command = translate(() => native.redisListStep(this._keyPrefix, prefix, cursor, this._fair))
+        const reply = await this._operatorReply('list', prefix, () => this.execute(command))
+        const read = this._operatorResult('list', prefix, native.readRedisList(this._keyPrefix, reply))
+        for (const h of read.holders) found.set(h.name, holder(h))
+        if (read.cursor === null || found.size >= limit) break
+        cursor = read.cursor
+      }
+      return [...found.keys()].sort().slice(0, limit).map((n) => found.get(n))
+    }
+  }
+
+  /**
+   * The standard holder metadata of this process, for the `metadata` lock option:
+   * `host` (Node's `os.hostname()`, where there is one), `pid` and `process` (Node's
+   * `process.pid`, `process.title`, where there is a process), `acquired_at` (this
+   * call's wall-clock time, ISO 8601 UTC: display only, never used for a decision; call
+   * it when you build the lock) and `label` when given. Throws ConfigError for a label
+   * that is not a string.
+   */
+  function standardMetadata (label) {
+    if (label !== undefined && label !== null && typeof label !== 'string') {
+      throw new ConfigError(`label must be a string or undefined, got ${check.describe(label)}`)
+    }
+    const out = {}
+    const proc = globalThis.process
+    if (proc && typeof proc.getBuiltinModule === 'function') {
+      const os = proc.getBuiltinModule('node:os')
+      if (os) out.host = os.hostname()
+    } else if (proc && proc.env && typeof proc.env.HOSTNAME === 'string') {
+      out.host = proc.env.HOSTNAME
+    }
+    if (proc && typeof proc.pid === 'number') out.pid = String(proc.pid)
+    if (proc && typeof proc.title === 'string') out.process = proc.title
+    out.acquired_at = new Date().toISOString()
+    if (typeof label === 'string') out.label = label
+    return out
+  }
+
+  /** At most this many SCAN steps per listing (the core's REDIS_LIST_STEPS). */
+  const LIST_STEPS = 1000
+
+  /** A holder the native reader gave: its metadata's JSON text parsed. */
+  function holder (h) {
+    return Object.freeze({ ...h, metadata: h.metadata === null ? null : Object.freeze(JSON.parse(h.metadata)) })
   }
 
   /** An in-memory Redis-like server running fencepost's scripts (the core's MemoryRedis),
@@ -1460,7 +1574,7 @@ function createBackends (native, LockMachine, fence) {
     return backendFromUrl(url, o)
   }
 
-  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv }
+  return { Backend, RedisProtocolBackend, MemoryServer, MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, standardMetadata }
 }
 
 module.exports = { createBackends }

@@ -78,7 +78,7 @@ const DURATION_OPTIONS = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs',
 const OPTIONAL_DURATION_OPTIONS = ['acquireTimeoutMs', 'renewEveryMs']
 const BOOLEAN_OPTIONS = ['acceptFailoverRisk', 'autoRenew']
 const KNOWN_OPTIONS = new Set([
-  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor', 'retryCount', 'tokenFloor', 'minReplicas'
+  ...DURATION_OPTIONS, ...OPTIONAL_DURATION_OPTIONS, ...BOOLEAN_OPTIONS, 'purpose', 'driftFactor', 'retryCount', 'tokenFloor', 'minReplicas', 'metadata'
 ])
 
 function suggestion (key) {
@@ -158,7 +158,29 @@ function lockOptions (options) {
     }
     out.tokenFloor = String(floor)
   }
+  if (given.metadata !== undefined && given.metadata !== null) {
+    out.metadata = metadata(given.metadata)
+  }
   return out
+}
+
+/**
+ * The `metadata` lock option → the core's: the JSON text of a plain object of strings
+ * (keys in order). Left out without metadata, so the core's
+ * requests are those of a lock that never heard of it.
+ */
+function metadata (value) {
+  if (typeof value !== 'object' || Array.isArray(value) || Object.getPrototypeOf(value) !== Object.prototype) {
+    throw new ConfigError(`metadata must be a plain object of strings (or undefined), got ${describe(value)}`, { option: 'metadata' })
+  }
+  const entries = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  for (const [key, v] of entries) {
+    if (typeof v !== 'string') {
+      throw new ConfigError(`metadata values must be strings, got ${JSON.stringify(key)}: ${describe(v)}`, { option: 'metadata' })
+    }
+  }
+  // the size limit (4096 bytes) is the core's to check, like every range
+  return JSON.stringify(Object.fromEntries(entries))
 }
 
 function optionMillis (value, key) {

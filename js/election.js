@@ -158,6 +158,10 @@ function createElection (Lock) {
       if (lockOptions.autoRenew === false) {
         throw new ConfigError('autoRenew must stay true for an election: a term lasts as long as its lease is renewed', { option: 'autoRenew' })
       }
+      if (lockOptions.metadata === undefined && typeof backend._keepsLeaderMetadata === 'function' && backend._keepsLeaderMetadata()) {
+        // the record followers read (leader(), observe()), stored with the grant
+        lockOptions.metadata = o.value === undefined || o.value === null ? { identity } : { identity, value: o.value }
+      }
       this._lock = new Lock(backend, name, lockOptions)
       this._identity = identity
       this._value = o.value ?? null
@@ -258,13 +262,16 @@ function createElection (Lock) {
      * EtcdBackend: the key with the lowest create revision under the election's prefix
      * (as etcd's own `concurrency.Election` reads it); `identity` null for a candidate
      * of etcd's own client, and both null for a holder an instant before its record.
-     * Other backends keep only the owner id with the lock: ConfigError (kind
-     * 'unsupported'). BackendError / ProtocolError as the backend's queries.
+     * RedisBackend, UpstashRedisBackend and MemoryBackend (not fair): the candidate's
+     * identity and value are its lease's metadata, read by `backend.inspect`. Other
+     * backends (fair Redis, Redlock, PostgreSQL, ZooKeeper, Kubernetes) keep only the
+     * owner id with the lock: ConfigError (kind 'unsupported'). BackendError /
+     * ProtocolError as the backend's queries.
      */
     async leader () {
       const backend = this.backend
       if (typeof backend._leader !== 'function') {
-        throw new ConfigError(`${backend.constructor.name} cannot say who leads an election: it keeps only the holder's owner id with the lock (leader() and observe() are available on EtcdBackend)`, { kind: 'unsupported' })
+        throw new ConfigError(`${backend.constructor.name} cannot say who leads an election: it keeps only the holder's owner id with the lock (leader() and observe() are available on EtcdBackend and on RedisBackend, UpstashRedisBackend and MemoryBackend without fair hand-off)`, { kind: 'unsupported' })
       }
       const read = await backend._leader(this.name)
       if (read === null) return null

@@ -35,6 +35,7 @@ function createFencepost (native, implementation) {
     EtcdBackend: backends.EtcdBackend,
     backendFromUrl: backends.backendFromUrl,
     backendFromEnv: backends.backendFromEnv,
+    standardMetadata: backends.standardMetadata,
     Fence: fence.Fence,
     sqlFencedUpdate: fence.sqlFencedUpdate,
     redisFencedSet: fence.redisFencedSet,

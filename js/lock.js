@@ -82,6 +82,7 @@ class Acquisition {
     switch (event.type) {
       case 'acquired': {
         const lease = new Lease(this, event.token, event.validUntilMs, this.driver.owner(this.lockId))
+        lease._previous = event.previous
         this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
         if (dropped !== null) dropped.register(lease, this)
         this.settle(this.acquired, 'resolve', lease)
@@ -153,6 +154,14 @@ class Lease {
   get token () { return this._token }
   /** This acquisition's owner id: 32 lowercase hex digits, the lock key's value. */
   get ownerId () { return this._ownerId }
+  /** How the lock's previous holder ended, as the server saw it at this grant:
+   * 'released' (a clean release, or a fair hand-off), 'expired' (its lease ran out, or it
+   * was freed behind its back: it may have left its work half done), 'none' (the first
+   * grant of this name) or 'unknown' (the backend keeps no record: etcd, Redlock,
+   * ZooKeeper, PostgreSQL advisory locks; a grant retried after a lost reply). Redis (and
+   * MemoryBackend), PostgreSQL lease rows and Kubernetes report it; a lease its holder's
+   * machine gave up is freed by a cleanup that reports 'expired', never 'released'. */
+  get previous () { return this._previous ?? 'unknown' }
   /** Aborted when the lease is lost; its `reason` is the LockLostError. Taking it keeps
    * the lease alive until it is released or lost: work guarded by the signal (a fetch,
    * a listener awaiting it) may be all that still refers to the lease, and a lock must

@@ -9,6 +9,8 @@ const { ConfigError, fromNative, translate } = require('./errors')
 const { decodeObservations } = require('./observe')
 /** The flat encoding's SQL connection codes (`js_outputs`: 0 any, 1 dedicated, 2 listen). */
 const CONNECTIONS = ['any', 'dedicated', 'listen']
+/** The flat encoding's codes of how a previous holder ended (`js_outputs`). */
+const PREVIOUS = ['released', 'expired', 'none', 'unknown']
 
 /**
  * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
@@ -99,8 +101,8 @@ function createDecoder (native) {
           break
         }
         case 1:
-          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3] })
-          i += 4
+          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3], previous: PREVIOUS[flat[i + 4]] ?? 'unknown' })
+          i += 5
           break
         case 2:
           outputs.push({ lock, type: 'renewed', validUntilMs: flat[i + 2] })

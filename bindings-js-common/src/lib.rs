@@ -1349,6 +1349,81 @@ pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -
     }
 }
 
+/// `redisInspect`: the operator query "who holds lock `name`?" (script `inspect`), for
+/// [`script_call`].
+pub fn redis_inspect(key_prefix: String, name: &str, fair: bool) -> RedisCommand {
+    RedisSettings { key_prefix, fair }.inspect(name)
+}
+
+/// `redisListStep`: one bounded step of the listing of locks whose names start with
+/// `prefix`, from `cursor` (`"0"` first; script `list`), for [`script_call`].
+pub fn redis_list_step(key_prefix: String, prefix: &str, cursor: &str, fair: bool) -> RedisCommand {
+    RedisSettings { key_prefix, fair }.list_step(prefix, cursor)
+}
+
+/// A holder as JavaScript reads it: `{ name, owner, token, ttlLeftMs, waiters,
+/// metadata }`, `token` a bigint, `metadata` the JSON text of its object (the JS side
+/// parses it), absent values `null`.
+fn holder(h: fencepost_core::Holder) -> JsOut<'static> {
+    let text = |s: String| JsOut::Text(Cow::Owned(s));
+    let or_null = |v: Option<JsOut<'static>>| v.unwrap_or(JsOut::Null);
+    JsOut::Object(vec![
+        ("name", text(h.name)),
+        ("owner", or_null(h.owner.map(text))),
+        ("token", or_null(h.token.map(|t| JsOut::Token(t.0)))),
+        (
+            "ttlLeftMs",
+            or_null(h.ttl_left.map(|d| JsOut::Number(d.as_secs_f64() * 1e3))),
+        ),
+        (
+            "waiters",
+            or_null(h.waiters.map(|n| JsOut::Number(n as f64))),
+        ),
+        (
+            "metadata",
+            or_null(
+                h.metadata
+                    .map(|m| text(fencepost_core::encode_metadata(&m))),
+            ),
+        ),
+    ])
+}
+
+/// `readRedisInspect`: `{ ok: true, holder }` (`holder` null when nobody holds lock
+/// `name`) or `{ ok: false, protocol }`.
+pub fn read_redis_inspect(name: &str, reply: &RedisValue) -> JsOut<'static> {
+    match redis::read_redis_inspect(name, reply) {
+        Ok(found) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("holder", found.map_or(JsOut::Null, holder)),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `readRedisList`: `{ ok: true, cursor, holders }` (`cursor` null once the scan is
+/// complete) or `{ ok: false, protocol }`.
+pub fn read_redis_list(key_prefix: String, reply: &RedisValue) -> JsOut<'static> {
+    let settings = RedisSettings {
+        key_prefix,
+        ..RedisSettings::default()
+    };
+    match redis::read_redis_list(&settings, reply) {
+        Ok((cursor, holders)) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "cursor",
+                cursor.map_or(JsOut::Null, |c| JsOut::Text(Cow::Owned(c))),
+            ),
+            (
+                "holders",
+                JsOut::Array(holders.into_iter().map(holder).collect()),
+            ),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
 /// `readRedisFlag`: `{ ok: true, value }` or `{ ok: false, protocol }`.
 pub fn read_redis_flag(reply: &RedisValue) -> JsOut<'static> {
     flag(redis::read_redis_flag(reply))

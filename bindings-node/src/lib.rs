@@ -951,6 +951,62 @@ pub fn read_redis_flag<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result
     to_js(env, &common::read_redis_flag(&reply))
 }
 
+/// The operator query "who holds lock `name`?" as a script call `{ script, sha1, keys,
+/// args }` (script `inspect`: owner, PTTL, token, metadata, and with `fair` the queue
+/// length, in one atomic read). Read the reply with `readRedisInspect`.
+#[napi(ts_return_type = "{ script: string, sha1: string, keys: string[], args: string[] }")]
+pub fn redis_inspect<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    name: String,
+    fair: bool,
+) -> napi::Result<Unknown<'env>> {
+    let cmd = common::redis_inspect(key_prefix, &name, fair);
+    to_js(env, &common::script_call(&cmd))
+}
+
+/// One bounded step (`SCAN cursor MATCH … COUNT 500`, never `KEYS`) of the listing of
+/// locks whose names start with `prefix`, as a script call. Read it with `readRedisList`.
+#[napi(ts_return_type = "{ script: string, sha1: string, keys: string[], args: string[] }")]
+pub fn redis_list_step<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    prefix: String,
+    cursor: String,
+    fair: bool,
+) -> napi::Result<Unknown<'env>> {
+    let cmd = common::redis_list_step(key_prefix, &prefix, &cursor, fair);
+    to_js(env, &common::script_call(&cmd))
+}
+
+/// Reads the reply of `redisInspect`: `{ ok: true, holder }` (null: nobody holds it) or
+/// `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }"
+)]
+pub fn read_redis_inspect<'env>(
+    env: &'env Env,
+    name: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    let reply = to_redis_value(env, reply, 0);
+    to_js(env, &common::read_redis_inspect(&name, &reply))
+}
+
+/// Reads the reply of `redisListStep`: `{ ok: true, cursor, holders }` (cursor null once
+/// the scan is complete) or `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, cursor?: string | null, holders?: Array<{ name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null }>, protocol?: string }"
+)]
+pub fn read_redis_list<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    let reply = to_redis_value(env, reply, 0);
+    to_js(env, &common::read_redis_list(key_prefix, &reply))
+}
+
 /// The etcd range finding who holds lock `name` (the key with the lowest create
 /// revision under its prefix), as a gateway call. Read it with `readEtcdHolder`.
 #[napi(ts_return_type = "{ backend: 'etcd', call: 'range', path: string, body: string }")]

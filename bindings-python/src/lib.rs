@@ -1426,13 +1426,16 @@ struct Event {
 }
 
 /// The lock is held: `token` is its fencing token, `valid_until_ns` the monotonic
-/// instant until which the holder may believe it holds the lease.
+/// instant until which the holder may believe it holds the lease, `previous` how the
+/// previous holder ended ("released", "expired", "none" or "unknown").
 #[pyclass(extends = Event, frozen, module = "fencepost._core")]
 struct Acquired {
     #[pyo3(get)]
     token: u64,
     #[pyo3(get)]
     valid_until_ns: u64,
+    #[pyo3(get)]
+    previous: &'static str,
 }
 
 /// A renewal was confirmed: the lease is valid until `valid_until_ns`.
@@ -1472,7 +1475,10 @@ impl Event {
         let class = slf.get_type().name()?.to_string();
         let fields = if let Ok(e) = slf.cast::<Acquired>() {
             let e = e.get();
-            format!(", token={}, valid_until_ns={}", e.token, e.valid_until_ns)
+            format!(
+                ", token={}, valid_until_ns={}, previous={:?}",
+                e.token, e.valid_until_ns, e.previous
+            )
         } else if let Ok(e) = slf.cast::<Renewed>() {
             format!(", valid_until_ns={}", e.get().valid_until_ns)
         } else if let Ok(e) = slf.cast::<Lost>() {
@@ -1501,7 +1507,11 @@ fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> 
         kind: event.kind(),
     });
     match event {
-        CoreEvent::Acquired { token, valid_until } => {
+        CoreEvent::Acquired {
+            token,
+            valid_until,
+            previous,
+        } => {
             let (token, valid_until_ns) = (token.get(), valid_until.as_nanos());
             new(
                 py,
@@ -1509,6 +1519,7 @@ fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> 
                 Acquired {
                     token,
                     valid_until_ns,
+                    previous: previous.as_str(),
                 },
             )
         }
@@ -2153,6 +2164,109 @@ fn read_redis_flag(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<bool> {
     redis::read_redis_flag(&to_redis_value(reply, 0)).map_err(|e| protocol_error(py, &e))
 }
 
+/// The operator query "who holds lock `name`?" on Redis as a `Command` (script
+/// "inspect"): owner, time left, token and metadata in one atomic read, with `fair` the
+/// queue length too. Read its reply with `read_redis_inspect`.
+///
+/// Errors: `ConfigError` for arguments of the wrong type.
+#[pyfunction]
+fn redis_inspect(
+    key_prefix: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    fair: bool,
+) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        fair,
+    };
+    Ok(Command {
+        cmd: settings.inspect(&arg_str(name, "name")?),
+    })
+}
+
+/// One step of the operator listing of the locks whose names start with `prefix`, from
+/// `cursor` ("0" first), as a `Command` (script "list": one bounded `SCAN`, never
+/// `KEYS`). Read its reply with `read_redis_list`; at most `REDIS_LIST_STEPS` steps.
+///
+/// Errors: `ConfigError` for arguments of the wrong type.
+#[pyfunction]
+fn redis_list_step(
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    cursor: &Bound<'_, PyAny>,
+    fair: bool,
+) -> PyResult<Command> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        fair,
+    };
+    Ok(Command {
+        cmd: settings.list_step(&arg_str(prefix, "prefix")?, &arg_str(cursor, "cursor")?),
+    })
+}
+
+/// A holder as the dict `fencepost.Holder` is built from: `name`, `owner` (str or
+/// None), `token` (int or None), `ttl_left_ns` (int or None), `waiters` (int or None),
+/// `metadata` (dict of str or None).
+fn holder_dict<'py>(py: Python<'py>, h: &fencepost_core::Holder) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &h.name)?;
+    d.set_item("owner", h.owner.as_deref())?;
+    d.set_item("token", h.token.map(|t| t.0))?;
+    d.set_item(
+        "ttl_left_ns",
+        h.ttl_left
+            .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+    )?;
+    d.set_item("waiters", h.waiters)?;
+    d.set_item("metadata", h.metadata.as_ref())?;
+    Ok(d)
+}
+
+/// Reads the reply of `redis_inspect`: the holder's dict (see `Holder`), or None when
+/// nobody holds lock `name`.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_redis_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let name = arg_str(name, "name")?;
+    match redis::read_redis_inspect(&name, &to_redis_value(reply, 0)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of one `redis_list_step`: `(next_cursor, holders)`, `next_cursor`
+/// None once the scan is complete, `holders` the dicts of the locks found in this step.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_redis_list<'py>(
+    py: Python<'py>,
+    key_prefix: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<(Option<String>, Vec<Bound<'py, PyDict>>)> {
+    let settings = RedisSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..RedisSettings::default()
+    };
+    match redis::read_redis_list(&settings, &to_redis_value(reply, 0)) {
+        Ok((next, holders)) => Ok((
+            next,
+            holders
+                .iter()
+                .map(|h| holder_dict(py, h))
+                .collect::<PyResult<_>>()?,
+        )),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// The operator query "who holds lock `name`?" on etcd: a range read of the key with
 /// the lowest create revision under the lock's prefix. Read it with `read_etcd_holder`.
 ///
@@ -2446,6 +2560,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(redis_is_locked, m)?)?;
     m.add_function(wrap_pyfunction!(redis_force_release, m)?)?;
     m.add_function(wrap_pyfunction!(read_redis_flag, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(redis_list_step, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_redis_list, m)?)?;
+    m.add("REDIS_LIST_STEPS", redis::REDIS_LIST_STEPS)?;
     m.add_function(wrap_pyfunction!(etcd_holder_range, m)?)?;
     m.add_function(wrap_pyfunction!(read_etcd_holder, m)?)?;
     m.add_function(wrap_pyfunction!(etcd_leader_range, m)?)?;

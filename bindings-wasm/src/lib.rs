@@ -851,6 +851,55 @@ pub fn read_redis_flag(reply: JsValue) -> Result<JsValue, JsValue> {
     to_js(&common::read_redis_flag(&to_redis_value(&reply, 0)))
 }
 
+/// The operator query "who holds lock `name`?" as a script call (script `inspect`).
+/// Read the reply with `readRedisInspect`.
+#[wasm_bindgen(js_name = redisInspect)]
+pub fn redis_inspect(key_prefix: JsValue, name: JsValue, fair: bool) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let name = string(&name, "lock name")?;
+    to_js(&common::script_call(&common::redis_inspect(
+        key_prefix, &name, fair,
+    )))
+}
+
+/// One bounded step of the listing of locks whose names start with `prefix`, from
+/// `cursor`, as a script call (script `list`). Read it with `readRedisList`.
+#[wasm_bindgen(js_name = redisListStep)]
+pub fn redis_list_step(
+    key_prefix: JsValue,
+    prefix: JsValue,
+    cursor: JsValue,
+    fair: bool,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let prefix = string(&prefix, "prefix")?;
+    let cursor = string(&cursor, "cursor")?;
+    to_js(&common::script_call(&common::redis_list_step(
+        key_prefix, &prefix, &cursor, fair,
+    )))
+}
+
+/// Reads the reply of `redisInspect`: `{ ok: true, holder }` or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readRedisInspect)]
+pub fn read_redis_inspect(name: JsValue, reply: JsValue) -> Result<JsValue, JsValue> {
+    let name = string(&name, "lock name")?;
+    to_js(&common::read_redis_inspect(
+        &name,
+        &to_redis_value(&reply, 0),
+    ))
+}
+
+/// Reads the reply of `redisListStep`: `{ ok: true, cursor, holders }` or
+/// `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readRedisList)]
+pub fn read_redis_list(key_prefix: JsValue, reply: JsValue) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    to_js(&common::read_redis_list(
+        key_prefix,
+        &to_redis_value(&reply, 0),
+    ))
+}
+
 /// The etcd range finding who holds lock `name`, as a gateway call (`readEtcdHolder`).
 #[wasm_bindgen(js_name = etcdHolderRange)]
 pub fn etcd_holder_range(key_prefix: JsValue, name: JsValue) -> Result<JsValue, JsValue> {

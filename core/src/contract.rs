@@ -237,7 +237,9 @@ pub fn check_flat(output: &Output) {
         Output::Event { lock, event } => {
             assert_eq!(num(1), lock.0 as f64);
             match event {
-                Event::Acquired { token, valid_until } => {
+                Event::Acquired {
+                    token, valid_until, ..
+                } => {
                     assert_eq!(num(0), 1.0);
                     assert_eq!(slots.get(2), Some(&FlatValue::Token(token.get())));
                     assert!(ns(num(3)).abs_diff(valid_until.as_nanos()) <= 1);

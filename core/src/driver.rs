@@ -106,6 +106,7 @@ pub struct Lease {
     released: bool,
     lock: LockId,
     token: FencingToken,
+    previous: crate::Previous,
     owner: OwnerId,
     valid_until: Arc<AtomicU64>,
     lost: Shared<oneshot::Receiver<LostReason>>,
@@ -116,6 +117,12 @@ impl Lease {
     /// The fencing token: carry it on every write to the protected resource.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// How the lock's previous holder ended, as the server saw it at this grant
+    /// ([`crate::Previous`]): `Expired` means it may have left its work half done.
+    pub fn previous(&self) -> crate::Previous {
+        self.previous
     }
 
     /// The owner id of this acquisition (the value in the server's lock key).
@@ -472,7 +479,11 @@ fn on_event<C: Clock>(
         return;
     };
     match event {
-        Event::Acquired { token, valid_until } => {
+        Event::Acquired {
+            token,
+            valid_until,
+            previous,
+        } => {
             slot.valid_until
                 .store(valid_until.as_nanos(), Ordering::Release);
             let (lost_tx, lost_rx) = oneshot::channel();
@@ -482,6 +493,7 @@ fn on_event<C: Clock>(
                     released: false,
                     lock,
                     token,
+                    previous,
                     owner: machine.owner(lock).unwrap_or(OwnerId([0; 16])),
                     valid_until: slot.valid_until.clone(),
                     lost: lost_rx.shared(),

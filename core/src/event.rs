@@ -13,9 +13,14 @@ pub enum Event {
     /// The lease is held. Carry `token` on every write to the protected resource; stop
     /// believing you hold the lease at `valid_until` (host monotonic time) unless a
     /// [`Event::Renewed`] moves it.
+    ///
+    /// `previous` says how the lock's previous holder ended, as the server saw it at
+    /// this grant: a holder whose lease ran out may have left its work half done.
     Acquired {
         token: FencingToken,
         valid_until: Instant,
+        #[serde(default)]
+        previous: Previous,
     },
     /// A renewal was confirmed; the validity deadline moved to `valid_until`.
     Renewed { valid_until: Instant },
@@ -29,6 +34,25 @@ pub enum Event {
     Released,
     /// Acquiring gave up; the lock was never held by this acquisition.
     AcquireFailed { reason: AcquireFailedReason },
+}
+
+/// How the previous holder of a lock ended, as the server saw it when it granted the
+/// lock again (the robust-mutex idea: an heir that knows its predecessor died can check
+/// for half-done work).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Previous {
+    /// It released the lock cleanly (an owner-checked release, or a fair hand-off).
+    Released,
+    /// Its lease ran out, or it was freed behind its back: it may have left its work
+    /// half done.
+    Expired,
+    /// Nobody held this lock before: the first grant of its name.
+    None,
+    /// The server keeps no record that tells (a backend that does not report it, a
+    /// retried grant whose first reply was lost, an advisory-lock predecessor).
+    #[default]
+    Unknown,
 }
 
 /// Why a held lease was lost.

@@ -25,7 +25,8 @@
 //!                   (decimal text: a signed 64-bit value, read as a bigint), 3 text
 //!                 8 (kubernetes, with the `kubernetes` feature), method, path,
 //!                   body (JSON) | null, contentType, stamp.length, ...stamp
-//! acquired        1, lock, token (a u64: bigint), validUntilMs
+//! acquired        1, lock, token (a u64: bigint), validUntilMs, previous (0 released,
+//!                 1 expired, 2 none, 3 unknown)
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
 //!                 3 closed)
@@ -157,11 +158,21 @@ pub fn encode_output<'a, E>(
         Output::Event { lock, event } => {
             let lock = Number(lock.0 as f64);
             match event {
-                Event::Acquired { token, valid_until } => {
+                Event::Acquired {
+                    token,
+                    valid_until,
+                    previous,
+                } => {
                     push(Number(1.0))?;
                     push(lock)?;
                     push(Token(token.get()))?;
                     push(Number(ns_to_ms(valid_until.as_nanos())))?;
+                    push(Number(match previous {
+                        crate::Previous::Released => 0.0,
+                        crate::Previous::Expired => 1.0,
+                        crate::Previous::None => 2.0,
+                        crate::Previous::Unknown => 3.0,
+                    }))?;
                 }
                 Event::Renewed { valid_until } => {
                     push(Number(2.0))?;
@@ -346,11 +357,12 @@ mod tests {
             event: Event::Acquired {
                 token: FencingToken(9),
                 valid_until: Instant::from_nanos(1_000_000),
+                previous: crate::Previous::Expired,
             },
         };
         assert_eq!(
             flat(&granted),
-            vec![Number(1.0), Number(2.0), Token(9), Number(1.0)]
+            vec![Number(1.0), Number(2.0), Token(9), Number(1.0), Number(1.0)]
         );
         assert!(flat(&Output::Idle).is_empty());
     }

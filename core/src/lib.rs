@@ -163,16 +163,16 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use backends::{
-    Backend, Operation, PgConnection, PgMode, PostgresBackend, RedisBackend, RedisBlpop,
+    Backend, Holder, Operation, PgConnection, PgMode, PostgresBackend, RedisBackend, RedisBlpop,
     RedisCommand, RedisScript, RedisValue, RedisWait, RedlockBackend, RedlockPart, Reply,
     RequestBody, SqlReply, SqlStatement, SqlValue,
 };
 pub use error::{EntropyError, ProtocolError, UsageError};
-pub use event::{AcquireFailedReason, Event, LostReason};
+pub use event::{AcquireFailedReason, Event, LostReason, Previous};
 pub use fence::{Fence, StaleReason, StaleToken};
 pub use machine::{Input, Machine, Output, Request};
 pub use observe::{Field, Observation, ObserveOptions, Observed};
-pub use options::{LockOptions, Purpose, MAX_TTL};
+pub use options::{decode_metadata, encode_metadata, LockOptions, Purpose, MAX_METADATA, MAX_TTL};
 pub use time::Instant;
 
 /// Identifies one acquisition within a machine. Never reused by that machine.

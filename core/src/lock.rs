@@ -324,7 +324,7 @@ pub(crate) struct Lock {
 /// What the recipe may read about a step of lock `name`.
 fn step_cx<'a>(
     name: &'a str,
-    options: &LockOptions,
+    options: &'a LockOptions,
     owner: &'a OwnerId,
     sent_at: Instant,
     part: u16,
@@ -341,6 +341,7 @@ fn step_cx<'a>(
         min_replicas: options.min_replicas,
         replica_timeout_ms: options.replica_timeout_ms(),
         part,
+        metadata: options.metadata.as_deref(),
     }
 }
 
@@ -946,7 +947,9 @@ impl Lock {
                 match read {
                     // the releasing holder granted us the lock: validity from the
                     // send of the acquire that queued us (DESIGN.md rule 1)
-                    Ok(Read::Granted { token, .. }) => self.on_granted(ctx, trying, token, sent_at),
+                    Ok(Read::Granted {
+                        token, previous, ..
+                    }) => self.on_granted(ctx, trying, token, sent_at, previous),
                     // woken, or the wait timed out: try now
                     Ok(_) => self.send_acquire(ctx, trying),
                     // the blocking call failed: fall back on the plain backoff
@@ -998,11 +1001,15 @@ impl Lock {
         match read {
             // The next step of the same attempt, at once.
             Ok(Read::Continue) => self.send_acquire(ctx, trying),
-            Ok(Read::Granted { token, base }) => {
+            Ok(Read::Granted {
+                token,
+                base,
+                previous,
+            }) => {
                 // The validity base is the request's send, or the recipe's earlier one
                 // (never later than this request's send).
                 let base = base.map_or(sent_at, |b| b.min(sent_at));
-                self.on_granted(ctx, trying, token, base);
+                self.on_granted(ctx, trying, token, base, previous);
             }
             Ok(Read::Contended { remaining, queued }) => {
                 trying.last_error = None;
@@ -1061,6 +1068,7 @@ impl Lock {
         mut trying: Trying,
         token: FencingToken,
         base: Instant,
+        previous: crate::Previous,
     ) {
         let options = &self.acq.options;
         let valid_until = ctx.validity_base(base) + options.validity();
@@ -1098,7 +1106,14 @@ impl Lock {
             attempts,
         });
         self.observe_found_held(ctx);
-        ctx.emit(self.acq.id, Event::Acquired { token, valid_until });
+        ctx.emit(
+            self.acq.id,
+            Event::Acquired {
+                token,
+                valid_until,
+                previous,
+            },
+        );
     }
 
     fn on_renew_read(&mut self, ctx: &mut Ctx<'_>, r: Renewing, read: Result<Read, ReadError>) {

@@ -61,7 +61,7 @@ macro_rules! names {
 
 use crate::backends::{Operation, PgConnection, PgMode, RedisScript};
 use crate::fence::ParamStyle;
-use crate::{LostReason, Purpose};
+use crate::{LostReason, Previous, Purpose};
 
 names!("operation", Operation {
     Acquire => "acquire",
@@ -79,6 +79,8 @@ names!("Redis script", RedisScript {
     ReleaseFair => "release_fair",
     IsLocked => "is_locked",
     ForceRelease => "force_release",
+    Inspect => "inspect",
+    List => "list",
 });
 
 names!("purpose", Purpose {
@@ -100,6 +102,13 @@ names!("PostgreSQL connection", PgConnection {
 names!("parameter style", ParamStyle {
     Dollar => "dollar",
     Pyformat => "pyformat",
+});
+
+names!("previous holder", Previous {
+    Released => "released",
+    Expired => "expired",
+    None => "none",
+    Unknown => "unknown",
 });
 
 names!("lost reason", LostReason {
@@ -134,6 +143,12 @@ mod tests {
     #[test]
     fn names_are_the_serde_names() {
         agrees_with_serde(&[
+            Previous::Released,
+            Previous::Expired,
+            Previous::None,
+            Previous::Unknown,
+        ]);
+        agrees_with_serde(&[
             Operation::Acquire,
             Operation::Renew,
             Operation::Release,
@@ -165,6 +180,7 @@ mod tests {
             Event::Acquired {
                 token: FencingToken(1),
                 valid_until: Instant::ZERO,
+                previous: crate::Previous::Unknown,
             },
             Event::Renewed {
                 valid_until: Instant::ZERO,

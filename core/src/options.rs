@@ -78,6 +78,37 @@ pub struct LockOptions {
     /// ms. Default 100 ms. Only read when `min_replicas` is above 0.
     #[serde(with = "serde_nanos")]
     pub replica_timeout: Duration,
+    /// Holder metadata stored with the lock, for operators to read back
+    /// (`RedisBackend::inspect`): the JSON text of an object whose keys and values are
+    /// strings, at most [`MAX_METADATA`] bytes (build it with [`encode_metadata`]).
+    /// Display only: no decision reads it. Default `None`, which sends exactly the
+    /// requests of a lock without metadata. Plain Redis only so far
+    /// ([`crate::Backend::check_acquire`] refuses it elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+}
+
+/// The largest encoded [`LockOptions::metadata`], in bytes: it is stored beside every
+/// lease and read back by every inspection.
+pub const MAX_METADATA: usize = 4096;
+
+/// `metadata` as [`LockOptions::metadata`] takes it: compact JSON, keys in order.
+pub fn encode_metadata(metadata: &std::collections::BTreeMap<String, String>) -> String {
+    serde_json::to_string(metadata).unwrap_or_default()
+}
+
+/// Reads [`LockOptions::metadata`] text back into its map; `None` for text that is not
+/// a JSON object of strings.
+pub fn decode_metadata(text: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    serde_json::from_str(text).ok()
+}
+
+impl LockOptions {
+    /// These options with `metadata` stored with each grant ([`LockOptions::metadata`]).
+    pub fn with_metadata(mut self, metadata: &std::collections::BTreeMap<String, String>) -> Self {
+        self.metadata = Some(encode_metadata(metadata));
+        self
+    }
 }
 
 /// The longest TTL accepted: 2^31 ms (about 24.8 days).
@@ -100,6 +131,7 @@ impl Default for LockOptions {
             token_floor: None,
             min_replicas: 0,
             replica_timeout: Duration::from_millis(100),
+            metadata: None,
         }
     }
 }
@@ -226,6 +258,25 @@ impl LockOptions {
                     self.ttl, self.replica_timeout
                 ),
             ));
+        }
+        if let Some(text) = &self.metadata {
+            if text.len() > MAX_METADATA {
+                return Err(UsageError::option(
+                    "metadata",
+                    format!(
+                        "must encode to at most {MAX_METADATA} bytes, got {} bytes",
+                        text.len()
+                    ),
+                ));
+            }
+            if decode_metadata(text).is_none() {
+                return Err(UsageError::option(
+                    "metadata",
+                    format!(
+                        "must be a JSON object of string keys and string values, got {text:.80}"
+                    ),
+                ));
+            }
         }
         if let Some(floor) = self.token_floor {
             if floor.0 == 0 || floor.0 > i64::MAX as u64 {

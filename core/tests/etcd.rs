@@ -50,6 +50,7 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
         Event::Acquired {
             token: FencingToken(2),
             valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
         },
     );
     assert_eq!(t.holder("report"), Some((t.key_of(0, "report", lock), 2)));

@@ -199,7 +199,8 @@ impl T {
             self.events(),
             [Event::Acquired {
                 token: FencingToken(1),
-                valid_until: at(2_968)
+                valid_until: at(2_968),
+                previous: fencepost_core::Previous::None,
             }]
         );
         lock
@@ -228,7 +229,8 @@ fn a_missing_lease_is_created_with_client_go_fields_and_token_1() {
         t.events(),
         [Event::Acquired {
             token: FencingToken(1),
-            valid_until: at(2_968)
+            valid_until: at(2_968),
+            previous: fencepost_core::Previous::None,
         }]
     );
 }
@@ -278,10 +280,13 @@ fn rule2_rule10_a_hung_renewal_is_lost_at_the_deadline_and_its_late_success_rele
             reason: LostReason::Expired
         }]
     );
-    // the cleanup sent at the loss clears the holder only if it is still ours
+    // the cleanup sent at the loss shortens the lease only if it is still ours, and
+    // keeps the holder: the next taker hears that its predecessor's lease ran out
     let patch = t.serve(Release, "PATCH");
     assert!(patch.body.unwrap().contains(r#""op":"test""#));
-    assert_eq!(t.api.spec()["holderIdentity"], "");
+    let owner = t.owner();
+    assert_eq!(owner.len(), 32);
+    assert_eq!(t.api.spec()["leaseDurationSeconds"], 1);
     // the renewal that hung lands at last: its 409 changes nothing
     t.at(3_500);
     let text = t.api.handle(&put, "2026-12-01T12:00:03.000000Z");

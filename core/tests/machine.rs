@@ -26,6 +26,7 @@ fn acquire_renew_release_happy_path() {
         Event::Acquired {
             token: FencingToken(1),
             valid_until: at(988),
+            previous: fencepost_core::Previous::None,
         },
     );
     t.at(332);
@@ -67,6 +68,7 @@ fn rule1_validity_is_measured_from_the_send_not_the_reply() {
         Event::Acquired {
             token: FencingToken(1),
             valid_until: at(988),
+            previous: fencepost_core::Previous::None,
         },
     );
 }

@@ -80,7 +80,7 @@ fn the_checker_finds_the_shortest_counterexample_when_rule_1_is_broken() {
                 v.vectors[0],
                 [
                     r#"{"at_ms":0.0,"input":{"name":"r","type":"acquire"}}"#,
-                    r#"{"at_ms":987.999,"input":{"reply":[1,1],"request":1,"type":"reply"}}"#,
+                    r#"{"at_ms":987.999,"input":{"reply":[1,1,"none"],"request":1,"type":"reply"}}"#,
                 ]
             );
         }

@@ -79,6 +79,7 @@ fn a_contender_listens_for_the_release_and_tries_again_when_notified() {
             Event::Acquired {
                 token: FencingToken(8),
                 valid_until: at(4 + 19_798),
+                previous: fencepost_core::Previous::Unknown,
             },
         );
     }

@@ -176,7 +176,9 @@ fn run(steps: Vec<Step>, check_validity: bool) {
                 let g = grammar.entry((c, lock)).or_default();
                 assert!(!g.finished, "event after the final one: {event:?}");
                 match event {
-                    Event::Acquired { token, valid_until } => {
+                    Event::Acquired {
+                        token, valid_until, ..
+                    } => {
                         assert!(!g.acquired, "acquired twice");
                         g.acquired = true;
                         if check_validity {

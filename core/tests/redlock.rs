@@ -73,6 +73,7 @@ fn a_majority_with_two_of_five_stopped_acquires_renews_and_releases() {
         Event::Acquired {
             token: FencingToken(5),
             valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
         },
     );
     assert_eq!(stopped.len(), 2, "masters 3 and 4 never answered");

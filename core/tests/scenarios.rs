@@ -55,10 +55,15 @@ fn render_usage_error(e: &UsageError) -> Value {
 fn render_event(lock: LockId, event: &Event) -> Value {
     let mut e = json!({ "lock": lock.0 });
     match event {
-        Event::Acquired { token, valid_until } => {
+        Event::Acquired {
+            token,
+            valid_until,
+            previous,
+        } => {
             e["type"] = json!("acquired");
             e["token"] = json!(token.get());
             e["valid_until_ms"] = ns_to_ms(valid_until.as_nanos());
+            e["previous"] = json!(previous.as_str());
         }
         Event::Renewed { valid_until } => {
             e["type"] = json!("renewed");
@@ -188,7 +193,9 @@ fn render(output: &Output) -> Value {
 // ---- matching ------------------------------------------------------------------------
 
 /// Keys an expectation may leave out (then they are not checked).
-const OPTIONAL_KEYS: [&str; 2] = ["last_error", "error"];
+/// Keys a vector may leave out (then they are not checked): `previous` came after
+/// most vectors were written.
+const OPTIONAL_KEYS: [&str; 3] = ["last_error", "error", "previous"];
 
 /// Owner-id placeholders: `"$name"` binds to the first value it meets; a name always
 /// means the same value and two names never mean the same value.
@@ -376,7 +383,7 @@ fn mismatch(
 
 /// Compact JSON with keys in the README's order, for messages.
 fn show(v: &Value) -> String {
-    const ORDER: [&str; 20] = [
+    const ORDER: [&str; 21] = [
         "type",
         "request",
         "event",
@@ -394,6 +401,7 @@ fn show(v: &Value) -> String {
         "timeout_ms",
         "token",
         "valid_until_ms",
+        "previous",
         "reason",
         "kind",
         "option",

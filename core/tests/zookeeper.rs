@@ -139,7 +139,8 @@ fn lowest_node_holds_with_its_czxid_valid_from_the_children_reads_send() {
         t.events(),
         [Event::Acquired {
             token: FencingToken(16),
-            valid_until: at(988)
+            valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
         }]
     );
     // renew at 0 + 333.333: does the node still exist for this session?
@@ -164,6 +165,80 @@ fn lowest_node_holds_with_its_czxid_valid_from_the_children_reads_send() {
             valid_until: at(1_326)
         }]
     ); // 338 + 988
+}
+
+/// The create's reply with the listing an adapter sends right behind it.
+fn created_with_listing(t: &mut T, seq: u32, others: &[&str]) -> String {
+    let (r, ZkRequest::Create { path, .. }) = t.take(Acquire) else {
+        panic!()
+    };
+    let node = format!("{path}{seq:010}");
+    let own = node.rsplit('/').next().unwrap().to_owned();
+    let mut list = vec![own.as_str()];
+    list.extend_from_slice(others);
+    let list = serde_json::to_string(&list).unwrap();
+    t.reply(
+        &r,
+        &format!(r#"{{"path":"{node}","stat":{{"czxid":16,"version":0,"ephemeral_owner":7}},"children":{list},"session":7}}"#),
+    );
+    own
+}
+
+#[test]
+fn a_create_whose_listing_shows_it_lowest_holds_without_another_read() {
+    let mut t = T::new();
+    t.acquire();
+    t.at(3);
+    created_with_listing(
+        &mut t,
+        3,
+        &["ffffffffffffffffffffffffffffffff__lock__0000000004"],
+    );
+    // one round trip: validity from the create's send, 0 + 1000·0.99 − 2 = 988
+    assert_eq!(
+        t.events(),
+        [Event::Acquired {
+            token: FencingToken(16),
+            valid_until: at(988),
+            previous: fencepost_core::Previous::Unknown,
+        }]
+    );
+    assert!(t.requests.is_empty(), "{:?}", t.requests);
+}
+
+#[test]
+fn a_create_whose_listing_shows_a_predecessor_watches_it_at_once() {
+    let mut t = T::new();
+    t.acquire();
+    let a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa__lock__0000000002";
+    created_with_listing(&mut t, 5, &[a]);
+    let (_, call) = t.take(Wait);
+    assert!(matches!(call, ZkRequest::Watch { ref path, .. } if path.ends_with(a)));
+    assert!(t.events().is_empty());
+}
+
+#[test]
+fn a_create_whose_listing_lacks_the_node_lists_again() {
+    // a listing that ran before the create landed (the adapter retried the create
+    // after making the parents) says nothing about the node's place
+    let mut t = T::new();
+    t.acquire();
+    let (r, ZkRequest::Create { path, .. }) = t.take(Acquire) else {
+        panic!()
+    };
+    t.reply(
+        &r,
+        &format!(r#"{{"path":"{path}0000000000","stat":{{"czxid":16,"version":0,"ephemeral_owner":7}},"children":[],"session":7}}"#),
+    );
+    let node = format!("{}0000000000", path.rsplit('/').next().unwrap());
+    t.children(&[&node]);
+    assert!(matches!(
+        t.events()[..],
+        [Event::Acquired {
+            token: FencingToken(16),
+            ..
+        }]
+    ));
 }
 
 #[test]

@@ -41,27 +41,9 @@ impl Transport for Dispatch {
     }
 }
 
-/// Who holds a lock, as an operator query found it on the server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Holder {
-    /// The lock name.
-    pub name: String,
-    /// The holder's owner id (32 hex digits), when the server stores it (Redis,
-    /// PostgreSQL, ZooKeeper nodes fencepost made; etcd keys name the lease instead,
-    /// given here as `lease:<hex>`).
-    pub owner: Option<String>,
-    /// The holder's fencing token, when the server knows it.
-    pub token: Option<FencingToken>,
-    /// Time left on the holder's lease as the server counts it (`PTTL`, the row's
-    /// expiry, the lease's TTL); `None` when unknown (ZooKeeper: the session, not the
-    /// node, has a deadline, and the server does not tell it).
-    pub ttl_left: Option<Duration>,
-    /// Contenders queued behind the holder, where the server keeps a queue (etcd: the
-    /// other keys under the lock's prefix; ZooKeeper: the other contender nodes); `None` where it does not (Redis polling
-    /// waiters and PostgreSQL lease rows leave no trace until they win).
-    pub waiters: Option<u64>,
-}
+/// Who holds a lock, as an operator query found it on the server (the core's type;
+/// `metadata` is what the holder acquired with, see [`LockOptions`](fencepost_core::LockOptions)).
+pub use fencepost_core::Holder;
 
 /// A client for one backend: acquire leases, run work under a lock, query who holds
 /// what. Cheap to clone (one driver task serves every clone); must be made inside a
@@ -287,6 +269,15 @@ impl Lease {
     /// The owner id of this acquisition (the value in the server's lock key).
     pub fn owner_id(&self) -> OwnerId {
         self.inner.owner()
+    }
+
+    /// How the lock's previous holder ended, as the server saw it at this grant:
+    /// `Released`, `Expired` (its lease ran out or was freed behind it: it may have left
+    /// its work half done), `None` (the first grant of the name) or `Unknown` (the
+    /// backend keeps no record: etcd, Redlock, ZooKeeper; or a grant retried after a lost
+    /// reply). Redis, PostgreSQL lease rows and the in-memory backend report it.
+    pub fn previous(&self) -> fencepost_core::Previous {
+        self.inner.previous()
     }
 
     /// The lock name.

@@ -86,9 +86,39 @@ pub use election::{Election, Leadership, StopReason, Term};
 pub use error::Error;
 pub use url::{BackendKind, BackendUrl};
 
+/// The standard holder metadata of this process, for
+/// [`LockOptions::with_metadata`]: `host` (the kernel's hostname, else `$HOSTNAME`, left
+/// out when neither is known), `pid`, `process` (the program's file name),
+/// `acquired_at` (this call's wall-clock time, RFC 3339 UTC with milliseconds: display
+/// only, never used for a decision; call it when you build the options) and `label`
+/// when given. The same keys as Python's `standard_metadata` and JavaScript's
+/// `standardMetadata`.
+pub fn standard_metadata(label: Option<&str>) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|h| !h.is_empty());
+    if let Some(host) = host {
+        out.insert("host".to_owned(), host);
+    }
+    out.insert("pid".to_owned(), std::process::id().to_string());
+    let program = std::env::args_os().next().map(std::path::PathBuf::from);
+    if let Some(name) = program.as_deref().and_then(std::path::Path::file_name) {
+        out.insert("process".to_owned(), name.to_string_lossy().into_owned());
+    }
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    out.insert("acquired_at".to_owned(), now.to_string());
+    if let Some(label) = label {
+        out.insert("label".to_owned(), label.to_owned());
+    }
+    out
+}
+
 /// The core crate, for its fence builders (`fence`), backend settings and replies.
 pub use fencepost_core as core;
 pub use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, LockOptions, LostReason, ObserveOptions, OwnerId,
-    Purpose, StaleToken,
+    Previous, Purpose, StaleToken,
 };

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fencepost::core::backends::etcd::{read_etcd_fenced_txn, EtcdFenced, EtcdOp};
 use fencepost::core::fence::{read_redis_fenced_set, redis_fenced_set};
 use fencepost::core::{Reply, RequestBody};
-use fencepost::{Backend, Client, Error, LockOptions, LostReason, Purpose};
+use fencepost::{Backend, Client, Error, LockOptions, LostReason, Previous, Purpose};
 
 mod common;
 use common::{evict, servers, unique};
@@ -28,6 +28,12 @@ async fn acquire_extend_release_and_the_next_token_is_higher() {
         let name = unique("cycle");
         let lease = client.acquire(&name, ttl(3_000)).await.unwrap();
         assert_eq!(lease.name(), name);
+        // etcd keeps no record of how the previous holder ended
+        let (first_grant, after_release) = match label {
+            "etcd" => (Previous::Unknown, Previous::Unknown),
+            _ => (Previous::None, Previous::Released),
+        };
+        assert_eq!(lease.previous(), first_grant, "{label}");
         let first = lease.token();
         let holder = client.status(&name).await.unwrap().expect("held");
         assert_eq!(holder.token, Some(first), "{label}");
@@ -61,6 +67,7 @@ async fn acquire_extend_release_and_the_next_token_is_higher() {
             "{label}: released"
         );
         let again = client.acquire(&name, ttl(3_000)).await.unwrap();
+        assert_eq!(again.previous(), after_release, "{label}");
         assert!(
             again.token() > first,
             "{label}: {} after {first}",

@@ -138,7 +138,10 @@ test('bad arguments are refused with ConfigError when the election is built', as
   refuses(() => new Election(backend, 'jobs', 'a', { autoRenew: false }), /autoRenew/)
   refuses(() => new Election(backend, 'jobs', 'a', { ttl: 3 }), /ttl/)
   refuses(() => new Election(backend, 'jobs', 'a', { purpose: 'correctness' }), /correctness|unsafe/)
-  await assert.rejects(new Election(backend, 'jobs', 'a').leader(), (e) => e instanceof ConfigError && e.kind === 'unsupported')
+  // a fair Redis hand-off stores no metadata, hence no leader's record
+  const fair = new MemoryBackend({ fair: true })
+  await assert.rejects(new Election(fair, 'jobs', 'a').leader(), (e) => e instanceof ConfigError && e.kind === 'unsupported')
+  await fair.close()
   assert.deepEqual([...STOP_REASONS], ['resigned', 'cancelled', 'expired', 'renew_rejected', 'not_held_at_release', 'closed'])
   await backend.close()
 })
@@ -181,6 +184,44 @@ test('8 candidate processes on etcd lead one at a time, with a fenced log in tok
   assert.deepEqual(logged, tokens)
   await backend.close()
 })
+
+for (const which of ['memory', 'ioredis']) {
+  const skip = which === 'memory' || process.env.FENCEPOST_REDIS_URL ? false : 'FENCEPOST_REDIS_URL is not set'
+  test(`followers on plain ${which} read the leader from its lease's metadata, in order`, { skip, timeout: 30_000 }, async () => {
+    let backend
+    if (which === 'memory') {
+      backend = new MemoryBackend()
+    } else {
+      const IORedis = require('./impl').devRequire('ioredis')
+      const client = new IORedis(process.env.FENCEPOST_REDIS_URL, { maxRetriesPerRequest: 2 })
+      backend = new fencepost.RedisBackend(client)
+      backend._testClient = client
+    }
+    const name = `follow-${crypto.randomBytes(5).toString('hex')}`
+    const follower = new Election(backend, name, 'follower')
+    assert.equal(await follower.leader(), null)
+    const controller = new AbortController()
+    const seen = []
+    const watching = (async () => {
+      for await (const leader of follower.observe({ intervalMs: 20, signal: controller.signal })) seen.push(leader)
+    })()
+    await sleep(100) // the watcher has seen nobody leading
+    const expect = [null]
+    for (const who of ['pod-a', 'pod-b']) {
+      const leadership = await new Election(backend, name, who, { value: `addr-${who}`, ttlMs: 3_000 }).campaign()
+      assert.deepEqual(await follower.leader(), { identity: who, value: `addr-${who}`, token: leadership.token })
+      await sleep(200) // terms longer than the observation interval
+      await leadership.resign()
+      await sleep(200)
+      expect.push({ identity: who, value: `addr-${who}`, token: leadership.token }, null)
+    }
+    controller.abort()
+    await watching
+    assert.deepEqual(seen, expect)
+    await backend.close()
+    if (backend._testClient) await backend._testClient.quit()
+  })
+}
 
 test('followers on etcd observe every change of leader in order', { skip: ETCD ? false : 'FENCEPOST_ETCD_URL is not set', timeout: 60_000 }, async () => {
   const backend = new EtcdBackend({ endpoints: ETCD })

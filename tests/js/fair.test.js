@@ -60,7 +60,7 @@ test('a fair LockMachine parks a contended acquisition on a blocking pop and is 
   serve(a, 4, request)
   assert.equal(server.get('fencepost:{r}:lock'), b.owner(1), 'granted to the first waiter')
   const reply = await popped
-  assert.deepEqual(reply, [wait.key, 'g:2'])
+  assert.deepEqual(reply, [wait.key, 'g:2 released'])
   b.reply(5, wait.id, reply) // the wake-up is the grant: no second round trip
   assert.deepEqual(b.poll().outputs.map((o) => [o.type, o.token]), [['acquired', 2n]])
 })

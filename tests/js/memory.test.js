@@ -564,7 +564,7 @@ test('the Redis fenced SET: builder, reader, and MemoryBackend.fencedSet', async
 
 test('redisScripts lists every script with its SHA-1', () => {
   const scripts = redisScripts()
-  assert.deepEqual(Object.keys(scripts).sort(), ['acquire', 'acquire_fair', 'fenced_set', 'force_release', 'is_locked', 'release', 'release_fair', 'renew'])
+  assert.deepEqual(Object.keys(scripts).sort(), ['acquire', 'acquire_fair', 'fenced_set', 'force_release', 'inspect', 'is_locked', 'list', 'release', 'release_fair', 'renew'])
   for (const { sha1, source } of Object.values(scripts)) {
     assert.match(sha1, /^[0-9a-f]{40}$/)
     assert.match(source, /redis\.call/)
@@ -657,7 +657,7 @@ test('LockMachine emits requests and events as data', () => {
   const server = new MemoryServer()
   machine.reply(2, request.id, server.execute(request))
   ;({ outputs, nextTimeoutMs } = machine.poll())
-  assert.deepEqual(outputs, [{ lock: 1, type: 'acquired', token: 1n, validUntilMs: 988 }])
+  assert.deepEqual(outputs, [{ lock: 1, type: 'acquired', token: 1n, validUntilMs: 988, previous: 'none' }])
   assert.equal(nextTimeoutMs, 333.333333)
   assert.equal(machine.validUntilMs(lock), 988)
   assert.equal(machine.lockCount, 1)
@@ -674,8 +674,8 @@ test('LockMachine.poll() gives every kind of output in one shape (keys in order)
   assert.equal(outputs[0].sha1, redisScripts().acquire.sha1)
   a.reply(1, outputs[0].id, server.execute(outputs[0]))
   ;({ outputs } = a.poll())
-  assert.deepEqual(outputs, [{ lock, type: 'acquired', token: 1n, validUntilMs: 988 }])
-  assert.deepEqual(keysOf(outputs), ['lock,type,token,validUntilMs'])
+  assert.deepEqual(outputs, [{ lock, type: 'acquired', token: 1n, validUntilMs: 988, previous: 'none' }])
+  assert.deepEqual(keysOf(outputs), ['lock,type,token,validUntilMs,previous'])
   a.timeout(334)
   ;({ outputs } = a.poll())
   assert.deepEqual(outputs.map((o) => [o.operation, o.script]), [['renew', 'renew']])

@@ -93,7 +93,8 @@ const OPTIONS = {
   accept_failover_risk: 'acceptFailoverRisk',
   token_floor: 'tokenFloor',
   min_replicas: 'minReplicas',
-  replica_timeout_ms: 'replicaTimeoutMs'
+  replica_timeout_ms: 'replicaTimeoutMs',
+  metadata: 'metadata'
 }
 /** JavaScript option → the core's option name in a usage error. */
 const CORE_OPTION = {
@@ -323,7 +324,7 @@ function renderOutput (o) {
   }
   const e = { lock: o.lock, type: o.type }
   switch (o.type) {
-    case 'acquired': e.token = o.token; e.valid_until_ms = o.validUntilMs; break
+    case 'acquired': e.token = o.token; e.valid_until_ms = o.validUntilMs; e.previous = o.previous; break
     case 'renewed': e.valid_until_ms = o.validUntilMs; break
     case 'lost': e.reason = o.reason; break
     case 'released': break
@@ -352,7 +353,8 @@ function renderUsageError (error) {
 
 // ---- matching (README "Matching rules", as core/tests/scenarios.rs) -----------------------
 
-const OPTIONAL_KEYS = ['last_error', 'error']
+/** Keys a vector may leave out (then they are not checked). */
+const OPTIONAL_KEYS = ['last_error', 'error', 'previous']
 
 /** round(ms × 1e6), as the Rust runner rounds. */
 const msToNs = (ms) => Math.round(Number(ms) * 1e6)

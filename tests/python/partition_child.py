@@ -89,9 +89,11 @@ class Redis:
         return self.probe.get(self.b.lock_key(name)) == owner_id.encode()
 
     def keys(self, name: str) -> list:
-        # the token counter is permanent by design; every other key of the lock must go
+        # the token counter and the record of the last grant are permanent by design;
+        # every other key of the lock must go
         token = self.b.token_key(name).encode()
-        return [k for k in self.probe.scan_iter(match=f"*{{{name}}}*") if k != token]
+        last = token[: -len(b"token")] + b"last"
+        return [k for k in self.probe.scan_iter(match=f"*{{{name}}}*") if k not in (token, last)]
 
     def fenced_write(self, backend: Any, lease: Any) -> None:
         backend.fenced_set_sync("data", "fence", lease.token, f"by {lease.owner_id}")

@@ -143,7 +143,7 @@ def test_memory_redis_pops_without_blocking() -> None:
     holder.release(2 * NS, 1)
     (rel,) = requests(holder.poll()[0])
     assert server.execute(2 * NS, rel) == 1  # grants the lock to the waiter, wakes it
-    assert server.execute(3 * NS, wait.body) == [wait.body.key, "g:2"]  # the grant: token 2
+    assert server.execute(3 * NS, wait.body) == [wait.body.key, "g:2 released"]  # the grant: token 2
     m.reply(3 * NS, wait.id, [wait.body.key, "g:2"])
     assert [(e.kind, e.token) for e in events(m.poll()[0])] == [("acquired", 2)]
 

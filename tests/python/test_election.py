@@ -272,8 +272,58 @@ def test_bad_arguments_are_refused_when_the_election_is_built(backend: fencepost
         fencepost.Election(backend, "jobs", "a", on_started_leading=3)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unsafe"):
         fencepost.Election(backend, "jobs", "a", purpose="correctness")  # Redis semantics
+    # a fair Redis hand-off stores no metadata, hence no leader's record
     with pytest.raises(ConfigError, match="cannot say who leads"):
-        fencepost.Election(backend, "jobs", "a").leader_sync()
+        fencepost.Election(fencepost.MemoryBackend(fair=True), "jobs", "a").leader_sync()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_followers_read_the_leader_from_its_metadata_on_plain_redis(kind: str) -> None:
+    url = os.environ.get("FENCEPOST_REDIS_URL")
+    if kind == "redis" and not url:
+        pytest.skip("FENCEPOST_REDIS_URL is not set (scripts/test sets it)")
+    name = unique("follow")
+
+    async def main() -> List[Any]:
+        if kind == "memory":
+            backend: fencepost.Backend = fencepost.MemoryBackend()
+        else:
+            import redis.asyncio
+
+            from fencepost.redis import RedisBackend
+
+            backend = RedisBackend(redis.asyncio.Redis.from_url(url or ""))
+        follower = fencepost.Election(backend, name, "follower", ttl=3)
+        assert await follower.leader() is None
+        seen: List[Any] = []
+
+        async def watch() -> None:
+            async for leader in follower.observe(interval=0.02):
+                seen.append(leader)
+
+        watcher = asyncio.ensure_future(watch())
+        await asyncio.sleep(0.1)  # the watcher has seen nobody leading
+        tokens = []
+        for who in ("pod-a", "pod-b"):
+            e = fencepost.Election(backend, name, who, value=f"addr-{who}", ttl=3)
+            leadership = await e.campaign()
+            tokens.append(leadership.token)
+            assert await follower.leader() == fencepost.Leader(who, f"addr-{who}", leadership.token)
+            await asyncio.sleep(0.2)  # terms longer than the observation interval
+            await leadership.resign()
+            await asyncio.sleep(0.2)
+        watcher.cancel()
+        await backend.aclose()
+        return [seen, tokens]
+
+    seen, tokens = asyncio.run(main())
+    assert seen == [
+        None,
+        fencepost.Leader("pod-a", "addr-pod-a", tokens[0]),
+        None,
+        fencepost.Leader("pod-b", "addr-pod-b", tokens[1]),
+        None,
+    ]
 
 
 # ---- followers on etcd ---------------------------------------------------------------------

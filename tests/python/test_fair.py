@@ -147,7 +147,7 @@ def test_memory_server_blpop_parks_until_a_push_or_the_timeout() -> None:
     (rel,) = [o for o in holder.poll()[0] if isinstance(o, fencepost._core.Request)]
     server.execute(rel)
     t.join(2)
-    assert got == [[pop.key, "g:2"]]  # the release granted the lock: token 2
+    assert got == [[pop.key, "g:2 released"]]  # the release granted the lock: token 2
 
 
 # ---- real Redis --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ LAYERS: Dict[str, int] = {
     "_units": 2,
     "observe": 2,
     "_leader": 2,
+    "_holder": 2,
     "_driver": 3,
     "_backend": 4,
     "lock": 5,

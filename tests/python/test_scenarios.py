@@ -140,6 +140,7 @@ OPTION_FIELDS = (
     "token_floor",
     "min_replicas",
     "replica_timeout_ms",
+    "metadata",
 )
 
 #: The core's ``LockOptions::default()`` (README, "Options"), as ``Machine.acquire``
@@ -212,6 +213,11 @@ def lock_options(*layers: Dict[str, Any]) -> Dict[str, Any]:
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                     raise VectorError(f"options: token_floor must be null or a token, got {value!r}")
                 out[key] = value
+            elif key == "metadata":
+                # an object of strings in the vector, its JSON text in the core
+                if not isinstance(value, dict):
+                    raise VectorError(f"options: metadata must be an object, got {value!r}")
+                out[key] = json.dumps(value)
             elif key == "drift_factor":
                 if not is_number(value):
                     raise VectorError(f"options: drift_factor must be a number, got {value!r}")
@@ -446,6 +452,7 @@ def render_event(e: _core.Event) -> Dict[str, Any]:
     if e.kind == "acquired":
         out["token"] = e.token
         out["valid_until_ms"] = None if e.valid_until_ns is None else ns_to_ms(e.valid_until_ns)
+        out["previous"] = e.previous
     elif e.kind == "renewed":
         out["valid_until_ms"] = None if e.valid_until_ns is None else ns_to_ms(e.valid_until_ns)
     elif e.kind == "lost":
@@ -479,7 +486,8 @@ def render(output: object) -> Dict[str, Any]:
 # ---- matching (README "Matching rules", as core/tests/scenarios.rs) ---------------------
 
 #: Keys an expectation may leave out (then they are not checked).
-OPTIONAL_KEYS = ("last_error", "error")
+#: Keys a vector may leave out (then they are not checked).
+OPTIONAL_KEYS = ("last_error", "error", "previous")
 
 #: Usage-error kinds → the exception the binding raises for them.
 USAGE_ERROR_KINDS = {
@@ -618,6 +626,7 @@ SHOW_ORDER = (
     "timeout_ms",
     "token",
     "valid_until_ms",
+    "previous",
     "reason",
     "kind",
     "option",

@@ -83,13 +83,13 @@ def test_fifo_hand_off_of_three_waiters_without_polling(zk: Any) -> None:
     name = unique("fifo")
     opts = dict(ttl=zk.session_timeout, acquire_timeout=20.0)
     calls: List[str] = []
-    run = zk._call
+    run = zk._calls
 
-    def counting(spec: Any, left: Any) -> Any:
+    def counting(spec: Any) -> Any:
         calls.append(spec["call"])
-        return run(spec, left)
+        return run(spec)
 
-    zk._call = counting
+    zk._calls = counting
     holder = fencepost.Lock(zk, name, **opts).acquire_sync()
     order: List[int] = []
     threads = []
@@ -119,6 +119,39 @@ def test_fifo_hand_off_of_three_waiters_without_polling(zk: Any) -> None:
     assert order == [0, 1, 2]
     # each waiter: one listing when queued, one per wake-up of its predecessor
     assert calls.count("watch") <= 3 * 2, calls
+
+
+def test_close_wakes_a_waiter_parked_on_its_watch_at_once() -> None:
+    b = backend(timeout=10.0)  # a waiter's watch lasts up to a renew interval: 10 s / 3
+    other = backend()  # the holder, on a session of its own: b's close does not free it
+    name = unique("close")
+    try:
+        holder = fencepost.Lock(other, name, ttl=other.session_timeout).acquire_sync()
+        failed: List[BaseException] = []
+
+        def wait() -> None:
+            try:
+                fencepost.Lock(b, name, ttl=b.session_timeout, acquire_timeout=20.0).acquire_sync()
+            except fencepost.BackendError as exc:
+                failed.append(exc)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        deadline = time.monotonic() + 5
+        while len(b.client.get_children(b.lock_path(name))) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # parked on the watch of the holder's node
+        closed = time.monotonic()
+        b.close()
+        t.join(5)
+        assert failed and time.monotonic() - closed < 1.0, (failed, time.monotonic() - closed)
+        holder.release()
+    finally:
+        for x in (b, other):
+            x.close()
+            x.client.stop()
+            x.client.close()
 
 
 def test_kazoo_lock_and_fencepost_on_one_path_never_overlap() -> None:

@@ -39,6 +39,7 @@ from .errors import (
     ProtocolError,
     StaleToken,
 )
+from ._holder import Holder, standard_metadata
 from .election import Election, Leader, Leadership, SyncLeadership
 from .lock import Lease, Lock, Seconds, SyncLease
 from .memory import MemoryBackend, MemoryServer
@@ -61,6 +62,8 @@ __all__ = [
     "Leader",
     "Seconds",
     "Backend",
+    "Holder",
+    "standard_metadata",
     "MemoryBackend",
     "MemoryServer",
     "Fence",

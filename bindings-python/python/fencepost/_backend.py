@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Unio
 
 from . import _core
 from ._driver import AsyncDriver, Reachability, ThreadDriver
+from ._holder import Holder
+from ._leader import Leader
 from .errors import BackendError, ConfigError
 from ._units import Seconds, _count, _seconds_to_ns
 from .observe import ObserveCallback, Observer
@@ -433,17 +435,35 @@ class Backend:
         return ConfigError(
             f"{self._label()} cannot say who leads an election: it keeps only the "
             "holder's owner id with the lock (Election.leader() and observe() are "
-            "available on EtcdBackend)",
+            "available on EtcdBackend, plain RedisBackend and MemoryBackend)",
             kind="unsupported",
         )
 
+    def _keeps_leader_metadata(self) -> bool:
+        """Whether an election keeps its leader's record as the lease's metadata here
+        (plain Redis and memory: the backends that store metadata)."""
+        spec = self._machine_spec()
+        return spec.get("kind") == "redis" and not spec.get("fair", False)
+
+    @staticmethod
+    def _leader_from_holder(holder: Optional[Holder]) -> Any:
+        if holder is None:
+            return None
+        meta = holder.metadata or {}
+        # a holder whose metadata is no election record (a plain lock) names no leader
+        return Leader(identity=meta.get("identity"), value=meta.get("value"), token=holder.token or 0)
+
     async def _leader_async(self, name: str) -> Any:
         """The current leader of election ``name`` (a ``fencepost.Leader``) or None."""
-        raise self._no_leader()
+        if not self._keeps_leader_metadata():
+            raise self._no_leader()
+        return self._leader_from_holder(await self.inspect(name))
 
     def _leader_sync(self, name: str) -> Any:
         """Blocking :meth:`_leader_async`."""
-        raise self._no_leader()
+        if not self._keeps_leader_metadata():
+            raise self._no_leader()
+        return self._leader_from_holder(self.inspect_sync(name))
 
     # -- operator queries: is it locked? free it --
 
@@ -524,6 +544,122 @@ class Backend:
     def force_release_sync(self, name: str) -> bool:
         """Blocking form of :meth:`force_release`; same arguments and errors."""
         return self._run_operator_sync(name, True)
+
+
+    # -- operator queries: who holds it? which locks are held? --
+
+    def _inspectable(self, what: str) -> bool:
+        """Whether this backend's locks can be inspected (fair or not); raises
+        ConfigError (kind ``unsupported``) on backends that cannot be."""
+        spec = self._machine_spec()
+        if spec.get("kind") != "redis":
+            raise ConfigError(
+                f"{self._label()} does not support {what}(): holder inspection is "
+                "implemented on RedisBackend and MemoryBackend",
+                kind="unsupported",
+            )
+        return bool(spec.get("fair", False))
+
+    def _inspect_failed(self, what: str, name: str, exc: Exception) -> BackendError:
+        return BackendError(f"{what}({name!r}) failed: {exc}")
+
+    async def inspect(self, name: str) -> Optional[Holder]:
+        """Who holds lock ``name`` now, as the server answers: a :class:`Holder`
+        (owner id, token, ``ttl_left`` in seconds, waiters on a fair lock, the
+        holder's ``metadata``), or None when nobody holds it. One atomic read (one
+        round trip), for monitoring and operators: stale on arrival, never a substitute
+        for acquiring.
+
+        Raises:
+            BackendError: the server could not be reached.
+            ProtocolError: the server answered with an error or a reply of the wrong
+                shape.
+            ConfigError: ``name`` is not a str, a backend without asyncio support, or
+                (kind ``unsupported``) a backend other than Redis and memory.
+        """
+        fair = self._inspectable("inspect")
+        command = _core.redis_inspect(self.key_prefix, name, fair)
+        try:
+            reply = await self._execute_async(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._inspect_failed("inspect", name, exc) from exc
+        found = _core.read_redis_inspect(name, reply)
+        return None if found is None else Holder._from_core(found)
+
+    def inspect_sync(self, name: str) -> Optional[Holder]:
+        """Blocking form of :meth:`inspect`; same arguments and errors."""
+        fair = self._inspectable("inspect")
+        command = _core.redis_inspect(self.key_prefix, name, fair)
+        try:
+            reply = self._execute_sync(command)
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise self._inspect_failed("inspect", name, exc) from exc
+        found = _core.read_redis_inspect(name, reply)
+        return None if found is None else Holder._from_core(found)
+
+    def _list_start(self, prefix: object, limit: object) -> bool:
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a str, got {prefix!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+        return self._inspectable("list")
+
+    @staticmethod
+    def _list_done(found: Dict[str, Holder], limit: int) -> List[Holder]:
+        return [found[n] for n in sorted(found)][:limit]
+
+    async def list(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """The held locks whose names start with ``prefix``, at most ``limit``, sorted
+        by name among those found: :class:`Holder` records as :meth:`inspect` gives.
+        Bounded: cursor-based ``SCAN`` steps of 500 keys (never ``KEYS``), at most
+        ``fencepost._core.REDIS_LIST_STEPS`` (1000) steps, stopping once ``limit`` locks
+        are found; each step is one round trip. A snapshot for operators, like
+        :meth:`inspect`.
+
+        Raises:
+            BackendError, ProtocolError: as :meth:`inspect`.
+            ConfigError: ``prefix`` not a str, ``limit`` not an int >= 1, or (kind
+                ``unsupported``) a backend other than Redis and memory.
+        """
+        fair = self._list_start(prefix, limit)
+        found: Dict[str, Holder] = {}
+        cursor: Optional[str] = "0"
+        for _ in range(_core.REDIS_LIST_STEPS):
+            command = _core.redis_list_step(self.key_prefix, prefix, cursor or "0", fair)
+            try:
+                reply = await self._execute_async(command)
+            except (ConfigError, BackendError):
+                raise
+            except Exception as exc:
+                raise self._inspect_failed("list", prefix, exc) from exc
+            cursor, holders = _core.read_redis_list(self.key_prefix, reply)
+            found.update((h["name"], Holder._from_core(h)) for h in holders)
+            if cursor is None or len(found) >= limit:
+                break
+        return self._list_done(found, limit)
+
+    def list_sync(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """Blocking form of :meth:`list`; same arguments and errors."""
+        fair = self._list_start(prefix, limit)
+        found: Dict[str, Holder] = {}
+        cursor: Optional[str] = "0"
+        for _ in range(_core.REDIS_LIST_STEPS):
+            command = _core.redis_list_step(self.key_prefix, prefix, cursor or "0", fair)
+            try:
+                reply = self._execute_sync(command)
+            except (ConfigError, BackendError):
+                raise
+            except Exception as exc:
+                raise self._inspect_failed("list", prefix, exc) from exc
+            cursor, holders = _core.read_redis_list(self.key_prefix, reply)
+            found.update((h["name"], Holder._from_core(h)) for h in holders)
+            if cursor is None or len(found) >= limit:
+                break
+        return self._list_done(found, limit)
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:

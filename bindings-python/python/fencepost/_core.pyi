@@ -129,7 +129,9 @@ class LockOptionsSpec(TypedDict, total=False):
       or None (default); refused on etcd;
     * ``min_replicas`` — replicas whose ``WAIT`` must confirm each grant and renewal
       (0: none, default; Redis only);
-    * ``replica_timeout`` — how long each ``WAIT`` may block (100 ms)."""
+    * ``replica_timeout`` — how long each ``WAIT`` may block (100 ms);
+    * ``metadata`` — holder metadata, the JSON text of an object of strings (at most
+      4096 bytes), or left out (plain Redis only)."""
 
     ttl: int
     purpose: str
@@ -145,6 +147,7 @@ class LockOptionsSpec(TypedDict, total=False):
     token_floor: Optional[int]
     min_replicas: int
     replica_timeout: int
+    metadata: str
 
 class RedisErrorReply(Exception):
     """An error reply of a Redis server (``-ERR …``, ``-LOADING …``) carried as a value:
@@ -399,6 +402,9 @@ class Acquired(Event):
     @property
     def valid_until_ns(self) -> int:
         """The validity deadline (monotonic ns)."""
+    @property
+    def previous(self) -> Literal["released", "expired", "none", "unknown"]:
+        """How the previous holder ended, as the server saw it at this grant."""
 
 @final
 class Renewed(Event):
@@ -648,6 +654,40 @@ def redis_force_release(key_prefix: str, name: str, fair: bool) -> Command:
 def read_redis_flag(reply: object) -> bool:
     """Reads the reply of :func:`redis_is_locked` / :func:`redis_force_release`: 1 is
     True, 0 False. Raises: ProtocolError for an error reply or any other reply."""
+
+class HolderSpec(TypedDict):
+    """A holder as the core read it: ``ttl_left_ns`` in integer nanoseconds."""
+
+    name: str
+    owner: Optional[str]
+    token: Optional[int]
+    ttl_left_ns: Optional[int]
+    waiters: Optional[int]
+    metadata: Optional[Dict[str, str]]
+
+#: At most this many ``redis_list_step`` steps per listing.
+REDIS_LIST_STEPS: int
+
+def redis_inspect(key_prefix: str, name: str, fair: bool) -> Command:
+    """The operator query "who holds lock ``name``?" (script ``"inspect"``): owner,
+    ``PTTL``, token and metadata in one atomic read, and with ``fair`` the queue length.
+    Read with :func:`read_redis_inspect`. Raises: ConfigError for arguments of the wrong
+    type."""
+
+def redis_list_step(key_prefix: str, prefix: str, cursor: str, fair: bool) -> Command:
+    """One step of the listing of locks whose names start with ``prefix``, from
+    ``cursor`` (``"0"`` first): script ``"list"``, one bounded ``SCAN`` (never
+    ``KEYS``). Read with :func:`read_redis_list`. Raises: ConfigError for arguments of
+    the wrong type."""
+
+def read_redis_inspect(name: str, reply: object) -> Optional[HolderSpec]:
+    """Reads the reply of :func:`redis_inspect`: the holder, or None when nobody
+    holds the lock. Raises: ProtocolError for an error reply or another shape."""
+
+def read_redis_list(key_prefix: str, reply: object) -> Tuple[Optional[str], List[HolderSpec]]:
+    """Reads the reply of :func:`redis_list_step`: ``(next cursor or None when the
+    scan is complete, the holders found in this step)``. Raises: ProtocolError for an
+    error reply or another shape."""
 
 def redis_scripts() -> Dict[str, Tuple[str, str]]:
     """Every Redis script: name → (sha1, Lua source). Names: ``"acquire"``,

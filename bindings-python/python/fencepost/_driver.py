@@ -317,6 +317,7 @@ class AsyncAcquisition:
                 poke=self.driver.poke,
                 lost=asyncio.Event(),
             )
+            lease._previous = event.previous
             _watch(self, lease)
             if acquired is not None and not acquired.done():
                 acquired.set_result(lease)
@@ -501,6 +502,7 @@ class SyncAcquisition:
                 valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
             )
+            lease._previous = event.previous
             _watch(self, lease)
             if not self.acquired.done():
                 self.acquired.set_result(lease)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from .errors import ConfigError, LockLost
 
@@ -37,6 +37,10 @@ def lost_error(name: str, token: int, reason: str) -> LockLost:
     )
 
 
+#: How a lock's previous holder ended (:attr:`Lease.previous`).
+Previous = Literal["released", "expired", "none", "unknown"]
+
+
 class _LeaseBase:
     """What both lease kinds share. Created by the drivers, never by users."""
 
@@ -54,6 +58,7 @@ class _LeaseBase:
         self._owner_id = owner_id
         self._valid_until_ns = valid_until_ns
         self._poke = poke
+        self._previous: Previous = "unknown"  # set by the driver from the grant
         self._lost_reason: Optional[str] = None
         #: The acquisition it came from, set by the driver (the lease keeps it alive;
         #: the driver sees the lease only weakly).
@@ -70,6 +75,19 @@ class _LeaseBase:
         :meth:`fencepost.Backend.fenced_set`, :class:`fencepost.Fence`,
         :func:`fencepost.sql_fenced_update`)."""
         return self._token
+
+    @property
+    def previous(self) -> Previous:
+        """How the lock's previous holder ended, as the server saw it at this grant:
+        ``"released"`` (a clean release, or a fair hand-off), ``"expired"`` (its lease
+        ran out, or it was freed behind its back: it may have left its work half done),
+        ``"none"`` (the first grant of this name) or ``"unknown"`` (the backend keeps no
+        record: etcd, Redlock, ZooKeeper, PostgreSQL advisory locks; a grant retried after
+        a lost reply). Redis (and the in-memory backend), PostgreSQL lease rows and
+        Kubernetes report it. A lease that its holder's machine gave up (lost, or
+        cancelled after an ambiguous grant) is freed by a cleanup that reports
+        ``"expired"``, never ``"released"``."""
+        return self._previous
 
     @property
     def owner_id(self) -> str:

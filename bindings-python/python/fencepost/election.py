@@ -325,6 +325,10 @@ class Election:
                 "lease is renewed",
                 option="auto_renew",
             )
+        if "metadata" not in lock_options and backend._keeps_leader_metadata():
+            # the record followers read (leader(), observe()), stored with the grant
+            record = {"identity": identity} if value is None else {"identity": identity, "value": value}
+            lock_options["metadata"] = record
         self._lock = Lock(backend, name, **lock_options)
         self._identity = identity
         self._value = value
@@ -509,8 +513,12 @@ class Election:
 
         Available on etcd: the leader is the key with the lowest create revision under
         the election's prefix (as etcd's own ``concurrency.Election`` reads it), its
-        create revision the token, its value the record a fencepost leader writes. The
-        other backends keep only the owner id with the lock: ConfigError there.
+        create revision the token, its value the record a fencepost leader writes. On
+        plain Redis and :class:`~fencepost.MemoryBackend` the candidate's identity and
+        value are the lease's metadata (stored with the grant), read by
+        :meth:`fencepost.Backend.inspect`. The other backends (fair Redis, PostgreSQL,
+        ZooKeeper, Kubernetes, Redlock) keep only the owner id with the lock:
+        ConfigError there.
 
         Raises:
             ConfigError: the backend cannot say who leads.

@@ -10,11 +10,12 @@ import asyncio
 import sys
 from types import TracebackType
 import threading
-from typing import Any, Dict, List, Optional, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 from . import _core
 from ._backend import Backend
 from ._driver import AsyncAcquisition, SyncAcquisition
+from ._holder import encode_metadata
 from ._lease import Lease, SyncLease
 from ._units import Seconds, _count, _optional_seconds_to_ns, _seconds_to_ns
 from .errors import AcquireTimeout, ConfigError, LockLost
@@ -123,6 +124,16 @@ class Lock:
         replica_timeout: seconds each ``WAIT`` may block: at least 1 ms, below the
             validity; default 0.1. Keep it below the client's ``socket_timeout`` (the
             pipeline's reply waits for it).
+        metadata: holder metadata stored with each grant, for operators
+            (:meth:`fencepost.Backend.inspect`, :meth:`~fencepost.Backend.list`): a
+            mapping of str to str, at most 4096 bytes as compact JSON;
+            :func:`fencepost.standard_metadata` fills host, pid, process, acquired_at
+            and a label. Display only: nothing decides on it. Plain Redis and
+            :class:`~fencepost.MemoryBackend` only (``ConfigError`` on fair Redis, whose
+            hand-off grants are written by the releasing holder, and on the other
+            backends). On Redis it is the key ``{prefix}{name}:meta``, set by the
+            acquire script with the lease's TTL, extended by each renewal, deleted by the
+            release and by ``force_release``.
         on_event: called with each :class:`fencepost.observe.Observation` (event or
             warning) of this lock's acquisitions, on the thread running the lock
             machine, besides the backend's callback and the ``fencepost`` logger
@@ -156,6 +167,7 @@ class Lock:
         token_floor: Optional[int] = None,
         min_replicas: int = 0,
         replica_timeout: Seconds = 0.1,
+        metadata: Optional[Mapping[str, str]] = None,
         on_event: Optional[ObserveCallback] = None,
     ) -> None:
         if not isinstance(backend, Backend):
@@ -182,6 +194,11 @@ class Lock:
             "min_replicas": _min_replicas(min_replicas),
             "replica_timeout": _seconds_to_ns("replica_timeout", replica_timeout),
         }
+        encoded = encode_metadata(metadata)
+        if encoded is not None:
+            # left out without metadata: the core's requests are then those of a lock
+            # that never heard of it
+            options["metadata"] = encoded
         backend._check_lock_options(name, options)
         backend._observer.lock_callback(on_event)
         self._on_event = on_event

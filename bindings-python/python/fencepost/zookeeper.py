@@ -2,8 +2,8 @@
 
 ``ZooKeeperBackend(KazooClient(hosts="127.0.0.1:2181", timeout=10.0))`` serves the
 blocking API (``with lock``, ``lock.acquire_sync()``) and asyncio (``async with lock``,
-``await lock.acquire()``; kazoo's calls then run on worker threads, so the event loop
-never blocks). Requires ``kazoo`` (``pip install kazoo``) and ZooKeeper ≥ 3.5
+``await lock.acquire()``; the event loop never blocks: it hears of kazoo's replies
+through kazoo's callbacks). Requires ``kazoo`` (``pip install kazoo``) and ZooKeeper ≥ 3.5
 (``create2``, multi-op transactions).
 
 **Why ZooKeeper for correctness locks.** Every write goes through the ensemble's
@@ -56,7 +56,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Set, Tuple, Union
 
 from . import _core
 from ._backend import Backend
@@ -69,6 +69,41 @@ if TYPE_CHECKING:
 __all__ = ["ZooKeeperBackend"]
 
 _NAMINGS = ("kazoo", "curator")
+
+#: What a call's generator is resumed with when a result it waited for with a limit
+#: did not come in time.
+_TIMED_OUT = object()
+
+
+async def _awaited(loop: asyncio.AbstractEventLoop, result: Any, limit: Optional[float]) -> Any:
+    """The value of kazoo async result ``result`` (raises its exception), awaited on
+    ``loop``; ``_TIMED_OUT`` after ``limit`` seconds (None: no limit)."""
+    future: "asyncio.Future[Any]" = loop.create_future()
+
+    def settle(r: Any) -> None:
+        if not future.done():
+            if r.successful():
+                future.set_result(r.value)
+            else:
+                future.set_exception(r.exception)
+
+    def ready(r: Any) -> None:  # on kazoo's callback thread
+        try:
+            loop.call_soon_threadsafe(settle, r)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    result.rawlink(ready)
+    try:
+        if limit is None:
+            return await future
+        done, _ = await asyncio.wait({future}, timeout=limit)
+    finally:
+        result.unlink(ready)
+    if not done:
+        future.cancel()
+        return _TIMED_OUT
+    return future.result()
 
 
 def _import_kazoo() -> Any:
@@ -158,6 +193,8 @@ class ZooKeeperBackend(Backend):
         self.root = root
         self.naming = naming
         self._negotiated_ms: Optional[int] = None
+        #: The wake-ups of the watches under way (``close`` ends them).
+        self._watches: Set[Any] = set()
         self._hook_connect(client)
         try:
             client.start(timeout=start_timeout)
@@ -251,87 +288,157 @@ class ZooKeeperBackend(Backend):
         return prefix
 
     # -- execution --
+    #
+    # One generator per call (``_calls``) yields each kazoo async result it waits for;
+    # the blocking and the asyncio runner resume it with the outcome. Both wait on
+    # kazoo's own results, so neither needs a thread of its own: the blocking caller
+    # runs its requests itself and asyncio hears of a reply through a kazoo callback.
 
     def _sync_call_limit_s(self) -> Optional[float]:
-        return None
+        """0: a blocking call never waits past its request's deadline (each kazoo
+        result is awaited until then at most; a reply after it is dropped), so a
+        thread blocked in ``acquire_sync`` / ``release_sync`` runs its own requests
+        (see :meth:`fencepost.Backend._sync_call_limit_s`)."""
+        return 0.0
 
-    async def _execute_async(self, command: Any) -> object:
-        return await asyncio.to_thread(self._execute_sync, command)
+    def _sync_wait_limit_s(self, request: _core.Request) -> Optional[float]:
+        """A watch's own timeout: it answers by then whatever the server does, so the
+        waiter blocked in ``acquire_sync`` parks on it itself (see
+        :meth:`fencepost.Backend._sync_wait_limit_s`)."""
+        body = request.body
+        return body.timeout_s if isinstance(body, _core.ZooKeeperCall) else None
 
-    def _execute_sync(self, command: Any) -> object:
+    @staticmethod
+    def _spec(command: Any) -> Dict[str, Any]:
         call = command.body if isinstance(command, _core.Request) else command
         if not isinstance(call, _core.ZooKeeperCall):
             raise ConfigError(f"ZooKeeperBackend cannot run {command!r}")
-        spec = json.loads(call.spec_json)
-        deadline_ns = getattr(command, "deadline_ns", None)
-        left: Optional[float] = None
-        if isinstance(deadline_ns, int):
-            left = max((deadline_ns - time.monotonic_ns()) / 1e9, 0.001)
-        try:
-            doc = self._call(spec, left)
-        except Exception as exc:
+        spec: Dict[str, Any] = json.loads(call.spec_json)
+        return spec
+
+    def _reply(self, doc: Optional[Dict[str, Any]], exc: Optional[Exception]) -> str:
+        """The reply document of a call that returned ``doc`` or raised ``exc``;
+        re-raises a transport failure (the outcome is unknown)."""
+        if exc is not None:
             kind = _error_kind(exc)
             if kind is None or kind in ("connection_loss", "connection_closed"):
-                raise  # a transport failure: the outcome is unknown
+                raise exc
             doc = {"error": kind, "message": str(exc)}
+        assert doc is not None
         doc["session"] = self.session_id
         return json.dumps(doc)
 
-    def _get(self, async_result: Any, left: Optional[float]) -> Any:
-        """Waits for a kazoo async result at most until the request's deadline."""
+    async def _execute_async(self, command: Any) -> object:
+        calls = self._calls(self._spec(command))
+        loop = asyncio.get_running_loop()
+        value: Any = None
+        error: Optional[BaseException] = None
         try:
-            return async_result.get(timeout=left)
-        except self._client.handler.timeout_exception as exc:
-            raise BackendError("ZooKeeper: no reply before the request deadline") from exc
+            while True:
+                try:
+                    result, limit = calls.throw(error) if error is not None else calls.send(value)
+                except StopIteration as stop:
+                    return self._reply(stop.value, None)
+                except Exception as exc:
+                    return self._reply(None, exc)
+                try:
+                    value, error = await _awaited(loop, result, limit), None
+                except Exception as exc:
+                    value, error = None, exc
+        finally:
+            calls.close()  # cancelled: its listener goes
 
-    def _call(self, spec: Dict[str, Any], left: Optional[float]) -> Dict[str, Any]:
+    def _execute_sync(self, command: Any) -> object:
+        calls = self._calls(self._spec(command))
+        deadline_ns = getattr(command, "deadline_ns", None)
+        value: Any = None
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    result, limit = calls.throw(error) if error is not None else calls.send(value)
+                except StopIteration as stop:
+                    return self._reply(stop.value, None)
+                except Exception as exc:
+                    return self._reply(None, exc)
+                if limit is None and isinstance(deadline_ns, int):
+                    wait: Optional[float] = max((deadline_ns - time.monotonic_ns()) / 1e9, 0.001)
+                else:
+                    wait = limit
+                try:
+                    value, error = result.get(timeout=wait), None
+                except self._client.handler.timeout_exception:
+                    if limit is not None:
+                        value, error = _TIMED_OUT, None
+                    else:
+                        value = None
+                        error = BackendError("ZooKeeper: no reply before the request deadline")
+                except Exception as exc:
+                    value, error = None, exc
+        finally:
+            calls.close()
+
+    def _calls(self, spec: Dict[str, Any]) -> Generator[Tuple[Any, Optional[float]], Any, Dict[str, Any]]:
+        """The kazoo calls of one request: yields ``(async result, limit)`` for each
+        result it waits for (``limit``: seconds, after which it is resumed with
+        ``_TIMED_OUT``; None: until the request's deadline, a transport failure after
+        it), is resumed with the result's value or its exception, and returns the
+        reply document."""
+        from kazoo.exceptions import NoNodeError
+
         zk = self._client
         call = spec["call"]
         if call == "create":
-            zk.ensure_path(spec["path"].rsplit("/", 1)[0])
-            path, stat = self._get(
-                zk.create_async(
-                    spec["path"],
-                    spec["data"].encode(),
-                    ephemeral=True,
-                    sequence=True,
-                    include_data=True,
-                ),
-                left,
+            # makepath: the parents are made only when the create finds them missing
+            created = zk.create_async(
+                spec["path"],
+                spec["data"].encode(),
+                ephemeral=True,
+                sequence=True,
+                makepath=True,
+                include_data=True,
             )
-            return {"path": path, "stat": _stat(stat)}
+            # sent right behind the create, it sees the new node (a session's requests
+            # run in order): both in one round trip
+            listed = zk.get_children_async(spec["path"].rsplit("/", 1)[0])
+            path, stat = yield created, None
+            doc: Dict[str, Any] = {"path": path, "stat": _stat(stat)}
+            try:
+                doc["children"] = list((yield listed, None))
+            except Exception:  # left out: the recipe lists the children itself
+                pass
+            return doc
         if call == "children":
-            return {"children": list(self._get(zk.get_children_async(spec["path"]), left))}
+            children = yield zk.get_children_async(spec["path"]), None
+            return {"children": list(children)}
         if call == "exists":
-            stat = self._get(zk.exists_async(spec["path"]), left)
+            stat = yield zk.exists_async(spec["path"]), None
             return {"stat": _stat(stat) if stat is not None else None}
         if call == "watch":
-            return {"event": self._watch(spec["path"], float(spec["timeout_ms"]) / 1000.0)}
+            return {"event": (yield from self._watch(spec["path"], float(spec["timeout_ms"]) / 1000.0))}
         if call == "delete":
-            self._get(zk.delete_async(spec["path"]), left)
+            yield zk.delete_async(spec["path"]), None
             return {"deleted": True}
         if call == "delete_owned":
-            from kazoo.exceptions import NoNodeError
-
             try:
-                children = self._get(zk.get_children_async(spec["path"]), left)
+                children = yield zk.get_children_async(spec["path"]), None
             except NoNodeError:
                 return {"deleted": 0}
-            n = 0
-            for child in children:
-                if child.startswith(spec["prefix"]):
-                    try:
-                        self._get(zk.delete_async(f"{spec['path']}/{child}"), left)
-                    except NoNodeError:
-                        pass
-                    n += 1
-            return {"deleted": n}
+            mine = [c for c in children if c.startswith(spec["prefix"])]
+            # sent together: one round trip (a session's requests run in order)
+            deletes = [zk.delete_async(f"{spec['path']}/{c}") for c in mine]
+            for deleted in deletes:
+                try:
+                    yield deleted, None
+                except NoNodeError:
+                    pass
+            return {"deleted": len(mine)}
         if call == "multi":
             txn = zk.transaction()
             txn.check(spec["check_path"], spec["check_version"])
             for op in spec["ops"]:
                 self._add_op(txn, op)
-            return {"results": self._results(self._get(txn.commit_async(), left))}
+            return {"results": self._results((yield txn.commit_async(), None))}
         raise ConfigError(f"ZooKeeperBackend cannot run the call {call!r}")
 
     @staticmethod
@@ -356,31 +463,44 @@ class ZooKeeperBackend(Backend):
                 out.append(True)
         return out
 
-    def _watch(self, path: str, timeout: float) -> str:
-        """Blocks until ``path``'s watch fires, the session changes state, or
-        ``timeout`` seconds pass; returns what woke it."""
-        fired = threading.Event()
-        what: List[str] = []
+    def _watch(self, path: str, timeout: float) -> Generator[Tuple[Any, Optional[float]], Any, str]:
+        """Waits until ``path``'s watch fires, the session changes state, or
+        ``timeout`` seconds pass (the ``exists`` that sets the watch included);
+        returns what woke it."""
+        zk = self._client
+        end = time.monotonic() + timeout
+        fired = zk.handler.async_result()
 
         def on_node(event: Any) -> None:
-            what.append("deleted" if str(event.type) == "DELETED" else "changed")
-            fired.set()
+            if not fired.ready():
+                fired.set("deleted" if str(event.type) == "DELETED" else "changed")
 
         def on_state(state: Any) -> bool:
-            what.append("session")
-            fired.set()
+            if not fired.ready():
+                fired.set("session")
             return True  # one state change is enough: remove the listener
 
-        zk = self._client
         zk.add_listener(on_state)
+        self._watches.add(fired)
         try:
-            if zk.exists(path, watch=on_node) is None:
-                return "no_node"
-            if not fired.wait(timeout):
+            stat = yield zk.exists_async(path, watch=on_node), timeout
+            if stat is _TIMED_OUT:
                 return "timeout"
-            return what[0]
+            if stat is None:
+                return "no_node"
+            what = yield fired, max(end - time.monotonic(), 0.0)
+            return "timeout" if what is _TIMED_OUT else str(what)
         finally:
+            self._watches.discard(fired)
             zk.remove_listener(on_state)
+
+    def _close_drivers(self) -> Any:
+        # a caller of acquire_sync parked on a watch wakes at once, to hear BackendError
+        drivers = super()._close_drivers()
+        for fired in list(self._watches):
+            if not fired.ready():
+                fired.set("session")
+        return drivers
 
     # -- fenced writes --
 

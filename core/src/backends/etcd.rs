@@ -856,6 +856,8 @@ impl EtcdBackend {
             return Ok(Read::Granted {
                 token: FencingToken(token),
                 base: Some(base),
+                // etcd keeps no record of how the previous key went
+                previous: crate::Previous::Unknown,
             });
         }
         if holder_rev.is_none_or(|h| h > my_rev) {

@@ -189,12 +189,19 @@ impl KubernetesBackend {
     }
 
     /// The JSON Patch that clears `holderIdentity` only while it is `owner`'s.
-    fn clear_if_owned(&self, name: &str, owner: &OwnerId) -> KubeRequest {
-        let patch = json!([
-            {"op": "test", "path": "/spec/holderIdentity", "value": owner.to_string()},
-            {"op": "replace", "path": "/spec/holderIdentity", "value": ""},
-            {"op": "replace", "path": "/spec/leaseDurationSeconds", "value": 1},
-        ]);
+    /// Frees `owner`'s Lease if it still holds it. `clean` (a release): the holder is
+    /// cleared, as client-go's release does, and the next taker hears `released`; a
+    /// cleanup (a lease its holder no longer believes in) only shortens the lease to 1 s
+    /// and keeps the holder, so the next taker hears `expired`.
+    fn clear_if_owned(&self, name: &str, owner: &OwnerId, clean: bool) -> KubeRequest {
+        let test =
+            json!({"op": "test", "path": "/spec/holderIdentity", "value": owner.to_string()});
+        let shorten = json!({"op": "replace", "path": "/spec/leaseDurationSeconds", "value": 1});
+        let patch = if clean {
+            json!([test, {"op": "replace", "path": "/spec/holderIdentity", "value": ""}, shorten])
+        } else {
+            json!([test, shorten])
+        };
         KubeRequest {
             method: "PATCH".to_owned(),
             path: self.lease_path(name),
@@ -481,9 +488,24 @@ impl KubernetesBackend {
                 return Err(shape(reply));
             }
             let token = token_of(&lease, reply)?;
+            // how the previous holder ended, from the Lease this write replaced:
+            // client-go's release clears holderIdentity, a takeover finds it set
+            let previous = match sent {
+                Sent::Write(Write::Create) => crate::Previous::None,
+                Sent::Write(Write::Take) => match p.lease.as_ref().map(holder) {
+                    Some("") => crate::Previous::Released,
+                    Some(_) => crate::Previous::Expired,
+                    None => crate::Previous::Unknown,
+                },
+                _ => crate::Previous::Unknown,
+            };
             p.lease = Some(lease);
             p.observed = None;
-            return Ok(Read::Granted { token, base: None });
+            return Ok(Read::Granted {
+                token,
+                base: None,
+                previous,
+            });
         }
         let who = holder(&lease).to_owned();
         let next = if who == owner {
@@ -620,7 +642,8 @@ impl Recipe for KubernetesBackend {
             }
             // a cleanup's owner may not be the lock's current one: its progress is left
             // alone
-            Step::Release(Ending::Cancel) | Step::Cleanup => self.clear_if_owned(cx.name, cx.owner),
+            Step::Release(Ending::Cancel) => self.clear_if_owned(cx.name, cx.owner, true),
+            Step::Cleanup => self.clear_if_owned(cx.name, cx.owner, false),
             Step::Wait { .. } => return Phrased::Nothing,
         };
         Phrased::One(RequestBody::Kubernetes(request))

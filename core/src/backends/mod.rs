@@ -22,7 +22,10 @@ pub use etcd::{EtcdBackend, EtcdRequest};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{KubeRequest, KubernetesBackend};
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
-pub use redis::{RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, RedisWait};
+pub use redis::{
+    read_redis_inspect, read_redis_list, RedisBackend, RedisBlpop, RedisCommand, RedisScript,
+    RedisValue, RedisWait, REDIS_LIST_STEPS, REDIS_SCAN_COUNT,
+};
 pub use redlock::{RedlockBackend, RedlockPart};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
@@ -131,6 +134,47 @@ impl RequestBody {
     }
 }
 
+/// Who holds a lock, as an operator query found it on the server
+/// (`RedisBackend::inspect`, `RedisBackend::list_step`). Reads only: no lock decision
+/// is taken from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The lock name.
+    pub name: String,
+    /// The holder's owner id (32 hex digits), when the server stores it (Redis,
+    /// PostgreSQL, ZooKeeper nodes fencepost made; etcd keys name the lease instead,
+    /// given here as `lease:<hex>`).
+    pub owner: Option<String>,
+    /// The holder's fencing token, when the server knows it.
+    pub token: Option<crate::FencingToken>,
+    /// Time left on the holder's lease as the server counts it (`PTTL`, the row's
+    /// expiry, the lease's TTL); `None` when unknown (ZooKeeper: the session, not the
+    /// node, has a deadline, and the server does not tell it).
+    pub ttl_left: Option<core::time::Duration>,
+    /// Contenders queued behind the holder, where the server keeps a queue (fair Redis:
+    /// its queue; etcd: the other keys under the lock's prefix; ZooKeeper: the other
+    /// contender nodes); `None` where it does not (Redis polling waiters and PostgreSQL
+    /// lease rows leave no trace until they win).
+    pub waiters: Option<u64>,
+    /// The metadata the holder acquired with ([`crate::LockOptions::metadata`]);
+    /// `None` when it gave none.
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl Holder {
+    /// A holder of `name` with nothing known yet, for adapters that fill in fields.
+    pub fn new(name: String) -> Self {
+        Holder {
+            name,
+            owner: None,
+            token: None,
+            ttl_left: None,
+            waiters: None,
+            metadata: None,
+        }
+    }
+}
+
 /// A backend reply as data, converted by the host's adapter from its client library.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "backend", content = "value", rename_all = "snake_case")]
@@ -227,6 +271,8 @@ pub(crate) struct StepCx<'a> {
     pub replica_timeout_ms: u64,
     /// Which request of a fanned-out step a reply answers, from 0.
     pub part: u16,
+    /// The holder metadata to store with a grant ([`crate::LockOptions::metadata`]).
+    pub metadata: Option<&'a str>,
 }
 
 /// A step as requests: one, several at once (a quorum recipe sends one per server
@@ -255,9 +301,11 @@ pub(crate) enum Read {
     /// This owner holds the lock with `token`. Validity runs from `base` when the
     /// recipe knows an earlier one (etcd: its lease's last confirmed grant or
     /// keep-alive), else from the send of the request that brought the grant.
+    /// `previous`: how the previous holder ended, if the reply tells.
     Granted {
         token: FencingToken,
         base: Option<Instant>,
+        previous: crate::Previous,
     },
     /// The step succeeded and the operation has another: phrase and send it now.
     Continue,
@@ -414,6 +462,7 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     min_replicas: 0,
     replica_timeout_ms: 0,
     part: 0,
+    metadata: None,
 };
 
 impl Backend {
@@ -472,6 +521,21 @@ impl Backend {
                 format!(
                     "applies to Redis only (its WAIT command); {} replicates its grants itself: leave it 0",
                     self.name()
+                ),
+            ));
+        }
+        if options.metadata.is_some() && !matches!(self, Backend::Redis(b) if !b.fair) {
+            return Err(crate::UsageError::option(
+                "metadata",
+                format!(
+                    "not supported on {}{}: holder metadata is stored on plain Redis \
+                     (fair: false) only; leave it unset",
+                    self.name(),
+                    if matches!(self, Backend::Redis(_)) {
+                        " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

@@ -41,7 +41,7 @@ use super::{
     payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
 };
 use crate::error::ProtocolError;
-use crate::{FencingToken, OwnerId};
+use crate::{FencingToken, OwnerId, Previous};
 
 /// Which PostgreSQL locking mode the machine drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -243,8 +243,14 @@ impl PostgresBackend {
                 // session (the record, not pg_locks: every lease grant reads it, and
                 // pg_locks takes the lock manager's locks). The second column is the
                 // current holder's remaining time, for the backoff.
+                // The third column says how the previous holder ended, from the row as
+                // the statement's snapshot saw it (`old`): released (the release's
+                // -infinity expiry), expired (an owner), none (no row, no token floor),
+                // unknown when another grant may have come between (the token moved by
+                // more than one: a floor) or this owner's retry kept its token.
                 sql: format!(
-                    "WITH gate AS (SELECT CASE WHEN {held} IS NOT NULL THEN false \
+                    "WITH old AS (SELECT owner, token, expires_at FROM {l} WHERE name = $1::text), \
+                     gate AS (SELECT CASE WHEN {held} IS NOT NULL THEN false \
                      ELSE pg_try_advisory_xact_lock($4::bigint) END AS free), \
                      attempt AS (\
                      INSERT INTO {l} AS l (name, owner, token, expires_at) \
@@ -256,7 +262,16 @@ impl PostgresBackend {
                      expires_at = EXCLUDED.expires_at \
                      WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp() \
                      RETURNING token) \
-                     SELECT (SELECT token FROM attempt), {remaining}",
+                     SELECT (SELECT token FROM attempt), {remaining}, \
+                     CASE WHEN NOT EXISTS (SELECT 1 FROM attempt) THEN NULL \
+                     WHEN NOT EXISTS (SELECT 1 FROM old) THEN \
+                     CASE WHEN EXISTS (SELECT 1 FROM {tokens} WHERE name = $1::text) THEN 'unknown' ELSE 'none' END \
+                     WHEN (SELECT token FROM attempt) <> (SELECT token FROM old) + 1 THEN 'unknown' \
+                     WHEN (SELECT owner FROM old) IS NOT NULL THEN 'expired' \
+                     WHEN (SELECT expires_at FROM old) = '-infinity' THEN 'released' \
+                     WHEN (SELECT expires_at FROM old) IS NOT NULL THEN 'expired' \
+                     ELSE 'unknown' END",
+                    tokens = self.token_table,
                     held = session_owner("$4"),
                     l = self.lease_table,
                     next = next_token(token_floor(&self.token_table, "$1"), floored.then_some("$5")),
@@ -316,14 +331,20 @@ impl PostgresBackend {
         }
     }
 
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId) -> SqlStatement {
+    /// The release of `owner`'s lease; `clean`: its holder's own release (the next
+    /// grant reads `released`), else a cleanup (it reads `expired`).
+    pub(crate) fn release(&self, name: &str, owner: &OwnerId, clean: bool) -> SqlStatement {
         let mut statement = match self.mode {
             PgMode::Lease => SqlStatement {
+                // -infinity: freed by its holder's own release (the next grant reads
+                // `released`); a cleanup frees it at this instant, as the lease's end
+                // would have (`expired`), as does an operator's reset
                 sql: format!(
-                    "UPDATE {t} SET owner = NULL, expires_at = NULL \
+                    "UPDATE {t} SET owner = NULL, expires_at = {freed} \
                      WHERE name = $1::text AND owner = $2::text AND expires_at > clock_timestamp() \
                      RETURNING token",
-                    t = self.lease_table
+                    t = self.lease_table,
+                    freed = if clean { "'-infinity'" } else { "clock_timestamp()" },
                 ),
                 params: vec![
                     SqlValue::Text(name.to_owned()),
@@ -391,7 +412,8 @@ impl Recipe for PostgresBackend {
         Phrased::One(RequestBody::Sql(match step {
             Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor),
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
-            Step::Release(_) | Step::Cleanup => self.release(name, owner),
+            Step::Release(_) => self.release(name, owner, true),
+            Step::Cleanup => self.release(name, owner, false),
             Step::Wait { timeout_ms } if self.notify => self.listen(name, timeout_ms),
             Step::Wait { .. } => return Phrased::Nothing,
         }))
@@ -507,7 +529,8 @@ pub fn lock_state_statement(backend: &PostgresBackend, name: &str, force: bool) 
     let l = &backend.lease_table;
     let lease = if force {
         format!(
-            "WITH freed AS (UPDATE {l} SET owner = NULL, expires_at = NULL WHERE {live} \
+            // freed at this instant, not by its holder: the next grant reads `expired`
+            "WITH freed AS (UPDATE {l} SET owner = NULL, expires_at = clock_timestamp() WHERE {live} \
              RETURNING token) SELECT EXISTS (SELECT 1 FROM freed)"
         )
     } else {
@@ -722,6 +745,20 @@ pub(crate) fn read_acquire(reply: &SqlReply) -> Result<Read, ReadError> {
                 [token, remaining, SqlValue::Bool(false)] => {
                     read_acquire_row(&[token.clone(), remaining.clone()])
                 }
+                // the lease grant's third column: how the previous holder ended
+                [token, remaining, SqlValue::Text(previous)] => {
+                    read_acquire_row(&[token.clone(), remaining.clone()]).map(|read| match read {
+                        Read::Granted { token, base, .. } => Read::Granted {
+                            token,
+                            base,
+                            previous: previous.parse().unwrap_or(Previous::Unknown),
+                        },
+                        other => other,
+                    })
+                }
+                [token, remaining, SqlValue::Null] => {
+                    read_acquire_row(&[token.clone(), remaining.clone()])
+                }
                 row => read_acquire_row(row),
             },
             _ => Err(protocol(format!(
@@ -745,6 +782,7 @@ fn read_acquire_row(row: &[SqlValue]) -> Result<Read, ReadError> {
         [SqlValue::Int(token), _] if *token > 0 => Ok(Read::Granted {
             token: FencingToken(*token as u64),
             base: None,
+            previous: Previous::Unknown,
         }),
         [SqlValue::Null, SqlValue::Int(ms)] => Ok(Read::Contended {
             queued: false,
@@ -846,7 +884,7 @@ mod tests {
         for stmt in [
             session.acquire("r", &owner, 1_000, None),
             session.renew("r", &owner, 1_000),
-            session.release("r", &owner),
+            session.release("r", &owner, true),
         ] {
             assert!(
                 stmt.params.contains(&SqlValue::Text(owner.to_string())),
@@ -875,7 +913,8 @@ mod tests {
             read_acquire(&rows(vec![vec![Int(7), Int(900)]])),
             Ok(Read::Granted {
                 token: FencingToken(7),
-                base: None
+                base: None,
+                previous: Previous::Unknown
             })
         );
         assert_eq!(
@@ -911,7 +950,8 @@ mod tests {
             read_acquire(&rows(vec![vec![Int(7), Null, Bool(false)]])),
             Ok(Read::Granted {
                 token: FencingToken(7),
-                base: None
+                base: None,
+                previous: Previous::Unknown
             })
         );
         assert_eq!(

@@ -29,10 +29,11 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
+    payload, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Waiting,
 };
 use crate::error::ProtocolError;
-use crate::{FencingToken, OwnerId};
+use crate::{FencingToken, OwnerId, Previous};
 
 /// Settings of the Redis backend.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,12 +66,19 @@ pub enum RedisScript {
     /// `max(counter + 1, floor)` (plain `INCR` without a floor), return `{1, token}`.
     /// Already ours: `PEXPIRE`, return `{1, token}` (idempotent retry). Held by
     /// another: `{0, pttl}`. A floor that is not a positive decimal integer is an
-    /// error reply.
+    /// error reply. A new grant's reply has a third item saying how the previous
+    /// holder ended (`released`, `expired`, `none`, `unknown`), from the `last` key
+    /// beside the lock's (`p{name}:last`: the latest grant's `<owner> <token>`, with
+    /// ` released` appended by its holder's own release; a record of another token than
+    /// the counter's is `unknown`), which the grant rewrites.
     Acquire,
     /// `KEYS = [lock]`, `ARGV = [owner, ttl_ms]`: `PEXPIRE` if the owner matches; `1` or `0`.
     /// Never re-creates a missing key (DESIGN.md rule 3).
     Renew,
-    /// `KEYS = [lock]`, `ARGV = [owner]`: `DEL` if the owner matches; `1` or `0`.
+    /// `KEYS = [lock]`, `ARGV = [owner]` or `[owner, "cleanup"]`: `DEL` if the owner
+    /// matches; `1` or `0`. Without `cleanup` (the holder's own release) it marks the
+    /// `last` key released; a cleanup (the machine freeing a lease it no longer
+    /// believes in) does not, so the next holder hears `expired`.
     Release,
     /// `KEYS = [data, fence]`, `ARGV = [token, value]` (token-only rule) or
     /// `[token, value, owner]` (owner-bound rule): writes `value` to `data` unless
@@ -89,9 +97,11 @@ pub enum RedisScript {
     /// predates this moment: a grant it carried has expired), `{0, pttl}`.
     AcquireFair,
     /// Fair release. `KEYS = [lock, queue, alive, token]`, `ARGV = [owner, claim_ms,
-    /// alive_prefix, wake_prefix]`. Leaves the queue; if the owner holds the lock (or
+    /// alive_prefix, wake_prefix]`, with `"cleanup"` added for a cleanup (as
+    /// `Release`). Leaves the queue; if the owner holds the lock (or
     /// its reservation), **grants** it to the first waiter whose presence key lives:
-    /// `SET lock waiter PX <its ttl>`, `INCR token`, and pushes `g:<token>` to that
+    /// `SET lock waiter PX <its ttl>`, `INCR token`, and pushes `g:<token> <previous>`
+    /// (`released`, or `expired` after a cleanup) to that
     /// waiter's wake list, so the waiter's `BLPOP` reply is its grant (one round trip
     /// per hand-off). A waiter whose presence is the older `1` (an earlier fencepost) is
     /// only woken, with the lock reserved (`r:<waiter>`) for `claim_ms`. `1`; else `0`.
@@ -105,6 +115,18 @@ pub enum RedisScript {
     /// the first live waiter exactly as `ReleaseFair` does. `1` if a lease was
     /// deleted, else `0` (nothing else changes).
     ForceRelease,
+    /// Operator query. `KEYS = [lock, token, meta]` (plain) or `[lock, token, meta,
+    /// queue]` (fair): `{}` when the lease key is gone, else `{owner, pttl, token,
+    /// metadata, waiters}` (`''` for a missing token or metadata, waiters `-1` without a
+    /// queue). Reads only.
+    Inspect,
+    /// Operator listing, one bounded step. `KEYS = []`, `ARGV = [cursor, pattern,
+    /// count, fair]`: `SCAN cursor MATCH pattern COUNT count`, then for each lease key
+    /// found that still lives `{key, owner, pttl, token, metadata, waiters}` as
+    /// `Inspect` reads them; returns `{next cursor, found}`. Never `KEYS`. The other
+    /// keys of a lock are derived from its lease key, so on Redis Cluster a step sees
+    /// one node only.
+    List,
 }
 
 // The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
@@ -116,6 +138,7 @@ pub enum RedisScript {
 // raises the counter to `floor - 1` at once, so the `INCR` of a hand-off grant reaches
 // the floor; raising a counter is always safe (tokens only move up).
 const ACQUIRE_LUA: &str = r#"local floor = ARGV[3]
+if floor == '' then floor = nil end
 if floor and not string.match(floor, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR token floor must be a positive integer')
 end
@@ -128,24 +151,54 @@ local function next_token()
   end
   return redis.call('GET', KEYS[2])
 end
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
+local function previous()
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
+  return 'expired'
+end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, next_token()}
+  if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
+  return granted(previous())
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
   return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
+// The metadata key (`…:meta`, see `RedisBackend::meta_key`) is reached from the lease
+// key, undeclared, so renewals and releases send the same keys with or without
+// metadata; it shares the lease key's hash tag, hence its Cluster slot.
 const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', string.sub(KEYS[1], 1, -5) .. 'meta', ARGV[2])
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 "#;
 
 const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', string.sub(KEYS[1], 1, -5) .. 'meta')
+  local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
+  local last = redis.call('GET', last_key)
+  if ARGV[2] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+    redis.call('SET', last_key, last .. ' released')
+  end
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -163,16 +216,38 @@ local function next_token()
   if below_floor() then redis.call('SET', KEYS[2], floor) else redis.call('INCR', KEYS[2]) end
   return redis.call('GET', KEYS[2])
 end
+-- how the previous holder ended, before this grant moves the counter: `p{name}:last`
+-- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
+-- release ran (never a cleanup's). No counter yet: the first grant; a record of another
+-- token (a grant that wrote none, or a floor): unknown
+local function previous()
+  local counter = redis.call('GET', KEYS[2])
+  if not counter then return 'none' end
+  local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
+  local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
+  if token ~= counter then return 'unknown' end
+  if mark == ' released' then return 'released' end
+  return 'expired'
+end
+local function granted(before)
+  local token = next_token()
+  redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
+  return {1, token, before}
+end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- a hand-off grant this acquire overtook says how the releasing holder ended
+  local grant = redis.call('LINDEX', KEYS[6], 0)
+  local fate = grant and string.match(grant, '^g:%d+ (%a+)$')
+  if fate then return {1, redis.call('GET', KEYS[2]) or next_token(), fate} end
   return {1, redis.call('GET', KEYS[2]) or next_token()}
 end
 if (not holder) or holder == 'r:' .. ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('DEL', KEYS[5], KEYS[6])
-  return {1, next_token()}
+  return granted(previous())
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
@@ -192,6 +267,13 @@ local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] and holder ~= 'r:' .. ARGV[1] then
   return 0
 end
+local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
+local last = redis.call('GET', last_key)
+local fate = 'expired'
+if ARGV[5] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
+  redis.call('SET', last_key, last .. ' released')
+  fate = 'released'
+end
 redis.call('DEL', KEYS[1])
 while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
@@ -203,8 +285,9 @@ while true do
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
     redis.call('INCR', KEYS[4])
     local token = redis.call('GET', KEYS[4])
+    redis.call('SET', last_key, waiter .. ' ' .. token)
     redis.call('DEL', ARGV[3] .. waiter)
-    redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token)
+    redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token .. ' ' .. fate)
     redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
     break
   elseif alive then
@@ -223,6 +306,7 @@ const IS_LOCKED_LUA: &str = "return redis.call('EXISTS', KEYS[1])\n";
 // arguments shifted by one (no owner); a change to one belongs in both (scripts cannot
 // share code; MemoryRedis runs both through one `hand_off`).
 const FORCE_RELEASE_LUA: &str = r#"if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', string.sub(KEYS[1], 1, -5) .. 'meta')
 if #KEYS == 1 then return 1 end
 while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
@@ -234,8 +318,9 @@ while true do
     redis.call('SET', KEYS[1], waiter, 'PX', ttl)
     redis.call('INCR', KEYS[3])
     local token = redis.call('GET', KEYS[3])
+    redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', waiter .. ' ' .. token)
     redis.call('DEL', ARGV[2] .. waiter)
-    redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token)
+    redis.call('RPUSH', ARGV[3] .. waiter, 'g:' .. token .. ' expired')
     redis.call('PEXPIRE', ARGV[3] .. waiter, ttl)
     break
   elseif alive then
@@ -246,6 +331,30 @@ while true do
   end
 end
 return 1
+"#;
+
+// Missing values read as '' (a nil would end the Lua array early); -1 waiters: no queue.
+const INSPECT_LUA: &str = r#"local owner = redis.call('GET', KEYS[1])
+if not owner then return {} end
+local waiters = -1
+if KEYS[4] then waiters = redis.call('ZCARD', KEYS[4]) end
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', waiters}
+"#;
+
+// One bounded SCAN step and each found lease's fields, as INSPECT_LUA reads them; the
+// other keys of a lock are derived from its lease key (`…:lock`).
+const LIST_LUA: &str = r#"local scan = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local found = {}
+for _, key in ipairs(scan[2]) do
+  local owner = redis.call('GET', key)
+  if owner then
+    local base = string.sub(key, 1, -5)
+    local waiters = -1
+    if ARGV[4] == '1' then waiters = redis.call('ZCARD', base .. 'queue') end
+    found[#found + 1] = {key, owner, redis.call('PTTL', key), redis.call('GET', base .. 'token') or '', redis.call('GET', base .. 'meta') or '', waiters}
+  end
+end
+return {scan[1], found}
 "#;
 
 // The fence key holds `<token>` (token-only write) or `<token>:<owner>` (owner-bound
@@ -273,7 +382,7 @@ return {1, token}
 
 impl RedisScript {
     /// Every script, for hosts that preload them with `SCRIPT LOAD`.
-    pub const ALL: [RedisScript; 8] = [
+    pub const ALL: [RedisScript; 10] = [
         RedisScript::Acquire,
         RedisScript::Renew,
         RedisScript::Release,
@@ -282,6 +391,8 @@ impl RedisScript {
         RedisScript::ReleaseFair,
         RedisScript::IsLocked,
         RedisScript::ForceRelease,
+        RedisScript::Inspect,
+        RedisScript::List,
     ];
 
     /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
@@ -295,12 +406,14 @@ impl RedisScript {
             RedisScript::ReleaseFair => RELEASE_FAIR_LUA,
             RedisScript::IsLocked => IS_LOCKED_LUA,
             RedisScript::ForceRelease => FORCE_RELEASE_LUA,
+            RedisScript::Inspect => INSPECT_LUA,
+            RedisScript::List => LIST_LUA,
         }
     }
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
-        static SHAS: [OnceLock<String>; 8] = [const { OnceLock::new() }; 8];
+        static SHAS: [OnceLock<String>; 10] = [const { OnceLock::new() }; 10];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
@@ -443,6 +556,71 @@ impl RedisBackend {
         }
     }
 
+    /// The holder metadata key of `name`: `{prefix}{{name}}:meta`, written by an
+    /// acquisition with [`crate::LockOptions::metadata`] with the lease's `PX`, extended
+    /// and deleted with the lease key.
+    pub fn meta_key(&self, name: &str) -> String {
+        self.tagged(name, "meta")
+    }
+
+    /// The operator query "who holds `name`?" ([`RedisScript::Inspect`]): owner, time
+    /// left (`PTTL`), token and metadata in one atomic read, plus the queue length when
+    /// fair. Read its reply with [`read_redis_inspect`].
+    pub fn inspect(&self, name: &str) -> RedisCommand {
+        let mut keys = vec![
+            self.lock_key(name),
+            self.token_key(name),
+            self.meta_key(name),
+        ];
+        if self.fair {
+            keys.push(self.tagged(name, "queue"));
+        }
+        RedisCommand {
+            script: RedisScript::Inspect,
+            keys,
+            args: vec![],
+            wait: None,
+        }
+    }
+
+    /// One step of the operator listing of the locks whose names start with `prefix`
+    /// ([`RedisScript::List`]), from `cursor` (`"0"` for the first step). Read its reply
+    /// with [`read_redis_list`]; send the next step with the cursor it returns, at most
+    /// [`REDIS_LIST_STEPS`] steps per listing.
+    pub fn list_step(&self, prefix: &str, cursor: &str) -> RedisCommand {
+        RedisCommand {
+            script: RedisScript::List,
+            keys: vec![],
+            args: vec![
+                cursor.to_owned(),
+                self.list_pattern(prefix),
+                REDIS_SCAN_COUNT.to_string(),
+                if self.fair { "1" } else { "0" }.to_owned(),
+            ],
+            wait: None,
+        }
+    }
+
+    /// The `SCAN … MATCH` pattern of the lease keys of names starting with `prefix`.
+    pub fn list_pattern(&self, prefix: &str) -> String {
+        let escape = |s: &str| {
+            s.chars().fold(String::new(), |mut out, c| {
+                if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                    out.push('\\');
+                }
+                out.push(c);
+                out
+            })
+        };
+        // a name that starts with '}' has a NUL before it inside the braces (`tagged`)
+        let pad = if prefix.starts_with('}') { "\0" } else { "" };
+        format!(
+            "{}{{{pad}{}*}}:lock",
+            escape(&self.key_prefix),
+            escape(prefix)
+        )
+    }
+
     /// How long a queued waiter stays in line without asking again: its longest park
     /// (`retry_max`) plus a claim window plus slack.
     fn presence_ms(retry_max_ms: u64) -> u64 {
@@ -460,6 +638,20 @@ impl RedisBackend {
         let mut cmd = self.acquire_without_floor(name, owner, ttl_ms, retry_max_ms);
         // the optional last ARGV: scripts called without it ask for no floor
         cmd.args.extend(floor.map(|f| f.to_string()));
+        cmd
+    }
+
+    /// The plain acquire with metadata: `KEYS = [lock, token, meta]`, `ARGV = [owner,
+    /// ttl_ms, floor or '', metadata]`.
+    fn acquire_with_metadata(&self, cx: &StepCx<'_>, metadata: &str) -> RedisCommand {
+        let mut cmd = self.acquire(cx.name, cx.owner, cx.ttl_ms, cx.retry_max_ms, None);
+        cmd.keys.push(self.meta_key(cx.name));
+        cmd.args
+            .push(cx.token_floor.map(|f| f.to_string()).unwrap_or_default());
+        // canonical text (keys in order, compact), whatever JSON the host encoded
+        let canonical = crate::decode_metadata(metadata).map(|m| crate::encode_metadata(&m));
+        cmd.args
+            .push(canonical.unwrap_or_else(|| metadata.to_owned()));
         cmd
     }
 
@@ -515,7 +707,23 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) fn release(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RedisCommand {
+    /// The release of `owner`'s lease; `clean`: its holder's own release (the next
+    /// grant hears `released`), else a cleanup (it hears `expired`).
+    pub(crate) fn release(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        claim_ms: u64,
+        clean: bool,
+    ) -> RedisCommand {
+        let mut cmd = self.release_command(name, owner, claim_ms);
+        if !clean {
+            cmd.args.push("cleanup".to_owned());
+        }
+        cmd
+    }
+
+    fn release_command(&self, name: &str, owner: &OwnerId, claim_ms: u64) -> RedisCommand {
         if self.fair {
             let o = owner.to_string();
             return RedisCommand {
@@ -558,10 +766,15 @@ impl Recipe for RedisBackend {
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         let mut cmd = match step {
-            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, cx.token_floor),
+            Step::Acquire => match cx.metadata {
+                // check_acquire keeps metadata off fair locks
+                Some(metadata) if !self.fair => self.acquire_with_metadata(cx, metadata),
+                _ => self.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, cx.token_floor),
+            },
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             // a fair release hands the lock to the first live waiter for one park
-            Step::Release(_) | Step::Cleanup => self.release(name, owner, cx.retry_max_ms),
+            Step::Release(_) => self.release(name, owner, cx.retry_max_ms, true),
+            Step::Cleanup => self.release(name, owner, cx.retry_max_ms, false),
             Step::Wait { timeout_ms } => match self.wait(name, owner, timeout_ms) {
                 Some(blpop) => return Phrased::One(RequestBody::RedisBlpop(blpop)),
                 None => return Phrased::Nothing,
@@ -693,14 +906,24 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
     if let RedisValue::Error(e) = v {
         return Err(server_error(e));
     }
-    let pair = match v {
-        RedisValue::Array(items) if items.len() == 2 => (as_int(&items[0]), as_int(&items[1])),
-        _ => (None, None),
+    // a grant's third item: how the previous holder ended (a text; a name this
+    // reader does not know, from a newer script, reads as unknown)
+    let (pair, previous) = match v {
+        RedisValue::Array(items) => match items.as_slice() {
+            [a, b] => ((as_int(a), as_int(b)), Previous::Unknown),
+            [a, b, RedisValue::Data(p) | RedisValue::Status(p)] if as_int(a) == Some(1) => (
+                (as_int(a), as_int(b)),
+                p.parse().unwrap_or(Previous::Unknown),
+            ),
+            _ => ((None, None), Previous::Unknown),
+        },
+        _ => ((None, None), Previous::Unknown),
     };
     match pair {
         (Some(1), Some(token)) if token > 0 => Ok(Read::Granted {
             token: FencingToken(token as u64),
             base: None,
+            previous,
         }),
         (Some(0), Some(pttl)) => Ok(Read::Contended {
             queued: false,
@@ -720,27 +943,37 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
 /// script; anything else (`nil` at the timeout, an older `1`) just means "try now".
 pub(crate) fn read_wait(v: &RedisValue) -> Result<Read, ReadError> {
     read_wake_up(v).map(|grant| match grant {
-        Some(token) => Read::Granted { token, base: None },
+        Some((token, previous)) => Read::Granted {
+            token,
+            base: None,
+            previous,
+        },
         None => Read::Done,
     })
 }
 
-fn read_wake_up(v: &RedisValue) -> Result<Option<FencingToken>, ReadError> {
-    match v {
-        RedisValue::Error(e) => Err(server_error(e)),
+fn read_wake_up(v: &RedisValue) -> Result<Option<(FencingToken, Previous)>, ReadError> {
+    let s = match v {
+        RedisValue::Error(e) => return Err(server_error(e)),
         RedisValue::Array(items) => match items.as_slice() {
-            [_, RedisValue::Data(s) | RedisValue::Status(s)] => match s.strip_prefix("g:") {
-                Some(n) => match n.parse::<u64>() {
-                    Ok(t) if t > 0 => Ok(Some(FencingToken(t))),
-                    _ => Err(protocol(format!(
-                        "fair wake-up: a grant that is not a token: {s:?}"
-                    ))),
-                },
-                None => Ok(None),
-            },
-            _ => Ok(None),
+            [_, RedisValue::Data(s) | RedisValue::Status(s)] => s,
+            _ => return Ok(None),
         },
-        _ => Ok(None),
+        _ => return Ok(None),
+    };
+    let Some(grant) = s.strip_prefix("g:") else {
+        return Ok(None);
+    };
+    // `g:<token>`, then how the releasing holder ended when the script says
+    let (token, previous) = grant.split_once(' ').unwrap_or((grant, "unknown"));
+    match token.parse::<u64>() {
+        Ok(t) if t > 0 => Ok(Some((
+            FencingToken(t),
+            previous.parse().unwrap_or(Previous::Unknown),
+        ))),
+        _ => Err(protocol(format!(
+            "fair wake-up: a grant that is not a token: {s:?}"
+        ))),
     }
 }
 
@@ -757,6 +990,105 @@ pub fn read_redis_flag(v: &RedisValue) -> Result<bool, ProtocolError> {
             message: format!("operator script: expected 1 or 0, got {v:?}"),
         }),
     }
+}
+
+/// How many keys one listing step asks `SCAN` for.
+pub const REDIS_SCAN_COUNT: usize = 500;
+/// At most this many steps per listing, so a huge keyspace costs a bounded time.
+pub const REDIS_LIST_STEPS: usize = 1_000;
+
+fn text(v: &RedisValue) -> Option<String> {
+    match v {
+        RedisValue::Data(s) | RedisValue::Status(s) => Some(s.clone()),
+        RedisValue::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn operator_error(message: String) -> ProtocolError {
+    ProtocolError {
+        backend: "redis".to_owned(),
+        message,
+    }
+}
+
+/// `{owner, pttl, token, metadata, waiters}` as a holder of `name`. A fair reservation
+/// (`r:<owner>`) is shown as its owner.
+fn read_holder(name: String, fields: &[RedisValue]) -> Result<Holder, ProtocolError> {
+    let [owner, pttl, token, metadata, waiters] = fields else {
+        return Err(operator_error(format!(
+            "inspect: expected [owner, pttl, token, metadata, waiters], got {fields:?}"
+        )));
+    };
+    let owner = text(owner).ok_or_else(|| {
+        operator_error(format!("inspect: the lease key holds no string: {owner:?}"))
+    })?;
+    let metadata = text(metadata).filter(|m| !m.is_empty());
+    Ok(Holder {
+        name,
+        owner: Some(owner.trim_start_matches("r:").to_owned()),
+        token: text(token)
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(FencingToken),
+        ttl_left: as_int(pttl)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(core::time::Duration::from_millis),
+        waiters: as_int(waiters).and_then(|n| u64::try_from(n).ok()),
+        // display only: text another writer left that is no JSON object of strings reads
+        // as none
+        metadata: metadata.as_deref().and_then(crate::decode_metadata),
+    })
+}
+
+/// Reads the reply of [`RedisBackend::inspect`]: the holder of `name`, or `None` when
+/// nobody holds it.
+///
+/// Errors: [`ProtocolError`] for an error reply or any other shape.
+pub fn read_redis_inspect(name: &str, v: &RedisValue) -> Result<Option<Holder>, ProtocolError> {
+    match v {
+        RedisValue::Array(items) if items.is_empty() => Ok(None),
+        RedisValue::Array(items) => read_holder(name.to_owned(), items).map(Some),
+        RedisValue::Nil => Ok(None),
+        RedisValue::Error(e) => Err(operator_error(format!("inspect: server error reply: {e}"))),
+        _ => Err(operator_error(format!(
+            "inspect: expected an array, got {v:?}"
+        ))),
+    }
+}
+
+/// Reads the reply of one [`RedisBackend::list_step`]: the next cursor (`None`: the scan
+/// is complete) and the holders found in this step, in the server's order.
+///
+/// Errors: [`ProtocolError`] for an error reply or any other shape.
+pub fn read_redis_list(
+    backend: &RedisBackend,
+    v: &RedisValue,
+) -> Result<(Option<String>, Vec<Holder>), ProtocolError> {
+    let shape = || operator_error(format!("list: expected [cursor, [holders]], got {v:?}"));
+    if let RedisValue::Error(e) = v {
+        return Err(operator_error(format!("list: server error reply: {e}")));
+    }
+    let RedisValue::Array(parts) = v else {
+        return Err(shape());
+    };
+    let [cursor, RedisValue::Array(found)] = parts.as_slice() else {
+        return Err(shape());
+    };
+    let cursor = text(cursor).ok_or_else(shape)?;
+    let mut holders = Vec::with_capacity(found.len());
+    for entry in found {
+        let RedisValue::Array(fields) = entry else {
+            return Err(shape());
+        };
+        let Some((key, fields)) = fields.split_first() else {
+            return Err(shape());
+        };
+        // a key under the pattern that is no lease key of this prefix is not a lock
+        if let Some(name) = text(key).and_then(|k| backend.lock_name(&k)) {
+            holders.push(read_holder(name, fields)?);
+        }
+    }
+    Ok(((cursor != "0").then_some(cursor), holders))
 }
 
 pub(crate) fn read_owner_check(v: &RedisValue) -> Result<Read, ReadError> {
@@ -830,7 +1162,8 @@ mod tests {
             read_acquire(&Array(vec![Int(1), Int(42)])),
             Ok(Read::Granted {
                 token: FencingToken(42),
-                base: None
+                base: None,
+                previous: crate::Previous::Unknown
             })
         );
         assert_eq!(
@@ -905,6 +1238,68 @@ mod tests {
             "{err}"
         );
         assert_eq!(pg.check_acquire("r", &o), Ok(()));
+    }
+
+    #[test]
+    fn metadata_is_refused_on_fair_redis_and_other_backends() {
+        let mut o = crate::LockOptions::ttl(core::time::Duration::from_secs(10));
+        o.metadata = Some(r#"{"host":"a"}"#.to_owned());
+        assert_eq!(crate::Backend::default().check_acquire("r", &o), Ok(()));
+        let fair = crate::Backend::Redis(RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        });
+        let pg = crate::Backend::Postgres(Default::default());
+        for b in [fair, pg] {
+            let err = b.check_acquire("r", &o).unwrap_err();
+            assert!(
+                err.to_string().starts_with("metadata: not supported"),
+                "{err}"
+            );
+        }
+        o.metadata = Some(r#"{"pid":7}"#.to_owned());
+        let err = crate::Backend::default()
+            .check_acquire("r", &o)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("metadata: must be a JSON object"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inspect_and_list_replies_are_read_into_holders() {
+        use RedisValue::*;
+        let b = RedisBackend::default();
+        assert_eq!(read_redis_inspect("r", &Array(vec![])), Ok(None));
+        let fields = |owner: &str| {
+            vec![
+                Data(owner.into()),
+                Int(1500),
+                Data("7".into()),
+                Data(r#"{"host":"a"}"#.into()),
+                Int(-1),
+            ]
+        };
+        let h = read_redis_inspect("r", &Array(fields(&"ab".repeat(16))))
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.token, Some(FencingToken(7)));
+        assert_eq!(h.ttl_left, Some(core::time::Duration::from_millis(1500)));
+        assert_eq!(h.waiters, None);
+        assert_eq!(h.metadata.unwrap()["host"], "a");
+        assert!(read_redis_inspect("r", &Int(1)).is_err());
+        let mut entry = vec![Data(b.lock_key("job"))];
+        entry.extend(fields("r:owner"));
+        let reply = Array(vec![Data("17".into()), Array(vec![Array(entry)])]);
+        let (next, found) = read_redis_list(&b, &reply).unwrap();
+        assert_eq!(next.as_deref(), Some("17"));
+        assert_eq!(found[0].name, "job");
+        assert_eq!(found[0].owner.as_deref(), Some("owner"));
+        let done = Array(vec![Data("0".into()), Array(vec![])]);
+        assert_eq!(read_redis_list(&b, &done), Ok((None, vec![])));
+        assert_eq!(b.list_pattern("a*"), "fencepost:{a\\**}:lock");
     }
 
     #[test]

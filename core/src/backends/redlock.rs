@@ -188,7 +188,8 @@ impl Recipe for RedlockBackend {
         let command = match step {
             Step::Acquire => redis.acquire(name, owner, cx.ttl_ms, cx.retry_max_ms, None),
             Step::Renew => redis.renew(name, owner, cx.ttl_ms),
-            Step::Release(_) | Step::Cleanup => redis.release(name, owner, cx.retry_max_ms),
+            Step::Release(_) => redis.release(name, owner, cx.retry_max_ms, true),
+            Step::Cleanup => redis.release(name, owner, cx.retry_max_ms, false),
             Step::Wait { .. } => return Phrased::Nothing,
         };
         let cleanup = step == Step::Cleanup;
@@ -322,6 +323,8 @@ fn decide(step: Step, tally: &Tally, quorum: usize) -> Result<Read, ReadError> {
             Ok(Read::Granted {
                 token,
                 base: Some(tally.sent_at),
+                // the masters' views may differ, and no majority view is kept
+                previous: crate::Previous::Unknown,
             })
         }
         Step::Acquire if unreachable => Ok(Read::NoQuorum {
@@ -449,7 +452,8 @@ mod tests {
             read(&mut progress, 4, Ok(&granted(9))),
             Ok(Read::Granted {
                 token: FencingToken(12),
-                base: Some(Instant::ZERO)
+                base: Some(Instant::ZERO),
+                previous: crate::Previous::Unknown
             })
         );
         assert_eq!(progress.redlock.as_ref().unwrap().tallies.len(), 0);

@@ -93,7 +93,12 @@ pub enum ZkNaming {
 pub enum ZkRequest {
     /// Create the ephemeral sequential node `{path}` + sequence with `data` (UTF-8),
     /// making missing parents (persistent, empty). Reply `{"path": created path,
-    /// "stat": Stat}` (ZooKeeper's `create2`).
+    /// "stat": Stat, "children": [names]}` (ZooKeeper's `create2`). `children` is
+    /// optional: the parent's children as a `getChildren` sent on the same session
+    /// right behind the create lists them (a session's requests run in order, so it
+    /// sees the new node; one round trip for both). Without it, or when it lacks the
+    /// created node (a listing that failed or ran before a retried create), the recipe
+    /// lists the children in a step of its own.
     Create {
         /// The node path before the sequence.
         path: String,
@@ -470,6 +475,12 @@ impl ZooKeeperBackend {
                         p.czxid = Some(stat.czxid);
                         p.session = Some(stat.ephemeral_owner);
                         p.since = Some(sent_at);
+                        // a listing sent behind the create that saw the node is the
+                        // children step's reply, sent when the create was
+                        if children(&v).is_some_and(|c| c.iter().any(|c| c == node)) {
+                            p.pending = ZkStep::Children;
+                            return self.read_acquire(name, p, sent_at, reply);
+                        }
                         Ok(Read::Continue)
                     }
                     _ => Err(shape(reply)),
@@ -533,6 +544,8 @@ impl ZooKeeperBackend {
                         Ok(Read::Granted {
                             token: FencingToken(token),
                             base: None,
+                            // the predecessor's node is gone either way
+                            previous: crate::Previous::Unknown,
                         })
                     }
                     Some(i) => {

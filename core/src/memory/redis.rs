@@ -82,6 +82,7 @@ impl MemoryRedis {
         claim: core::time::Duration,
         alive_prefix: &str,
         wake_prefix: &str,
+        previous: &str,
     ) -> Result<(), RedisValue> {
         loop {
             let head = match self.zsets.get_mut(queue) {
@@ -98,9 +99,10 @@ impl MemoryRedis {
                 };
                 self.set(lock, &head, Some(now + ttl));
                 let token = self.incr(now, token_key);
+                self.set(&last_key(lock), &format!("{head} {token}"), None);
                 self.keys.remove(&alive_key);
                 let list = self.lists.entry(wake).or_default();
-                list.0.push_back(format!("g:{token}"));
+                list.0.push_back(format!("g:{token} {previous}"));
                 list.1 = Some(now + ttl);
                 return Ok(());
             }
@@ -118,16 +120,21 @@ impl MemoryRedis {
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
         let arity_ok = match cmd.script {
-            RedisScript::Acquire => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
+            RedisScript::Acquire => {
+                (keys.len() == 2 && (args.len() == 2 || args.len() == 3))
+                    || (keys.len() == 3 && args.len() == 4)
+            }
             RedisScript::FencedSet => keys.len() == 2 && (args.len() == 2 || args.len() == 3),
             RedisScript::Renew => keys.len() == 1 && args.len() == 2,
-            RedisScript::Release => keys.len() == 1 && args.len() == 1,
+            RedisScript::Release => keys.len() == 1 && (args.len() == 1 || args.len() == 2),
             RedisScript::AcquireFair => keys.len() == 6 && (args.len() == 3 || args.len() == 4),
-            RedisScript::ReleaseFair => keys.len() == 4 && args.len() == 4,
+            RedisScript::ReleaseFair => keys.len() == 4 && (args.len() == 4 || args.len() == 5),
             RedisScript::IsLocked => keys.len() == 1 && args.is_empty(),
             RedisScript::ForceRelease => {
                 (keys.len() == 1 && args.is_empty()) || (keys.len() == 3 && args.len() == 3)
             }
+            RedisScript::Inspect => (keys.len() == 3 || keys.len() == 4) && args.is_empty(),
+            RedisScript::List => keys.is_empty() && args.len() == 4,
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -140,6 +147,8 @@ impl MemoryRedis {
             RedisScript::AcquireFair => args.get(3),
             _ => None,
         };
+        // a metadata acquire without a floor sends '' in its place
+        let floor = floor.filter(|f| !f.is_empty());
         let floor = match floor.map(|f| parse_floor(f)) {
             None => None,
             Some(Some(f)) => Some(f),
@@ -152,6 +161,13 @@ impl MemoryRedis {
                 let Some(ttl) = parse_ms(&args[1]) else {
                     return RedisValue::Error("ERR invalid expire time".to_owned());
                 };
+                let takes = match self.get(now, &keys[0]) {
+                    Some(holder) => holder == args[0],
+                    None => true,
+                };
+                if let (true, Some(meta), Some(value)) = (takes, keys.get(2), args.get(3)) {
+                    self.set(meta, value, Some(now + ttl));
+                }
                 match self.get(now, &keys[0]).map(str::to_owned) {
                     Some(holder) if holder == args[0] => {
                         self.set_expiry(&keys[0], now + ttl);
@@ -167,8 +183,10 @@ impl MemoryRedis {
                     }
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
+                        let previous = self.previous(now, &keys[1], &keys[0]);
                         let token = self.next_token(now, &keys[1], floor);
-                        RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
+                        self.record_grant(&keys[0], &args[0], token);
+                        granted(token, previous)
                     }
                 }
             }
@@ -178,6 +196,7 @@ impl MemoryRedis {
                 };
                 if self.get(now, &keys[0]) == Some(args[0].as_str()) {
                     self.set_expiry(&keys[0], now + ttl);
+                    self.set_expiry(&meta_key(&keys[0]), now + ttl);
                     RedisValue::Int(1)
                 } else {
                     RedisValue::Int(0)
@@ -185,7 +204,9 @@ impl MemoryRedis {
             }
             RedisScript::Release => {
                 if self.get(now, &keys[0]) == Some(args[0].as_str()) {
+                    self.mark_released(now, &keys[0], &args[0], args.get(1));
                     self.keys.remove(&keys[0]);
+                    self.keys.remove(&meta_key(&keys[0]));
                     RedisValue::Int(1)
                 } else {
                     RedisValue::Int(0)
@@ -203,6 +224,19 @@ impl MemoryRedis {
                         Some(t) => t,
                         None => self.next_token(now, &keys[1], floor),
                     };
+                    // a hand-off grant this acquire overtook says how the holder ended
+                    let overtaken = self
+                        .lists
+                        .get(&keys[5])
+                        .filter(|(_, expires)| !expires.is_some_and(|at| now >= at))
+                        .and_then(|(list, _)| list.front());
+                    let fate = overtaken
+                        .and_then(|g| g.strip_prefix("g:"))
+                        .and_then(|g| g.split_once(' '))
+                        .map(|(_, fate)| fate.to_owned());
+                    if let Some(fate) = fate {
+                        return granted(token, &fate);
+                    }
                     return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
                 }
                 let reserved_for_me = holder.as_deref() == Some(format!("r:{owner}").as_str());
@@ -211,8 +245,10 @@ impl MemoryRedis {
                     self.zrem(&keys[2], owner);
                     self.keys.remove(&keys[4]);
                     self.lists.remove(&keys[5]);
+                    let previous = self.previous(now, &keys[1], &keys[0]);
                     let token = self.next_token(now, &keys[1], floor);
-                    return RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)]);
+                    self.record_grant(&keys[0], owner, token);
+                    return granted(token, previous);
                 }
                 if !self
                     .zsets
@@ -253,9 +289,16 @@ impl MemoryRedis {
                 {
                     return RedisValue::Int(0);
                 }
+                let previous = if self.mark_released(now, &keys[0], owner, args.get(4)) {
+                    "released"
+                } else {
+                    "expired"
+                };
                 self.keys.remove(&keys[0]);
                 let (queue, token) = (&keys[1], &keys[3]);
-                match self.hand_off(now, &keys[0], queue, token, claim, &args[2], &args[3]) {
+                match self.hand_off(
+                    now, &keys[0], queue, token, claim, &args[2], &args[3], previous,
+                ) {
                     Ok(()) => RedisValue::Int(1),
                     Err(e) => e,
                 }
@@ -266,18 +309,49 @@ impl MemoryRedis {
                     return RedisValue::Int(0);
                 }
                 self.keys.remove(&keys[0]);
+                self.keys.remove(&meta_key(&keys[0]));
                 if keys.len() == 3 {
                     let Some(claim) = parse_ms(&args[0]) else {
                         return RedisValue::Error("ERR invalid expire time".to_owned());
                     };
                     let (queue, token) = (&keys[1], &keys[2]);
-                    if let Err(e) =
-                        self.hand_off(now, &keys[0], queue, token, claim, &args[1], &args[2])
-                    {
+                    if let Err(e) = self.hand_off(
+                        now, &keys[0], queue, token, claim, &args[1], &args[2], "expired",
+                    ) {
                         return e;
                     }
                 }
                 RedisValue::Int(1)
+            }
+            RedisScript::Inspect => {
+                let base = keys[0].strip_suffix("lock").unwrap_or(&keys[0]);
+                let queue = keys.get(3).map(String::as_str);
+                self.inspect_fields(now, base, queue)
+                    .map_or(RedisValue::Array(vec![]), RedisValue::Array)
+            }
+            RedisScript::List => {
+                // one step holds every match: the key space is small and has no cursor
+                let mut found: Vec<&String> = self
+                    .keys
+                    .keys()
+                    .filter(|k| glob_match(args[1].as_bytes(), k.as_bytes()))
+                    .collect();
+                found.sort();
+                let fair = args[3] == "1";
+                let found = found
+                    .into_iter()
+                    .filter_map(|key| {
+                        let base = key.strip_suffix("lock")?;
+                        let queue = fair.then(|| format!("{base}queue"));
+                        let mut fields = self.inspect_fields(now, base, queue.as_deref())?;
+                        fields.insert(0, RedisValue::Data(key.clone()));
+                        Some(RedisValue::Array(fields))
+                    })
+                    .collect();
+                RedisValue::Array(vec![
+                    RedisValue::Data("0".to_owned()),
+                    RedisValue::Array(found),
+                ])
             }
             RedisScript::FencedSet => {
                 let Ok(token) = args[0].parse::<i64>() else {
@@ -370,6 +444,52 @@ impl MemoryRedis {
             .is_some_and(|(l, exp)| !l.is_empty() && exp.is_none_or(|at| now < at))
     }
 
+    /// How the previous holder of `lock` ended, as the acquire scripts' `previous()`
+    /// says, before the grant moves the counter at `token_key`.
+    fn previous(&self, now: Instant, token_key: &str, lock: &str) -> &'static str {
+        let Some(counter) = self.get(now, token_key) else {
+            return "none";
+        };
+        let last = self.get(now, &last_key(lock)).unwrap_or("");
+        let (token, mark) = match last.split_once(' ') {
+            Some((_, rest)) => rest.split_once(' ').unwrap_or((rest, "")),
+            None => return "unknown",
+        };
+        match (token == counter, mark) {
+            (false, _) => "unknown",
+            (true, "released") => "released",
+            (true, _) => "expired",
+        }
+    }
+
+    /// The acquire scripts' record of a grant: `<owner> <token>`.
+    fn record_grant(&mut self, lock: &str, owner: &str, token: i64) {
+        self.set(&last_key(lock), &format!("{owner} {token}"), None);
+    }
+
+    /// The release scripts' mark: unless the release is a cleanup, `owner`'s grant is
+    /// recorded as released. Whether it was.
+    fn mark_released(
+        &mut self,
+        now: Instant,
+        lock: &str,
+        owner: &str,
+        cleanup: Option<&String>,
+    ) -> bool {
+        let last_key = last_key(lock);
+        let Some(last) = self.get(now, &last_key).map(str::to_owned) else {
+            return false;
+        };
+        let unmarked_mine = last
+            .split_once(' ')
+            .is_some_and(|(o, token)| o == owner && !token.contains(' '));
+        if cleanup.is_some_and(|c| c == "cleanup") || !unmarked_mine {
+            return false;
+        }
+        self.set(&last_key, &format!("{last} released"), None);
+        true
+    }
+
     fn zrem(&mut self, key: &str, member: &str) {
         if let Some(z) = self.zsets.get_mut(key) {
             z.retain(|(_, m)| m != member);
@@ -387,6 +507,27 @@ impl MemoryRedis {
                 expires_at,
             },
         );
+    }
+
+    /// The Inspect script's `{owner, pttl, token, metadata, waiters}` for the lock whose
+    /// keys start with `base` (`…}:`), or `None` when its lease key is gone.
+    fn inspect_fields(
+        &self,
+        now: Instant,
+        base: &str,
+        queue: Option<&str>,
+    ) -> Option<Vec<RedisValue>> {
+        let lock = format!("{base}lock");
+        let owner = self.get(now, &lock)?.to_owned();
+        let text = |key: String| RedisValue::Data(self.get(now, &key).unwrap_or("").to_owned());
+        let waiters = queue.map_or(-1, |q| self.zsets.get(q).map_or(0, |z| z.len() as i64));
+        Some(vec![
+            RedisValue::Data(owner),
+            RedisValue::Int(self.pttl(now, &lock).unwrap_or(-2)),
+            text(format!("{base}token")),
+            text(format!("{base}meta")),
+            RedisValue::Int(waiters),
+        ])
     }
 
     fn set_expiry(&mut self, key: &str, at: Instant) {
@@ -415,6 +556,40 @@ impl MemoryRedis {
     }
 }
 
+/// The metadata key the scripts derive from a lease key (`…:lock` → `…:meta`).
+fn meta_key(lock: &str) -> String {
+    format!("{}meta", lock.strip_suffix("lock").unwrap_or(lock))
+}
+
+/// Redis glob matching as `SCAN … MATCH` does it, for `*`, `?` and `\` escapes (the
+/// listing pattern uses no classes).
+fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && glob_match(rest, &s[1..]),
+        Some((b'\\', rest)) if !rest.is_empty() => {
+            s.first() == Some(&rest[0]) && glob_match(&rest[1..], &s[1..])
+        }
+        Some((c, rest)) => s.first() == Some(c) && glob_match(rest, &s[1..]),
+    }
+}
+
+/// The `last` key beside a lock key (`p{name}:lock` → `p{name}:last`), as the scripts
+/// derive it.
+fn last_key(lock: &str) -> String {
+    format!("{}last", lock.strip_suffix("lock").unwrap_or(lock))
+}
+
+/// A new grant's reply: `{1, token, previous}`.
+fn granted(token: i64, previous: &str) -> RedisValue {
+    RedisValue::Array(vec![
+        RedisValue::Int(1),
+        RedisValue::Int(token),
+        RedisValue::Data(previous.to_owned()),
+    ])
+}
+
 /// A token floor as the scripts accept it: a positive decimal integer Redis can count.
 fn parse_floor(s: &str) -> Option<i64> {
     s.parse::<i64>()
@@ -438,7 +613,7 @@ mod tests {
     fn token(v: &RedisValue) -> i64 {
         match v {
             RedisValue::Array(items) => match items.as_slice() {
-                [RedisValue::Int(1), RedisValue::Int(t)] => *t,
+                [RedisValue::Int(1), RedisValue::Int(t), ..] => *t,
                 _ => panic!("not a grant: {v:?}"),
             },
             _ => panic!("not a grant: {v:?}"),
@@ -456,7 +631,7 @@ mod tests {
         // a retry by the same owner keeps its token
         let again = r.eval(now, &b.acquire("x", &a, 1_000, 500, Some(FencingToken(50))));
         assert_eq!(token(&again), 42);
-        r.eval(now, &b.release("x", &a, 500));
+        r.eval(now, &b.release("x", &a, 500, true));
         // counter 42, floor 10: max(43, 10) = 43
         let next = r.eval(now, &b.acquire("x", &c, 1_000, 500, Some(FencingToken(10))));
         assert_eq!(token(&next), 43);
@@ -482,11 +657,64 @@ mod tests {
         // the waiter raised the counter to 99; the release's INCR hands it 100
         assert_eq!(r.get(now, &b.token_key("x")), Some("99"));
         assert_eq!(
-            r.eval(now, &b.release("x", &holder, 500)),
+            r.eval(now, &b.release("x", &holder, 500, true)),
             RedisValue::Int(1)
         );
         let wake = b.wait("x", &waiter, 500).unwrap().key;
-        assert_eq!(r.lpop(now, &wake).as_deref(), Some("g:100"));
+        assert_eq!(r.lpop(now, &wake).as_deref(), Some("g:100 released"));
+    }
+
+    #[test]
+    fn an_acquire_that_overtakes_its_hand_off_grant_hears_the_holders_fate() {
+        let (mut r, now) = (MemoryRedis::new(), Instant::ZERO);
+        let b = RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        };
+        let (holder, waiter) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        r.eval(now, &b.acquire("x", &holder, 1_000, 500, None));
+        r.eval(now, &b.acquire("x", &waiter, 1_000, 500, None));
+        r.eval(now, &b.release("x", &holder, 500, true));
+        // the waiter's next acquire runs before its BLPOP takes the grant
+        let again = r.eval(now, &b.acquire("x", &waiter, 1_000, 500, None));
+        assert_eq!((token(&again), previous(&again)), (2, "released"));
+    }
+
+    fn previous(v: &RedisValue) -> &str {
+        match v {
+            RedisValue::Array(items) => match items.as_slice() {
+                [RedisValue::Int(1), _, RedisValue::Data(p)] => p,
+                _ => panic!("not a new grant: {v:?}"),
+            },
+            _ => panic!("not a new grant: {v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_grant_says_how_the_previous_holder_ended() {
+        let (mut r, b) = (MemoryRedis::new(), RedisBackend::default());
+        let (a, c) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        let at = |ms| Instant::ZERO + core::time::Duration::from_millis(ms);
+        let first = r.eval(at(0), &b.acquire("x", &a, 1_000, 500, None));
+        assert_eq!(previous(&first), "none");
+        r.eval(at(10), &b.release("x", &a, 500, true));
+        let after_release = r.eval(at(20), &b.acquire("x", &c, 1_000, 500, None));
+        assert_eq!(previous(&after_release), "released");
+        // c's lease runs out at 1020
+        let after_expiry = r.eval(at(1_100), &b.acquire("x", &a, 1_000, 500, None));
+        assert_eq!(previous(&after_expiry), "expired");
+        // a cleanup frees the key but is no clean release
+        r.eval(at(1_200), &b.release("x", &a, 500, false));
+        let after_cleanup = r.eval(at(1_300), &b.acquire("x", &c, 1_000, 500, None));
+        assert_eq!(previous(&after_cleanup), "expired");
+        assert_eq!(r.eval(at(1_400), &b.force_release("x")), RedisValue::Int(1));
+        let after_reset = r.eval(at(1_500), &b.acquire("x", &a, 1_000, 500, None));
+        assert_eq!(previous(&after_reset), "expired");
+        // a grant that wrote no record (an older fencepost) moved the counter past it
+        r.eval(at(1_600), &b.release("x", &a, 500, true));
+        r.incr(at(1_600), &b.token_key("x"));
+        let after_unrecorded = r.eval(at(1_700), &b.acquire("x", &c, 1_000, 500, None));
+        assert_eq!(previous(&after_unrecorded), "unknown");
     }
 
     #[test]

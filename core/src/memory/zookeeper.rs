@@ -198,7 +198,9 @@ impl MemoryZooKeeper {
             ZkRequest::Create { path, data } => {
                 let name = self.create(path, data, session, true);
                 let node = &self.nodes[&name];
-                json!({ "path": name, "stat": stat(node) })
+                // with the listing an adapter sends right behind the create
+                let parent = name.rsplit_once('/').map_or("", |(p, _)| p);
+                json!({ "path": name, "stat": stat(node), "children": self.children(parent) })
             }
             ZkRequest::Children { path } => {
                 if !self.nodes.contains_key(path) {

@@ -1317,7 +1317,7 @@ impl Simulation {
                 let reply = self.server.execute(self.now, &request.body);
                 if request.operation == Operation::Acquire {
                     if let Reply::Redis(RedisValue::Array(items)) = &reply {
-                        if let [RedisValue::Int(1), RedisValue::Int(token)] = items.as_slice() {
+                        if let [RedisValue::Int(1), RedisValue::Int(token), ..] = items.as_slice() {
                             let owner = request_owner(&request);
                             if before.as_deref() != Some(owner.as_str()) {
                                 self.outcome.grants += 1;

@@ -45,7 +45,11 @@ pub fn text(reply: Reply) -> String {
 /// The token and validity of the first `Acquired` among `events`.
 pub fn acquired(events: &[Event]) -> Option<(u64, Instant)> {
     events.iter().find_map(|e| match e {
-        Event::Acquired { token, valid_until } => Some((token.get(), *valid_until)),
+        Event::Acquired {
+            token,
+            valid_until,
+            previous: fencepost_core::Previous::Unknown,
+        } => Some((token.get(), *valid_until)),
         _ => None,
     })
 }

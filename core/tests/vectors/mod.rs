@@ -69,7 +69,7 @@ pub fn ms_to_ns(ms: f64) -> u64 {
 
 /// Options are core `LockOptions` fields; `x_ms` stands for the duration field `x`.
 /// The scenario's options apply over `LockOptions::default()`, a step's over those.
-pub const OPTION_FIELDS: [&str; 14] = [
+pub const OPTION_FIELDS: [&str; 15] = [
     "ttl_ms",
     "acquire_timeout_ms",
     "retry_count",
@@ -84,6 +84,7 @@ pub const OPTION_FIELDS: [&str; 14] = [
     "token_floor",
     "min_replicas",
     "replica_timeout_ms",
+    "metadata",
 ];
 
 pub fn lock_options(layers: &[&Map<String, Value>]) -> Result<LockOptions, String> {
@@ -101,6 +102,11 @@ pub fn lock_options(layers: &[&Map<String, Value>]) -> Result<LockOptions, Strin
                         v => json!(ms_to_ns(v.as_f64().ok_or(format!("{key}: not a number"))?)),
                     };
                     core.insert(field.to_owned(), ns)
+                }
+                // holder metadata: an object of strings in the vector, its JSON text in
+                // the core
+                None if key == "metadata" && value.is_object() => {
+                    core.insert(key.clone(), Value::String(value.to_string()))
                 }
                 None => core.insert(key.clone(), value.clone()),
             };

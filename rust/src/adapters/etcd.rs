@@ -204,6 +204,7 @@ impl Inner {
             token: Some(h.token),
             ttl_left,
             waiters: count.map(|c| c.saturating_sub(1)),
+            metadata: None,
         }))
     }
 

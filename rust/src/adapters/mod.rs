@@ -17,7 +17,6 @@ pub(crate) mod memory;
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
-#[cfg(any(feature = "redis", feature = "upstash"))]
 pub(crate) mod redis_inspect;
 #[cfg(feature = "redis")]
 pub(crate) mod redlock;

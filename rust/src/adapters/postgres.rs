@@ -341,6 +341,7 @@ fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
                     _ => None,
                 },
                 waiters: None,
+                metadata: None,
             }),
             other => Err(Error::Backend(format!(
                 "lease row of an unexpected shape: {other:?}"

@@ -157,32 +157,6 @@ async fn blpop(client: redis::Client, pop: RedisBlpop) -> Result<RedisValue, Str
     }
 }
 
-async fn holder_of(
-    mut conn: ConnectionManager,
-    backend: RedisBackend,
-    name: String,
-) -> Result<Option<Holder>, Error> {
-    let (lock, token) = (backend.lock_key(&name), backend.token_key(&name));
-    let mut pipe = redis::pipe();
-    pipe.cmd("GET")
-        .arg(&lock)
-        .cmd("PTTL")
-        .arg(&lock)
-        .cmd("GET")
-        .arg(&token);
-    let vs: Vec<redis::Value> = pipe
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| Error::Backend(format!("Redis status of {name:?}: {e}")))?;
-    let vs: Vec<RedisValue> = vs.into_iter().map(value).collect();
-    match vs.as_slice() {
-        [owner, pttl, token] => redis_inspect::holder(&name, owner, pttl, token),
-        _ => Err(Error::Backend(format!(
-            "Redis status: 3 replies expected, got {vs:?}"
-        ))),
-    }
-}
-
 impl Adapter for RedisAdapter {
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
         match body {
@@ -201,43 +175,25 @@ impl Adapter for RedisAdapter {
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
-        holder_of(self.conn.clone(), self.backend.clone(), name).boxed()
+        redis_inspect::holder(self.exec(), self.backend.clone(), name).boxed()
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let mut conn = self.conn.clone();
-        let backend = self.backend.clone();
-        async move {
-            let pattern = redis_inspect::pattern(&backend, &prefix);
-            let mut cursor = "0".to_owned();
-            let mut names = Vec::new();
-            for _ in 0..redis_inspect::SCAN_STEPS {
-                let v: redis::Value = redis::cmd("SCAN")
-                    .arg(&cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(redis_inspect::SCAN_COUNT)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| Error::Backend(format!("Redis SCAN: {e}")))?;
-                let (next, keys) = redis_inspect::scan_reply(&value(v))?;
-                names.extend(keys.iter().filter_map(|k| backend.lock_name(k)));
-                cursor = next;
-                if cursor == "0" || names.len() >= limit {
-                    break;
-                }
-            }
-            names.sort();
-            names.dedup();
-            let mut out = Vec::new();
-            for name in names.into_iter().take(limit) {
-                if let Some(h) = holder_of(conn.clone(), backend.clone(), name).await? {
-                    out.push(h);
-                }
-            }
-            Ok(out)
-        }
-        .boxed()
+        redis_inspect::list(self.exec(), self.backend.clone(), prefix, limit).boxed()
+    }
+}
+
+impl RedisAdapter {
+    /// The operator queries' script runner, on this adapter's connection.
+    fn exec(&self) -> redis_inspect::Exec {
+        let conn = self.conn.clone();
+        std::sync::Arc::new(move |body| match body {
+            RequestBody::Redis(cmd) => run(conn.clone(), cmd).map(|r| r.map(Reply::Redis)).boxed(),
+            other => futures::future::ready(Err(format!(
+                "the Redis adapter cannot run a {} request",
+                other.kind()
+            )))
+            .boxed(),
+        })
     }
 }

@@ -1,87 +1,64 @@
-//! Redis operator queries shared by the redis-rs and Upstash adapters: the holder is
-//! the lease key's value (owner id) and `PTTL`, the token the counter's value. The key
-//! layout is the core's (`RedisBackend::lock_key`, `token_key`).
+//! Redis operator queries shared by the redis-rs, Upstash and in-memory adapters: the
+//! core phrases them (`RedisBackend::inspect`, `RedisBackend::list_step`) and reads
+//! their replies (`read_redis_inspect`, `read_redis_list`); this runs them through the
+//! adapter's own script execution.
 
-use fencepost_core::{FencingToken, RedisBackend, RedisValue};
+use std::sync::Arc;
+
+use fencepost_core::backends::redis::{read_redis_inspect, read_redis_list, REDIS_LIST_STEPS};
+use fencepost_core::{RedisBackend, RedisValue, Reply, RequestBody};
+use futures::future::BoxFuture;
 
 use crate::{Error, Holder};
 
-/// How many keys one `SCAN` step asks for.
-pub(crate) const SCAN_COUNT: usize = 500;
-/// At most this many `SCAN` steps per listing, so a huge keyspace costs a bounded time.
-pub(crate) const SCAN_STEPS: usize = 1_000;
+/// Runs one request body, as [`super::Adapter::execute`] does.
+pub(crate) type Exec =
+    Arc<dyn Fn(RequestBody) -> BoxFuture<'static, Result<Reply, String>> + Send + Sync>;
 
-fn text(v: &RedisValue) -> Option<String> {
-    match v {
-        RedisValue::Data(s) | RedisValue::Status(s) => Some(s.clone()),
-        RedisValue::Int(n) => Some(n.to_string()),
-        _ => None,
+async fn call(exec: &Exec, body: RequestBody, what: &str) -> Result<RedisValue, Error> {
+    match exec(body).await {
+        Ok(Reply::Redis(v)) => Ok(v),
+        Ok(other) => Err(Error::Backend(format!(
+            "Redis {what}: a reply of another backend: {other:?}"
+        ))),
+        Err(e) => Err(Error::Backend(format!("Redis {what}: {e}"))),
     }
 }
 
-/// Reads `GET lock`, `PTTL lock`, `GET token` into a holder (`None`: the lease key is
-/// gone). A fair reservation (`r:<owner>`) is shown as its owner.
-pub(crate) fn holder(
-    name: &str,
-    owner: &RedisValue,
-    pttl: &RedisValue,
-    token: &RedisValue,
+/// The holder of `name`, or `None` when nobody holds it.
+pub(crate) async fn holder(
+    exec: Exec,
+    backend: RedisBackend,
+    name: String,
 ) -> Result<Option<Holder>, Error> {
-    if let RedisValue::Error(e) = owner {
-        return Err(Error::Backend(format!(
-            "Redis refused GET for lock {name:?}: {e}"
-        )));
-    }
-    let Some(owner) = text(owner) else {
-        return Ok(None);
-    };
-    let ttl_left = match pttl {
-        RedisValue::Int(n) => crate::adapters::ms(*n),
-        _ => None,
-    };
-    let token = text(token)
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(FencingToken);
-    Ok(Some(Holder {
-        name: name.to_owned(),
-        owner: Some(owner.trim_start_matches("r:").to_owned()),
-        token,
-        ttl_left,
-        waiters: None,
-    }))
+    let body = RequestBody::Redis(backend.inspect(&name));
+    let v = call(&exec, body, &format!("status of {name:?}")).await?;
+    Ok(read_redis_inspect(&name, &v)?)
 }
 
-/// The `SCAN … MATCH` pattern of the lease keys of names starting with `prefix`.
-pub(crate) fn pattern(backend: &RedisBackend, prefix: &str) -> String {
-    let escape = |s: &str| {
-        s.chars().fold(String::new(), |mut out, c| {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                out.push('\\');
-            }
-            out.push(c);
-            out
-        })
-    };
-    // a name that starts with '}' has a NUL before it inside the braces
-    // (`RedisBackend::lock_key`)
-    let pad = if prefix.starts_with('}') { "\0" } else { "" };
-    format!(
-        "{}{{{pad}{}*}}:lock",
-        escape(&backend.key_prefix),
-        escape(prefix)
-    )
-}
-
-/// The keys of one `SCAN` reply and its next cursor.
-pub(crate) fn scan_reply(v: &RedisValue) -> Result<(String, Vec<String>), Error> {
-    if let RedisValue::Array(parts) = v {
-        if let [cursor, RedisValue::Array(keys)] = parts.as_slice() {
-            if let Some(cursor) = text(cursor) {
-                return Ok((cursor, keys.iter().filter_map(text).collect()));
-            }
+/// The held locks whose names start with `prefix`, at most `limit`, in name order of
+/// those found; at most `REDIS_LIST_STEPS` bounded `SCAN` steps.
+pub(crate) async fn list(
+    exec: Exec,
+    backend: RedisBackend,
+    prefix: String,
+    limit: usize,
+) -> Result<Vec<Holder>, Error> {
+    let mut cursor = "0".to_owned();
+    let mut found: Vec<Holder> = Vec::new();
+    for _ in 0..REDIS_LIST_STEPS {
+        let body = RequestBody::Redis(backend.list_step(&prefix, &cursor));
+        let v = call(&exec, body, "list").await?;
+        let (next, holders) = read_redis_list(&backend, &v)?;
+        found.extend(holders);
+        match next {
+            Some(next) if found.len() < limit => cursor = next,
+            _ => break,
         }
     }
-    Err(Error::Backend(format!(
-        "SCAN: expected [cursor, keys], got {v:?}"
-    )))
+    // SCAN may return a key twice
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found.dedup_by(|a, b| a.name == b.name);
+    found.truncate(limit);
+    Ok(found)
 }

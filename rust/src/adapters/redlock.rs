@@ -176,5 +176,6 @@ fn majority_of(masters: usize, name: &str, views: Vec<Option<Holder>>) -> Option
         token: agree.iter().filter_map(|h| h.token).max(),
         ttl_left: agree.iter().filter_map(|h| h.ttl_left).min(),
         waiters: None,
+        metadata: None,
     })
 }

@@ -116,50 +116,6 @@ impl Inner {
         }
         Ok(reply)
     }
-
-    async fn holder(&self, name: &str) -> Result<Option<Holder>, Error> {
-        let (lock, token) = (self.backend.lock_key(name), self.backend.token_key(name));
-        let get = |k: &str| vec!["GET".to_owned(), k.to_owned()];
-        let owner = self.command(&get(&lock)).await.map_err(Error::Backend)?;
-        let pttl = self
-            .command(&["PTTL".to_owned(), lock.clone()])
-            .await
-            .map_err(Error::Backend)?;
-        let token = self.command(&get(&token)).await.map_err(Error::Backend)?;
-        redis_inspect::holder(name, &owner, &pttl, &token)
-    }
-
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {
-        let pattern = redis_inspect::pattern(&self.backend, prefix);
-        let mut cursor = "0".to_owned();
-        let mut names = Vec::new();
-        for _ in 0..redis_inspect::SCAN_STEPS {
-            let argv = [
-                "SCAN".to_owned(),
-                cursor.clone(),
-                "MATCH".to_owned(),
-                pattern.clone(),
-                "COUNT".to_owned(),
-                redis_inspect::SCAN_COUNT.to_string(),
-            ];
-            let v = self.command(&argv).await.map_err(Error::Backend)?;
-            let (next, keys) = redis_inspect::scan_reply(&v)?;
-            names.extend(keys.iter().filter_map(|k| self.backend.lock_name(k)));
-            cursor = next;
-            if cursor == "0" || names.len() >= limit {
-                break;
-            }
-        }
-        names.sort();
-        names.dedup();
-        let mut out = Vec::new();
-        for name in names.into_iter().take(limit) {
-            if let Some(h) = self.holder(&name).await? {
-                out.push(h);
-            }
-        }
-        Ok(out)
-    }
 }
 
 impl Adapter for UpstashAdapter {
@@ -186,12 +142,30 @@ impl Adapter for UpstashAdapter {
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
-        let inner = self.inner.clone();
-        async move { inner.holder(&name).await }.boxed()
+        redis_inspect::holder(self.exec(), self.inner.backend.clone(), name).boxed()
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
+        redis_inspect::list(self.exec(), self.inner.backend.clone(), prefix, limit).boxed()
+    }
+}
+
+impl UpstashAdapter {
+    /// The operator queries' script runner, on this adapter's REST client.
+    fn exec(&self) -> redis_inspect::Exec {
         let inner = self.inner.clone();
-        async move { inner.list(&prefix, limit).await }.boxed()
+        std::sync::Arc::new(move |body| {
+            let inner = inner.clone();
+            async move {
+                match body {
+                    RequestBody::Redis(cmd) => inner.script(&cmd).await.map(Reply::Redis),
+                    other => Err(format!(
+                        "the Upstash adapter cannot run a {} request",
+                        other.kind()
+                    )),
+                }
+            }
+            .boxed()
+        })
     }
 }

@@ -187,6 +187,7 @@ impl Inner {
                         // the session, not the node, has a deadline; the server does not say it
                         ttl_left: None,
                         waiters: Some((contenders.len() - i - 1) as u64),
+                        metadata: None,
                     }));
                 }
                 Err(zk::Error::NoNode) => continue,
@@ -229,17 +230,27 @@ async fn run(client: &zk::Client, req: &ZkRequest) -> Result<Value, Failure> {
     match req {
         ZkRequest::Create { path, data } => {
             let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-            let created = match client.create(path, data.as_bytes(), &options).await {
-                Err(zk::Error::NoNode) => {
-                    // the lock's parents are made on first use, as kazoo's ensure_path
-                    let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
-                    client.mkdir(parent, &persistent()).await.map_err(failure)?;
-                    client.create(path, data.as_bytes(), &options).await
-                }
-                other => other,
-            };
+            let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+            // the client sends each request when called: the listing, right behind the
+            // create, sees the new node (a session's requests run in order), and both
+            // take one round trip
+            let creating = client.create(path, data.as_bytes(), &options);
+            let mut listed = client.list_children(parent);
+            let mut created = creating.await;
+            if let Err(zk::Error::NoNode) = created {
+                // the lock's parents are made on first use, as kazoo's ensure_path
+                client.mkdir(parent, &persistent()).await.map_err(failure)?;
+                let creating = client.create(path, data.as_bytes(), &options);
+                listed = client.list_children(parent);
+                created = creating.await;
+            }
             let (stat, sequence) = created.map_err(failure)?;
-            Ok(json!({"path": format!("{path}{sequence}"), "stat": stat_json(&stat)}))
+            let mut doc = json!({"path": format!("{path}{sequence}"), "stat": stat_json(&stat)});
+            // a failed listing is left out: the recipe lists the children itself
+            if let Ok(children) = listed.await {
+                doc["children"] = json!(children);
+            }
+            Ok(doc)
         }
         ZkRequest::Children { path } => {
             let children = client.list_children(path).await.map_err(failure)?;
