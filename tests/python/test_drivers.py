@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import List, Set
+from typing import Any, List, Set
 
 import pytest
 
@@ -226,9 +226,10 @@ def test_a_sync_fair_waiter_parks_on_its_own_thread() -> None:
     backend = BoundedHangingBackend(set(), fair=True)
     holder = fencepost.Lock(backend, "sync-fair", ttl=5.0)
     holder.acquire_sync()
-    got: List[int] = []
+    # the waiter's lease is kept: a lease collected while held is released, on a worker
+    got: List[Any] = []
     waiter = threading.Thread(
-        target=lambda: got.append(fencepost.Lock(backend, "sync-fair", ttl=5.0).acquire_sync().token),
+        target=lambda: got.append(fencepost.Lock(backend, "sync-fair", ttl=5.0).acquire_sync()),
         name="waiter",
     )
     waiter.start()
@@ -236,8 +237,8 @@ def test_a_sync_fair_waiter_parks_on_its_own_thread() -> None:
     assert wait_until(lambda: backend.threads.count("waiter") >= 2, timeout=2.0)
     holder.release_sync()
     waiter.join(2.0)
-    assert got == [2]
-    assert not any(n.startswith(("fencepost-request", "fencepost-wait")) for n in backend.threads)
+    assert [lease.token for lease in got] == [2]
+    assert not any(n.startswith(("fencepost-request", "fencepost-wait")) for n in backend.threads), backend.threads
 
 
 def test_a_sync_fair_wait_that_could_outlast_the_acquire_timeout_parks_on_the_wait_pool() -> None:
