@@ -142,7 +142,6 @@ pub struct Report {
     /// `max_states`), and whether the state space ended before the bound.
     pub complete: bool,
     pub exhausted: bool,
-    pub elapsed: Duration,
     /// The first violation, with the shortest schedule leading to it.
     pub violation: Option<Counterexample>,
 }
@@ -1103,7 +1102,6 @@ fn vector_step(input: &Input) -> String {
 /// Explores every schedule of `cfg`'s world up to its depth, breadth first, and
 /// returns what it found: the first violation comes with the shortest schedule.
 pub fn explore(cfg: &ModelConfig) -> Report {
-    let start = std::time::Instant::now();
     let mut root = World::new(cfg);
     let mut visited: HashSet<u128> = HashSet::new();
     visited.insert(root.fingerprint());
@@ -1164,7 +1162,6 @@ pub fn explore(cfg: &ModelConfig) -> Report {
         depth,
         complete,
         exhausted,
-        elapsed: start.elapsed(),
         violation,
     }
 }
