@@ -205,6 +205,27 @@ async fn metadata_is_the_node_data_and_status_and_list_read_it_back() {
     let names: Vec<&str> = listed.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, [format!("{prefix}-a"), format!("{prefix}-b")]);
     assert!(listed.iter().all(|h| h.metadata.as_ref() == Some(&meta)));
+    #[cfg(feature = "cli")]
+    {
+        // the command line shows the same holder, metadata included
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencepost"))
+            .args([
+                "status",
+                "--backend",
+                &format!("zookeeper://{hosts}{}", b.root),
+            ])
+            .args([format!("{prefix}-a"), "--json".to_owned()])
+            .output()
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["held"], true, "{doc}");
+        assert_eq!(doc["token"], leases[0].token().get());
+        assert_eq!(
+            doc["metadata"],
+            serde_json::json!({"host": "web-3", "pid": "7"})
+        );
+    }
     for lease in leases {
         lease.release().await.unwrap();
     }
