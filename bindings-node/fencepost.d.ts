@@ -90,9 +90,9 @@ export interface LockOptions {
    * Holder metadata stored with each grant, for operators (`backend.inspect`,
    * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
    * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
-   * only: nothing decides on it. Plain Redis, MemoryBackend and the Node-only
-   * ZooKeeperBackend (the lock node's data) and KubernetesLeaseBackend (the Lease's
-   * `fencepost.dev/holder-metadata` annotation) only: ConfigError (`option: 'metadata'`)
+   * only: nothing decides on it. Plain Redis, MemoryBackend, KubernetesLeaseBackend (the
+   * Lease's `fencepost.dev/holder-metadata` annotation) and the Node-only
+   * ZooKeeperBackend (the lock node's data) only: ConfigError (`option: 'metadata'`)
    * on fair Redis (a hand-off grant is written by the releasing holder), etcd, Redlock
    * and PostgreSQL. On Redis it is the key
    * `{prefix}{name}:meta`, set by the acquire script with the lease's TTL, extended by
@@ -344,8 +344,8 @@ export declare class Election {
    * the lowest create revision under the election's prefix, as etcd's own
    * `concurrency.Election` reads it (a fencepost leader publishes its identity and value
    * in it; a candidate of etcd's own client reads as `identity: null` and its value).
-   * RedisBackend, UpstashRedisBackend, MemoryBackend (not fair) and the Node-only
-   * ZooKeeperBackend and KubernetesLeaseBackend: the candidate's identity and value are
+   * RedisBackend, UpstashRedisBackend, MemoryBackend (not fair), KubernetesLeaseBackend
+   * and the Node-only ZooKeeperBackend: the candidate's identity and value are
    * its lease's metadata, read by `backend.inspect`.
    *
    * @throws ConfigError (`ERR_CONFIG`, kind `'unsupported'`) on the other backends (fair
@@ -440,7 +440,7 @@ export declare abstract class Backend {
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
    * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string, or (kind
    *   'unsupported') on backends other than RedisBackend, UpstashRedisBackend,
-   *   MemoryBackend and the Node-only ZooKeeperBackend and KubernetesLeaseBackend.
+   *   MemoryBackend, KubernetesLeaseBackend and the Node-only ZooKeeperBackend.
    */
   inspect(name: string): Promise<Holder | null>
   /**
@@ -981,6 +981,86 @@ export declare class EtcdBackend extends Backend {
   execute(request: EtcdGatewayCall, options?: ExecuteOptions): Promise<string>
 }
 
+export interface KubernetesLeaseBackendOptions {
+  /** The API server's URL (`'https://10.0.0.1:6443'`). */
+  server: string
+  /** A bearer token sent with every request, or a function returning one (called per
+   * request: a rotated service-account token). */
+  token?: string | (() => string | Promise<string>)
+  /** The namespace of the Leases (`'default'`; a DNS-1123 label, checked when a lock is built). */
+  namespace?: string
+  /** The fetch to use (default the global one). Give one with the cluster's TLS settings
+   * when its CA is not the runtime's (browsers and workers use the platform's trust store:
+   * there the global fetch is the one); in Node, `kubernetesFromKubeconfig` and
+   * `kubernetesInCluster` make one. */
+  fetch?: (url: string, init: { method: string, headers: Record<string, string>, body?: string, signal?: AbortSignal }) => Promise<{ status: number, text(): Promise<string> }>
+  /** Each API call ends after this long, in ms, or at its request deadline if sooner
+   * (default 1000; keep it well below `ttlMs / 3`). */
+  requestTimeoutMs?: number
+}
+
+/**
+ * Locks on Kubernetes `coordination.k8s.io/v1` Leases, one Lease per lock name, over
+ * `fetch`, with the same recipe and semantics as Python's `KubernetesLeaseBackend`, in
+ * both packages: any host with `fetch` (Node, browsers, edge workers, Deno) passes `{
+ * server, token, namespace, fetch? }`; in Node, `kubernetesFromKubeconfig` and
+ * `kubernetesInCluster` (the Node package only: they read files and use node:https) build
+ * one from a kubeconfig or the pod's service account. The service account needs `get`,
+ * `create`, `update` and `patch` on `leases`. Tested against the project's Lease API
+ * server (tests/kube/lease_server.py), not a real cluster.
+ *
+ * **One lock, one Lease.** `new Lock(backend, 'my-app')` is the Lease `my-app` in the
+ * backend's namespace (a lock name must be a DNS-1123 subdomain; `ttlMs` whole seconds, at
+ * least 1000). The fields mean what client-go's leader election makes them mean, so a
+ * fencepost lock and a client-go elector on one Lease exclude each other:
+ * `holderIdentity` (the owner id, `''` when free), `leaseDurationSeconds` (the TTL),
+ * `acquireTime` / `renewTime` (wall-clock `MicroTime`s this adapter stamps just before
+ * sending; no decision reads them), `leaseTransitions`.
+ *
+ * **Tokens**: `leaseTransitions`, raised by one on every grant (client-go raises it only
+ * when the holder changes), always by a compare-and-set on `resourceVersion` (a 409 means
+ * another candidate won the round): it never goes back while the Lease exists, so
+ * `purpose: 'correctness'` needs no opt-in. Deleting the Lease restarts it at 1.
+ *
+ * **Expiry** is never judged from `renewTime` and this machine's clock: a contender treats
+ * a Lease as expired once it stayed unchanged for the `leaseDurationSeconds` it states,
+ * counted on its own monotonic clock. The holder's validity is measured from the send of
+ * its last successful write, and it is lost on time even when the API server hangs.
+ *
+ * **Holder metadata, inspection, followers.** The `metadata` lock option is stored in the
+ * Lease's `fencepost.dev/holder-metadata` annotation with the owner id (client-go keeps
+ * annotations and never reads it; a reader shows it only while that owner is the
+ * `holderIdentity`). `inspect(name)` reads one Lease (owner = holderIdentity, token =
+ * leaseTransitions, `ttlLeftMs` = leaseDurationSeconds as an upper bound, waiters null);
+ * `list(prefix, { limit })` pages `GET …/leases?limit=500` with `continue` (at most 100
+ * pages); an election's followers (`leader()`, `observe()`) read the leader's record
+ * from that annotation.
+ *
+ * Every JSON body the API server answers (a Lease or a `Status`, whatever the HTTP
+ * status) goes to the machine; a body that is not JSON is a transport failure.
+ *
+ * @throws ConfigError (`ERR_CONFIG`) for a `server` that is not an http(s) URL, a `token`
+ *   that is neither a string nor a function, a `fetch` that is not a function, an unknown
+ *   option.
+ */
+export declare class KubernetesLeaseBackend extends Backend {
+  constructor(options: KubernetesLeaseBackendOptions)
+  /** The API server's URL. */
+  readonly server: string
+  /** The namespace of the Leases. */
+  readonly namespace: string
+  /** The API path of lock `name`'s Lease. */
+  leasePath(name: string): string
+  /** The Lease of lock `name` as stored (holder, count, times: for observers), or null
+   * when there is none.
+   * @throws BackendError (`ERR_BACKEND`) the server could not be reached;
+   *   ProtocolError (`ERR_PROTOCOL`) any other error status. */
+  readLease(name: string): Promise<Record<string, any> | null>
+  /** Runs one call of a Kubernetes lock machine; resolves to the response body (JSON
+   * text), rejects for a transport failure. */
+  execute(request: MachineKubernetesRequest, options?: ExecuteOptions): Promise<string>
+}
+
 /** Options of `backendFromUrl` and `backendFromEnv`: the chosen backend's own options,
  * and how to make a Redis client. */
 export interface BackendFromUrlOptions {
@@ -1347,7 +1427,7 @@ export declare class LockMachine {
    * that emits `MachineZooKeeperRequest`s and reads the adapter's JSON text, with `root`,
    * `naming` and `sessionTimeoutMs` (the negotiated session timeout: the largest ttl).
    * `'kubernetes'` one that emits `MachineKubernetesRequest`s and reads the API server's
-   * response bodies as text, with `namespace` (the WebAssembly package refuses it).
+   * response bodies as text, with `namespace`.
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
    *   duplicates) is refused by `check` and `acquire`. */

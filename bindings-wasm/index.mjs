@@ -15,6 +15,7 @@ export const {
   UpstashRedisBackend,
   RedlockBackend,
   EtcdBackend,
+  KubernetesLeaseBackend,
   backendFromUrl,
   backendFromEnv,
   standardMetadata,

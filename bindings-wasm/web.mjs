@@ -16,7 +16,7 @@ import api from './dist/web/fencepost_api.mjs'
 
 let fencepost
 export let Lock, Lease, Election, Leadership, STOP_REASONS, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-  UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, standardMetadata, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+  UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, backendFromUrl, backendFromEnv, standardMetadata, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
   redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, diagnosticsChannel, OBSERVATION_EVENTS, OBSERVATION_WARNINGS, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
   StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
 export { fencepost as default }
@@ -26,7 +26,7 @@ function ready () {
     const f = api.createFencepost(native, 'wasm');
     ({
       Lock, Lease, Election, Leadership, STOP_REASONS, Backend, RedisProtocolBackend, MemoryBackend, MemoryServer, RedisBackend,
-      UpstashRedisBackend, RedlockBackend, EtcdBackend, backendFromUrl, backendFromEnv, standardMetadata, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
+      UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, backendFromUrl, backendFromEnv, standardMetadata, Fence, sqlFencedUpdate, redisFencedSet, readRedisFencedSet,
       redisScripts, etcdHolderKey, etcdFencedTxn, readEtcdFencedTxn, LockMachine, diagnosticsChannel, OBSERVATION_EVENTS, OBSERVATION_WARNINGS, FencepostError, ConfigError, ClockError, LockLostError, AcquireTimeoutError,
       StaleTokenError, ProtocolError, BackendError, coreVersion, implementation
     } = f)

@@ -9,6 +9,7 @@ const errors = require('./errors')
 const { createLockMachine } = require('./machine')
 const { createFence } = require('./fence')
 const { createBackends } = require('./backends')
+const { createKubernetesLease } = require('./kubernetes')
 const { createLock, Lease } = require('./lock')
 const observe = require('./observe')
 const { createElection, Leadership, STOP_REASONS } = require('./election')
@@ -17,6 +18,7 @@ function createFencepost (native, implementation) {
   const LockMachine = createLockMachine(native)
   const fence = createFence(native)
   const backends = createBackends(native, LockMachine, fence)
+  const { KubernetesLeaseBackend } = createKubernetesLease(native, backends.Backend)
   const Lock = createLock((b) => b instanceof backends.Backend)
   const Election = createElection(Lock)
   return Object.freeze({
@@ -33,6 +35,7 @@ function createFencepost (native, implementation) {
     UpstashRedisBackend: backends.UpstashRedisBackend,
     RedlockBackend: backends.RedlockBackend,
     EtcdBackend: backends.EtcdBackend,
+    KubernetesLeaseBackend,
     backendFromUrl: backends.backendFromUrl,
     backendFromEnv: backends.backendFromEnv,
     standardMetadata: backends.standardMetadata,

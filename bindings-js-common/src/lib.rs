@@ -17,9 +17,10 @@
 //!   other `fooBar` is `foo_bar` as is), decoded by the core's serde type
 //!   [`LockOptions`]: an unknown option is an error naming it.
 //! * A machine speaks one backend's protocol, chosen at construction: `"redis"` (default),
-//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`]; the
-//!   Node addon adds `"postgres"`, `"zookeeper"` and `"kubernetes"` (features of the same
-//!   names, each with a settings object: modules `postgres`, `zookeeper`, `kubernetes`).
+//!   `"etcd"` or `"redlock"` (with its masters' names), as the core's [`Backend`]; both
+//!   addons add `"kubernetes"` and the Node addon `"postgres"` and `"zookeeper"` (features
+//!   of the same names, each with a settings object: modules `postgres`, `zookeeper`,
+//!   `kubernetes`).
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's [`UsageError::kind`] or `"invalid_argument"`, `option` =
 //!   the option's name, `detail` = the message without the option name), `"ERR_CLOCK"`
@@ -679,10 +680,6 @@ pub fn lock_options(fields: Vec<(String, Primitive)>) -> Result<LockOptions> {
     decode(fields)
 }
 
-/// Why the WebAssembly module has no Kubernetes Lease backend (its size budget).
-pub const KUBERNETES_IN_WASM: &str =
-    "the Lease backend would add 5.2 KiB gzipped to the module, over its size budget";
-
 /// The backends the JavaScript bindings carry (their adapters speak Redis, etcd, and
 /// Redis on each of a Redlock's masters).
 fn carried() -> [Backend; 3] {
@@ -716,14 +713,6 @@ pub fn backend(
                 "kind \"zookeeper\" is not available in the WebAssembly package (workers have \
                  no sockets to reach ZooKeeper): use the Node package, fencepost; kind must \
                  be {}",
-                quoted(&names, "or")
-            )));
-        }
-        if kind == "kubernetes" {
-            // The Node addon builds kubernetes machines itself (feature `kubernetes`).
-            return Err(JsError::config(format!(
-                "kind \"kubernetes\" is not available in the WebAssembly package ({KUBERNETES_IN_WASM}): \
-                 use the Node package, fencepost; kind must be {}",
                 quoted(&names, "or")
             )));
         }
@@ -1597,14 +1586,6 @@ mod tests {
             "kind \"zookeeper\" is not available in the WebAssembly package (workers have no \
              sockets to reach ZooKeeper): use the Node package, fencepost; kind must be \
              'redis', 'etcd' or 'redlock'"
-        );
-        let e = backend(Some("kubernetes"), None, None, None).unwrap_err();
-        assert!(
-            e.message.starts_with(
-                "kind \"kubernetes\" is not available in the WebAssembly package (the Lease backend"
-            ),
-            "{}",
-            e.message
         );
         assert!(backend(Some("postgres"), None, None, None).is_err());
         let masters: Vec<String> = ["a:1/0", "b:1/0", "c:1/0"].map(String::from).into();

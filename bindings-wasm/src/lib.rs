@@ -256,9 +256,15 @@ fn array_items<T>(
 /// `undefined` left out), read through caught calls, for
 /// `fencepost_js_common::lock_options`.
 fn lock_options(o: &JsValue) -> Result<LockOptions, JsValue> {
+    js(common::lock_options(primitives(o, "lock options")?))
+}
+
+/// The own enumerable properties with primitive values of the object `o` (`null` and
+/// `undefined` left out), read through caught calls; `what` names it in errors.
+fn primitives(o: &JsValue, what: &str) -> Result<Vec<(String, Primitive)>, JsValue> {
     if !o.is_object() || is_array(o).unwrap_or(true) {
         return Err(config_error(format!(
-            "lock options must be an object, got {}",
+            "{what} must be an object, got {}",
             type_name(o)
         )));
     }
@@ -282,19 +288,39 @@ fn lock_options(o: &JsValue) -> Result<LockOptions, JsValue> {
         };
         fields.push((name, value));
     }
-    js(common::lock_options(fields))
+    Ok(fields)
 }
 
-/// The backend of a machine, from the constructor's arguments.
+/// The backend of a machine, from the constructor's arguments: `kind` `"kubernetes"`
+/// decodes `settings` (`{ namespace }`), as the Node addon does; any other kind is the
+/// shared crate's.
 fn backend(
     key_prefix: &JsValue,
     fair: &JsValue,
     kind: &JsValue,
     masters: &JsValue,
+    settings: &JsValue,
 ) -> Result<fencepost_core::Backend, JsValue> {
     let fair = optional_boolean(fair, "fair")?;
     let kind = optional_string(kind, "kind")?;
     let key_prefix = optional_string(key_prefix, "keyPrefix")?;
+    if kind.as_deref() == Some("kubernetes") {
+        if key_prefix.is_some()
+            || fair == Some(true)
+            || !(masters.is_undefined() || masters.is_null())
+        {
+            return Err(config_error(
+                "keyPrefix, fair and masters apply to Redis, etcd and Redlock machines, not to kind \"kubernetes\""
+                    .to_owned(),
+            ));
+        }
+        let fields = if settings.is_undefined() || settings.is_null() {
+            Vec::new()
+        } else {
+            primitives(settings, "backend settings")?
+        };
+        return js(common::kubernetes::backend(fields));
+    }
     let masters = if masters.is_undefined() || masters.is_null() {
         None
     } else {
@@ -422,7 +448,9 @@ impl Machine {
     /// "redis_blpop"`, `operation: "wait"`). `kind` is `"redis"` (default) or `"etcd"`
     /// (requests with `backend: "etcd"`; a waiter parks on a watch, `operation: "wait"`)
     /// or `"redlock"` (requests with `backend: "redlock_part"`, one per master; `masters`
-    /// names each master, `host:port/db`, in the order of their endpoints).
+    /// names each master, `host:port/db`, in the order of their endpoints) or
+    /// `"kubernetes"` (requests with `backend: "kubernetes"`, replies the API server's
+    /// response bodies as text; `settings` `{ namespace }`, default `"default"`).
     #[wasm_bindgen(constructor)]
     pub fn new(
         key_prefix: JsValue,
@@ -430,8 +458,9 @@ impl Machine {
         fair: JsValue,
         kind: JsValue,
         masters: JsValue,
+        settings: JsValue,
     ) -> Result<Machine, JsValue> {
-        let backend = backend(&key_prefix, &fair, &kind, &masters)?;
+        let backend = backend(&key_prefix, &fair, &kind, &masters, &settings)?;
         let seed = if seed.is_undefined() || seed.is_null() {
             None
         } else {
@@ -603,8 +632,8 @@ impl Machine {
     }
 }
 
-/// Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`
-/// and `kind` would (`Machine.check`), without building one: no Web Crypto needed, so it
+/// Checks a lock name and options as a machine built with the same `keyPrefix`, `fair`,
+/// `kind`, `masters` and `settings` would (`Machine.check`), without building one: no Web Crypto needed, so it
 /// works outside a worker's request handler too.
 #[wasm_bindgen(js_name = checkAcquire)]
 pub fn check_acquire(
@@ -614,8 +643,9 @@ pub fn check_acquire(
     name: JsValue,
     options: JsValue,
     masters: JsValue,
+    settings: JsValue,
 ) -> Result<(), JsValue> {
-    let backend = backend(&key_prefix, &fair, &kind, &masters)?;
+    let backend = backend(&key_prefix, &fair, &kind, &masters, &settings)?;
     let name = string(&name, "name")?;
     let options = lock_options(&options)?;
     js(common::check_acquire(&backend, &name, &options))
@@ -1072,6 +1102,49 @@ pub fn read_etcd_fenced_txn(
         token,
         &etcd_reply_text(&reply),
     ))
+}
+
+/// The path of one page of the Lease listing of `namespace`: `…/leases?limit={limit}`
+/// from the previous page's `continue` token (null first).
+#[wasm_bindgen(js_name = kubernetesListPage)]
+pub fn kubernetes_list_page(
+    namespace: JsValue,
+    limit: JsValue,
+    continue_token: JsValue,
+) -> Result<String, JsValue> {
+    let namespace = string(&namespace, "namespace")?;
+    let limit = number(&limit, "limit")?;
+    if !(1.0..=f64::from(u32::MAX)).contains(&limit) || limit.fract() != 0.0 {
+        return Err(config_error(format!(
+            "limit must be an integer in 1 ..= 2^32 - 1, got {limit}"
+        )));
+    }
+    let continue_token = optional_string(&continue_token, "continue")?;
+    Ok(common::kubernetes::list_page(
+        namespace,
+        limit as u32,
+        continue_token.as_deref(),
+    ))
+}
+
+/// Reads a Lease GET's response body as an inspection: `{ ok: true, holder }` (null: no
+/// Lease, or no holder; `ttlLeftMs` is the record's `leaseDurationSeconds`, an upper
+/// bound) or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readKubernetesInspect)]
+pub fn read_kubernetes_inspect(name: JsValue, reply: JsValue) -> Result<JsValue, JsValue> {
+    let name = string(&name, "lock name")?;
+    let reply = string(&reply, "reply")?;
+    to_js(&common::kubernetes::read_inspect(&name, &reply))
+}
+
+/// Reads one page of the Lease listing: `{ ok: true, continue, holders }` (`continue`
+/// null on the last page; the held Leases whose names start with `prefix`) or `{ ok:
+/// false, protocol }`.
+#[wasm_bindgen(js_name = readKubernetesList)]
+pub fn read_kubernetes_list(prefix: JsValue, reply: JsValue) -> Result<JsValue, JsValue> {
+    let prefix = string(&prefix, "prefix")?;
+    let reply = string(&reply, "reply")?;
+    to_js(&common::kubernetes::read_list(&prefix, &reply))
 }
 
 /// Version of the fencepost-core crate compiled into this module.

@@ -4,8 +4,9 @@
 // at $FENCEPOST_KUBE_URL with the bearer token $FENCEPOST_KUBE_TOKEN): no kube-apiserver
 // can be installed here, so this is not a real cluster. Its test controls (409 storms,
 // 5xx, hanging PUTs) are global to the server: a file's tests run one after another, and
-// no other file of this suite uses it. The WebAssembly package carries no Lease machine:
-// there a lock on the backend is a ConfigError saying why (tested here too).
+// no other file of this suite uses it. Both packages run it (FENCEPOST_IMPL=napi|wasm):
+// the backend needs only `fetch`; the kubeconfig and in-cluster helpers are the Node
+// package's alone.
 
 const { test, afterEach } = require('node:test')
 const assert = require('node:assert/strict')
@@ -21,11 +22,9 @@ const { Lock, KubernetesLeaseBackend, ConfigError, ProtocolError, LockLostError,
 
 const URL_ = process.env.FENCEPOST_KUBE_URL
 const TOKEN = process.env.FENCEPOST_KUBE_TOKEN
-const skip = IMPL !== 'napi'
-  ? 'the WebAssembly module carries no Lease machine (its size budget)'
-  : URL_ && TOKEN
-    ? false
-    : 'FENCEPOST_KUBE_URL / FENCEPOST_KUBE_TOKEN are not set (scripts/test starts scripts/services/kube-lease.sh and sets them)'
+const skip = URL_ && TOKEN
+  ? false
+  : 'FENCEPOST_KUBE_URL / FENCEPOST_KUBE_TOKEN are not set (scripts/test starts scripts/services/kube-lease.sh and sets them)'
 const MICROTIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/
 const PYTHON = path.join(REPO, '.venv', 'bin', 'python')
 
@@ -62,12 +61,20 @@ if (!skip) {
   })
 }
 
-test('the WebAssembly package refuses a Lease machine with a ConfigError saying why', { skip: IMPL !== 'wasm' && 'the WebAssembly package only' }, () => {
-  assert.equal(fencepost.KubernetesLeaseBackend, undefined, 'the Node package\'s alone')
-  assert.throws(() => new fencepost.LockMachine({ kind: 'kubernetes' }), (e) => e instanceof ConfigError && /not available in the WebAssembly package \(the Lease backend would add [\d.]+ KiB gzipped/.test(e.message))
+test('both packages carry the Lease machine; the kubeconfig and in-cluster helpers are Node\'s', () => {
+  const m = new fencepost.LockMachine({ kind: 'kubernetes', namespace: 'jobs', seed: 1 })
+  const lock = m.acquire(0, 'job', { ttlMs: 2_000 })
+  const [request] = m.poll().outputs
+  assert.equal(request.backend, 'kubernetes')
+  assert.equal(request.lock, lock)
+  assert.equal(request.path, '/apis/coordination.k8s.io/v1/namespaces/jobs/leases/job')
+  assert.throws(() => new fencepost.LockMachine({ kind: 'kubernetes', keyPrefix: 'x/' }), (e) => e instanceof ConfigError && /not to kind "kubernetes"/.test(e.message))
+  assert.throws(() => new fencepost.LockMachine({ kind: 'kubernetes', namespace: 5 }), (e) => e instanceof ConfigError && /namespace must be a string/.test(e.message))
+  assert.equal(typeof fencepost.kubernetesFromKubeconfig, IMPL === 'napi' ? 'function' : 'undefined')
+  assert.equal(typeof fencepost.kubernetesInCluster, IMPL === 'napi' ? 'function' : 'undefined')
 })
 
-test('configuration errors name the option; bad names and ttls are refused when the lock is built', { skip: IMPL !== 'napi' && 'the Node package' }, () => {
+test('configuration errors name the option; bad names and ttls are refused when the lock is built', () => {
   assert.throws(() => new KubernetesLeaseBackend({ server: 'ftp://x' }), (e) => e instanceof ConfigError && e.option === 'server')
   assert.throws(() => new KubernetesLeaseBackend({ server: 'http://x', token: 5 }), (e) => e instanceof ConfigError && e.option === 'token')
   assert.throws(() => new KubernetesLeaseBackend({ server: 'http://x', hosts: 1 }), (e) => e instanceof ConfigError && e.option === 'hosts')
@@ -242,7 +249,7 @@ test('a holder SIGSTOPped past its lease is replaced; on resume its work is canc
 
 const { fencedAppend } = require('./kube-contender.js')
 
-test('kubernetesFromKubeconfig (CA + token file, client certificate) and kubernetesInCluster over TLS', { skip: skip || (!fs.existsSync(PYTHON) && 'no .venv (scripts/setup python)'), timeout: 60_000 }, async () => {
+test('kubernetesFromKubeconfig (CA + token file, client certificate) and kubernetesInCluster over TLS', { skip: (IMPL !== 'napi' && 'the Node package\'s helpers (files, node:https)') || skip || (!fs.existsSync(PYTHON) && 'no .venv (scripts/setup python)'), timeout: 60_000 }, async () => {
   const { kubernetesFromKubeconfig, kubernetesInCluster } = fencepost
   const d = fs.mkdtempSync(path.join(os.tmpdir(), 'fp-kube-tls-'))
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',

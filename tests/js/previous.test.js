@@ -4,8 +4,8 @@
 // ran out (it stopped renewing, as a paused or killed process does, and its machine's
 // cleanup freed the key) or an operator's forceRelease, 'expired'. On MemoryBackend
 // (always), real Redis at $FENCEPOST_REDIS_URL (plain and fair), PostgreSQL lease rows at
-// $FENCEPOST_PG_URL and the Kubernetes Lease test server at $FENCEPOST_KUBE_URL (those
-// two from Node only), and etcd at $FENCEPOST_ETCD_URL (its release and contender records).
+// $FENCEPOST_PG_URL (from Node only), the Kubernetes Lease test server at
+// $FENCEPOST_KUBE_URL, and etcd at $FENCEPOST_ETCD_URL (its release and contender records).
 // Mirrors tests/python/test_previous.py.
 
 const { test } = require('node:test')
@@ -132,7 +132,7 @@ test('etcd: a waiter hears it from the holder it queued behind', { skip: ETCD ? 
   }
 })
 
-test('kubernetes reads it from the Lease the grant replaced', { skip: IMPL !== 'napi' ? 'Kubernetes is reached from Node only' : KUBE && KUBE_TOKEN ? false : notSet('FENCEPOST_KUBE_URL') }, async () => {
+test('kubernetes reads it from the Lease the grant replaced', { skip: KUBE && KUBE_TOKEN ? false : notSet('FENCEPOST_KUBE_URL') }, async () => {
   const backend = new fencepost.KubernetesLeaseBackend({ server: KUBE, token: KUBE_TOKEN })
   const n = name()
   try {

@@ -1,9 +1,10 @@
 'use strict'
 // fencepost-wasm in headless Chromium (Debian `chromium`, driven by npm `playwright-core`):
 // a page served from 127.0.0.1 loads the web build (web.mjs, which fetches the .wasm like
-// a site would) and replays every tests/scenarios/*.json and etcd/*.json vector with the
-// Node runner itself, tests/js/scenarios.test.js, bundled unchanged with browser stand-ins for node:test,
-// node:assert, node:fs, node:path and ./impl (browser/shims/). The results are asserted
+// a site would) and replays every tests/scenarios/*.json, etcd/*.json and kubernetes/*.json
+// vector with the Node runner itself, tests/js/scenarios.test.js, bundled unchanged with
+// browser stand-ins for node:test, node:assert, node:fs, node:path and ./impl
+// (browser/shims/). The results are asserted
 // here: every vector in both reply flavours, as `FENCEPOST_IMPL=wasm node --test` runs them.
 //
 // A second test takes etcd locks in the page with EtcdBackend (fetch, a streaming watch)
@@ -149,6 +150,10 @@ test('Chromium: the web build replays every scenario vector, both reply flavours
   const etcd = fs.readdirSync(path.join(SCENARIOS, 'etcd')).filter((f) => f.endsWith('.json'))
   assert.ok(etcd.length >= 4)
   files.push(...etcd)
+  // and the Kubernetes Lease vectors: requests rendered, response bodies read by the web build
+  const kube = fs.readdirSync(path.join(SCENARIOS, 'kubernetes')).filter((f) => f.endsWith('.json'))
+  assert.ok(kube.length >= 4)
+  files.push(...kube)
   for (const f of files) {
     for (const flavour of ['client', 'tagged']) {
       const name = `vector ${path.basename(f, '.json')} (${flavour} replies)`
