@@ -1357,7 +1357,13 @@ fn vector_step(input: &Input) -> String {
         } => {
             let reply = match reply {
                 Reply::Redis(v) => redis(v),
-                Reply::Etcd(text) | Reply::ZooKeeper(text) | Reply::Kubernetes(text) => {
+                Reply::Etcd(text) => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+                #[cfg(feature = "zookeeper")]
+                Reply::ZooKeeper(text) => {
+                    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+                }
+                #[cfg(feature = "kubernetes")]
+                Reply::Kubernetes(text) => {
                     serde_json::from_str(text).unwrap_or_else(|_| json!(text))
                 }
                 other => json!(format!("{other:?}")),
