@@ -1,5 +1,5 @@
 //! [`MemoryPostgres`]: an in-memory PostgreSQL that runs the statements of the lease-rows
-//! mode ([`PgMode::Lease`](crate::backends::PgMode::Lease)) against the tables of
+//! mode ([`PgMode::Lease`]) against the tables of
 //! [`PostgresBackend::migration`], with an injected virtual `now` standing for
 //! `clock_timestamp()`.
 //!

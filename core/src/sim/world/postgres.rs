@@ -1,6 +1,8 @@
 //! The PostgreSQL lease-rows side of a simulation ([`SimBackend::PostgresLease`]): one
 //! [`MemoryPostgres`] whose clock is the true time, contenders parked on `LISTEN`
 //! waits for a release's notification, and restarts that keep the data.
+//!
+//! [`SimBackend::PostgresLease`]: super::SimBackend::PostgresLease
 
 use core::time::Duration;
 
