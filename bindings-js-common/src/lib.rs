@@ -1364,7 +1364,7 @@ pub fn redis_list_step(key_prefix: String, prefix: &str, cursor: &str, fair: boo
 /// A holder as JavaScript reads it: `{ name, owner, token, ttlLeftMs, waiters,
 /// metadata }`, `token` a bigint, `metadata` the JSON text of its object (the JS side
 /// parses it), absent values `null`.
-fn holder(h: fencepost_core::Holder) -> JsOut<'static> {
+pub(crate) fn holder(h: fencepost_core::Holder) -> JsOut<'static> {
     let text = |s: String| JsOut::Text(Cow::Owned(s));
     let or_null = |v: Option<JsOut<'static>>| v.unwrap_or(JsOut::Null);
     JsOut::Object(vec![

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fencepost_core::model::{explore, ModelBackend, ModelConfig};
 
-const USAGE: &str = "usage: model [--backend redis|etcd|redlock|zookeeper|kubernetes|every] [--depth N] [--clients N] \
+const USAGE: &str = "usage: model [--backend redis|etcd|redlock|postgres|zookeeper|kubernetes|every] [--depth N] [--clients N] \
 [--cycles N] [--drops N] [--duplicates N] [--pauses N] [--cancels N] [--drift] \
 [--max-states N] [--clones N] [--sabotage-rule1 [--expect PROPERTY]]";
 
@@ -32,12 +32,14 @@ fn main() {
                     Some("redlock") => vec![ModelBackend::Redlock(3)],
                     Some("zookeeper") => vec![ModelBackend::ZooKeeper],
                     Some("kubernetes") => vec![ModelBackend::Kubernetes],
+                    Some("postgres") => vec![ModelBackend::PostgresLease],
                     Some("every") => vec![
                         ModelBackend::Redis,
                         ModelBackend::Etcd,
                         ModelBackend::Redlock(3),
                         ModelBackend::ZooKeeper,
                         ModelBackend::Kubernetes,
+                        ModelBackend::PostgresLease,
                     ],
                     _ => {
                         eprintln!("{USAGE}");

@@ -4,7 +4,7 @@
 //! *every* schedule of a small world up to a depth bound, breadth first: 2–3 client
 //! machines (each under the machine [`Contract`]) against an in-memory server
 //! ([`crate::memory`]: Redis, etcd, ZooKeeper, a Kubernetes Lease, a Redlock of
-//! masters), a fenced resource, and a
+//! masters, PostgreSQL lease rows), a fenced resource, and a
 //! network that delivers any message in flight in any order, drops and duplicates
 //! within a budget, and processes that pause within a budget (between the validity
 //! check and the write, the seed story, or anywhere).
@@ -53,6 +53,8 @@ use crate::{
     RedlockBackend, Request, RequestId,
 };
 
+mod postgres;
+
 /// The lock every client contends for.
 const LOCK_NAME: &str = crate::sim::LOCK_NAME;
 
@@ -76,6 +78,9 @@ pub enum ModelBackend {
     /// unchanged for its `leaseDurationSeconds`.
     #[cfg(feature = "kubernetes")]
     Kubernetes,
+    /// [`crate::memory::MemoryPostgres`]: the lease-rows recipe, a row per name with
+    /// server-clock expiry, contenders waiting on `LISTEN` for a release's `NOTIFY`.
+    PostgresLease,
 }
 
 /// The bounds of one exploration.
@@ -309,6 +314,7 @@ enum Server {
         holder: Option<i64>,
     },
     Redlock(MemoryRedlock),
+    Postgres(postgres::PgServer),
     #[cfg(feature = "zookeeper")]
     ZooKeeper(Box<ZkServer>),
     #[cfg(feature = "kubernetes")]
@@ -362,6 +368,9 @@ impl World {
         let backend = match cfg.backend {
             ModelBackend::Redis => Backend::Redis(RedisBackend::default()),
             ModelBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+            ModelBackend::PostgresLease => {
+                Backend::Postgres(crate::backends::PostgresBackend::default())
+            }
             ModelBackend::Redlock(n) => Backend::Redlock(RedlockBackend {
                 masters: (0..n).map(|m| format!("m{m}")).collect(),
                 ..RedlockBackend::default()
@@ -411,6 +420,10 @@ impl World {
                     holder: None,
                 },
                 SimBackend::Etcd,
+            ),
+            ModelBackend::PostgresLease => (
+                Server::Postgres(postgres::PgServer::new(cfg.clients)),
+                SimBackend::PostgresLease,
             ),
             ModelBackend::Redlock(n) => (
                 Server::Redlock(MemoryRedlock::new(usize::from(n))),
@@ -567,6 +580,7 @@ impl World {
             }
             #[cfg(feature = "kubernetes")]
             Server::Kubernetes { .. } => {}
+            Server::Postgres(pg) => due.extend(pg.db.next_expiry(self.now)),
         }
         due.into_iter().filter(|&t| t > self.now).min()
     }
@@ -719,19 +733,24 @@ impl World {
             }
             let now = self.clients[c].local(self.now);
             if watch {
-                if let Server::Etcd { watches, .. } = &mut self.server {
-                    watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
-                }
+                let reply = match &mut self.server {
+                    Server::Etcd { watches, .. } => {
+                        watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
+                        Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned())
+                    }
+                    Server::Postgres(pg) => {
+                        pg.forget(c, request);
+                        crate::sim::wait_over()
+                    }
+                    #[cfg(feature = "zookeeper")]
+                    Server::ZooKeeper(z) => {
+                        z.watches.retain(|(wc, r, ..)| !(*wc == c && *r == request));
+                        let session = z.sessions[c];
+                        Reply::ZooKeeper(format!(r#"{{"event":"timeout","session":{session}}}"#))
+                    }
+                    _ => Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned()),
+                };
                 self.note(|| format!("c{c}: watch {} times out", request.0));
-                #[allow(unused_mut)]
-                let mut reply = Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned());
-                #[cfg(feature = "zookeeper")]
-                if let Server::ZooKeeper(z) = &mut self.server {
-                    z.watches.retain(|(wc, r, ..)| !(*wc == c && *r == request));
-                    let session = z.sessions[c];
-                    reply =
-                        Reply::ZooKeeper(format!(r#"{{"event":"timeout","session":{session}}}"#));
-                }
                 self.input(
                     c,
                     Input::Reply {
@@ -776,21 +795,31 @@ impl World {
         let requests = core::mem::take(&mut self.clients[c].contract.pending);
         for request in requests {
             let deadline = self.clients[c].true_of(request.deadline).max(self.now);
-            let watch_timeout_ms = match &request.body {
-                RequestBody::Etcd(EtcdRequest::Watch(w)) => Some(w.timeout_ms),
+            let watch_timeout = match &request.body {
+                RequestBody::Etcd(EtcdRequest::Watch(w)) => {
+                    let local =
+                        self.clients[c].local(self.now) + Duration::from_millis(w.timeout_ms);
+                    Some(self.clients[c].true_of(local).max(self.now))
+                }
                 #[cfg(feature = "zookeeper")]
                 RequestBody::ZooKeeper(crate::backends::ZkRequest::Watch {
                     timeout_ms, ..
-                }) => Some(*timeout_ms),
-                _ => None,
+                }) => {
+                    let local =
+                        self.clients[c].local(self.now) + Duration::from_millis(*timeout_ms);
+                    Some(self.clients[c].true_of(local).max(self.now))
+                }
+                body => crate::sim::listen_timeout(body).map(|timeout| {
+                    let local = self.clients[c].local(self.now) + timeout;
+                    self.clients[c].true_of(local).max(self.now)
+                }),
             };
-            let watch_timeout = watch_timeout_ms.map(|ms| {
-                let local = self.clients[c].local(self.now) + Duration::from_millis(ms);
-                self.clients[c].true_of(local).max(self.now)
-            });
             #[cfg(feature = "zookeeper")]
             if let Server::ZooKeeper(z) = &mut self.server {
                 z.sent_on.insert((c, request.id), z.sessions[c]);
+            }
+            if let Server::Postgres(pg) = &mut self.server {
+                pg.sent(c, self.now, &request);
             }
             self.note(|| {
                 format!(
@@ -935,6 +964,19 @@ impl World {
                 Some(reply)
             }
             Server::Redlock(masters) => Some(masters.execute(now, &request.body)),
+            Server::Postgres(pg) => {
+                let (reply, woken) =
+                    pg.serve(now, client, &request, &mut self.checker, &mut outcome);
+                for (c, r) in woken {
+                    self.note(|| format!("server: notifies c{c}"));
+                    self.net.push(Msg::Reply {
+                        client: c,
+                        request: r,
+                        reply: crate::sim::wait_over(),
+                    });
+                }
+                reply
+            }
             Server::Etcd { etcd, watches, .. } => match &request.body {
                 RequestBody::Etcd(EtcdRequest::Watch(w)) => match etcd.watch(now, w) {
                     Some(events) => Some(Reply::Etcd(events)),
@@ -1110,6 +1152,7 @@ impl World {
                 *holder = now_holder;
                 breach
             }
+            Server::Postgres(pg) => pg.s2(beliefs),
         };
         self.take_violations(outcome);
         if let Some(detail) = breach {
@@ -1160,6 +1203,7 @@ impl World {
             Server::ZooKeeper(z) => write!(h, "{z:?}"),
             #[cfg(feature = "kubernetes")]
             Server::Kubernetes { kube, holder } => write!(h, "{kube:?}{holder:?}"),
+            Server::Postgres(pg) => pg.fingerprint(&mut h),
         };
         // one resource name: the fence's map has one entry
         let _ = write!(h, "{:?}{:?}", self.resource, self.checker);
@@ -1366,6 +1410,9 @@ fn vector_step(input: &Input) -> String {
                 Reply::Kubernetes(text) => {
                     serde_json::from_str(text).unwrap_or_else(|_| json!(text))
                 }
+                Reply::Sql(sql) => serde_json::to_value(sql).unwrap_or(Value::Null),
+                #[allow(unreachable_patterns)]
+                // reachable without the zookeeper or kubernetes features
                 other => json!(format!("{other:?}")),
             };
             (

@@ -22,6 +22,12 @@
 //! restart: `503 ServiceUnavailable` for up to one TTL, the Leases kept (they live in
 //! etcd), inside the model.
 //!
+//! With [`SimBackend::PostgresLease`] the server is a [`MemoryPostgres`] running the
+//! lease-rows statements on its clock (the true time): contenders park on `LISTEN`
+//! waits woken by a release's notification, or ended by the host at their timeout; a
+//! restart makes the server refuse connections (SQLSTATE `57P03`) for up to one TTL and
+//! keeps every committed row — inside the model.
+//!
 //! With [`SimBackend::Redlock`] the server is N independent [`MemoryRedis`] masters
 //! ([`MemoryRedlock`]): each request part goes to its master over its own link
 //! (partitions cut single client–master links), masters pause (a stopped process whose
@@ -40,6 +46,8 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
+#[cfg(doc)]
+use crate::memory::MemoryPostgres;
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
 use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock};
 #[cfg(feature = "kubernetes")]
@@ -50,6 +58,10 @@ use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, RedlockBackend, Request, RequestId,
 };
+
+mod postgres;
+#[cfg(feature = "model")]
+pub(crate) use postgres::{listen_timeout, new_grant, s2_postgres, statement_owner, wait_over};
 
 /// The lock every client contends for.
 pub const LOCK_NAME: &str = "r";
@@ -294,6 +306,12 @@ impl SimConfig {
         self
     }
 
+    /// The same schedule shape on PostgreSQL lease rows (notify on).
+    pub fn postgres(mut self) -> Self {
+        self.backend = SimBackend::PostgresLease;
+        self
+    }
+
     /// The same schedule shape on a Redlock of independent masters.
     pub fn redlock(mut self, mix: RedlockMix) -> Self {
         self.backend = SimBackend::Redlock(mix);
@@ -307,6 +325,8 @@ impl SimConfig {
         match self.backend {
             SimBackend::Redis => self.faults.within_model(&self.options),
             SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
+            // restarts keep every committed row; expiry is on the server's clock
+            SimBackend::PostgresLease => self.faults.clock_drift <= self.options.drift_factor,
             // failovers keep the data and only lengthen sessions
             #[cfg(feature = "zookeeper")]
             SimBackend::ZooKeeper => self.faults.clock_drift <= self.options.drift_factor,
@@ -340,6 +360,9 @@ pub enum SimBackend {
     /// restarts answer 503 for a while and keep the Leases.
     #[cfg(feature = "kubernetes")]
     Kubernetes,
+    /// [`MemoryPostgres`]: the lease-rows recipe (one row per name, server-clock
+    /// expiry, `LISTEN`/`NOTIFY` wake-ups), restarts keeping the data.
+    PostgresLease,
     /// [`MemoryRedlock`]: the Redlock recipe on independent masters.
     Redlock(RedlockMix),
 }
@@ -717,6 +740,7 @@ pub struct Simulation {
     master_cut_until: Vec<Vec<Instant>>,
     #[cfg(feature = "zookeeper")]
     zk: ZkSim,
+    pg: postgres::PgSim,
     #[cfg(feature = "kubernetes")]
     kube: KubeSim,
 }
@@ -763,6 +787,9 @@ impl Simulation {
                         ..RedisBackend::default()
                     }),
                     SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+                    SimBackend::PostgresLease => {
+                        Backend::Postgres(crate::backends::PostgresBackend::default())
+                    }
                     #[cfg(feature = "zookeeper")]
                     SimBackend::ZooKeeper => Backend::ZooKeeper(ZooKeeperBackend {
                         session_timeout_ms: Some(cfg.options.ttl_ms()),
@@ -856,6 +883,7 @@ impl Simulation {
             zk,
             #[cfg(feature = "kubernetes")]
             kube: KubeSim::default(),
+            pg: postgres::PgSim::new(n_clients),
             masters: MemoryRedlock::new(masters),
             master_down_until: vec![Instant::ZERO; masters],
             master_paused_until: vec![Instant::ZERO; masters],
@@ -1189,6 +1217,11 @@ impl Simulation {
                     });
                 }
             }
+            Ev::WatchTimeout { client, request }
+                if self.cfg.backend == SimBackend::PostgresLease =>
+            {
+                self.pg_wait_timeout(client, request)
+            }
             Ev::WatchTimeout { client, request } => {
                 if self.clients[client].in_flight.contains_key(&request) {
                     self.watches
@@ -1267,6 +1300,7 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            Ev::ServerRestart if self.cfg.backend == SimBackend::PostgresLease => self.pg_restart(),
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
                 // its full TTL again, counted from the election; data kept
@@ -1310,6 +1344,9 @@ impl Simulation {
         match msg {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
+            }
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::PostgresLease => {
+                self.deliver_pg(client, request)
             }
             Msg::Request { client, request } if !self.masters.masters.is_empty() => {
                 self.deliver_redlock(client, request)
@@ -1611,9 +1648,13 @@ impl Simulation {
                     return; // done contending
                 }
                 let mut options = self.cfg.options.clone();
-                // the floor is the Redis recipe's; servers that assign tokens refuse it
+                // the floor is the Redis and PostgreSQL recipes'; servers that assign
+                // tokens refuse it
                 let floor = self.clients[c].floor.take();
-                if self.cfg.backend == SimBackend::Redis {
+                if matches!(
+                    self.cfg.backend,
+                    SimBackend::Redis | SimBackend::PostgresLease
+                ) {
                     options.token_floor = floor;
                 }
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
@@ -1762,6 +1803,9 @@ impl Simulation {
                             );
                         }
                     }
+                    if self.cfg.backend == SimBackend::PostgresLease {
+                        self.pg_sent(c, &request);
+                    }
                     if let crate::RequestBody::Etcd(EtcdRequest::Watch(w)) = &request.body {
                         // the host cancels the watch at its timeout, on its own clock
                         let local =
@@ -1841,6 +1885,9 @@ impl Simulation {
         #[cfg(feature = "kubernetes")]
         if self.cfg.backend == SimBackend::Kubernetes {
             return self.check_kube();
+        }
+        if self.cfg.backend == SimBackend::PostgresLease {
+            return self.check_pg();
         }
         if !self.masters.masters.is_empty() {
             return self.check_redlock();
