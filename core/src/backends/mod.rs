@@ -282,6 +282,10 @@ pub(crate) struct StepCx<'a> {
     pub part: u16,
     /// The holder metadata to store with a grant ([`crate::LockOptions::metadata`]).
     pub metadata: Option<&'a str>,
+    /// The declared bound on clock rate error ([`crate::LockOptions::drift_factor`],
+    /// validated to `[0, 0.5)`): a recipe that judges expiry on this host's clock
+    /// (Kubernetes) waits that much longer.
+    pub drift_factor: f64,
 }
 
 /// A step as requests: one, several at once (a quorum recipe sends one per server
@@ -472,6 +476,7 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     replica_timeout_ms: 0,
     part: 0,
     metadata: None,
+    drift_factor: 0.0,
 };
 
 impl Backend {
