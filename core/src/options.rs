@@ -79,11 +79,14 @@ pub struct LockOptions {
     #[serde(with = "serde_nanos")]
     pub replica_timeout: Duration,
     /// Holder metadata stored with the lock, for operators to read back
-    /// (`RedisBackend::inspect`): the JSON text of an object whose keys and values are
-    /// strings, at most [`MAX_METADATA`] bytes (build it with [`encode_metadata`]).
-    /// Display only: no decision reads it. Default `None`, which sends exactly the
-    /// requests of a lock without metadata. Plain Redis only so far
-    /// ([`crate::Backend::check_acquire`] refuses it elsewhere).
+    /// (`RedisBackend::inspect`, `postgres::inspect_statement`, `etcd::read_etcd_inspect`):
+    /// the JSON text of an object whose keys and values are strings, at most
+    /// [`MAX_METADATA`] bytes (build it with [`encode_metadata`]). Display only: no
+    /// decision reads it. Default `None`, which sends exactly the requests of a lock
+    /// without metadata on Redis and etcd (a PostgreSQL lease grant carries NULL).
+    /// Stored on plain Redis (a key beside the lease), PostgreSQL lease rows (the row's
+    /// `metadata` column) and etcd (the contender key's value);
+    /// [`crate::Backend::check_acquire`] refuses it elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<String>,
 }

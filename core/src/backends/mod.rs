@@ -135,8 +135,9 @@ impl RequestBody {
 }
 
 /// Who holds a lock, as an operator query found it on the server
-/// (`RedisBackend::inspect`, `RedisBackend::list_step`). Reads only: no lock decision
-/// is taken from it.
+/// (`RedisBackend::inspect`, `RedisBackend::list_step`, [`postgres::inspect_statement`],
+/// [`postgres::list_statement`], [`etcd::read_etcd_inspect`]). Reads only: no lock
+/// decision is taken from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The lock name.
@@ -524,17 +525,23 @@ impl Backend {
                 ),
             ));
         }
-        if options.metadata.is_some() && !matches!(self, Backend::Redis(b) if !b.fair) {
+        let stores_metadata = match self {
+            Backend::Redis(b) => !b.fair,
+            Backend::Postgres(b) => b.mode == PgMode::Lease,
+            Backend::Etcd(_) => true,
+            _ => false,
+        };
+        if options.metadata.is_some() && !stores_metadata {
             return Err(crate::UsageError::option(
                 "metadata",
                 format!(
                     "not supported on {}{}: holder metadata is stored on plain Redis \
-                     (fair: false) only; leave it unset",
+                     (fair: false), PostgreSQL lease rows and etcd only; leave it unset",
                     self.name(),
-                    if matches!(self, Backend::Redis(_)) {
-                        " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)"
-                    } else {
-                        ""
+                    match self {
+                        Backend::Redis(_) => " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)",
+                        Backend::Postgres(_) => " advisory locks (they keep no row to store it in)",
+                        _ => "",
                     }
                 ),
             ));
