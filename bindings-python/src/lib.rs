@@ -2521,21 +2521,22 @@ fn etcd_list_page(
     })
 }
 
-/// Reads the reply of `etcd_list_page`: `(names, after)`, the lock names of the page's
-/// contender keys in key order, and the key to ask the next page after (None: done).
+/// Reads the reply of `etcd_list_page` for `prefix`: `(names, after)`, the names
+/// starting with `prefix` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
 ///
 /// Errors: `ProtocolError` for an error reply or a reply of another shape.
 #[pyfunction]
 fn read_etcd_list_page(
     py: Python<'_>,
     key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
     reply: &Bound<'_, PyAny>,
 ) -> PyResult<(Vec<String>, Option<String>)> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
     };
     settings
-        .read_list_page(&etcd_reply_text(reply))
+        .read_list_page(&arg_str(prefix, "prefix")?, &etcd_reply_text(reply))
         .map_err(|e| protocol_error(py, &e))
 }
 

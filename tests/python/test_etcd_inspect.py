@@ -123,21 +123,26 @@ def test_fencepost_with_metadata_waits_while_etcdctl_holds(etcd: Any, name: str)
 
 
 def test_list_pages_the_prefix_and_is_bounded(etcd: Any, name: str) -> None:
-    names = [f"{name}/sub", f"{name}-a", f"{name}b", f"{name}c"]
+    # `name` first: its prefix "name/" also covers the keys of "name/sub" (as etcd's own
+    # Mutex prefixes do), so a later "name" would queue behind "name/sub"
+    names = [name, f"{name}/sub", f"{name}-a", f"{name}b", f"{name}c"]
     held = [fencepost.Lock(etcd, n, ttl=5.0, metadata={"n": n}).acquire_sync() for n in names]
     other = fencepost.Lock(etcd, f"x{name}", ttl=5.0).acquire_sync()
     try:
         every = etcd.list_sync(name)
         assert [h.name for h in every] == sorted(names)
-        assert all(h.metadata == {"n": h.name} and h.waiters == 0 for h in every)
+        assert all(h.metadata == {"n": h.name} for h in every)
+        # the key of "name/sub" counts as a contender under "name/" (etcd's prefix rule)
+        assert [h.waiters for h in every] == [1 if h.name == name else 0 for h in every]
         assert len(etcd.list_sync(name, limit=2)) == 2
+        # the keys of lock `name` lie in the range of prefix "name/": not a name under it
         assert [h.name for h in etcd.list_sync(f"{name}/")] == [f"{name}/sub"]
-        held[1].release()
+        held[2].release()
         assert f"{name}-a" not in [h.name for h in etcd.list_sync(name)]
         with pytest.raises(ConfigError):
             etcd.list_sync(name, limit=0)
     finally:
-        for lease in held[:1] + held[2:] + [other]:
+        for lease in held[:2] + held[3:] + [other]:
             lease.release()
 
 

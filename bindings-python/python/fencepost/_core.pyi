@@ -817,9 +817,9 @@ def etcd_list_page(key_prefix: str, prefix: str, after: Optional[str] = None) ->
     keys-only range of at most :data:`ETCD_LIST_PAGE` keys after key ``after`` (None:
     the first page). Read with :func:`read_etcd_list_page`."""
 
-def read_etcd_list_page(key_prefix: str, reply: Union[str, bytes]) -> Tuple[List[str], Optional[str]]:
-    """Reads the reply of :func:`etcd_list_page`: the lock names of the page's
-    contender keys, in key order, and the key to ask the next page after (None: done).
+def read_etcd_list_page(key_prefix: str, prefix: str, reply: Union[str, bytes]) -> Tuple[List[str], Optional[str]]:
+    """Reads the reply of :func:`etcd_list_page` for ``prefix``: the names starting with
+    ``prefix`` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
     Raises: ProtocolError."""
 
 def etcd_holder_range(key_prefix: str, name: str) -> EtcdCall:

@@ -689,7 +689,7 @@ class EtcdBackend(Backend):
         seen: Set[str] = set()  # a name's keys may span pages, or interleave with "name/…"'s
         for _ in range(_core.ETCD_LIST_PAGES):
             reply = await self._query_async(_core.etcd_list_page(self.key_prefix, prefix, after), prefix, "list")
-            names, after = _core.read_etcd_list_page(self.key_prefix, reply)
+            names, after = _core.read_etcd_list_page(self.key_prefix, prefix, reply)
             for n in names:
                 if n in seen:
                     continue
@@ -711,7 +711,7 @@ class EtcdBackend(Backend):
         seen: Set[str] = set()  # a name's keys may span pages, or interleave with "name/…"'s
         for _ in range(_core.ETCD_LIST_PAGES):
             reply = self._query_sync(_core.etcd_list_page(self.key_prefix, prefix, after), prefix, "list")
-            names, after = _core.read_etcd_list_page(self.key_prefix, reply)
+            names, after = _core.read_etcd_list_page(self.key_prefix, prefix, reply)
             for n in names:
                 if n in seen:
                     continue

@@ -653,8 +653,9 @@ impl EtcdBackend {
         })
     }
 
-    /// Reads the reply of [`EtcdBackend::list_page`]: the lock names its contender keys
-    /// belong to (in the order of their first key, each once per page: a name's keys
+    /// Reads the reply of [`EtcdBackend::list_page`] for `prefix`: the names starting
+    /// with `prefix` of the locks its contender keys belong to (the range also holds the
+    /// keys of lock `a` when the prefix is `a/`; in the order of their first key, each once per page: a name's keys
     /// may span pages, and interleave with those of names under it, `name/…`), and the
     /// last key, to ask for the next page after, or `None` when the range is exhausted.
     /// Keys not of the form `{key_prefix}{name}/{16 hex digits}` are skipped.
@@ -662,6 +663,7 @@ impl EtcdBackend {
     /// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
     pub fn read_list_page(
         &self,
+        prefix: &str,
         reply: &str,
     ) -> Result<(Vec<String>, Option<String>), ProtocolError> {
         let v = parse(reply).map_err(|e| match e {
@@ -681,7 +683,8 @@ impl EtcdBackend {
                 continue;
             };
             let is_lease = lease.len() == 16 && lease.bytes().all(|b| b.is_ascii_hexdigit());
-            if is_lease && !name.is_empty() && !names.iter().any(|n| n == name) {
+            let wanted = is_lease && !name.is_empty() && name.starts_with(prefix);
+            if wanted && !names.iter().any(|n| n == name) {
                 names.push(name.to_owned());
             }
         }
@@ -1497,13 +1500,15 @@ mod tests {
             r#"{{"header":{{"revision":"9"}},"kvs":[{}],"more":true}}"#,
             kvs.join(",")
         );
-        let (names, after) = b.read_list_page(&reply).unwrap();
+        let (names, after) = b.read_list_page("jo", &reply).unwrap();
         assert_eq!(names, ["job", "job/a"]);
+        // the range of prefix "job/" holds lock "job"'s own keys: not a name under it
+        assert_eq!(b.read_list_page("job/", &reply).unwrap().0, ["job/a"]);
         assert_eq!(after.as_deref(), Some("elsewhere/x/0000000000000001"));
         let done = reply.replace(r#","more":true"#, "");
-        assert_eq!(b.read_list_page(&done).unwrap().1, None);
+        assert_eq!(b.read_list_page("jo", &done).unwrap().1, None);
         assert!(b
-            .read_list_page(r#"{"error":"x","code":3,"message":"m"}"#)
+            .read_list_page("jo", r#"{"error":"x","code":3,"message":"m"}"#)
             .is_err());
     }
 
