@@ -210,6 +210,12 @@ export declare function etcdListPage(keyPrefix: string, prefix: string, after?: 
  */
 export declare function etcdProclaim(keyPrefix: string, name: string, ownerId: string, token: bigint, value: string): { backend: 'etcd', call: 'txn', path: string, body: string }
 
+/**
+ * The path of one page of the Lease listing of `namespace`: `…/leases?limit={limit}`
+ * from the previous page's `continue` token (null first).
+ */
+export declare function kubernetesListPage(namespace: string, limit: number, continueToken?: string | undefined | null): string
+
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
 
@@ -287,6 +293,20 @@ export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: b
 export declare function readEtcdTimeToLive(reply: unknown): { ok: boolean, ttlLeftMs?: number | null, protocol?: string }
 
 /**
+ * Reads a Lease GET's response body as an inspection: `{ ok: true, holder }` (null: no
+ * Lease, or no holder; `ttlLeftMs` is the record's `leaseDurationSeconds`, an upper
+ * bound) or `{ ok: false, protocol }`.
+ */
+export declare function readKubernetesInspect(name: string, reply: string): { ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }
+
+/**
+ * Reads one page of the Lease listing: `{ ok: true, continue, holders }` (`continue`
+ * null on the last page; the held Leases whose names start with `prefix`) or `{ ok:
+ * false, protocol }`.
+ */
+export declare function readKubernetesList(prefix: string, reply: string): { ok: boolean, continue?: string | null, holders?: Array<{ name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null }>, protocol?: string }
+
+/**
  * Reads the reply of `lockStateStatement`: `{ ok: true, lease, advisoryPid }` or
  * `{ ok: false, protocol }`.
  */
@@ -331,11 +351,31 @@ export declare function readRedisList(keyPrefix: string, reply: unknown): { ok: 
 export declare function readXactLock(reply: unknown): { ok: boolean, token?: bigint | null, protocol?: string }
 
 /**
+ * Reads the reply of `zookeeperInspect`: `{ ok: true, node }` (`node` null when nobody
+ * holds the lock, else `{ get, path, waiters }`: the holder node's `getData` call, its
+ * path and the contenders behind it) or `{ ok: false, protocol }`.
+ */
+export declare function readZookeeperContenders(settings: object | undefined | null, name: string, reply: string): { ok: boolean, node?: { get: { backend: 'zookeeper', spec: string }, path: string, waiters: number } | null, protocol?: string }
+
+/**
  * Reads the JSON `{"results": [...]}` of a fenced ZooKeeper multi (the holder check's
  * result first): `{ ok: true, applied }` (`applied` false: the holder node is gone,
  * nothing was written) or `{ ok: false, protocol }`.
  */
 export declare function readZookeeperFenced(reply: string): { ok: boolean, applied?: boolean, protocol?: string }
+
+/**
+ * Reads the reply of the holder node's `getData` (from `readZookeeperContenders`):
+ * `{ ok: true, holder }` (`holder` null: the node is gone, list again) or `{ ok: false,
+ * protocol }`.
+ */
+export declare function readZookeeperHolder(settings: object | undefined | null, name: string, path: string, waiters: number, reply: string): { ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }
+
+/**
+ * Reads the reply of `zookeeperListNames`: `{ ok: true, names }` (the names starting
+ * with `prefix`, sorted) or `{ ok: false, protocol }`.
+ */
+export declare function readZookeeperList(prefix: string, reply: string): { ok: boolean, names?: string[], protocol?: string }
 
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
@@ -398,6 +438,19 @@ export declare function tokenKey(keyPrefix: string, name: string): string
  * reply with `readXactLock`.
  */
 export declare function xactLockStatement(settings: object | undefined | null, name: string, wait: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The first call of "who holds lock `name`?" on a ZooKeeper backend with `settings`
+ * (`{ root, naming }`): `{ backend: 'zookeeper', spec }`, the lock path's children.
+ * Read its reply with `readZookeeperContenders`.
+ */
+export declare function zookeeperInspect(settings: object | undefined | null, name: string): { backend: 'zookeeper', spec: string }
+
+/**
+ * The children of the ZooKeeper root (the lock names a listing inspects) as `{ backend:
+ * 'zookeeper', spec }`. Read its reply with `readZookeeperList`.
+ */
+export declare function zookeeperListNames(settings?: object | undefined | null): { backend: 'zookeeper', spec: string }
 
 /**
  * `[lock path, node prefix]` of lock `name` on a ZooKeeper backend with `settings`

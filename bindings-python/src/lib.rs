@@ -934,8 +934,8 @@ impl EtcdCall {
 }
 
 /// One ZooKeeper call for the host's client (kazoo): `spec_json` is the call as JSON
-/// (`{"call": "create" | "children" | "exists" | "watch" | "delete" | "delete_owned" |
-/// "multi", …}`); answer with the JSON reply document the core's
+/// (`{"call": "create" | "children" | "exists" | "watch" | "get" | "delete" |
+/// "delete_owned" | "multi", …}`); answer with the JSON reply document the core's
 /// `fencepost_core::backends::zookeeper::ZkRequest` describes for it, with `"session"`
 /// (the client's session id) in every reply and `{"error": kind, …}` for a failed call.
 /// A `watch` is a blocking wait of at most `timeout_s`.
@@ -946,7 +946,7 @@ struct ZooKeeperCall {
 
 #[pymethods]
 impl ZooKeeperCall {
-    /// The call's name: "create", "children", "exists", "watch", "delete",
+    /// The call's name: "create", "children", "exists", "watch", "get", "delete",
     /// "delete_owned" or "multi".
     #[getter]
     fn call(&self) -> &'static str {
@@ -1008,6 +1008,179 @@ fn zookeeper_node_prefix(
     ))
 }
 
+/// The ZooKeeper settings of `root` and `naming` ("kazoo" or "curator").
+fn zk_settings(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+) -> PyResult<fencepost_core::backends::ZooKeeperBackend> {
+    use fencepost_core::backends::{ZkNaming, ZooKeeperBackend};
+    let naming = match arg_str(naming, "naming")?.as_str() {
+        "kazoo" => ZkNaming::Kazoo,
+        "curator" => ZkNaming::Curator,
+        other => {
+            return Err(config_error(
+                py,
+                format!("naming must be \"kazoo\" or \"curator\", got {other:?}"),
+            ))
+        }
+    };
+    Ok(ZooKeeperBackend {
+        root: arg_str(root, "root")?,
+        naming,
+        session_timeout_ms: None,
+    })
+}
+
+/// The reply text of a ZooKeeper call (str or UTF-8 bytes).
+fn zk_reply_text(reply: &Bound<'_, PyAny>) -> String {
+    etcd_reply_text(reply)
+}
+
+/// The first call of the operator query "who holds lock `name`?" on ZooKeeper: the
+/// children of the lock path. Read its reply with `read_zookeeper_contenders`.
+///
+/// Errors: `ConfigError` for arguments that are not str or an unknown naming.
+#[pyfunction]
+fn zookeeper_inspect(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+) -> PyResult<ZooKeeperCall> {
+    let settings = zk_settings(py, root, naming)?;
+    Ok(ZooKeeperCall {
+        req: settings.inspect(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `zookeeper_inspect`: `(get, node_path, waiters)` (the `getData`
+/// call of the holder node, its path and the contenders behind it), or None when
+/// nobody holds lock `name`.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_zookeeper_contenders(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Option<(ZooKeeperCall, String, u64)>> {
+    let settings = zk_settings(py, root, naming)?;
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_zk_contenders(&settings, &name, &zk_reply_text(reply)) {
+        Ok(Some(node)) => Ok(Some((
+            ZooKeeperCall { req: node.get() },
+            node.path,
+            node.waiters,
+        ))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of the holder node's `getData` (from `read_zookeeper_contenders`):
+/// the holder's dict (see `Holder`), or None when the node is gone (list again, at
+/// most `ZK_INSPECT_TRIES` times).
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn read_zookeeper_holder<'py>(
+    py: Python<'py>,
+    root: &Bound<'py, PyAny>,
+    naming: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyAny>,
+    node_path: &Bound<'py, PyAny>,
+    waiters: u64,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let settings = zk_settings(py, root, naming)?;
+    let node = fencepost_core::backends::ZkHolderNode {
+        path: arg_str(node_path, "node_path")?,
+        waiters,
+    };
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_zk_holder(&settings, &name, &node, &zk_reply_text(reply)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// The children of the ZooKeeper root: the lock names an operator listing inspects.
+/// Read its reply with `read_zookeeper_list`.
+///
+/// Errors: `ConfigError` for arguments that are not str or an unknown naming.
+#[pyfunction]
+fn zookeeper_list_names(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+) -> PyResult<ZooKeeperCall> {
+    Ok(ZooKeeperCall {
+        req: zk_settings(py, root, naming)?.list_names(),
+    })
+}
+
+/// Reads the reply of `zookeeper_list_names`: the names starting with `prefix`, sorted.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_zookeeper_list(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Vec<String>> {
+    fencepost_core::backends::read_zk_list(&arg_str(prefix, "prefix")?, &zk_reply_text(reply))
+        .map_err(|e| protocol_error(py, &e))
+}
+
+/// Reads the reply of a Lease GET (`KubernetesCall.get`) as an inspection: the holder's
+/// dict (see `Holder`; `ttl_left_ns` is the record's `leaseDurationSeconds`, an upper
+/// bound), or None when there is no Lease or no holder.
+///
+/// Errors: `ProtocolError` for a `Status` other than 404 or a reply of another shape.
+#[pyfunction]
+fn read_kubernetes_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_kube_inspect(&name, &etcd_reply_text(reply)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads one page of `KubernetesCall.list_page`: `(continue token or None on the last
+/// page, the held Leases of the page whose names start with `prefix`)`.
+///
+/// Errors: `ProtocolError` for a `Status` or a reply that is no LeaseList.
+#[pyfunction]
+fn read_kubernetes_list<'py>(
+    py: Python<'py>,
+    prefix: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<(Option<String>, Vec<Bound<'py, PyDict>>)> {
+    match fencepost_core::backends::read_kube_list(
+        &arg_str(prefix, "prefix")?,
+        &etcd_reply_text(reply),
+    ) {
+        Ok((next, holders)) => Ok((
+            next,
+            holders
+                .iter()
+                .map(|h| holder_dict(py, h))
+                .collect::<PyResult<_>>()?,
+        )),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// Reads a fenced multi's reply (`{"results": [...]}`, the check first): True when every
 /// operation ran, False when the holder node was gone or changed (nothing was written).
 ///
@@ -1043,6 +1216,19 @@ impl KubernetesCall {
         };
         KubernetesCall {
             req: settings.get(name),
+        }
+    }
+    /// One page of the Lease listing of `namespace`: `GET …/leases?limit=` from the
+    /// `continue` token of the previous page (None first). Read it with
+    /// `read_kubernetes_list`.
+    #[staticmethod]
+    #[pyo3(signature = (namespace, limit, continue_token=None))]
+    fn list_page(namespace: &str, limit: u32, continue_token: Option<&str>) -> Self {
+        let settings = fencepost_core::backends::KubernetesBackend {
+            namespace: namespace.to_owned(),
+        };
+        KubernetesCall {
+            req: settings.list_page(limit, continue_token),
         }
     }
     /// "GET", "POST", "PUT" or "PATCH".
@@ -2679,6 +2865,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ZooKeeperCall>()?;
     m.add_class::<KubernetesCall>()?;
     m.add_function(wrap_pyfunction!(zookeeper_node_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(zookeeper_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_contenders, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_holder, m)?)?;
+    m.add_function(wrap_pyfunction!(zookeeper_list_names, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_list, m)?)?;
+    m.add_function(wrap_pyfunction!(read_kubernetes_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_kubernetes_list, m)?)?;
+    m.add(
+        "ZK_INSPECT_TRIES",
+        fencepost_core::backends::ZK_INSPECT_TRIES,
+    )?;
+    m.add("KUBE_LIST_PAGE", fencepost_core::backends::KUBE_LIST_PAGE)?;
+    m.add("KUBE_LIST_PAGES", fencepost_core::backends::KUBE_LIST_PAGES)?;
     m.add_function(wrap_pyfunction!(read_zookeeper_fenced, m)?)?;
     m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;

@@ -50,7 +50,8 @@ fn grant_then_txn_holds_with_the_create_revision_valid_from_the_grant_send() {
         Event::Acquired {
             token: FencingToken(2),
             valid_until: at(988),
-            previous: fencepost_core::Previous::Unknown,
+            // a fresh etcd: no contender ever joined this name
+            previous: fencepost_core::Previous::None,
         },
     );
     assert_eq!(t.holder("report"), Some((t.key_of(0, "report", lock), 2)));
@@ -102,7 +103,18 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
             create_revision: 2
         }]
     );
-    assert_eq!(tx.success, vec![EtcdOp::Delete { key: key.clone() }]);
+    assert_eq!(
+        tx.success,
+        vec![
+            EtcdOp::Delete { key: key.clone() },
+            EtcdOp::Put {
+                key: "fencepost/\0released/report".to_owned(),
+                value: "2".to_owned(),
+                lease: 0
+            }
+        ],
+        "the delete records the clean release for the next holder"
+    );
     let reply = t.apply(&rel);
     t.reply(0, &rel, reply);
     // the key is gone; the lease is revoked before the release is reported, so
@@ -766,4 +778,66 @@ fn an_acquire_timeout_while_parked_revokes_the_waiters_lease() {
     ));
     assert_eq!(t.server.lease_expires_at(b_lease), None, "revoked");
     assert_eq!(t.holder("r").map(|h| h.1), Some(2));
+}
+
+#[test]
+fn each_grant_says_how_the_previous_holder_ended() {
+    use fencepost_core::Previous;
+    let mut t = Timeline::etcd(3);
+    let o = opts(1_000);
+    t.at(0);
+    let a = t.acquire(0, "r", o.clone());
+    t.serve_all();
+    assert_eq!(previous(&t.events(0)), Some(Previous::None), "a fresh etcd");
+    t.at(10).release(0, a);
+    t.serve_all();
+    // taken after a clean release, nobody in between
+    t.at(20);
+    let b = t.acquire(1, "r", o.clone());
+    t.serve_all();
+    assert_eq!(previous(&t.events(1)), Some(Previous::Released));
+    // C waits behind B and is granted by B's release
+    t.at(30);
+    let c = t.acquire(2, "r", o.clone());
+    t.serve_all();
+    assert_eq!(t.events(2), vec![]);
+    t.at(40).release(1, b);
+    t.serve_all();
+    assert_eq!(t.events(1), vec![Event::Released]);
+    assert_eq!(previous(&t.events(2)), Some(Previous::Released));
+    // A waits behind C, whose lease ends behind its back (as on expiry)
+    t.at(50);
+    let a2 = t.acquire(0, "r", o.clone());
+    t.serve_all();
+    assert!(t.events(0).iter().all(|e| matches!(e, Event::Released)));
+    assert!(t.server.revoke(t.lease_of(2, c)));
+    t.at(60);
+    t.serve_all();
+    assert_eq!(previous(&t.events(0)), Some(Previous::Expired));
+    // A's lease ends too, with nobody waiting: the next taker finds the lock free, but
+    // a contender joined after the last clean release and is gone
+    assert!(t.server.revoke(t.lease_of(0, a2)));
+    t.at(70);
+    t.acquire(1, "r", o.clone());
+    t.serve_all();
+    assert_eq!(previous(&t.events(1)), Some(Previous::Expired));
+}
+
+#[test]
+fn a_grant_whose_put_reply_was_lost_cannot_tell_the_previous_holders_fate() {
+    let mut t = Timeline::etcd(1);
+    t.at(0);
+    t.acquire(0, "r", opts(1_000));
+    let grant = t.take_only(0);
+    let reply = t.apply(&grant);
+    t.reply(0, &grant, reply);
+    let put = t.take_only(0);
+    t.apply(&put); // lands, but its reply is lost
+    t.fail(0, &put);
+    t.run_until(200); // the retry finds its key (the failure branch): granted
+    assert_eq!(
+        previous(&t.events(0)),
+        Some(fencepost_core::Previous::Unknown),
+        "what the put read before writing is gone with its reply"
+    );
 }

@@ -51,6 +51,27 @@ fn etcd_two_clients_every_schedule_to_depth_8_is_safe() {
 }
 
 #[test]
+fn postgres_lease_two_clients_every_schedule_to_depth_8_is_safe() {
+    clean(
+        "postgres",
+        &ModelConfig::new(ModelBackend::PostgresLease, 8),
+    );
+}
+
+#[test]
+fn postgres_lease_with_a_drop_a_duplicate_a_pause_and_drift_to_depth_6_is_safe() {
+    let cfg = ModelConfig {
+        drops: 1,
+        duplicates: 1,
+        pauses: 1,
+        cancels: 1,
+        drift: true,
+        ..ModelConfig::new(ModelBackend::PostgresLease, 6)
+    };
+    clean("postgres faults", &cfg);
+}
+
+#[test]
 fn redlock_two_clients_every_schedule_to_depth_5_is_safe() {
     clean("redlock", &ModelConfig::new(ModelBackend::Redlock(3), 5));
 }
@@ -65,6 +86,7 @@ fn the_checker_finds_the_shortest_counterexample_when_rule_1_is_broken() {
         ModelBackend::Redis,
         ModelBackend::Etcd,
         ModelBackend::Redlock(3),
+        ModelBackend::PostgresLease,
     ] {
         let cfg = ModelConfig {
             sabotage: Sabotage {
@@ -79,6 +101,10 @@ fn the_checker_finds_the_shortest_counterexample_when_rule_1_is_broken() {
             .unwrap_or_else(|| panic!("{backend:?}: no counterexample in {} states", r.states));
         eprintln!("{backend:?}: {v}");
         assert_eq!(v.property, "S2", "{backend:?}: {v}");
+        if backend == ModelBackend::PostgresLease {
+            // the same story: the upsert's row expires at 1,000 ms
+            assert_eq!(v.length, 4, "{v}");
+        }
         if backend == ModelBackend::Redis {
             assert_eq!(v.length, 4, "{v}");
             assert_eq!(

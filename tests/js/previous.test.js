@@ -5,7 +5,7 @@
 // cleanup freed the key) or an operator's forceRelease, 'expired'. On MemoryBackend
 // (always), real Redis at $FENCEPOST_REDIS_URL (plain and fair), PostgreSQL lease rows at
 // $FENCEPOST_PG_URL and the Kubernetes Lease test server at $FENCEPOST_KUBE_URL (those
-// two from Node only); etcd at $FENCEPOST_ETCD_URL keeps no such record: 'unknown'.
+// two from Node only), and etcd at $FENCEPOST_ETCD_URL (its release and contender records).
 // Mirrors tests/python/test_previous.py.
 
 const { test } = require('node:test')
@@ -31,7 +31,8 @@ const KINDS = {
   'memory fair': [false, () => ({ backend: new MemoryBackend({ fair: true }), end: async () => {} })],
   redis: [REDIS ? false : notSet('FENCEPOST_REDIS_URL'), () => redis(false)],
   'redis fair': [REDIS ? false : notSet('FENCEPOST_REDIS_URL'), () => redis(true)],
-  postgres: [IMPL !== 'napi' ? 'PostgreSQL is reached from Node only' : PG_URL ? false : notSet('FENCEPOST_PG_URL'), postgresBackend]
+  postgres: [IMPL !== 'napi' ? 'PostgreSQL is reached from Node only' : PG_URL ? false : notSet('FENCEPOST_PG_URL'), postgresBackend],
+  etcd: [ETCD ? false : notSet('FENCEPOST_ETCD_URL'), () => ({ backend: new EtcdBackend({ endpoints: ETCD }), end: async () => {} })]
 }
 
 function redis (fair) {
@@ -101,12 +102,31 @@ for (const kind of ['memory fair', 'redis fair']) {
   })
 }
 
-test('etcd keeps no record of how the previous holder ended', { skip: ETCD ? false : notSet('FENCEPOST_ETCD_URL') }, async () => {
+test('etcd: a waiter hears it from the holder it queued behind', { skip: ETCD ? false : notSet('FENCEPOST_ETCD_URL') }, async () => {
   const backend = new EtcdBackend({ endpoints: ETCD })
+  const n = name()
+  const queueBehind = async () => {
+    const waiting = new Lock(backend, n, { ttlMs: 5_000, acquireTimeoutMs: 5_000 }).acquire()
+    await sleep(300) // queued: its key is behind the holder's, its watch parked
+    return waiting
+  }
   try {
-    const lease = await new Lock(backend, name(), { ttlMs: 5_000 }).acquire()
-    assert.equal(lease.previous, 'unknown')
-    await lease.release()
+    const holder = await new Lock(backend, n, { ttlMs: 5_000 }).acquire()
+    assert.equal(holder.previous, 'none')
+    let waiting = await queueBehind()
+    await holder.release()
+    const heir = await waiting
+    assert.equal(heir.previous, 'released')
+    await heir.release()
+    // a holder that stops renewing while another waits behind it: lost at its validity,
+    // its machine revokes the lease (no clean release)
+    const stalled = await new Lock(backend, n, { ttlMs: 1_000, autoRenew: false }).acquire()
+    assert.equal(stalled.previous, 'released')
+    waiting = await queueBehind()
+    const next = await waiting
+    assert.equal(next.previous, 'expired')
+    assert.ok(next.token > stalled.token)
+    await next.release()
   } finally {
     backend.close()
   }

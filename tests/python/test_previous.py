@@ -3,8 +3,8 @@ name hears ``"none"``; after its holder's own release ``"released"``; after a ho
 lease ran out (it stopped renewing, as a paused or killed process does, and its machine's
 cleanup freed the key) or an operator's ``force_release``, ``"expired"``. On the in-memory
 backend (always), real Redis ($FENCEPOST_REDIS_URL, plain and fair), PostgreSQL lease rows
-($FENCEPOST_PG_URL) and the Kubernetes Lease test server ($FENCEPOST_KUBE_URL), which
-``scripts/test`` starts; etcd ($FENCEPOST_ETCD_URL) keeps no such record: ``"unknown"``."""
+($FENCEPOST_PG_URL), etcd ($FENCEPOST_ETCD_URL: its release and contender records) and
+the Kubernetes Lease test server ($FENCEPOST_KUBE_URL), which ``scripts/test`` starts."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def kinds() -> List[Any]:
         params += [pytest.param((REDIS_URL, False), id="redis"), pytest.param((REDIS_URL, True), id="redis-fair")]
     if PG_URL:
         params += [pytest.param((PG_URL, None), id="postgres")]
+    if ETCD_URL:
+        params += [pytest.param((ETCD_URL, None), id="etcd")]
     return params
 
 
@@ -111,11 +113,34 @@ def test_a_grant_that_left_no_record_makes_the_next_one_unknown(name: str) -> No
 
 
 @pytest.mark.skipif(not ETCD_URL, reason="FENCEPOST_ETCD_URL is not set (scripts/test sets it)")
-def test_etcd_keeps_no_record(name: str) -> None:
+def test_etcd_waiters_hear_it_from_the_holder_they_queued_behind(name: str) -> None:
     backend = fencepost.backend_from_url(ETCD_URL or "")
+
+    def queue_behind_and_wait() -> Any:
+        got: List[Any] = []
+        waiting = fencepost.Lock(backend, name, ttl=5.0, acquire_timeout=5.0)
+        t = threading.Thread(target=lambda: got.append(waiting.acquire_sync()))
+        t.start()
+        time.sleep(0.3)  # queued: its key is behind the holder's, its watch parked
+        return t, got
+
     try:
-        with fencepost.Lock(backend, name, ttl=5.0) as lease:
-            assert lease.previous == "unknown"
+        holder = fencepost.Lock(backend, name, ttl=5.0).acquire_sync()
+        assert holder.previous == "none"
+        t, got = queue_behind_and_wait()
+        holder.release()
+        t.join(5.0)
+        assert got and got[0].previous == "released"
+        got[0].release()
+        # a holder that stops renewing while another waits behind it: lost at its
+        # validity, its machine revokes the lease (no clean release)
+        stalled = fencepost.Lock(backend, name, ttl=1.0, auto_renew=False).acquire_sync()
+        assert stalled.previous == "released"
+        t, got = queue_behind_and_wait()
+        t.join(5.0)
+        assert got and got[0].previous == "expired"
+        assert got[0].token > stalled.token
+        got[0].release()
     finally:
         backend.close()
 

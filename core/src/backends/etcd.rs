@@ -315,6 +315,18 @@ pub fn lease_id(owner: &OwnerId) -> i64 {
     }
 }
 
+/// A range of the single key `key`.
+fn one_key(key: &str, keys_only: bool) -> EtcdRange {
+    EtcdRange {
+        key: key.to_owned(),
+        range_end: None,
+        limit: 0,
+        sort: None,
+        keys_only,
+        max_create_revision: 0,
+    }
+}
+
 /// The lease TTL etcd is asked for: whole seconds, rounded up, at least 1.
 pub fn lease_ttl_s(ttl_ms: u64) -> i64 {
     i64::try_from(ttl_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
@@ -330,6 +342,23 @@ impl EtcdBackend {
     /// its create revision is the fencing token.
     pub fn holder_key(&self, name: &str, owner: &OwnerId) -> String {
         format!("{}{:016x}", self.lock_prefix(name), lease_id(owner))
+    }
+
+    /// The key the owner-checked release of a `name` holder writes, in the same
+    /// transaction as its delete: the released token (decimal). Its mod revision is the
+    /// release's revision. A NUL after the key prefix keeps it outside every lock's
+    /// contender range (lock names have no NUL), so `etcdctl lock` and etcd's
+    /// `concurrency.Mutex` never see it as a contender.
+    pub fn released_key(&self, name: &str) -> String {
+        format!("{}\0released/{}", self.key_prefix, name)
+    }
+
+    /// The key every contender's put of its own key for `name` rewrites, in the same
+    /// transaction: its mod revision is the create revision of the newest fencepost
+    /// contender key (value: that contender's owner id). Outside every contender range,
+    /// like [`EtcdBackend::released_key`].
+    pub fn joined_key(&self, name: &str) -> String {
+        format!("{}\0joined/{}", self.key_prefix, name)
     }
 
     fn prefix_range(&self, name: &str, limit: i64, sort: EtcdSort, max_create: i64) -> EtcdRange {
@@ -762,7 +791,86 @@ pub(crate) struct EtcdProgress {
     predecessor: Option<(String, i64)>,
     /// What the release's delete transaction found, once read.
     release_found: Option<Deleted>,
+    /// The create revision of the immediate predecessor, when the last transaction saw
+    /// it as the first key (the holder): its delete is what grants this contender.
+    holder_ahead: Option<i64>,
+    /// What the transaction that put this owner's key read before writing, when its
+    /// reply was seen (see [`Fate`]).
+    at_put: Option<Fate>,
     pending: EtcdStep,
+}
+
+/// The records a grant judges the previous holder's fate by (see
+/// [`EtcdBackend::released_key`] and [`EtcdBackend::joined_key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fate {
+    /// The last clean release: `Some((token, revision))`, `None` when there was none;
+    /// `Err` for a record fencepost cannot read.
+    released: Result<Option<(i64, i64)>, ()>,
+    /// The create revision of the newest fencepost contender key before this one.
+    joined: Option<i64>,
+}
+
+impl Fate {
+    fn read(v: &Value, released_at: usize, joined_at: Option<usize>) -> Option<Fate> {
+        let released = response_kvs(v, released_at, "response_range")?;
+        let released = match released.first() {
+            None => Ok(None),
+            Some(kv) => kv
+                .get("value")
+                .and_then(Value::as_str)
+                .and_then(|raw| B64.decode(raw).ok())
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .and_then(|text| text.parse::<i64>().ok())
+                .zip(int_field(kv, "mod_revision"))
+                .map(Some)
+                .ok_or(()),
+        };
+        let joined = match joined_at {
+            Some(i) => response_kvs(v, i, "response_range")?
+                .first()
+                .and_then(|kv| int_field(kv, "mod_revision")),
+            None => None,
+        };
+        Some(Fate { released, joined })
+    }
+}
+
+/// How the holder before a grant ended, from the records (docs/DESIGN.md, "The
+/// previous holder's fate"). `holder_ahead`: the predecessor last seen holding, whose
+/// delete granted this contender; `at_put`: what the put's own transaction read;
+/// `now`: what the granting transaction read; `immediate`: the put's own transaction
+/// granted.
+fn previous_of(
+    holder_ahead: Option<i64>,
+    at_put: Option<Fate>,
+    now: Option<Fate>,
+    immediate: bool,
+) -> crate::Previous {
+    use crate::Previous;
+    if let Some(ahead) = holder_ahead {
+        // the predecessor held; only its own release writes its token
+        return match now.map(|f| f.released) {
+            Some(Ok(Some((token, _)))) if token == ahead => Previous::Released,
+            Some(Ok(_)) => Previous::Expired,
+            _ => Previous::Unknown,
+        };
+    }
+    let Some(Fate { released, joined }) = at_put.filter(|_| immediate) else {
+        // a retried put, or a predecessor never seen holding: no record tells
+        return Previous::Unknown;
+    };
+    match (released, joined) {
+        (Ok(None), None) => Previous::None,
+        // contenders joined, and none ever released cleanly
+        (Ok(None), Some(_)) => Previous::Expired,
+        // no contender joined after the released holder: the lock was free since
+        (Ok(Some((token, _))), Some(joined)) if joined == token => Previous::Released,
+        // one joined after that release and is gone: a holder after it did not
+        // release cleanly
+        (Ok(Some((_, at))), Some(joined)) if joined > at => Previous::Expired,
+        _ => Previous::Unknown,
+    }
 }
 
 impl EtcdProgress {
@@ -773,6 +881,8 @@ impl EtcdProgress {
             key_rev: None,
             predecessor: None,
             release_found: None,
+            holder_ahead: None,
+            at_put: None,
             pending: EtcdStep::Grant,
         }
     }
@@ -798,6 +908,8 @@ impl EtcdProgress {
         self.lease = LeaseState::None;
         self.key_rev = None;
         self.predecessor = None;
+        self.holder_ahead = None;
+        self.at_put = None;
     }
 }
 
@@ -873,15 +985,9 @@ impl EtcdBackend {
         };
         let key = self.holder_key(name, owner);
         let mut failure = vec![
-            EtcdOp::Range(EtcdRange {
-                key: key.clone(),
-                range_end: None,
-                limit: 0,
-                sort: None,
-                keys_only: true,
-                max_create_revision: 0,
-            }),
+            EtcdOp::Range(one_key(&key, true)),
             EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
+            EtcdOp::Range(one_key(&self.released_key(name), false)),
         ];
         if let Some(rev) = key_rev {
             failure.push(EtcdOp::Range(self.prefix_range(
@@ -905,6 +1011,15 @@ impl EtcdBackend {
                 EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
                 // ours (the newest) and the one before it
                 EtcdOp::Range(self.prefix_range(name, 2, EtcdSort::CreateDescend, 0)),
+                // the previous holder's fate (see `previous`): the last clean release,
+                // and the newest contender before ours, read before ours replaces it
+                EtcdOp::Range(one_key(&self.released_key(name), false)),
+                EtcdOp::Range(one_key(&self.joined_key(name), true)),
+                EtcdOp::Put {
+                    key: self.joined_key(name),
+                    value: owner.to_string(),
+                    lease: 0,
+                },
             ],
             failure,
         }
@@ -991,6 +1106,7 @@ impl EtcdBackend {
             )))
         };
         let succeeded = v.get("succeeded").and_then(Value::as_bool) == Some(true);
+        let now;
         let (my_rev, first, before) = if succeeded {
             let put_rev = v
                 .pointer("/responses/0/response_put/header/revision")
@@ -1002,6 +1118,9 @@ impl EtcdBackend {
             let before = newest
                 .iter()
                 .find(|kv| kv_key(kv).as_deref() != Some(key.as_str()));
+            now = Fate::read(v, 3, Some(4));
+            progress.at_put = now;
+            progress.holder_ahead = None;
             (put_rev, first, before.cloned())
         } else {
             let mine = response_kvs(v, 0, "response_range").ok_or_else(shape)?;
@@ -1014,10 +1133,11 @@ impl EtcdBackend {
             let rev = int_field(mine, "create_revision").ok_or_else(shape)?;
             let first = response_kvs(v, 1, "response_range").ok_or_else(shape)?;
             let before = if progress.key_rev == Some(rev) {
-                response_kvs(v, 2, "response_range").and_then(|k| k.first().cloned())
+                response_kvs(v, 3, "response_range").and_then(|k| k.first().cloned())
             } else {
                 None
             };
+            now = Fate::read(v, 2, None);
             (rev, first, before)
         };
         progress.key_rev = Some(my_rev);
@@ -1028,11 +1148,11 @@ impl EtcdBackend {
             let base = progress.lease_base().ok_or_else(shape)?;
             let token = u64::try_from(my_rev).map_err(|_| shape())?;
             progress.predecessor = None;
+            let previous = previous_of(progress.holder_ahead, progress.at_put, now, succeeded);
             return Ok(Read::Granted {
                 token: FencingToken(token),
                 base: Some(base),
-                // etcd keeps no record of how the previous key went
-                previous: crate::Previous::Unknown,
+                previous,
             });
         }
         if holder_rev.is_none_or(|h| h > my_rev) {
@@ -1045,11 +1165,14 @@ impl EtcdBackend {
         match before {
             Some(kv) => {
                 progress.predecessor = Some(watch_target(&kv, v)?);
+                let ahead = int_field(&kv, "create_revision");
+                progress.holder_ahead = ahead.filter(|a| holder_rev == Some(*a));
             }
             None => {
                 // First sight of our revision (a retried put), or an inconsistent read:
                 // the next step looks the predecessor up by revision.
                 progress.predecessor = None;
+                progress.holder_ahead = None;
                 return Ok(Read::Continue);
             }
         }
@@ -1096,17 +1219,18 @@ impl EtcdBackend {
                         key: key.clone(),
                         create_revision: rev,
                     }],
-                    success: vec![EtcdOp::Delete { key: key.clone() }],
+                    success: vec![
+                        EtcdOp::Delete { key: key.clone() },
+                        // the next holder's grant reads how this one ended
+                        EtcdOp::Put {
+                            key: self.released_key(name),
+                            value: rev.to_string(),
+                            lease: 0,
+                        },
+                    ],
                     // never empty: a failed transaction then still has `responses`,
                     // which tells its reply from a revoke's bare header
-                    failure: vec![EtcdOp::Range(EtcdRange {
-                        key,
-                        range_end: None,
-                        limit: 0,
-                        sort: None,
-                        keys_only: true,
-                        max_create_revision: 0,
-                    })],
+                    failure: vec![EtcdOp::Range(one_key(&key, true))],
                 })
             }
             _ => {

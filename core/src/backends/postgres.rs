@@ -217,6 +217,36 @@ impl PostgresBackend {
         )
     }
 
+    /// The statement of a lease acquire (lease-rows mode) as the machine sends it: owner
+    /// `owner` takes `name` for `ttl_ms` milliseconds of the server's clock; with
+    /// `floor`, a new grant's token is at least `floor`. One row back: (token or NULL,
+    /// the live holder's remaining ms or NULL, how the previous holder ended or NULL).
+    /// For conformance tests and tools that replay the machine's statements; hosts run
+    /// what the machine emits.
+    pub fn acquire_statement(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        floor: Option<FencingToken>,
+    ) -> SqlStatement {
+        self.acquire(name, owner, ttl_ms, floor)
+    }
+
+    /// The statement of a renewal by `owner` for `ttl_ms` ms (one row, the token, if
+    /// the owner's lease was still live; none otherwise). See
+    /// [`PostgresBackend::acquire_statement`].
+    pub fn renew_statement(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> SqlStatement {
+        self.renew(name, owner, ttl_ms)
+    }
+
+    /// The statement of `owner`'s release; `clean`: its holder's own release (the next
+    /// grant reads `released`), else a cleanup (it reads `expired`). One row if it freed
+    /// a live lease, none otherwise. See [`PostgresBackend::acquire_statement`].
+    pub fn release_statement(&self, name: &str, owner: &OwnerId, clean: bool) -> SqlStatement {
+        self.release(name, owner, clean)
+    }
+
     /// The grant statement; with `floor`, a new grant's token is at least `floor`
     /// (`greatest(…, floor)`, the floor as the next parameter). A lease grant's last
     /// parameter is its holder metadata (text, canonical JSON, or NULL without any:

@@ -8,16 +8,20 @@
 //!   gateway's exact reply texts, leases expiring at injected time.
 //! * [`MemoryZooKeeper`] — a ZooKeeper answering the ZooKeeper backend's requests with
 //!   the adapters' JSON replies, sessions expiring at injected time.
+//! * [`MemoryPostgres`] — a PostgreSQL running the lease-rows mode's statements
+//!   (recognised by their exact text) on a lease table, expiry at injected time.
 //! * [`MemoryRedlock`] — N independent [`MemoryRedis`] masters, each request part
 //!   executed on the master it names.
 
 mod etcd;
+mod postgres;
 mod redis;
 mod redlock;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
 pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
+pub use postgres::{MemoryPostgres, PgExpiry, PgLeaseRow};
 pub use redis::MemoryRedis;
 pub use redlock::MemoryRedlock;
 #[cfg(feature = "zookeeper")]

@@ -3,7 +3,7 @@
 //! Where the fault simulator ([`crate::sim`]) samples schedules at random, this explores
 //! *every* schedule of a small world up to a depth bound, breadth first: 2–3 client
 //! machines (each under the machine [`Contract`]) against an in-memory server
-//! ([`crate::memory`]: Redis, etcd, a Redlock of masters), a fenced resource, and a
+//! ([`crate::memory`]: Redis, etcd, a Redlock of masters, PostgreSQL lease rows), a fenced resource, and a
 //! network that delivers any message in flight in any order, drops and duplicates
 //! within a budget, and processes that pause within a budget (between the validity
 //! check and the write, the seed story, or anywhere).
@@ -52,6 +52,8 @@ use crate::{
     RedlockBackend, Request, RequestId,
 };
 
+mod postgres;
+
 /// The lock every client contends for.
 const LOCK_NAME: &str = crate::sim::LOCK_NAME;
 
@@ -64,6 +66,9 @@ pub enum ModelBackend {
     Etcd,
     /// [`MemoryRedlock`] with this many masters (odd, at least 3).
     Redlock(u8),
+    /// [`crate::memory::MemoryPostgres`]: the lease-rows recipe, a row per name with
+    /// server-clock expiry, contenders waiting on `LISTEN` for a release's `NOTIFY`.
+    PostgresLease,
 }
 
 /// The bounds of one exploration.
@@ -291,6 +296,7 @@ enum Server {
         holder: Option<i64>,
     },
     Redlock(MemoryRedlock),
+    Postgres(postgres::PgServer),
 }
 
 #[derive(Clone)]
@@ -319,6 +325,9 @@ impl World {
         let backend = match cfg.backend {
             ModelBackend::Redis => Backend::Redis(RedisBackend::default()),
             ModelBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+            ModelBackend::PostgresLease => {
+                Backend::Postgres(crate::backends::PostgresBackend::default())
+            }
             ModelBackend::Redlock(n) => Backend::Redlock(RedlockBackend {
                 masters: (0..n).map(|m| format!("m{m}")).collect(),
                 ..RedlockBackend::default()
@@ -359,6 +368,10 @@ impl World {
                     holder: None,
                 },
                 SimBackend::Etcd,
+            ),
+            ModelBackend::PostgresLease => (
+                Server::Postgres(postgres::PgServer::new(cfg.clients)),
+                SimBackend::PostgresLease,
             ),
             ModelBackend::Redlock(n) => (
                 Server::Redlock(MemoryRedlock::new(usize::from(n))),
@@ -480,6 +493,7 @@ impl World {
                     .filter_map(|r| r.expires_at(self.now, &key)),
             ),
             Server::Etcd { etcd, .. } => due.extend(etcd.next_expiry()),
+            Server::Postgres(pg) => due.extend(pg.db.next_expiry(self.now)),
         }
         due.into_iter().filter(|&t| t > self.now).min()
     }
@@ -626,11 +640,18 @@ impl World {
             }
             let now = self.clients[c].local(self.now);
             if watch {
-                if let Server::Etcd { watches, .. } = &mut self.server {
-                    watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
-                }
+                let reply = match &mut self.server {
+                    Server::Etcd { watches, .. } => {
+                        watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
+                        Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned())
+                    }
+                    Server::Postgres(pg) => {
+                        pg.forget(c, request);
+                        crate::sim::wait_over()
+                    }
+                    _ => Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned()),
+                };
                 self.note(|| format!("c{c}: watch {} times out", request.0));
-                let reply = Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned());
                 self.input(
                     c,
                     Input::Reply {
@@ -681,8 +702,14 @@ impl World {
                         self.clients[c].local(self.now) + Duration::from_millis(w.timeout_ms);
                     Some(self.clients[c].true_of(local).max(self.now))
                 }
-                _ => None,
+                body => crate::sim::listen_timeout(body).map(|timeout| {
+                    let local = self.clients[c].local(self.now) + timeout;
+                    self.clients[c].true_of(local).max(self.now)
+                }),
             };
+            if let Server::Postgres(pg) = &mut self.server {
+                pg.sent(c, self.now, &request);
+            }
             self.note(|| {
                 format!(
                     "c{c}: sends {:?} (request {})",
@@ -815,6 +842,19 @@ impl World {
                 Some(reply)
             }
             Server::Redlock(masters) => Some(masters.execute(now, &request.body)),
+            Server::Postgres(pg) => {
+                let (reply, woken) =
+                    pg.serve(now, client, &request, &mut self.checker, &mut outcome);
+                for (c, r) in woken {
+                    self.note(|| format!("server: notifies c{c}"));
+                    self.net.push(Msg::Reply {
+                        client: c,
+                        request: r,
+                        reply: crate::sim::wait_over(),
+                    });
+                }
+                reply
+            }
             Server::Etcd { etcd, watches, .. } => match &request.body {
                 RequestBody::Etcd(EtcdRequest::Watch(w)) => match etcd.watch(now, w) {
                     Some(events) => Some(Reply::Etcd(events)),
@@ -924,6 +964,7 @@ impl World {
                 *holder = rev;
                 s2_etcd(etcd, first.as_ref(), beliefs)
             }
+            Server::Postgres(pg) => pg.s2(beliefs),
         };
         self.take_violations(outcome);
         if let Some(detail) = breach {
@@ -970,6 +1011,7 @@ impl World {
             } => etcd
                 .fingerprint(&mut h)
                 .and_then(|()| write!(h, "{watches:?}{holder:?}")),
+            Server::Postgres(pg) => pg.fingerprint(&mut h),
         };
         // one resource name: the fence's map has one entry
         let _ = write!(h, "{:?}{:?}", self.resource, self.checker);
@@ -1088,6 +1130,9 @@ fn vector_step(input: &Input) -> String {
                 Reply::Etcd(text) | Reply::ZooKeeper(text) | Reply::Kubernetes(text) => {
                     serde_json::from_str(text).unwrap_or_else(|_| json!(text))
                 }
+                Reply::Sql(sql) => serde_json::to_value(sql).unwrap_or(Value::Null),
+                #[allow(unreachable_patterns)]
+                // reachable without the zookeeper or kubernetes features
                 other => json!(format!("{other:?}")),
             };
             (

@@ -15,6 +15,12 @@
 //! to its full TTL and keeps all data — etcd's documented behaviour, so it is inside
 //! the fault model.
 //!
+//! With [`SimBackend::PostgresLease`] the server is a [`MemoryPostgres`] running the
+//! lease-rows statements on its clock (the true time): contenders park on `LISTEN`
+//! waits woken by a release's notification, or ended by the host at their timeout; a
+//! restart makes the server refuse connections (SQLSTATE `57P03`) for up to one TTL and
+//! keeps every committed row — inside the model.
+//!
 //! With [`SimBackend::Redlock`] the server is N independent [`MemoryRedis`] masters
 //! ([`MemoryRedlock`]): each request part goes to its master over its own link
 //! (partitions cut single client–master links), masters pause (a stopped process whose
@@ -33,6 +39,8 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
+#[cfg(doc)]
+use crate::memory::MemoryPostgres;
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
 use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock};
 #[cfg(feature = "zookeeper")]
@@ -41,6 +49,10 @@ use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, RedlockBackend, Request, RequestId,
 };
+
+mod postgres;
+#[cfg(feature = "model")]
+pub(crate) use postgres::{listen_timeout, new_grant, s2_postgres, statement_owner, wait_over};
 
 /// The lock every client contends for.
 pub const LOCK_NAME: &str = "r";
@@ -278,6 +290,12 @@ impl SimConfig {
         self
     }
 
+    /// The same schedule shape on PostgreSQL lease rows (notify on).
+    pub fn postgres(mut self) -> Self {
+        self.backend = SimBackend::PostgresLease;
+        self
+    }
+
     /// The same schedule shape on a Redlock of independent masters.
     pub fn redlock(mut self, mix: RedlockMix) -> Self {
         self.backend = SimBackend::Redlock(mix);
@@ -291,6 +309,8 @@ impl SimConfig {
         match self.backend {
             SimBackend::Redis => self.faults.within_model(&self.options),
             SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
+            // restarts keep every committed row; expiry is on the server's clock
+            SimBackend::PostgresLease => self.faults.clock_drift <= self.options.drift_factor,
             // failovers keep the data and only lengthen sessions
             #[cfg(feature = "zookeeper")]
             SimBackend::ZooKeeper => self.faults.clock_drift <= self.options.drift_factor,
@@ -316,6 +336,9 @@ pub enum SimBackend {
     /// watches of the predecessor, session expiry, leader failover.
     #[cfg(feature = "zookeeper")]
     ZooKeeper,
+    /// [`MemoryPostgres`]: the lease-rows recipe (one row per name, server-clock
+    /// expiry, `LISTEN`/`NOTIFY` wake-ups), restarts keeping the data.
+    PostgresLease,
     /// [`MemoryRedlock`]: the Redlock recipe on independent masters.
     Redlock(RedlockMix),
 }
@@ -693,6 +716,7 @@ pub struct Simulation {
     master_cut_until: Vec<Vec<Instant>>,
     #[cfg(feature = "zookeeper")]
     zk: ZkSim,
+    pg: postgres::PgSim,
 }
 
 /// The ZooKeeper side of a simulation.
@@ -725,6 +749,9 @@ impl Simulation {
                         ..RedisBackend::default()
                     }),
                     SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+                    SimBackend::PostgresLease => {
+                        Backend::Postgres(crate::backends::PostgresBackend::default())
+                    }
                     #[cfg(feature = "zookeeper")]
                     SimBackend::ZooKeeper => Backend::ZooKeeper(ZooKeeperBackend {
                         session_timeout_ms: Some(cfg.options.ttl_ms()),
@@ -814,6 +841,7 @@ impl Simulation {
             etcd_prefix: EtcdBackend::default().lock_prefix(LOCK_NAME),
             #[cfg(feature = "zookeeper")]
             zk,
+            pg: postgres::PgSim::new(n_clients),
             masters: MemoryRedlock::new(masters),
             master_down_until: vec![Instant::ZERO; masters],
             master_paused_until: vec![Instant::ZERO; masters],
@@ -1147,6 +1175,11 @@ impl Simulation {
                     });
                 }
             }
+            Ev::WatchTimeout { client, request }
+                if self.cfg.backend == SimBackend::PostgresLease =>
+            {
+                self.pg_wait_timeout(client, request)
+            }
             Ev::WatchTimeout { client, request } => {
                 if self.clients[client].in_flight.contains_key(&request) {
                     self.watches
@@ -1223,6 +1256,7 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            Ev::ServerRestart if self.cfg.backend == SimBackend::PostgresLease => self.pg_restart(),
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
                 // its full TTL again, counted from the election; data kept
@@ -1266,6 +1300,9 @@ impl Simulation {
         match msg {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
+            }
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::PostgresLease => {
+                self.deliver_pg(client, request)
             }
             Msg::Request { client, request } if !self.masters.masters.is_empty() => {
                 self.deliver_redlock(client, request)
@@ -1563,9 +1600,13 @@ impl Simulation {
                     return; // done contending
                 }
                 let mut options = self.cfg.options.clone();
-                // the floor is the Redis recipe's; servers that assign tokens refuse it
+                // the floor is the Redis and PostgreSQL recipes'; servers that assign
+                // tokens refuse it
                 let floor = self.clients[c].floor.take();
-                if self.cfg.backend == SimBackend::Redis {
+                if matches!(
+                    self.cfg.backend,
+                    SimBackend::Redis | SimBackend::PostgresLease
+                ) {
                     options.token_floor = floor;
                 }
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
@@ -1714,6 +1755,9 @@ impl Simulation {
                             );
                         }
                     }
+                    if self.cfg.backend == SimBackend::PostgresLease {
+                        self.pg_sent(c, &request);
+                    }
                     if let crate::RequestBody::Etcd(EtcdRequest::Watch(w)) = &request.body {
                         // the host cancels the watch at its timeout, on its own clock
                         let local =
@@ -1789,6 +1833,9 @@ impl Simulation {
         #[cfg(feature = "zookeeper")]
         if self.cfg.backend == SimBackend::ZooKeeper {
             return self.check_zk();
+        }
+        if self.cfg.backend == SimBackend::PostgresLease {
+            return self.check_pg();
         }
         if !self.masters.masters.is_empty() {
             return self.check_redlock();

@@ -46,10 +46,16 @@ pub fn text(reply: Reply) -> String {
 pub fn acquired(events: &[Event]) -> Option<(u64, Instant)> {
     events.iter().find_map(|e| match e {
         Event::Acquired {
-            token,
-            valid_until,
-            previous: fencepost_core::Previous::Unknown,
+            token, valid_until, ..
         } => Some((token.get(), *valid_until)),
+        _ => None,
+    })
+}
+
+/// How the previous holder ended, as the first `Acquired` among `events` says.
+pub fn previous(events: &[Event]) -> Option<fencepost_core::Previous> {
+    events.iter().find_map(|e| match e {
+        Event::Acquired { previous, .. } => Some(*previous),
         _ => None,
     })
 }
