@@ -672,6 +672,8 @@ impl EtcdBackend {
             key: match after {
                 // the smallest key above `after`
                 Some(a) => format!("{a}\0"),
+                // past the previous-holder records (`{key_prefix}\0…`), which sort first
+                None if prefix.is_empty() => format!("{start}\u{1}"),
                 None => start,
             },
             range_end: Some(end),
@@ -687,7 +689,8 @@ impl EtcdBackend {
     /// keys of lock `a` when the prefix is `a/`; in the order of their first key, each once per page: a name's keys
     /// may span pages, and interleave with those of names under it, `name/…`), and the
     /// last key, to ask for the next page after, or `None` when the range is exhausted.
-    /// Keys not of the form `{key_prefix}{name}/{16 hex digits}` are skipped.
+    /// Keys not of the form `{key_prefix}{name}/{16 hex digits}` are skipped, and so are
+    /// the previous-holder records ([`EtcdBackend::released_key`], `joined_key`).
     ///
     /// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
     pub fn read_list_page(
@@ -712,7 +715,9 @@ impl EtcdBackend {
                 continue;
             };
             let is_lease = lease.len() == 16 && lease.bytes().all(|b| b.is_ascii_hexdigit());
-            let wanted = is_lease && !name.is_empty() && name.starts_with(prefix);
+            // the previous-holder records sit under `{key_prefix}\0…`: no lock name has a NUL
+            let wanted =
+                is_lease && !name.is_empty() && !name.contains('\0') && name.starts_with(prefix);
             if wanted && !names.iter().any(|n| n == name) {
                 names.push(name.to_owned());
             }
@@ -1763,6 +1768,26 @@ mod tests {
             Ok(None)
         );
         assert!(read_etcd_leader(r#"{"error":"x","code":3}"#).is_err());
+    }
+
+    #[test]
+    fn listing_skips_the_previous_holder_records() {
+        let b = EtcdBackend::default();
+        let EtcdRequest::Range(first) = b.list_page("", None) else {
+            panic!("a range")
+        };
+        assert_eq!(first.key, "fencepost/\u{1}", "starts past the records");
+        let kv = |k: &str| json!({ "key": b64(k), "create_revision": "2" });
+        let reply = json!({
+            "header": { "revision": "9" },
+            "kvs": [
+                kv("fencepost/\0joined/0123456789abcdef"),
+                kv("fencepost/\0released/0123456789abcdef"),
+                kv("fencepost/report/1a3744504560639e"),
+            ],
+        });
+        let (names, next) = b.read_list_page("", &reply.to_string()).unwrap();
+        assert_eq!((names, next), (vec!["report".to_owned()], None));
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl PostgresBackend {
         ttl_ms: u64,
         floor: Option<FencingToken>,
     ) -> SqlStatement {
-        self.acquire(name, owner, ttl_ms, floor)
+        self.acquire(name, owner, ttl_ms, floor, None)
     }
 
     /// The statement of a renewal by `owner` for `ttl_ms` ms (one row, the token, if
