@@ -9,8 +9,9 @@
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
 //! etcd-drift-beyond (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
-//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), on PostgreSQL lease rows: pg-none …
-//! pg-all, pg-restarts, pg-drift-beyond (`--mix pg`), and on a Redlock of five masters:
+//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), on a Kubernetes Lease: kube-none …
+//! kube-all, kube-restarts, kube-drift-beyond (`--mix kube`), on PostgreSQL lease rows:
+//! pg-none … pg-all, pg-restarts, pg-drift-beyond (`--mix pg`), and on a Redlock of five masters:
 //! redlock-none, redlock-network, redlock-pauses (clients and masters), redlock-partitions
 //! (client–master links), redlock-all, redlock-restarts-persistent, redlock-restarts-delayed,
 //! redlock-restarts-amnesiac (outside the model) (`--mix redlock`). `--fence` picks the resource's
@@ -93,6 +94,32 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
         (
             "zk-drift-beyond",
             SimConfig::new(Faults::drift_beyond).zookeeper(),
+        ),
+        // and on the in-memory Kubernetes Lease API: no server-side expiry, candidates
+        // judge it by observation; its "server restart" is an API server restart (503s
+        // for a while, Leases kept)
+        ("kube-none", SimConfig::new(|_| Faults::none()).kubernetes()),
+        (
+            "kube-network",
+            SimConfig::new(|o| Faults::network(o.ttl)).kubernetes(),
+        ),
+        (
+            "kube-pauses",
+            SimConfig::new(|o| Faults::pauses(o.ttl)).kubernetes(),
+        ),
+        ("kube-drift", SimConfig::new(Faults::drift).kubernetes()),
+        (
+            "kube-partitions",
+            SimConfig::new(|o| Faults::partitions(o.ttl)).kubernetes(),
+        ),
+        ("kube-all", SimConfig::new(Faults::all).kubernetes()),
+        (
+            "kube-restarts",
+            SimConfig::new(|_| Faults::server_restarts()).kubernetes(),
+        ),
+        (
+            "kube-drift-beyond",
+            SimConfig::new(Faults::drift_beyond).kubernetes(),
         ),
         // PostgreSQL lease rows; a restart refuses connections for a while, rows kept
         ("pg-none", SimConfig::new(|_| Faults::none()).postgres()),
@@ -313,6 +340,7 @@ fn main() -> ExitCode {
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
                 || (args.mix == "redlock" && name.starts_with("redlock-"))
                 || (args.mix == "zk" && name.starts_with("zk-"))
+                || (args.mix == "kube" && name.starts_with("kube-"))
                 || (args.mix == "pg" && name.starts_with("pg-"))
         })
         .map(|(name, cfg)| {
