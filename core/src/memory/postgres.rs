@@ -83,6 +83,8 @@ pub struct PgLeaseRow {
     /// The name's token counter: the fencing token of the latest grant.
     pub token: i64,
     pub expires_at: PgExpiry,
+    /// The holder's metadata (the `metadata` column), `NULL` when none or free.
+    pub metadata: Option<String>,
 }
 
 impl PgLeaseRow {
@@ -120,8 +122,8 @@ impl Texts {
         let owner = OwnerId([0; 16]);
         let floor = Some(crate::FencingToken(1));
         Texts {
-            acquire: lease.acquire("", &owner, 1, None).sql,
-            acquire_floored: lease.acquire("", &owner, 1, floor).sql,
+            acquire: lease.acquire("", &owner, 1, None, None).sql,
+            acquire_floored: lease.acquire("", &owner, 1, floor, None).sql,
             renew: lease.renew("", &owner, 1).sql,
             release: [true, false].map(|clean| lease.release("", &owner, clean).sql),
             release_notify: [true, false].map(|clean| notify.release("", &owner, clean).sql),
@@ -258,13 +260,13 @@ impl MemoryPostgres {
             let floored = sql == t.acquire_floored;
             match (s.params.as_slice(), floored) {
                 (
-                    [SqlValue::Text(name), SqlValue::Text(owner), SqlValue::Int(ttl), SqlValue::Int(_)],
+                    [SqlValue::Text(name), SqlValue::Text(owner), SqlValue::Int(ttl), SqlValue::Int(_), meta],
                     false,
-                ) => self.acquire(now_us, name, owner, *ttl, None),
+                ) => self.acquire(now_us, name, owner, *ttl, None, meta),
                 (
-                    [SqlValue::Text(name), SqlValue::Text(owner), SqlValue::Int(ttl), SqlValue::Int(_), SqlValue::Int(floor)],
+                    [SqlValue::Text(name), SqlValue::Text(owner), SqlValue::Int(ttl), SqlValue::Int(_), SqlValue::Int(floor), meta],
                     true,
-                ) => self.acquire(now_us, name, owner, *ttl, Some(*floor)),
+                ) => self.acquire(now_us, name, owner, *ttl, Some(*floor), meta),
                 _ => bad_params("acquire", s),
             }
         } else if sql == t.renew {
@@ -307,6 +309,7 @@ impl MemoryPostgres {
                                 // freed at this instant, not by its holder
                                 row.owner = None;
                                 row.expires_at = PgExpiry::At(now_us);
+                                row.metadata = None;
                             }
                             true
                         }
@@ -347,6 +350,7 @@ impl MemoryPostgres {
             return rows(vec![]);
         };
         row.owner = None;
+        row.metadata = None;
         row.expires_at = if clean {
             PgExpiry::NegInfinity
         } else {
@@ -371,7 +375,18 @@ impl MemoryPostgres {
         owner: &str,
         ttl_ms: i64,
         floor: Option<i64>,
+        metadata: &SqlValue,
     ) -> SqlReply {
+        let metadata = match metadata {
+            SqlValue::Null => None,
+            SqlValue::Text(text) => Some(text.clone()),
+            other => {
+                return error(
+                    "08P01",
+                    format!("acquire: metadata must be text or NULL, got {other:?}"),
+                )
+            }
+        };
         let Some(until) = expiry_after(now_us, ttl_ms) else {
             return out_of_range();
         };
@@ -433,6 +448,7 @@ impl MemoryPostgres {
                 owner: Some(owner.to_owned()),
                 token,
                 expires_at: PgExpiry::At(until),
+                metadata,
             },
         );
         rows(vec![vec![
@@ -489,16 +505,16 @@ mod tests {
         let mut pg = MemoryPostgres::new(&b);
         let text = |s: &str| Text(s.to_owned());
         // first grant of the name: token 1, nobody before
-        let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None));
+        let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None, None));
         assert_eq!(r, row(&[Int(1), Null, text("none")]));
         // held: B gets the remaining time, 1000 − 250.5 ms rounded up
         let r = pg.run(
             Instant::from_nanos(250_500_000),
-            &b.acquire("r", &B, 1_000, None),
+            &b.acquire("r", &B, 1_000, None, None),
         );
         assert_eq!(r, row(&[Null, Int(750), Null]));
         // A's idempotent retry keeps its token; the snapshot's remaining time comes along
-        let r = pg.run(ms(300), &b.acquire("r", &A, 1_000, None));
+        let r = pg.run(ms(300), &b.acquire("r", &A, 1_000, None, None));
         assert_eq!(r, row(&[Int(1), Int(700), text("unknown")]));
         // renew from 400 ms: until 1400
         assert_eq!(pg.run(ms(400), &b.renew("r", &A, 1_000)), row(&[Int(1)]));
@@ -514,18 +530,18 @@ mod tests {
         assert_eq!(pg.take_notifications(), [channel.clone()]);
         assert_eq!(pg.last_notify(&channel), Some(ms(600)));
         assert_eq!(pg.run(ms(601), &b.release("r", &A, true)), rows(vec![]));
-        let r = pg.run(ms(700), &b.acquire("r", &B, 1_000, None));
+        let r = pg.run(ms(700), &b.acquire("r", &B, 1_000, None, None));
         assert_eq!(r, row(&[Int(2), Null, text("released")]));
         // B's lease runs out at 1700: no renewal at its end, A takes it (`expired`)
         assert_eq!(pg.run(ms(1_700), &b.renew("r", &B, 1_000)), rows(vec![]));
-        let r = pg.run(ms(1_700), &b.acquire("r", &A, 1_000, None));
+        let r = pg.run(ms(1_700), &b.acquire("r", &A, 1_000, None, None));
         assert_eq!(r, row(&[Int(3), Int(0), text("expired")]));
         // a cleanup frees it at this instant: the next grant reads `expired`
         let r = pg.run(ms(1_800), &b.release("r", &A, false));
         assert_eq!(r, row(&[Int(3), text("")]));
         let r = pg.run(
             ms(1_900),
-            &b.acquire("r", &B, 1_000, Some(FencingToken(10))),
+            &b.acquire("r", &B, 1_000, Some(FencingToken(10)), None),
         );
         assert_eq!(
             r,
@@ -543,7 +559,7 @@ mod tests {
         };
         let mut pg = MemoryPostgres::new(&b);
         pg.set_token_floor("r", 41);
-        let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None));
+        let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None, None));
         assert_eq!(r, row(&[Int(42), Null, Text("unknown".into())]));
         let query = lock_state_statement(&b, "r", false);
         let reset = lock_state_statement(&b, "r", true);
@@ -552,7 +568,7 @@ mod tests {
         assert_eq!(pg.run(ms(3), &query), row(&[SqlValue::Bool(false), Null]));
         // A's renewal finds it gone; without notify the release is the bare UPDATE
         assert_eq!(pg.run(ms(4), &b.renew("r", &A, 1_000)), rows(vec![]));
-        let r = pg.run(ms(5), &b.acquire("r", &B, 1_000, None));
+        let r = pg.run(ms(5), &b.acquire("r", &B, 1_000, None, None));
         assert_eq!(r, row(&[Int(43), Null, Text("expired".into())]));
         assert_eq!(pg.run(ms(6), &b.release("r", &B, true)), row(&[Int(43)]));
         assert!(pg.take_notifications().is_empty());
@@ -576,15 +592,15 @@ mod tests {
             mode: PgMode::Session,
             ..b.clone()
         };
-        let stmt = session.acquire("r", &A, 1_000, None);
+        let stmt = session.acquire("r", &A, 1_000, None, None);
         assert_eq!(sqlstate(pg.run(ms(0), &stmt)), "XX000");
         let other_table = PostgresBackend {
             lease_table: "other".into(),
             ..b.clone()
         };
-        let stmt = other_table.acquire("r", &A, 1_000, None);
+        let stmt = other_table.acquire("r", &A, 1_000, None, None);
         assert_eq!(sqlstate(pg.run(ms(0), &stmt)), "XX000");
-        let mut stmt = b.acquire("r", &A, 1_000, None);
+        let mut stmt = b.acquire("r", &A, 1_000, None, None);
         stmt.params[2] = Text("1000".into());
         assert_eq!(sqlstate(pg.run(ms(0), &stmt)), "08P01");
         stmt.params.pop();

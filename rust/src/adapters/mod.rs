@@ -3,8 +3,6 @@
 //! decision: error replies go back to the machine as data, which decides what is
 //! transient; a failure to get an answer is a transport error (`Err(message)`).
 
-use std::time::Duration;
-
 use fencepost_core::{Reply, RequestBody};
 use futures::future::BoxFuture;
 
@@ -48,9 +46,4 @@ pub(crate) trait Adapter: Send + Sync + 'static {
     /// The held locks whose names start with `prefix`, at most `limit`, in the
     /// server's order; scans in bounded steps (never a full-keyspace command).
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>>;
-}
-
-/// Turns a millisecond count the server reported into a `Duration` (negative: none).
-pub(crate) fn ms(n: i64) -> Option<Duration> {
-    u64::try_from(n).ok().map(Duration::from_millis)
 }

@@ -12,9 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use fencepost_core::{
-    FencingToken, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement, SqlValue,
-};
+use fencepost_core::{PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement, SqlValue};
 use futures::future::{BoxFuture, FutureExt};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -315,67 +313,23 @@ fn row(r: &tokio_postgres::Row) -> Vec<SqlValue> {
         .collect()
 }
 
-fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
-    let rows = match rows {
-        SqlReply::Rows { rows } => rows,
-        SqlReply::Error { sqlstate, message } => {
-            return Err(Error::Backend(format!(
-                "PostgreSQL refused the query: {sqlstate} {message}"
-            )))
-        }
-    };
-    rows.into_iter()
-        .map(|r| match r.as_slice() {
-            [SqlValue::Text(name), owner, token, left] => Ok(Holder {
-                name: name.clone(),
-                owner: match owner {
-                    SqlValue::Text(o) => Some(o.clone()),
-                    _ => None,
-                },
-                token: match token {
-                    SqlValue::Int(t) => u64::try_from(*t).ok().map(FencingToken),
-                    _ => None,
-                },
-                ttl_left: match left {
-                    SqlValue::Int(ms) => super::ms(*ms),
-                    _ => None,
-                },
-                waiters: None,
-                metadata: None,
-            }),
-            other => Err(Error::Backend(format!(
-                "lease row of an unexpected shape: {other:?}"
-            ))),
-        })
-        .collect()
-}
-
 impl PgAdapter {
-    /// The live lease rows matching `condition` (on `$1`), in name order.
-    fn live(
-        &self,
-        condition: &str,
-        param: String,
-        limit: usize,
-    ) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let sql = format!(
-            "SELECT name, owner, token, \
-             ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-             FROM {} WHERE {condition} AND owner IS NOT NULL AND expires_at > clock_timestamp() \
-             ORDER BY name LIMIT {limit}",
-            self.backend.lease_table
-        );
+    /// Runs an operator statement of the core's (`inspect_statement`, `list_statement`)
+    /// and reads its rows as holders, metadata included. Advisory locks keep no row:
+    /// the advisory modes have nothing to inspect.
+    fn holders(&self, stmt: SqlStatement) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
+        if self.backend.mode != fencepost_core::PgMode::Lease {
+            return futures::future::ready(Err(Error::Config(
+                "status and list read PostgreSQL lease rows (mode lease): advisory locks keep \
+                 no row to read a holder from"
+                    .to_owned(),
+            )))
+            .boxed();
+        }
         let shared = self.shared();
         async move {
-            let reply = shared
-                .run(SqlStatement {
-                    sql,
-                    params: vec![SqlValue::Text(param)],
-                    connection: fencepost_core::PgConnection::Any,
-                })
-                .await
-                .map_err(Error::Backend)?;
-            holders(reply)
+            let reply = shared.run(stmt).await.map_err(Error::Backend)?;
+            Ok(fencepost_core::backends::postgres::read_pg_holders(&reply)?)
         }
         .boxed()
     }
@@ -437,16 +391,16 @@ impl Adapter for PgAdapter {
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
-        self.live("name = $1", name, 1)
+        let stmt = fencepost_core::backends::postgres::inspect_statement(&self.backend, &name);
+        self.holders(stmt)
             .map(|r| r.map(|v| v.into_iter().next()))
             .boxed()
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let escaped = prefix
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
-        self.live("name LIKE $1 ESCAPE '\\'", format!("{escaped}%"), limit)
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        let stmt =
+            fencepost_core::backends::postgres::list_statement(&self.backend, &prefix, limit);
+        self.holders(stmt)
     }
 }
