@@ -3,7 +3,10 @@
 //! pipelines concurrent queries); a closed connection is replaced on the next call.
 //! Statements go out with `query_typed` (parameter types given, an unnamed statement
 //! in one round trip: no prepared statements, so a transaction-pooling PgBouncer works).
-//! Session-level advisory mode (a connection per lock) is not offered here.
+//! Session-level advisory mode (a connection per lock) is not offered here. With the
+//! cargo feature `tls`, a URL with `sslmode=require` (or `verify-ca`, `verify-full`)
+//! opens every connection over TLS with tokio-postgres-rustls, checking the server's
+//! certificate chain and host name.
 //!
 //! Waiters listen for the release's `pg_notify` on one more connection ([`Listener`]),
 //! opened on the first wait; a wait ends at a notification on its channel or at its
@@ -23,9 +26,102 @@ use crate::{Error, Holder};
 
 pub(crate) struct PgAdapter {
     url: Arc<str>,
+    tls: PgTls,
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
     backend: PostgresBackend,
     listener: Arc<Listener>,
+}
+
+/// How the adapter's connections are opened: without TLS, or with rustls when the URL
+/// asks for it (`sslmode=require`).
+#[derive(Clone, Default)]
+enum PgTls {
+    #[default]
+    Plain,
+    #[cfg(feature = "tls")]
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl PgTls {
+    /// The connector `url` asks for; `ca` is the CA file to trust for TLS.
+    ///
+    /// Errors: [`Error::Config`] for a URL tokio-postgres cannot read or a CA file
+    /// that cannot be used.
+    fn for_url(url: &str, ca: Option<&std::path::Path>) -> Result<PgTls, Error> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+            Error::Config(format!(
+                "bad PostgreSQL URL {}: {e}",
+                crate::url::redact(url)
+            ))
+        })?;
+        match config.get_ssl_mode() {
+            #[cfg(feature = "tls")]
+            tokio_postgres::config::SslMode::Require => {
+                Ok(PgTls::Rustls(crate::tls::pg_connector(ca)?))
+            }
+            _ => {
+                let _ = ca; // the URL parser gives a CA only with TLS
+                Ok(PgTls::Plain)
+            }
+        }
+    }
+
+    /// Opens one connection with `config`: the client and its connection task, for the
+    /// caller to spawn or to read for notifications.
+    async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, Connection), tokio_postgres::Error> {
+        match self {
+            PgTls::Plain => {
+                let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                Ok((client, Connection::Plain(connection)))
+            }
+            #[cfg(feature = "tls")]
+            PgTls::Rustls(tls) => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                Ok((client, Connection::Rustls(connection)))
+            }
+        }
+    }
+}
+
+/// A connection's task, plain or over TLS.
+enum Connection {
+    Plain(tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>),
+    #[cfg(feature = "tls")]
+    Rustls(
+        tokio_postgres::Connection<
+            tokio_postgres::Socket,
+            <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+                tokio_postgres::Socket,
+            >>::Stream,
+        >,
+    ),
+}
+
+impl Connection {
+    /// The connection's next message (a notification, a notice), or `None` once it
+    /// ended.
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<tokio_postgres::AsyncMessage, tokio_postgres::Error>>> {
+        match self {
+            Connection::Plain(c) => c.poll_message(cx),
+            #[cfg(feature = "tls")]
+            Connection::Rustls(c) => c.poll_message(cx),
+        }
+    }
+
+    /// Runs the connection until the client is dropped or the server goes away.
+    fn spawn(self) {
+        match self {
+            Connection::Plain(c) => drop(tokio::spawn(c)),
+            #[cfg(feature = "tls")]
+            Connection::Rustls(c) => drop(tokio::spawn(c)),
+        }
+    }
 }
 
 /// The waiters' `LISTEN` connection and what it heard. A wait answers at once when its
@@ -36,6 +132,7 @@ pub(crate) struct PgAdapter {
 /// wait may miss a notification and end at its timeout.
 #[derive(Default)]
 struct Listener {
+    tls: PgTls,
     state: Mutex<Heard>,
     client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
 }
@@ -146,10 +243,8 @@ impl Listener {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(2));
         }
-        let (client, mut connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (client, mut connection) =
+            self.tls.connect(&config).await.map_err(|e| e.to_string())?;
         let this = Arc::downgrade(self);
         tokio::spawn(async move {
             use futures::StreamExt;
@@ -170,26 +265,41 @@ impl Listener {
     }
 }
 
-async fn open(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+async fn open(url: &str, tls: &PgTls) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     let mut config: tokio_postgres::Config = url.parse()?;
     if config.get_connect_timeout().is_none() {
         // a host that drops packets must not hang the first connect (later calls are
         // cancelled at their request's deadline anyway)
         config.connect_timeout(std::time::Duration::from_secs(2));
     }
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, connection) = tls.connect(&config).await?;
     // the connection task ends when the client is dropped or the server goes away
-    tokio::spawn(connection);
+    connection.spawn();
     Ok(client)
 }
 
 impl PgAdapter {
-    pub(crate) async fn connect(url: &str, backend: PostgresBackend) -> Result<Self, Error> {
+    /// Connects to `url` and creates the tables if missing; over TLS when the URL asks
+    /// for it, trusting the CA file `ca` when given.
+    ///
+    /// Errors: [`Error::Config`] for a bad URL, CA file or backend setting;
+    /// [`Error::Backend`] when the server cannot be reached, refuses the connection or
+    /// its certificate is refused, or the tables cannot be created.
+    pub(crate) async fn connect(
+        url: &str,
+        ca: Option<&std::path::Path>,
+        backend: PostgresBackend,
+    ) -> Result<Self, Error> {
         backend.check().map_err(Error::Config)?;
-        let client = open(url).await.map_err(|e| {
-            Error::Backend(format!(
-                "cannot connect to PostgreSQL at {}: {e}",
-                crate::url::redact(url)
+        let tls = PgTls::for_url(url, ca)?;
+        let client = open(url, &tls).await.map_err(|e| {
+            Error::Backend(crate::error::tls_hint(
+                format!(
+                    "cannot connect to PostgreSQL at {}: {}",
+                    crate::url::redact(url),
+                    crate::error::chain(&e)
+                ),
+                "?sslrootcert=/path/ca.pem",
             ))
         })?;
         if let Err(e) = client.batch_execute(&backend.migration()).await {
@@ -206,15 +316,20 @@ impl PgAdapter {
         }
         Ok(PgAdapter {
             url: url.into(),
+            tls: tls.clone(),
             client: Arc::new(Mutex::new(Arc::new(client))),
             backend,
-            listener: Arc::default(),
+            listener: Arc::new(Listener {
+                tls,
+                ..Listener::default()
+            }),
         })
     }
 
     fn shared(&self) -> Shared {
         Shared {
             url: self.url.clone(),
+            tls: self.tls.clone(),
             client: self.client.clone(),
         }
     }
@@ -223,6 +338,7 @@ impl PgAdapter {
 #[derive(Clone)]
 struct Shared {
     url: Arc<str>,
+    tls: PgTls,
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
 }
 
@@ -237,7 +353,11 @@ impl Shared {
         if !current.is_closed() {
             return Ok(current);
         }
-        let fresh = Arc::new(open(&self.url).await.map_err(|e| e.to_string())?);
+        let fresh = Arc::new(
+            open(&self.url, &self.tls)
+                .await
+                .map_err(|e| crate::error::chain(&e))?,
+        );
         if let Ok(mut slot) = self.client.lock() {
             *slot = fresh.clone();
         }
