@@ -59,9 +59,9 @@ pub enum BackendKind {
     Redis(String),
     /// `redlock://`: each master's `redis://` URL, in order.
     Redlock(Vec<String>),
-    /// `postgres://`: the URL as tokio-postgres takes it (`sslmode=verify-ca` and
-    /// `verify-full` read as `require`, `sslrootcert` moved to
-    /// [`BackendUrl::ca_file`]).
+    /// `postgres://`: the URL as given, less `sslrootcert` (in
+    /// [`BackendUrl::ca_file`]); tokio-postgres reads libpq's `sslmode=verify-ca` and
+    /// `verify-full` as `require`, `allow` as `prefer`.
     Postgres(String),
     /// `etcd+http(s)://`: the members' gateway URLs (`http(s)://host:port`).
     Etcd(Vec<String>),
@@ -111,12 +111,10 @@ impl BackendUrl {
             Some("rediss" | "etcd+https" | "upstash+https")
         );
         if let Some(mode) = param("sslmode") {
-            // tokio-postgres knows disable, prefer and require; rustls checks the
-            // chain and host name whenever it runs
-            let (tokio_mode, encrypted) = match mode.as_str() {
-                "disable" => ("disable", false),
-                "allow" | "prefer" => ("prefer", false),
-                "require" | "verify-ca" | "verify-full" => ("require", true),
+            // libpq's six modes; the PostgreSQL adapter maps them to tokio-postgres's
+            tls = match mode.as_str() {
+                "disable" | "allow" | "prefer" => false,
+                "require" | "verify-ca" | "verify-full" => true,
                 other => {
                     return Err(Error::Config(format!(
                         "sslmode in {} must be disable, allow, prefer, require, verify-ca or verify-full, got {other:?}",
@@ -124,9 +122,8 @@ impl BackendUrl {
                     )))
                 }
             };
-            tls = encrypted;
             base = format!(
-                "{base}{}sslmode={tokio_mode}",
+                "{base}{}sslmode={mode}",
                 if base.contains('?') { '&' } else { '?' }
             );
         }

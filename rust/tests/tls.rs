@@ -245,6 +245,15 @@ async fn a_server_certificate_from_another_ca_is_refused_with_a_clear_error() {
             println!("{label}: {message}");
         }
     }
+    // sslmode=prefer connects without TLS, which the TLS-only server refuses
+    if let Ok(url) = std::env::var("FENCEPOST_PG_TLS_URL") {
+        let plain = url.replace("sslmode=verify-full", "sslmode=prefer");
+        let err = Client::connect(&plain).await.err().expect("refused");
+        assert!(
+            matches!(&err, Error::Backend(m) if m.contains("no encryption")),
+            "{err:?}"
+        );
+    }
     // a CA file that is not there, or not PEM: the caller's mistake, before any connection
     let url = format!(
         "rediss://127.0.0.1:1/0?ca={}",

@@ -48,7 +48,7 @@ impl PgTls {
     /// Errors: [`Error::Config`] for a URL tokio-postgres cannot read or a CA file
     /// that cannot be used.
     fn for_url(url: &str, ca: Option<&std::path::Path>) -> Result<PgTls, Error> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        let config = pg_config(url).map_err(|e| {
             Error::Config(format!(
                 "bad PostgreSQL URL {}: {e}",
                 crate::url::redact(url)
@@ -237,9 +237,7 @@ impl Listener {
     }
 
     async fn connect(self: &Arc<Self>, url: &str) -> Result<tokio_postgres::Client, String> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| e.to_string())?;
+        let mut config = pg_config(url).map_err(|e| e.to_string())?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(2));
         }
@@ -265,8 +263,27 @@ impl Listener {
     }
 }
 
+/// `url` as tokio-postgres reads it. It knows `sslmode` disable, prefer and require
+/// only: libpq's `verify-ca` and `verify-full` are `require` here (rustls checks the
+/// chain and host name whenever it runs), `allow` is `prefer` (which without TLS
+/// configured connects in plain text).
+fn pg_config(url: &str) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.parse();
+    };
+    let query: Vec<&str> = query
+        .split('&')
+        .map(|pair| match pair {
+            "sslmode=verify-ca" | "sslmode=verify-full" => "sslmode=require",
+            "sslmode=allow" => "sslmode=prefer",
+            other => other,
+        })
+        .collect();
+    format!("{base}?{}", query.join("&")).parse()
+}
+
 async fn open(url: &str, tls: &PgTls) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let mut config: tokio_postgres::Config = url.parse()?;
+    let mut config = pg_config(url)?;
     if config.get_connect_timeout().is_none() {
         // a host that drops packets must not hang the first connect (later calls are
         // cancelled at their request's deadline anyway)
