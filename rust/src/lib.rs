@@ -50,7 +50,7 @@
 //! |---|---|---|
 //! | (always) | `memory://`, the core's in-memory Redis | — |
 //! | `redis` | `redis://` (`rediss://` with `tls`) | redis-rs, connection manager |
-//! | `postgres` | `postgres://`, lease rows (`sslmode=require` with `tls`) | tokio-postgres |
+//! | `postgres` | `postgres://`, lease rows, or session advisory locks with `?mode=session` (`sslmode=require` with `tls`) | tokio-postgres |
 //! | `etcd` | `etcd+http(s)://`, the v3 JSON gateway | reqwest |
 //! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
 //! | `zookeeper` | `zookeeper://`, ZooKeeper's lock recipe | zookeeper-client |

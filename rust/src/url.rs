@@ -22,6 +22,7 @@ use crate::Error;
 /// | `rediss://…` | Redis over TLS | `redis` + `tls` |
 /// | `redlock://[:password@]host1:6379,host2:6379,host3:6379[/db]` | Redlock on N independent masters (N odd, at least 3), one redis-rs connection manager each; the password and db apply to every master | `redis` |
 /// | `postgres://user@host/db[?sslmode=require]` (`postgresql://`) | PostgreSQL lease rows, tokio-postgres (TLS: tokio-postgres-rustls) | `postgres` (TLS: + `tls`) |
+/// | `postgres://user@host/db?mode=session` | PostgreSQL session-level advisory locks, a dedicated connection per lock (never through a transaction-pooling PgBouncer) | `postgres` |
 /// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` (https: + `tls`) |
 /// | `upstash+https://[:token@]host[/path]` (`upstash+http://`) | Redis over the Upstash REST protocol, reqwest; the token from the URL or `UPSTASH_REDIS_REST_TOKEN` | `upstash` |
 /// | `zookeeper://host1:2181[,host2:2181…][/root][?naming=curator&session_timeout=10s]` | ZooKeeper's lock recipe, zookeeper-client; root default `/locks` (lock `name` at `/locks/name`, as kazoo's `Lock("/locks/name")`), naming `kazoo` (default) or `curator`, the session timeout asked for (default 10 s; `500ms`, `10s` or seconds) | `zookeeper` |
@@ -63,6 +64,9 @@ pub enum BackendKind {
     /// [`BackendUrl::ca_file`]); tokio-postgres reads libpq's `sslmode=verify-ca` and
     /// `verify-full` as `require`, `allow` as `prefer`.
     Postgres(String),
+    /// `postgres://…?mode=session`: session-level advisory locks, one dedicated
+    /// connection per lock (its URL as for [`BackendKind::Postgres`]).
+    PostgresSession(String),
     /// `etcd+http(s)://`: the members' gateway URLs (`http(s)://host:port`).
     Etcd(Vec<String>),
     /// `upstash+http(s)://`: the REST endpoint and its bearer token.
@@ -97,7 +101,8 @@ impl BackendUrl {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         let postgres = matches!(scheme.as_deref(), Some("postgres" | "postgresql"));
         let ca_param = if postgres { "sslrootcert" } else { "ca" };
-        let (mut base, params) = take_params(url, &["key_prefix", ca_param, "sslmode"], postgres)?;
+        let (mut base, params) =
+            take_params(url, &["key_prefix", ca_param, "sslmode", "mode"], postgres)?;
         let param = |name: &str| {
             params
                 .iter()
@@ -156,7 +161,16 @@ impl BackendUrl {
             Some("memory") => BackendKind::Memory,
             Some("redis" | "rediss") => BackendKind::Redis(base),
             Some("redlock") => BackendKind::Redlock(redlock_masters(url, &base["redlock://".len()..])?),
-            Some("postgres" | "postgresql") => BackendKind::Postgres(base),
+            Some("postgres" | "postgresql") => match param("mode").as_deref() {
+                None | Some("lease") => BackendKind::Postgres(base),
+                Some("session") => BackendKind::PostgresSession(base),
+                Some(other) => {
+                    return Err(Error::Config(format!(
+                        "mode in {} must be lease or session, got {other:?}",
+                        redact(url)
+                    )))
+                }
+            },
             Some(s @ ("etcd+http" | "etcd+https")) => {
                 let scheme = &s[5..];
                 let rest = &base[s.len() + 3..];
@@ -326,7 +340,9 @@ fn take_params(
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some((k, v)) if names.contains(&k) && (k != "sslmode" || postgres) => {
+            Some((k, v))
+                if names.contains(&k) && (!matches!(k, "sslmode" | "mode") || postgres) =>
+            {
                 if v.is_empty() {
                     return Err(Error::Config(format!(
                         "{k} in {} is empty: leave it out for the default",
@@ -392,13 +408,19 @@ pub(crate) async fn open(
             Ok((Arc::new(adapter), Backend::Redlock(b)))
         }
         #[cfg(feature = "postgres")]
-        BackendKind::Postgres(u) => {
+        BackendKind::Postgres(u) | BackendKind::PostgresSession(u) => {
             if url.key_prefix.is_some() {
                 return Err(Error::Config(
                     "key_prefix does not apply to PostgreSQL (its locks are rows of the lease table)".into(),
                 ));
             }
-            let b = fencepost_core::PostgresBackend::default();
+            let b = fencepost_core::PostgresBackend {
+                mode: match url.kind {
+                    BackendKind::PostgresSession(_) => fencepost_core::PgMode::Session,
+                    _ => fencepost_core::PgMode::Lease,
+                },
+                ..fencepost_core::PostgresBackend::default()
+            };
             let adapter =
                 crate::adapters::postgres::PgAdapter::connect(u, url.ca_file.as_deref(), b.clone())
                     .await?;
@@ -453,13 +475,13 @@ pub(crate) async fn open(
             match other {
                 BackendKind::Redis(_) => "Redis",
                 BackendKind::Redlock(_) => "Redlock",
-                BackendKind::Postgres(_) => "PostgreSQL",
+                BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "PostgreSQL",
                 BackendKind::Etcd(_) => "etcd",
                 _ => "Upstash",
             },
             match other {
                 BackendKind::Redis(_) | BackendKind::Redlock(_) => "`redis`",
-                BackendKind::Postgres(_) => "`postgres`",
+                BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "`postgres`",
                 BackendKind::Etcd(_) => "`etcd`",
                 _ => "`upstash`",
             }

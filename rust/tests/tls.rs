@@ -96,6 +96,15 @@ async fn acquire_renew_release_and_a_fenced_cycle_over_tls() {
             .await
             .unwrap_or_else(|_| panic!("{label}: lost in time"));
         println!("{label} over TLS: tokens {old_token} < {new_token}, stale write refused, eviction lost as {reason:?}");
+        if label == "postgres" {
+            // session mode: each lock's dedicated connection over TLS too
+            let session = Client::connect(&format!("{url}&mode=session"))
+                .await
+                .unwrap();
+            let lease = session.acquire(&name, ttl(ms)).await.unwrap();
+            assert!(lease.token() > new_token, "postgres session over TLS");
+            lease.release().await.unwrap();
+        }
     }
 }
 

@@ -42,6 +42,16 @@ pub(crate) trait Adapter: Send + Sync + 'static {
         self.execute(request.body.clone())
     }
 
+    /// Whether the adapter keeps state per lock and needs [`Adapter::lock_finished`]
+    /// (PostgreSQL session mode: a connection per lock).
+    fn tracks_locks(&self) -> bool {
+        false
+    }
+
+    /// Lock `lock`'s final event (released, lost, acquire failed) has come: what the
+    /// adapter keeps for it can go once its requests in flight are done.
+    fn lock_finished(&self, _lock: fencepost_core::LockId) {}
+
     /// Who holds `name` now, as the server sees it (`None`: nobody).
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>>;
 

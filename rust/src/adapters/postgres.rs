@@ -3,7 +3,8 @@
 //! pipelines concurrent queries); a closed connection is replaced on the next call.
 //! Statements go out with `query_typed` (parameter types given, an unnamed statement
 //! in one round trip: no prepared statements, so a transaction-pooling PgBouncer works).
-//! Session-level advisory mode (a connection per lock) is not offered here. With the
+//! Session mode (`?mode=session`) runs each lock on a dedicated connection of its own
+//! ([`Dedicated`]), closed once the lock is done with. With the
 //! cargo feature `tls`, a URL with `sslmode=require` (or `verify-ca`, `verify-full`)
 //! opens every connection over TLS with tokio-postgres-rustls, checking the server's
 //! certificate chain and host name.
@@ -16,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fencepost_core::{
-    FencingToken, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement, SqlValue,
+    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement,
+    SqlValue,
 };
 use futures::future::{BoxFuture, FutureExt};
 use tokio_postgres::types::{ToSql, Type};
@@ -30,6 +32,37 @@ pub(crate) struct PgAdapter {
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
     backend: PostgresBackend,
     listener: Arc<Listener>,
+    dedicated: Arc<Mutex<HashMap<LockId, Dedicated>>>,
+}
+
+/// Session mode: the connection of one lock, opened for its acquire and closed (which
+/// ends its session, and any advisory lock the session holds) once the lock's final
+/// event has come and none of its statements is in flight.
+#[derive(Default)]
+struct Dedicated {
+    /// The connection (`None` until the first statement opens it).
+    conn: Arc<tokio::sync::Mutex<Option<tokio_postgres::Client>>>,
+    in_flight: usize,
+    finished: bool,
+}
+
+/// Counts a statement of a lock in flight on its dedicated connection until dropped
+/// (it ran, or the driver cancelled it at its deadline).
+struct InFlight {
+    map: Arc<Mutex<HashMap<LockId, Dedicated>>>,
+    lock: LockId,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&self.lock) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            if entry.finished && entry.in_flight == 0 {
+                map.remove(&self.lock); // drops the client: the connection closes
+            }
+        }
+    }
 }
 
 /// How the adapter's connections are opened: without TLS, or with rustls when the URL
@@ -340,6 +373,7 @@ impl PgAdapter {
                 tls,
                 ..Listener::default()
             }),
+            dedicated: Arc::default(),
         })
     }
 
@@ -381,38 +415,43 @@ impl Shared {
         Ok(fresh)
     }
 
-    /// Runs one statement: its rows, a server error as a `SqlReply::Error`, or a
-    /// transport failure (`Err`).
+    /// Runs one statement on the shared client (see [`run_on`]).
     async fn run(&self, stmt: SqlStatement) -> Result<SqlReply, String> {
         let client = self.client().await?;
-        let params: Vec<(Box<dyn ToSql + Sync + Send>, Type)> = stmt
-            .params
-            .iter()
-            .map(|p| -> (Box<dyn ToSql + Sync + Send>, Type) {
-                match p {
-                    SqlValue::Null => (Box::new(Option::<String>::None), Type::TEXT),
-                    SqlValue::Bool(b) => (Box::new(*b), Type::BOOL),
-                    SqlValue::Int(n) => (Box::new(*n), Type::INT8),
-                    SqlValue::Text(s) => (Box::new(s.clone()), Type::TEXT),
-                }
-            })
-            .collect();
-        let refs: Vec<(&(dyn ToSql + Sync), Type)> = params
-            .iter()
-            .map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone()))
-            .collect();
-        match client.query_typed(&stmt.sql, &refs).await {
-            Ok(rows) => Ok(SqlReply::Rows {
-                rows: rows.iter().map(row).collect(),
+        run_on(&client, stmt).await
+    }
+}
+
+/// Runs one statement on `client`: its rows, a server error as a `SqlReply::Error`, or
+/// a transport failure (`Err`).
+async fn run_on(client: &tokio_postgres::Client, stmt: SqlStatement) -> Result<SqlReply, String> {
+    let params: Vec<(Box<dyn ToSql + Sync + Send>, Type)> = stmt
+        .params
+        .iter()
+        .map(|p| -> (Box<dyn ToSql + Sync + Send>, Type) {
+            match p {
+                SqlValue::Null => (Box::new(Option::<String>::None), Type::TEXT),
+                SqlValue::Bool(b) => (Box::new(*b), Type::BOOL),
+                SqlValue::Int(n) => (Box::new(*n), Type::INT8),
+                SqlValue::Text(s) => (Box::new(s.clone()), Type::TEXT),
+            }
+        })
+        .collect();
+    let refs: Vec<(&(dyn ToSql + Sync), Type)> = params
+        .iter()
+        .map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone()))
+        .collect();
+    match client.query_typed(&stmt.sql, &refs).await {
+        Ok(rows) => Ok(SqlReply::Rows {
+            rows: rows.iter().map(row).collect(),
+        }),
+        Err(e) => match e.as_db_error() {
+            Some(db) => Ok(SqlReply::Error {
+                sqlstate: db.code().code().to_owned(),
+                message: db.message().to_owned(),
             }),
-            Err(e) => match e.as_db_error() {
-                Some(db) => Ok(SqlReply::Error {
-                    sqlstate: db.code().code().to_owned(),
-                    message: db.message().to_owned(),
-                }),
-                None => Err(e.to_string()),
-            },
-        }
+            None => Err(e.to_string()),
+        },
     }
 }
 
@@ -489,6 +528,61 @@ fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
 
 impl PgAdapter {
     /// The live lease rows matching `condition` (on `$1`), in name order.
+    /// Runs a session-mode statement on its lock's dedicated connection: registered
+    /// (synchronously, in send order) by the lock's acquire, opened by its first
+    /// statement, reopened when it broke (a new session, which holds nothing: the
+    /// heartbeat then reads the lock as lost).
+    fn dedicated(
+        &self,
+        request: &fencepost_core::Request,
+        stmt: SqlStatement,
+    ) -> BoxFuture<'static, Result<Reply, String>> {
+        let lock = request.lock;
+        let conn = {
+            let mut map = self.dedicated.lock().unwrap_or_else(|p| p.into_inner());
+            if request.operation == fencepost_core::Operation::Acquire {
+                map.entry(lock).or_default();
+            }
+            match map.get_mut(&lock) {
+                Some(entry) => {
+                    entry.in_flight += 1;
+                    entry.conn.clone()
+                }
+                // only a lock's cleanup comes after its connection closed, and closing
+                // it ended the session and whatever advisory lock it held
+                None => {
+                    let message = format!(
+                        "the dedicated connection of lock {} is closed (its session and any \
+                         advisory lock it held ended with it)",
+                        lock.0
+                    );
+                    return futures::future::ready(Err(message)).boxed();
+                }
+            }
+        };
+        let guard = InFlight {
+            map: self.dedicated.clone(),
+            lock,
+        };
+        let (url, tls) = (self.url.clone(), self.tls.clone());
+        async move {
+            let _guard = guard;
+            let mut slot = conn.lock().await;
+            if slot.as_ref().is_none_or(|c| c.is_closed()) {
+                *slot = Some(
+                    open(&url, &tls)
+                        .await
+                        .map_err(|e| crate::error::chain(&e))?,
+                );
+            }
+            let Some(client) = slot.as_ref() else {
+                return Err("the dedicated connection could not be opened".to_owned());
+            };
+            run_on(client, stmt).await.map(Reply::Sql)
+        }
+        .boxed()
+    }
+
     fn live(
         &self,
         condition: &str,
@@ -554,6 +648,20 @@ impl Adapter for PgAdapter {
         }
     }
 
+    fn tracks_locks(&self) -> bool {
+        self.backend.mode == PgMode::Session
+    }
+
+    fn lock_finished(&self, lock: LockId) {
+        let mut map = self.dedicated.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&lock) {
+            entry.finished = true;
+            if entry.in_flight == 0 {
+                map.remove(&lock);
+            }
+        }
+    }
+
     fn execute_request(
         &self,
         request: &fencepost_core::Request,
@@ -562,7 +670,13 @@ impl Adapter for PgAdapter {
             (self.backend.notify, request.operation, &request.body)
         {
             // before the send: a release after it is heard by the wait that follows
-            if let Some(SqlValue::Text(name)) = stmt.params.first() {
+            // (the name is the lease acquire's first parameter, the session acquire's
+            // second, after the advisory key)
+            let name = match self.backend.mode {
+                PgMode::Lease => stmt.params.first(),
+                PgMode::Session => stmt.params.get(1),
+            };
+            if let Some(SqlValue::Text(name)) = name {
                 let channel = fencepost_core::backends::postgres::notify_channel(
                     &self.backend.namespace,
                     name,
@@ -570,13 +684,48 @@ impl Adapter for PgAdapter {
                 self.listener.mark(channel);
             }
         }
+        if let RequestBody::Sql(stmt) = &request.body {
+            if stmt.connection == fencepost_core::PgConnection::Dedicated {
+                return self.dedicated(request, stmt.clone());
+            }
+        }
         self.execute(request.body.clone())
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
-        self.live("name = $1", name, 1)
-            .map(|r| r.map(|v| v.into_iter().next()))
-            .boxed()
+        let lease = self
+            .live("name = $1", name.clone(), 1)
+            .map(|r| r.map(|v| v.into_iter().next()));
+        if self.backend.mode == PgMode::Lease {
+            return lease.boxed();
+        }
+        // session mode: a session holding the name's advisory lock (pg_locks; its
+        // owner id is the session's own, the token the name's latest, no time left),
+        // else a lease row of a lease-mode client
+        let sql = format!(
+            "SELECT $1::text, NULL::text, (SELECT token FROM {} WHERE name = $1::text), NULL::bigint \
+             WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2::bigint)",
+            self.backend.lease_table
+        );
+        let key = fencepost_core::backends::postgres::advisory_key(&self.backend.namespace, &name);
+        let shared = self.shared();
+        async move {
+            let reply = shared
+                .run(SqlStatement {
+                    sql,
+                    params: vec![SqlValue::Text(name), SqlValue::Int(key)],
+                    connection: fencepost_core::PgConnection::Any,
+                })
+                .await
+                .map_err(Error::Backend)?;
+            match holders(reply)?.into_iter().next() {
+                Some(session) => Ok(Some(session)),
+                None => lease.await,
+            }
+        }
+        .boxed()
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
