@@ -113,7 +113,7 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// memory://, redis://, rediss://, postgres://, etcd+http(s)://host:port[,…],
+    /// memory://, redis://, rediss://, postgres://[…?mode=session], etcd+http(s)://host:port[,…],
     /// zookeeper://host:2181[,…][/root] or upstash+https://[:token@]host; `?key_prefix=` sets the key prefix.
     /// TLS (builds with the cargo feature `tls`): rediss://, https gateways and PostgreSQL's
     /// `sslmode=require`; the CA trusted is `?ca=/path/ca.pem` (PostgreSQL: `?sslrootcert=`),

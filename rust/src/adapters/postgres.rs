@@ -113,7 +113,7 @@ impl PgTls {
             #[cfg(feature = "tls")]
             PgTls::Rustls(tls) => {
                 let (client, connection) = config.connect(tls.clone()).await?;
-                Ok((client, Connection::Rustls(connection)))
+                Ok((client, Connection::Rustls(Box::new(connection))))
             }
         }
     }
@@ -122,13 +122,16 @@ impl PgTls {
 /// A connection's task, plain or over TLS.
 enum Connection {
     Plain(tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>),
+    /// Boxed: a TLS session's state is some kilobytes.
     #[cfg(feature = "tls")]
     Rustls(
-        tokio_postgres::Connection<
-            tokio_postgres::Socket,
-            <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+        Box<
+            tokio_postgres::Connection<
                 tokio_postgres::Socket,
-            >>::Stream,
+                <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+                    tokio_postgres::Socket,
+                >>::Stream,
+            >,
         >,
     ),
 }
@@ -152,7 +155,7 @@ impl Connection {
         match self {
             Connection::Plain(c) => drop(tokio::spawn(c)),
             #[cfg(feature = "tls")]
-            Connection::Rustls(c) => drop(tokio::spawn(c)),
+            Connection::Rustls(c) => drop(tokio::spawn(*c)),
         }
     }
 }
