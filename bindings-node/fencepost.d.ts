@@ -90,9 +90,11 @@ export interface LockOptions {
    * Holder metadata stored with each grant, for operators (`backend.inspect`,
    * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
    * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
-   * only: nothing decides on it. Plain Redis and MemoryBackend only: ConfigError
-   * (`option: 'metadata'`) on fair Redis (a hand-off grant is written by the releasing
-   * holder), etcd, Redlock and the Node-only backends. On Redis it is the key
+   * only: nothing decides on it. Plain Redis, MemoryBackend and the Node-only
+   * ZooKeeperBackend (the lock node's data) and KubernetesLeaseBackend (the Lease's
+   * `fencepost.dev/holder-metadata` annotation) only: ConfigError (`option: 'metadata'`)
+   * on fair Redis (a hand-off grant is written by the releasing holder), etcd, Redlock
+   * and PostgreSQL. On Redis it is the key
    * `{prefix}{name}:meta`, set by the acquire script with the lease's TTL, extended by
    * each renewal, deleted by the release and by `forceRelease`.
    */
@@ -104,14 +106,20 @@ export interface LockOptions {
 export interface Holder {
   /** The lock name. */
   readonly name: string
-  /** The holder's owner id (32 hex digits), or null when the server keeps none. */
+  /** The holder's owner id (32 hex digits), or null when the server keeps none; on etcd
+   * `'lease:'` and the holder's lease id in 16 hex digits (its key names the lease). */
   readonly owner: string | null
   /** The holder's fencing token (the lock's counter), or null when unknown. */
   readonly token: bigint | null
-  /** Milliseconds left on the holder's lease as the server counts them (PTTL), or null. */
+  /** Milliseconds left on the holder's lease as the server counts them (Redis PTTL, a
+   * PostgreSQL lease row's expiry on the server's clock, etcd's LeaseTimeToLive in whole
+   * seconds), or null (ZooKeeper: the session, not the node, has a deadline).
+   * Kubernetes: the record's leaseDurationSeconds, an upper bound (its last renewal
+   * cannot be dated without comparing wall clocks). */
   readonly ttlLeftMs: number | null
-  /** Contenders queued behind the holder (fair Redis), or null where the server keeps no
-   * queue (plain Redis waiters leave no trace until they win). */
+  /** Contenders queued behind the holder (fair Redis; etcd: the other contender keys), or
+   * null where the server keeps no queue (plain Redis and PostgreSQL lease-row waiters
+   * leave no trace until they win). */
   readonly waiters: number | null
   /** The `metadata` the holder acquired with, or null when it gave none. */
   readonly metadata: Readonly<Record<string, string>> | null
@@ -339,9 +347,12 @@ export declare class Election {
    * the lowest create revision under the election's prefix, as etcd's own
    * `concurrency.Election` reads it (a fencepost leader publishes its identity and value
    * in it; a candidate of etcd's own client reads as `identity: null` and its value).
+   * RedisBackend, UpstashRedisBackend, MemoryBackend (not fair) and the Node-only
+   * ZooKeeperBackend and KubernetesLeaseBackend: the candidate's identity and value are
+   * its lease's metadata, read by `backend.inspect`.
    *
-   * @throws ConfigError (`ERR_CONFIG`, kind `'unsupported'`) on the other backends: they
-   *   keep only the holder's owner id with the lock.
+   * @throws ConfigError (`ERR_CONFIG`, kind `'unsupported'`) on the other backends (fair
+   *   Redis, Redlock, PostgreSQL): they keep only the holder's owner id with the lock.
    * @throws BackendError (`ERR_BACKEND`), ProtocolError (`ERR_PROTOCOL`) as the backend's
    *   queries.
    */
@@ -431,8 +442,9 @@ export declare abstract class Backend {
    * @throws BackendError (`ERR_BACKEND`) when the server could not be reached.
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
    * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string, or (kind
-   *   'unsupported') on backends other than RedisBackend, UpstashRedisBackend and
-   *   MemoryBackend.
+   *   'unsupported') on backends other than RedisBackend, UpstashRedisBackend,
+   *   MemoryBackend, EtcdBackend, PostgresBackend with lease rows, and the Node-only
+   *   ZooKeeperBackend and KubernetesLeaseBackend.
    */
   inspect(name: string): Promise<Holder | null>
   /**

@@ -46,6 +46,15 @@ export interface KubernetesLeaseBackendOptions {
  * counted on its own monotonic clock. The holder's validity is measured from the send of
  * its last successful write, and it is lost on time even when the API server hangs.
  *
+ * **Holder metadata, inspection, followers.** The `metadata` lock option is stored in the
+ * Lease's `fencepost.dev/holder-metadata` annotation with the owner id (client-go keeps
+ * annotations and never reads it; a reader shows it only while that owner is the
+ * `holderIdentity`). `inspect(name)` reads one Lease (owner = holderIdentity, token =
+ * leaseTransitions, `ttlLeftMs` = leaseDurationSeconds as an upper bound, waiters null);
+ * `list(prefix, { limit })` pages `GET …/leases?limit=500` with `continue` (at most 100
+ * pages); an election's followers (`leader()`, `observe()`) read the leader's record
+ * from that annotation.
+ *
  * Every JSON body the API server answers (a Lease or a `Status`, whatever the HTTP
  * status) goes to the machine; a body that is not JSON is a transport failure.
  *

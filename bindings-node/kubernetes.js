@@ -28,6 +28,14 @@ function createKubernetes (native, fp) {
   const KUBERNETES_OPTIONS = ['server', 'token', 'namespace', 'fetch', 'requestTimeoutMs']
   /** Default of KubernetesLeaseBackend's `requestTimeoutMs` (Python's clients: 1 s). */
   const KUBERNETES_REQUEST_TIMEOUT_MS = 1000
+  /** Leases per page of a listing, and the most pages one reads (the core's KUBE_LIST_PAGE, KUBE_LIST_PAGES). */
+  const LIST_PAGE = 500
+  const LIST_PAGES = 100
+
+  /** A holder the native reader gave: its metadata's JSON text parsed. */
+  function holder (h) {
+    return Object.freeze({ ...h, metadata: h.metadata === null ? null : Object.freeze(JSON.parse(h.metadata)) })
+  }
 
   /** The wall clock now as a Kubernetes `MicroTime` (RFC 3339 UTC, six fractional digits). */
   function microTime () {
@@ -64,6 +72,8 @@ function createKubernetes (native, fp) {
       }
       // Called bare, never as a method of this object (workers' fetch refuses `this`).
       this._fetch = o.fetch === undefined ? (...args) => globalThis.fetch(...args) : fetch
+      /** Leases per listing page (tests lower it to see the paging). */
+      this._listPage = LIST_PAGE
       this._requestTimeoutMs = o.requestTimeoutMs === undefined ? KUBERNETES_REQUEST_TIMEOUT_MS : check.millis(o.requestTimeoutMs, 'requestTimeoutMs')
       if (!(this._requestTimeoutMs > 0)) {
         throw new ConfigError(`requestTimeoutMs must be above 0, got ${this._requestTimeoutMs}`, { option: 'requestTimeoutMs' })
@@ -96,6 +106,73 @@ function createKubernetes (native, fp) {
       if (doc.kind === 'Lease') return doc
       if (doc.kind === 'Status' && doc.code === 404) return null
       throw new ProtocolError(`readLease(${JSON.stringify(name)}): ${doc.code ?? ''} ${doc.reason ?? ''} ${doc.message ?? text.slice(0, 200)}`)
+    }
+
+    // -- operator queries: who holds it? which locks are held? elections' leaders --
+    //
+    // The core reads the replies: the holder is holderIdentity, the token
+    // leaseTransitions, the metadata the fencepost.dev/holder-metadata annotation while it
+    // names that holder.
+
+    /** One operator GET's response body, bounded by requestTimeoutMs. */
+    _get (what, name, path) {
+      return this._operatorReply(what, name, () => this._send('GET', path, null, 'application/json', deadlineSignal(now() + this._requestTimeoutMs)))
+    }
+
+    /**
+     * Who holds lock `name` now, read from its Lease (one GET), or null when there is no
+     * Lease or no holderIdentity. `{ name, owner (holderIdentity: an owner id, or a
+     * client-go elector's identity), token (leaseTransitions), ttlLeftMs (the record's
+     * leaseDurationSeconds: an upper bound, since when the holder last renewed cannot be
+     * told without comparing its wall-clock renewTime with this clock), waiters (null:
+     * candidates leave no trace), metadata (from the annotation a grant with the
+     * metadata option writes; null when it names another holder) }`. Rejects with
+     * BackendError (unreachable), ProtocolError (a Status other than 404), ConfigError
+     * (a name that is not a string).
+     */
+    async inspect (name) {
+      const path = this.leasePath(name)
+      const read = this._operatorResult('inspect', name, native.readKubernetesInspect(name, await this._get('inspect', name, path)))
+      return read.holder === null ? null : holder(read.holder)
+    }
+
+    /**
+     * The held locks of the namespace whose names start with `prefix` (default ''), at
+     * most `options.limit` (default 100), sorted by name, as `inspect` reads them.
+     * Paged: `GET …/leases?limit=500` and its `continue` token, at most 100 pages,
+     * stopping once `limit` held locks are found (the API has no name-prefix selector:
+     * the prefix is applied to each page). Rejects as `inspect`, and with ConfigError for
+     * a prefix that is not a string or a limit that is not an integer >= 1.
+     */
+    async list (prefix = '', options) {
+      check.string(prefix, 'prefix')
+      const o = check.plainObject(options, 'list options')
+      const limit = o.limit === undefined ? 100 : o.limit
+      if (!Number.isSafeInteger(limit) || limit < 1) {
+        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
+      }
+      const found = new Map()
+      let token = null
+      for (let page = 0; page < LIST_PAGES; page++) {
+        const path = native.kubernetesListPage(this._namespace, this._listPage, token)
+        const read = this._operatorResult('list', prefix, native.readKubernetesList(prefix, await this._get('list', prefix, path)))
+        for (const h of read.holders) found.set(h.name, holder(h))
+        token = read.continue
+        if (token === null || found.size >= limit) break
+      }
+      return [...found.keys()].sort().slice(0, limit).map((n) => found.get(n))
+    }
+
+    /** An election keeps its leader's record in the Lease's metadata annotation. */
+    _keepsLeaderMetadata () { return true }
+
+    /** The leader of election `name` as `Election.leader()` reads it. */
+    async _leader (name) {
+      const found = await this.inspect(name)
+      if (found === null) return null
+      const meta = found.metadata
+      if (meta === null || typeof meta.identity !== 'string') return { token: found.token, value: null, pending: true }
+      return { token: found.token, value: JSON.stringify({ identity: meta.identity, value: meta.value ?? null }), pending: false }
     }
 
     async execute (request, options) {

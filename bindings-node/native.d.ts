@@ -194,12 +194,27 @@ export declare function etcdLeaseId(ownerId: string): bigint
 /** The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call. */
 export declare function etcdLeaseRevoke(lease: bigint): { backend: 'etcd', call: 'lease_revoke', path: string, body: string }
 
+/** The `LeaseTimeToLive` call of etcd lease `lease` (a bigint from `readEtcdInspect`). */
+export declare function etcdLeaseTimeToLive(lease: bigint): { backend: 'etcd', call: 'lease_time_to_live', path: string, body: string }
+
+/**
+ * One page of the etcd listing of the locks whose names start with `prefix`, after key
+ * `after` (null: the first page). Read it with `readEtcdListPage`.
+ */
+export declare function etcdListPage(keyPrefix: string, prefix: string, after?: string | undefined | null): { backend: 'etcd', call: 'range', path: string, body: string }
+
 /**
  * A leader's publication of `value` in its own key, on its lease, while the key's create
  * revision is still `token` (etcd's `Election.Proclaim`), as a gateway call. Read the
  * reply with `readEtcdFencedTxn`.
  */
 export declare function etcdProclaim(keyPrefix: string, name: string, ownerId: string, token: bigint, value: string): { backend: 'etcd', call: 'txn', path: string, body: string }
+
+/**
+ * The path of one page of the Lease listing of `namespace`: `…/leases?limit={limit}`
+ * from the previous page's `continue` token (null first).
+ */
+export declare function kubernetesListPage(namespace: string, limit: number, continueToken?: string | undefined | null): string
 
 /** The lease key of lock `name` under `keyPrefix` (`{prefix}{{name}}:lock`). */
 export declare function lockKey(keyPrefix: string, name: string): string
@@ -210,6 +225,20 @@ export declare function lockKey(keyPrefix: string, name: string): string
  * Read the reply with `readLockState`.
  */
 export declare function lockStateStatement(settings: object | undefined | null, name: string, force: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The operator query "who holds lock `name`?" on PostgreSQL lease rows: one statement
+ * reading the live row (owner, token, ms left on the server's clock, metadata). Read
+ * its reply with `readPgHolders`.
+ */
+export declare function pgInspectStatement(settings: object | undefined | null, name: string): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The operator listing on PostgreSQL lease rows: the live rows whose names start with
+ * `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (1 ..=
+ * 10000). Read its reply with `readPgHolders`.
+ */
+export declare function pgListStatement(settings: object | undefined | null, prefix: string, limit: number): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
 
 /**
  * The SQL creating fencepost's PostgreSQL tables (idempotent, `CREATE TABLE IF NOT
@@ -233,10 +262,23 @@ export declare function readEtcdFencedTxn(name: string, token: bigint, reply: un
 export declare function readEtcdHolder(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, protocol?: string }
 
 /**
+ * Reads the reply of `etcdLeaderRange` as an inspection of lock `name`: `{ ok: true,
+ * holder, lease }` (`holder` null when nobody holds it; its `ttlLeftMs` null until
+ * `readEtcdTimeToLive` says) or `{ ok: false, protocol }`.
+ */
+export declare function readEtcdInspect(name: string, reply: unknown): { ok: boolean, holder?: object | null, lease?: bigint, protocol?: string }
+
+/**
  * Reads the reply of `etcdLeaderRange`: `{ ok: true, token, lease, value }` (`token`
  * null when nobody leads) or `{ ok: false, protocol: message }`.
  */
 export declare function readEtcdLeader(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, value?: string, protocol?: string }
+
+/**
+ * Reads the reply of `etcdListPage`: `{ ok: true, names, after }` or `{ ok: false,
+ * protocol }`.
+ */
+export declare function readEtcdListPage(keyPrefix: string, prefix: string, reply: unknown): { ok: boolean, names?: string[], after?: string | null, protocol?: string }
 
 /**
  * Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` (false: the lease was gone
@@ -245,10 +287,37 @@ export declare function readEtcdLeader(reply: unknown): { ok: boolean, token?: b
 export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
 
 /**
+ * Reads the reply of `etcdLeaseTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease
+ * is gone) or `{ ok: false, protocol }`.
+ */
+export declare function readEtcdTimeToLive(reply: unknown): { ok: boolean, ttlLeftMs?: number | null, protocol?: string }
+
+/**
+ * Reads a Lease GET's response body as an inspection: `{ ok: true, holder }` (null: no
+ * Lease, or no holder; `ttlLeftMs` is the record's `leaseDurationSeconds`, an upper
+ * bound) or `{ ok: false, protocol }`.
+ */
+export declare function readKubernetesInspect(name: string, reply: string): { ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }
+
+/**
+ * Reads one page of the Lease listing: `{ ok: true, continue, holders }` (`continue`
+ * null on the last page; the held Leases whose names start with `prefix`) or `{ ok:
+ * false, protocol }`.
+ */
+export declare function readKubernetesList(prefix: string, reply: string): { ok: boolean, continue?: string | null, holders?: Array<{ name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null }>, protocol?: string }
+
+/**
  * Reads the reply of `lockStateStatement`: `{ ok: true, lease, advisoryPid }` or
  * `{ ok: false, protocol }`.
  */
 export declare function readLockState(reply: unknown): { ok: boolean, lease?: boolean, advisoryPid?: number | null, protocol?: string }
+
+/**
+ * Reads the reply of `pgInspectStatement` or `pgListStatement`: `{ ok: true, holders }`
+ * (`{ name, owner, token, ttlLeftMs, waiters, metadata }`, metadata JSON text or null)
+ * or `{ ok: false, protocol }`.
+ */
+export declare function readPgHolders(reply: unknown): { ok: boolean, holders?: Array<object>, protocol?: string }
 
 /**
  * Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,
@@ -282,11 +351,31 @@ export declare function readRedisList(keyPrefix: string, reply: unknown): { ok: 
 export declare function readXactLock(reply: unknown): { ok: boolean, token?: bigint | null, protocol?: string }
 
 /**
+ * Reads the reply of `zookeeperInspect`: `{ ok: true, node }` (`node` null when nobody
+ * holds the lock, else `{ get, path, waiters }`: the holder node's `getData` call, its
+ * path and the contenders behind it) or `{ ok: false, protocol }`.
+ */
+export declare function readZookeeperContenders(settings: object | undefined | null, name: string, reply: string): { ok: boolean, node?: { get: { backend: 'zookeeper', spec: string }, path: string, waiters: number } | null, protocol?: string }
+
+/**
  * Reads the JSON `{"results": [...]}` of a fenced ZooKeeper multi (the holder check's
  * result first): `{ ok: true, applied }` (`applied` false: the holder node is gone,
  * nothing was written) or `{ ok: false, protocol }`.
  */
 export declare function readZookeeperFenced(reply: string): { ok: boolean, applied?: boolean, protocol?: string }
+
+/**
+ * Reads the reply of the holder node's `getData` (from `readZookeeperContenders`):
+ * `{ ok: true, holder }` (`holder` null: the node is gone, list again) or `{ ok: false,
+ * protocol }`.
+ */
+export declare function readZookeeperHolder(settings: object | undefined | null, name: string, path: string, waiters: number, reply: string): { ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }
+
+/**
+ * Reads the reply of `zookeeperListNames`: `{ ok: true, names }` (the names starting
+ * with `prefix`, sorted) or `{ ok: false, protocol }`.
+ */
+export declare function readZookeeperList(prefix: string, reply: string): { ok: boolean, names?: string[], protocol?: string }
 
 /** The fenced Redis SET as a script call `{ script, sha1, keys, args }`. */
 export declare function redisFencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, owner?: string | undefined | null): { script: string, sha1: string, keys: string[], args: string[] }
@@ -349,6 +438,19 @@ export declare function tokenKey(keyPrefix: string, name: string): string
  * reply with `readXactLock`.
  */
 export declare function xactLockStatement(settings: object | undefined | null, name: string, wait: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The first call of "who holds lock `name`?" on a ZooKeeper backend with `settings`
+ * (`{ root, naming }`): `{ backend: 'zookeeper', spec }`, the lock path's children.
+ * Read its reply with `readZookeeperContenders`.
+ */
+export declare function zookeeperInspect(settings: object | undefined | null, name: string): { backend: 'zookeeper', spec: string }
+
+/**
+ * The children of the ZooKeeper root (the lock names a listing inspects) as `{ backend:
+ * 'zookeeper', spec }`. Read its reply with `readZookeeperList`.
+ */
+export declare function zookeeperListNames(settings?: object | undefined | null): { backend: 'zookeeper', spec: string }
 
 /**
  * `[lock path, node prefix]` of lock `name` on a ZooKeeper backend with `settings`

@@ -80,6 +80,15 @@ export type ZooKeeperRequest = MachineZooKeeperRequest
  * on a client you passed every call answers `session_expired` until you make a new
  * backend on a new client.
  *
+ * **Holder metadata, inspection, followers.** The `metadata` lock option is written as
+ * the lock node's data (compact JSON; a lock without it writes its owner id): kazoo's
+ * Lock writes its `identifier` there and Curator its client's address, so the data is a
+ * free-form label to both. `inspect(name)` reads the lowest contender (owner id from its
+ * name, token = czxid, waiters = the contenders behind it, metadata = its data when it
+ * is a JSON object of strings, `ttlLeftMs` null); `list(prefix, { limit })` reads the
+ * root's children and inspects the matching names in order; an election's followers
+ * (`leader()`, `observe()`) read the leader's record from the holder's metadata.
+ *
  * **Fenced writes**: `fencedCommit` runs a multi-op transaction that first checks the
  * lease's own node (it exists, at data version 0), ZooKeeper's counterpart of etcd's
  * `IsOwner`.

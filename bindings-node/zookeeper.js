@@ -285,6 +285,14 @@ function createZooKeeper (native, fp) {
           const [s] = await call((cb) => client.exists(spec.path, cb))
           return { stat: s ? stat(s) : null }
         }
+        case 'get': {
+          const [data, s] = await call((cb) => client.getData(spec.path, cb))
+          let text = null
+          try {
+            if (data) text = new TextDecoder('utf-8', { fatal: true }).decode(data)
+          } catch {} // not UTF-8: not fencepost's, no metadata
+          return { data: text, stat: stat(s) }
+        }
         case 'watch': return { event: await this._watch(spec.path, spec.timeout_ms, signal) }
         case 'delete':
           await call((cb) => client.remove(spec.path, -1, cb))
@@ -369,6 +377,78 @@ function createZooKeeper (native, fp) {
       })
     }
 
+    // -- operator queries: who holds it? which locks are held? elections' leaders --
+    //
+    // The core phrases every call and reads every reply: the holder is the lowest
+    // contender, as the lock recipe orders them, and its metadata is its node's data.
+
+    /** One inspection call's reply text, bounded by the session timeout. */
+    async _query (what, name, request) {
+      return this._operatorReply(what, name, () => bounded(this.execute(request, {}), this._sessionTimeoutMs))
+    }
+
+    /**
+     * Who holds lock `name` now: the lowest contender node under its path (as the lock
+     * recipe and kazoo's Lock order them), or null when there is none. `{ name, owner
+     * (from the node's name; a kazoo Lock's uuid), token (the node's czxid), ttlLeftMs
+     * (null: the node lives as long as its session, whose deadline the server does not
+     * tell), waiters (the contender nodes behind it), metadata (the node's data when it
+     * is a JSON object of strings: what a lock with the metadata option writes) }`. Two
+     * round trips; if the holder leaves in between, the listing is read again (at most
+     * 4 times, then BackendError). Rejects with BackendError (unreachable),
+     * ProtocolError (an error reply, an expired session among them), ConfigError (a name
+     * that is not a string).
+     */
+    async inspect (name) {
+      check.string(name, 'lock name')
+      const settings = { root: this._root, naming: this._naming }
+      for (let i = 0; i < INSPECT_TRIES; i++) {
+        const first = translate(() => native.zookeeperInspect(settings, name))
+        const listed = this._operatorResult('inspect', name, native.readZookeeperContenders(settings, name, await this._query('inspect', name, first)))
+        if (listed.node === null) return null
+        const { get, path, waiters } = listed.node
+        const read = this._operatorResult('inspect', name, native.readZookeeperHolder(settings, name, path, waiters, await this._query('inspect', name, get)))
+        if (read.holder !== null) return holder(read.holder)
+      }
+      throw new BackendError(`inspect(${JSON.stringify(name)}): the holder left before its node could be read, ${INSPECT_TRIES} times in a row`)
+    }
+
+    /**
+     * The held locks whose names start with `prefix` (default ''), at most
+     * `options.limit` (default 100), sorted by name: one getChildren of the root
+     * (ZooKeeper answers it whole), then `inspect` of each matching name in order until
+     * `limit` held locks are found. Names with a '/' (nested paths) are not listed.
+     * Rejects as `inspect`, and with ConfigError for a prefix that is not a string or a
+     * limit that is not an integer >= 1.
+     */
+    async list (prefix = '', options) {
+      check.string(prefix, 'prefix')
+      const o = check.plainObject(options, 'list options')
+      const limit = o.limit === undefined ? 100 : o.limit
+      if (!Number.isSafeInteger(limit) || limit < 1) {
+        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
+      }
+      const settings = { root: this._root, naming: this._naming }
+      const request = translate(() => native.zookeeperListNames(settings))
+      const { names } = this._operatorResult('list', prefix, native.readZookeeperList(prefix, await this._query('list', prefix, request)))
+      const found = []
+      for (const name of names) {
+        if (found.length >= limit) break
+        const h = await this.inspect(name)
+        if (h !== null) found.push(h)
+      }
+      return found
+    }
+
+    /** An election keeps its leader's record as the holder node's data. */
+    _keepsLeaderMetadata () { return true }
+
+    /** The leader of election `name` as `Election.leader()` reads it: the holder's
+     * metadata as the record `{ identity, value }`, or null when nobody holds it. */
+    async _leader (name) {
+      return leaderOf(await this.inspect(name))
+    }
+
     // -- fenced writes --
 
     /** The full path of `lease`'s own node, or null when it is gone. Retries while the
@@ -430,6 +510,22 @@ function createZooKeeper (native, fp) {
       if (!outcome.applied) throw stale()
       return ops.slice(1)
     }
+  }
+
+  /** The most listings one inspection makes (the core's ZK_INSPECT_TRIES). */
+  const INSPECT_TRIES = 4
+
+  /** A holder the native reader gave: its metadata's JSON text parsed. */
+  function holder (h) {
+    return Object.freeze({ ...h, metadata: h.metadata === null ? null : Object.freeze(JSON.parse(h.metadata)) })
+  }
+
+  /** What `Election.leader()` reads of a holder: its metadata as the leader's record. */
+  function leaderOf (found) {
+    if (found === null) return null
+    const meta = found.metadata
+    if (meta === null || typeof meta.identity !== 'string') return { token: found.token, value: null, pending: true }
+    return { token: found.token, value: JSON.stringify({ identity: meta.identity, value: meta.value ?? null }), pending: false }
   }
 
   /** A multi's per-operation results as the core reads them: true, or the error kind. */

@@ -35,8 +35,10 @@ function readRecord (text, token) {
 }
 
 const sleep = (ms, signal) => new Promise((resolve) => {
-  const timer = setTimeout(resolve, ms)
-  signal?.addEventListener('abort', () => { clearTimeout(timer); resolve() }, { once: true })
+  // the listener goes with the timer: a follower observing for days adds none per read
+  const onAbort = () => { clearTimeout(timer); resolve() }
+  const timer = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, ms)
+  signal?.addEventListener('abort', onAbort, { once: true })
 })
 
 function call (callback, ...args) {
@@ -262,16 +264,18 @@ function createElection (Lock) {
      * EtcdBackend: the key with the lowest create revision under the election's prefix
      * (as etcd's own `concurrency.Election` reads it); `identity` null for a candidate
      * of etcd's own client, and both null for a holder an instant before its record.
-     * RedisBackend, UpstashRedisBackend and MemoryBackend (not fair): the candidate's
-     * identity and value are its lease's metadata, read by `backend.inspect`. Other
-     * backends (fair Redis, Redlock, PostgreSQL, ZooKeeper, Kubernetes) keep only the
-     * owner id with the lock: ConfigError (kind 'unsupported'). BackendError /
+     * RedisBackend, UpstashRedisBackend and MemoryBackend (not fair), and on Node
+     * ZooKeeperBackend (the holder node's data) and KubernetesLeaseBackend (an
+     * annotation of the Lease): the candidate's identity and value are its lease's
+     * metadata, read by `backend.inspect`. Other backends (fair Redis, Redlock,
+     * PostgreSQL) keep only the owner id with the lock: ConfigError (kind
+     * 'unsupported'). BackendError /
      * ProtocolError as the backend's queries.
      */
     async leader () {
       const backend = this.backend
       if (typeof backend._leader !== 'function') {
-        throw new ConfigError(`${backend.constructor.name} cannot say who leads an election: it keeps only the holder's owner id with the lock (leader() and observe() are available on EtcdBackend and on RedisBackend, UpstashRedisBackend and MemoryBackend without fair hand-off)`, { kind: 'unsupported' })
+        throw new ConfigError(`${backend.constructor.name} cannot say who leads an election: it keeps only the holder's owner id with the lock (leader() and observe() are available on EtcdBackend, ZooKeeperBackend, KubernetesLeaseBackend and on RedisBackend, UpstashRedisBackend and MemoryBackend without fair hand-off)`, { kind: 'unsupported' })
       }
       const read = await backend._leader(this.name)
       if (read === null) return null

@@ -13,11 +13,14 @@
 use std::borrow::Cow;
 
 use fencepost_core::backends::zookeeper::{read_zk_fenced, ZkFenced};
-use fencepost_core::backends::{ZkNaming, ZooKeeperBackend};
+use fencepost_core::backends::{
+    read_zk_contenders, read_zk_holder, read_zk_list, ZkHolderNode, ZkNaming, ZkRequest,
+    ZooKeeperBackend,
+};
 use fencepost_core::text::number;
 use fencepost_core::Backend;
 
-use crate::{owner_id, protocol, JsError, JsOut, Primitive, Result};
+use crate::{holder, owner_id, protocol, JsError, JsOut, Primitive, Result};
 
 fn naming(given: &str) -> Result<ZkNaming> {
     match given {
@@ -109,6 +112,93 @@ pub fn read_fenced(reply: &str) -> JsOut<'static> {
         Ok(outcome) => JsOut::Object(vec![
             ("ok", JsOut::Bool(true)),
             ("applied", JsOut::Bool(outcome == ZkFenced::Applied)),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// A ZooKeeper call as the Node adapter's `execute` takes it: `{ backend: "zookeeper",
+/// spec }`, `spec` the call as JSON.
+fn call(req: &ZkRequest) -> JsOut<'static> {
+    JsOut::Object(vec![
+        ("backend", JsOut::Text(Cow::Borrowed("zookeeper"))),
+        ("spec", JsOut::Text(Cow::Owned(req.to_json()))),
+    ])
+}
+
+/// `zookeeperInspect`: the first call of "who holds lock `name`?" (the lock path's
+/// children), read with [`read_contenders`].
+pub fn inspect(fields: Vec<(String, Primitive)>, name: &str) -> Result<JsOut<'static>> {
+    Ok(call(&settings(fields)?.inspect(name)))
+}
+
+/// `readZookeeperContenders`: `{ ok: true, node }` (`node` null when nobody holds the
+/// lock, else `{ get, path, waiters }`: the holder node's `getData` call, its path and
+/// the contenders behind it) or `{ ok: false, protocol }`.
+pub fn read_contenders(
+    fields: Vec<(String, Primitive)>,
+    name: &str,
+    reply: &str,
+) -> Result<JsOut<'static>> {
+    let s = settings(fields)?;
+    Ok(match read_zk_contenders(&s, name, reply) {
+        Ok(found) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "node",
+                found.map_or(JsOut::Null, |n| {
+                    JsOut::Object(vec![
+                        ("get", call(&n.get())),
+                        ("path", JsOut::Text(Cow::Owned(n.path))),
+                        ("waiters", JsOut::Number(n.waiters as f64)),
+                    ])
+                }),
+            ),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    })
+}
+
+/// `readZookeeperHolder`: `{ ok: true, holder }` for the reply of the holder node's
+/// `getData` (`holder` null: the node is gone, list again) or `{ ok: false, protocol }`.
+pub fn read_holder(
+    fields: Vec<(String, Primitive)>,
+    name: &str,
+    path: String,
+    waiters: u64,
+    reply: &str,
+) -> Result<JsOut<'static>> {
+    let s = settings(fields)?;
+    let node = ZkHolderNode { path, waiters };
+    Ok(match read_zk_holder(&s, name, &node, reply) {
+        Ok(found) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("holder", found.map_or(JsOut::Null, holder)),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    })
+}
+
+/// `zookeeperListNames`: the root's children call, read with [`read_list`].
+pub fn list_names(fields: Vec<(String, Primitive)>) -> Result<JsOut<'static>> {
+    Ok(call(&settings(fields)?.list_names()))
+}
+
+/// `readZookeeperList`: `{ ok: true, names }` (the root's names starting with
+/// `prefix`, sorted) or `{ ok: false, protocol }`.
+pub fn read_list(prefix: &str, reply: &str) -> JsOut<'static> {
+    match read_zk_list(prefix, reply) {
+        Ok(names) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "names",
+                JsOut::Array(
+                    names
+                        .into_iter()
+                        .map(|n| JsOut::Text(Cow::Owned(n)))
+                        .collect(),
+                ),
+            ),
         ]),
         Err(e) => protocol(e.to_string()),
     }

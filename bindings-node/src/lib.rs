@@ -1099,6 +1099,116 @@ pub fn zookeeper_node_prefix<'env>(
     to_js(env, &out)
 }
 
+/// The first call of "who holds lock `name`?" on a ZooKeeper backend with `settings`
+/// (`{ root, naming }`): `{ backend: 'zookeeper', spec }`, the lock path's children.
+/// Read its reply with `readZookeeperContenders`.
+#[napi(ts_return_type = "{ backend: 'zookeeper', spec: string }")]
+pub fn zookeeper_inspect<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let out = js(env, common::zookeeper::inspect(fields, &name))?;
+    to_js(env, &out)
+}
+
+/// Reads the reply of `zookeeperInspect`: `{ ok: true, node }` (`node` null when nobody
+/// holds the lock, else `{ get, path, waiters }`: the holder node's `getData` call, its
+/// path and the contenders behind it) or `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, node?: { get: { backend: 'zookeeper', spec: string }, path: string, waiters: number } | null, protocol?: string }"
+)]
+pub fn read_zookeeper_contenders<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+    reply: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let out = js(
+        env,
+        common::zookeeper::read_contenders(fields, &name, &reply),
+    )?;
+    to_js(env, &out)
+}
+
+/// Reads the reply of the holder node's `getData` (from `readZookeeperContenders`):
+/// `{ ok: true, holder }` (`holder` null: the node is gone, list again) or `{ ok: false,
+/// protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }"
+)]
+pub fn read_zookeeper_holder<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+    path: String,
+    waiters: u32,
+    reply: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let out = js(
+        env,
+        common::zookeeper::read_holder(fields, &name, path, u64::from(waiters), &reply),
+    )?;
+    to_js(env, &out)
+}
+
+/// The children of the ZooKeeper root (the lock names a listing inspects) as `{ backend:
+/// 'zookeeper', spec }`. Read its reply with `readZookeeperList`.
+#[napi(ts_return_type = "{ backend: 'zookeeper', spec: string }")]
+pub fn zookeeper_list_names<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let out = js(env, common::zookeeper::list_names(fields))?;
+    to_js(env, &out)
+}
+
+/// Reads the reply of `zookeeperListNames`: `{ ok: true, names }` (the names starting
+/// with `prefix`, sorted) or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, names?: string[], protocol?: string }")]
+pub fn read_zookeeper_list(env: &Env, prefix: String, reply: String) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::zookeeper::read_list(&prefix, &reply))
+}
+
+/// The path of one page of the Lease listing of `namespace`: `…/leases?limit={limit}`
+/// from the previous page's `continue` token (null first).
+#[napi]
+pub fn kubernetes_list_page(
+    namespace: String,
+    limit: u32,
+    continue_token: Option<String>,
+) -> String {
+    common::kubernetes::list_page(namespace, limit, continue_token.as_deref())
+}
+
+/// Reads a Lease GET's response body as an inspection: `{ ok: true, holder }` (null: no
+/// Lease, or no holder; `ttlLeftMs` is the record's `leaseDurationSeconds`, an upper
+/// bound) or `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, holder?: { name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null } | null, protocol?: string }"
+)]
+pub fn read_kubernetes_inspect(
+    env: &Env,
+    name: String,
+    reply: String,
+) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::kubernetes::read_inspect(&name, &reply))
+}
+
+/// Reads one page of the Lease listing: `{ ok: true, continue, holders }` (`continue`
+/// null on the last page; the held Leases whose names start with `prefix`) or `{ ok:
+/// false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, continue?: string | null, holders?: Array<{ name: string, owner: string | null, token: bigint | null, ttlLeftMs: number | null, waiters: number | null, metadata: string | null }>, protocol?: string }"
+)]
+pub fn read_kubernetes_list(env: &Env, prefix: String, reply: String) -> napi::Result<Unknown<'_>> {
+    to_js(env, &common::kubernetes::read_list(&prefix, &reply))
+}
+
 /// Reads the JSON `{"results": [...]}` of a fenced ZooKeeper multi (the holder check's
 /// result first): `{ ok: true, applied }` (`applied` false: the holder node is gone,
 /// nothing was written) or `{ ok: false, protocol }`.
@@ -1172,6 +1282,122 @@ pub fn lock_state_statement<'env>(
 pub fn read_lock_state<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
     let reply = to_sql_reply(env, reply);
     to_js(env, &common::postgres::read_lock_state(&reply))
+}
+
+/// The operator query "who holds lock `name`?" on PostgreSQL lease rows: one statement
+/// reading the live row (owner, token, ms left on the server's clock, metadata). Read
+/// its reply with `readPgHolders`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn pg_inspect_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(env, common::postgres::inspect_statement(fields, &name))?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// The operator listing on PostgreSQL lease rows: the live rows whose names start with
+/// `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (1 ..=
+/// 10000). Read its reply with `readPgHolders`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn pg_list_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    prefix: String,
+    limit: u32,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(
+        env,
+        common::postgres::list_statement(fields, &prefix, limit.into()),
+    )?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// Reads the reply of `pgInspectStatement` or `pgListStatement`: `{ ok: true, holders }`
+/// (`{ name, owner, token, ttlLeftMs, waiters, metadata }`, metadata JSON text or null)
+/// or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, holders?: Array<object>, protocol?: string }")]
+pub fn read_pg_holders<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    let reply = to_sql_reply(env, reply);
+    to_js(env, &common::postgres::read_holders(&reply))
+}
+
+/// Reads the reply of `etcdLeaderRange` as an inspection of lock `name`: `{ ok: true,
+/// holder, lease }` (`holder` null when nobody holds it; its `ttlLeftMs` null until
+/// `readEtcdTimeToLive` says) or `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, holder?: object | null, lease?: bigint, protocol?: string }"
+)]
+pub fn read_etcd_inspect<'env>(
+    env: &'env Env,
+    name: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_inspect(&name, &etcd_reply_text(reply)),
+    )
+}
+
+/// The `LeaseTimeToLive` call of etcd lease `lease` (a bigint from `readEtcdInspect`).
+#[napi(
+    ts_return_type = "{ backend: 'etcd', call: 'lease_time_to_live', path: string, body: string }"
+)]
+pub fn etcd_lease_time_to_live<'env>(env: &'env Env, lease: BigInt) -> napi::Result<Unknown<'env>> {
+    let id = i64::try_from(self::token(env, &lease)?).unwrap_or(i64::MAX);
+    to_js(env, &common::etcd_lease_time_to_live(id))
+}
+
+/// Reads the reply of `etcdLeaseTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease
+/// is gone) or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, ttlLeftMs?: number | null, protocol?: string }")]
+pub fn read_etcd_time_to_live<'env>(
+    env: &'env Env,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_time_to_live(&etcd_reply_text(reply)),
+    )
+}
+
+/// One page of the etcd listing of the locks whose names start with `prefix`, after key
+/// `after` (null: the first page). Read it with `readEtcdListPage`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'range', path: string, body: string }")]
+pub fn etcd_list_page(
+    env: &Env,
+    key_prefix: String,
+    prefix: String,
+    after: Option<String>,
+) -> napi::Result<Unknown<'_>> {
+    to_js(
+        env,
+        &common::etcd_list_page(key_prefix, &prefix, after.as_deref()),
+    )
+}
+
+/// Reads the reply of `etcdListPage`: `{ ok: true, names, after }` or `{ ok: false,
+/// protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, names?: string[], after?: string | null, protocol?: string }"
+)]
+pub fn read_etcd_list_page<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    prefix: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_list_page(key_prefix, &prefix, &etcd_reply_text(reply)),
+    )
 }
 
 /// Version of the fencepost-core crate compiled into this addon.

@@ -897,7 +897,8 @@ struct EtcdCall {
 
 #[pymethods]
 impl EtcdCall {
-    /// "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range" or "watch".
+    /// "lease_grant", "lease_keep_alive", "lease_revoke", "lease_time_to_live", "txn",
+    /// "range" or "watch".
     #[getter]
     fn call(&self) -> &'static str {
         self.req.call_name()
@@ -933,8 +934,8 @@ impl EtcdCall {
 }
 
 /// One ZooKeeper call for the host's client (kazoo): `spec_json` is the call as JSON
-/// (`{"call": "create" | "children" | "exists" | "watch" | "delete" | "delete_owned" |
-/// "multi", …}`); answer with the JSON reply document the core's
+/// (`{"call": "create" | "children" | "exists" | "watch" | "get" | "delete" |
+/// "delete_owned" | "multi", …}`); answer with the JSON reply document the core's
 /// `fencepost_core::backends::zookeeper::ZkRequest` describes for it, with `"session"`
 /// (the client's session id) in every reply and `{"error": kind, …}` for a failed call.
 /// A `watch` is a blocking wait of at most `timeout_s`.
@@ -945,7 +946,7 @@ struct ZooKeeperCall {
 
 #[pymethods]
 impl ZooKeeperCall {
-    /// The call's name: "create", "children", "exists", "watch", "delete",
+    /// The call's name: "create", "children", "exists", "watch", "get", "delete",
     /// "delete_owned" or "multi".
     #[getter]
     fn call(&self) -> &'static str {
@@ -1007,6 +1008,179 @@ fn zookeeper_node_prefix(
     ))
 }
 
+/// The ZooKeeper settings of `root` and `naming` ("kazoo" or "curator").
+fn zk_settings(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+) -> PyResult<fencepost_core::backends::ZooKeeperBackend> {
+    use fencepost_core::backends::{ZkNaming, ZooKeeperBackend};
+    let naming = match arg_str(naming, "naming")?.as_str() {
+        "kazoo" => ZkNaming::Kazoo,
+        "curator" => ZkNaming::Curator,
+        other => {
+            return Err(config_error(
+                py,
+                format!("naming must be \"kazoo\" or \"curator\", got {other:?}"),
+            ))
+        }
+    };
+    Ok(ZooKeeperBackend {
+        root: arg_str(root, "root")?,
+        naming,
+        session_timeout_ms: None,
+    })
+}
+
+/// The reply text of a ZooKeeper call (str or UTF-8 bytes).
+fn zk_reply_text(reply: &Bound<'_, PyAny>) -> String {
+    etcd_reply_text(reply)
+}
+
+/// The first call of the operator query "who holds lock `name`?" on ZooKeeper: the
+/// children of the lock path. Read its reply with `read_zookeeper_contenders`.
+///
+/// Errors: `ConfigError` for arguments that are not str or an unknown naming.
+#[pyfunction]
+fn zookeeper_inspect(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+) -> PyResult<ZooKeeperCall> {
+    let settings = zk_settings(py, root, naming)?;
+    Ok(ZooKeeperCall {
+        req: settings.inspect(&arg_str(name, "name")?),
+    })
+}
+
+/// Reads the reply of `zookeeper_inspect`: `(get, node_path, waiters)` (the `getData`
+/// call of the holder node, its path and the contenders behind it), or None when
+/// nobody holds lock `name`.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_zookeeper_contenders(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Option<(ZooKeeperCall, String, u64)>> {
+    let settings = zk_settings(py, root, naming)?;
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_zk_contenders(&settings, &name, &zk_reply_text(reply)) {
+        Ok(Some(node)) => Ok(Some((
+            ZooKeeperCall { req: node.get() },
+            node.path,
+            node.waiters,
+        ))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of the holder node's `getData` (from `read_zookeeper_contenders`):
+/// the holder's dict (see `Holder`), or None when the node is gone (list again, at
+/// most `ZK_INSPECT_TRIES` times).
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn read_zookeeper_holder<'py>(
+    py: Python<'py>,
+    root: &Bound<'py, PyAny>,
+    naming: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyAny>,
+    node_path: &Bound<'py, PyAny>,
+    waiters: u64,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let settings = zk_settings(py, root, naming)?;
+    let node = fencepost_core::backends::ZkHolderNode {
+        path: arg_str(node_path, "node_path")?,
+        waiters,
+    };
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_zk_holder(&settings, &name, &node, &zk_reply_text(reply)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// The children of the ZooKeeper root: the lock names an operator listing inspects.
+/// Read its reply with `read_zookeeper_list`.
+///
+/// Errors: `ConfigError` for arguments that are not str or an unknown naming.
+#[pyfunction]
+fn zookeeper_list_names(
+    py: Python<'_>,
+    root: &Bound<'_, PyAny>,
+    naming: &Bound<'_, PyAny>,
+) -> PyResult<ZooKeeperCall> {
+    Ok(ZooKeeperCall {
+        req: zk_settings(py, root, naming)?.list_names(),
+    })
+}
+
+/// Reads the reply of `zookeeper_list_names`: the names starting with `prefix`, sorted.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_zookeeper_list(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<Vec<String>> {
+    fencepost_core::backends::read_zk_list(&arg_str(prefix, "prefix")?, &zk_reply_text(reply))
+        .map_err(|e| protocol_error(py, &e))
+}
+
+/// Reads the reply of a Lease GET (`KubernetesCall.get`) as an inspection: the holder's
+/// dict (see `Holder`; `ttl_left_ns` is the record's `leaseDurationSeconds`, an upper
+/// bound), or None when there is no Lease or no holder.
+///
+/// Errors: `ProtocolError` for a `Status` other than 404 or a reply of another shape.
+#[pyfunction]
+fn read_kubernetes_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let name = arg_str(name, "name")?;
+    match fencepost_core::backends::read_kube_inspect(&name, &etcd_reply_text(reply)) {
+        Ok(Some(h)) => holder_dict(py, &h).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads one page of `KubernetesCall.list_page`: `(continue token or None on the last
+/// page, the held Leases of the page whose names start with `prefix`)`.
+///
+/// Errors: `ProtocolError` for a `Status` or a reply that is no LeaseList.
+#[pyfunction]
+fn read_kubernetes_list<'py>(
+    py: Python<'py>,
+    prefix: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<(Option<String>, Vec<Bound<'py, PyDict>>)> {
+    match fencepost_core::backends::read_kube_list(
+        &arg_str(prefix, "prefix")?,
+        &etcd_reply_text(reply),
+    ) {
+        Ok((next, holders)) => Ok((
+            next,
+            holders
+                .iter()
+                .map(|h| holder_dict(py, h))
+                .collect::<PyResult<_>>()?,
+        )),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
 /// Reads a fenced multi's reply (`{"results": [...]}`, the check first): True when every
 /// operation ran, False when the holder node was gone or changed (nothing was written).
 ///
@@ -1042,6 +1216,19 @@ impl KubernetesCall {
         };
         KubernetesCall {
             req: settings.get(name),
+        }
+    }
+    /// One page of the Lease listing of `namespace`: `GET …/leases?limit=` from the
+    /// `continue` token of the previous page (None first). Read it with
+    /// `read_kubernetes_list`.
+    #[staticmethod]
+    #[pyo3(signature = (namespace, limit, continue_token=None))]
+    fn list_page(namespace: &str, limit: u32, continue_token: Option<&str>) -> Self {
+        let settings = fencepost_core::backends::KubernetesBackend {
+            namespace: namespace.to_owned(),
+        };
+        KubernetesCall {
+            req: settings.list_page(limit, continue_token),
         }
     }
     /// "GET", "POST", "PUT" or "PATCH".
@@ -2402,6 +2589,143 @@ fn read_lock_state(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<(bool, 
     }
 }
 
+/// The operator query "who holds lock `name`?" on PostgreSQL lease rows: one
+/// statement reading the live row's owner, token, milliseconds left (the server's
+/// clock) and metadata. Read the reply with `read_pg_holders` (no holder: nobody holds
+/// it).
+///
+/// Errors: `ConfigError` for a name that is not a str, or a table name that is not a
+/// plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (name, *, lease_table = None))]
+fn pg_inspect_statement(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    lease_table: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, lease_table, None, None)?;
+    Ok(Sql {
+        stmt: pg::inspect_statement(&settings, &arg_str(name, "name")?),
+    })
+}
+
+/// The operator listing on PostgreSQL lease rows: the live rows whose names start with
+/// `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (clamped to
+/// 1 ..= `PG_LIST_MAX`), in one statement. Read the reply with `read_pg_holders`.
+///
+/// Errors: `ConfigError` for arguments of the wrong type, or a table name that is not
+/// a plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (prefix, limit, *, lease_table = None))]
+fn pg_list_statement(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+    limit: u64,
+    lease_table: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, lease_table, None, None)?;
+    Ok(Sql {
+        stmt: pg::list_statement(&settings, &arg_str(prefix, "prefix")?, limit),
+    })
+}
+
+/// Reads the reply of `pg_inspect_statement` or `pg_list_statement`: the holders'
+/// dicts (see `Holder`), in the rows' order.
+///
+/// Errors: `ProtocolError` for a server error (a missing table or metadata column says
+/// to run the migration) or rows of another shape.
+#[pyfunction]
+fn read_pg_holders<'py>(
+    py: Python<'py>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    match pg::read_pg_holders(&to_sql_reply(reply)) {
+        Ok(holders) => holders.iter().map(|h| holder_dict(py, h)).collect(),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of `etcd_leader_range` as an inspection of lock `name`: `(holder,
+/// lease_id)`, the holder's dict (see `Holder`; owner `lease:<hex>`, `ttl_left_ns`
+/// None until `read_etcd_time_to_live` says) and its lease id, or None when nobody
+/// holds the lock.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyDict>, i64)>> {
+    let name = arg_str(name, "name")?;
+    match etcd::read_etcd_inspect(&name, &etcd_reply_text(reply)) {
+        Ok(Some((h, lease))) => Ok(Some((holder_dict(py, &h)?, lease))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// The `LeaseTimeToLive` call of etcd lease `lease_id` (an operator query: the seconds
+/// left on it). Read it with `read_etcd_time_to_live`.
+#[pyfunction]
+fn etcd_lease_time_to_live(lease_id: i64) -> EtcdCall {
+    EtcdCall {
+        req: EtcdRequest::LeaseTimeToLive { id: lease_id },
+    }
+}
+
+/// Reads the reply of `etcd_lease_time_to_live`: the nanoseconds left on the lease
+/// (whole seconds, as etcd counts them), or None when it is gone.
+///
+/// Errors: `ProtocolError` for another error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_time_to_live(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    match etcd::read_etcd_time_to_live(&etcd_reply_text(reply)) {
+        Ok(left) => Ok(left.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// One page of the etcd listing of the locks whose names start with `prefix`: a
+/// keys-only range of at most `ETCD_LIST_PAGE` keys after key `after` (None for the
+/// first page). Read it with `read_etcd_list_page`; at most `ETCD_LIST_PAGES` pages.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+#[pyo3(signature = (key_prefix, prefix, after = None))]
+fn etcd_list_page(
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    after: Option<&Bound<'_, PyAny>>,
+) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let after = after.map(|a| arg_str(a, "after")).transpose()?;
+    Ok(EtcdCall {
+        req: settings.list_page(&arg_str(prefix, "prefix")?, after.as_deref()),
+    })
+}
+
+/// Reads the reply of `etcd_list_page` for `prefix`: `(names, after)`, the names
+/// starting with `prefix` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_list_page(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<(Vec<String>, Option<String>)> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    settings
+        .read_list_page(&arg_str(prefix, "prefix")?, &etcd_reply_text(reply))
+        .map_err(|e| protocol_error(py, &e))
+}
+
 /// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
 /// "renew", "release", "fenced_set", "acquire_fair", "release_fair".
 #[pyfunction]
@@ -2541,6 +2865,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ZooKeeperCall>()?;
     m.add_class::<KubernetesCall>()?;
     m.add_function(wrap_pyfunction!(zookeeper_node_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(zookeeper_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_contenders, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_holder, m)?)?;
+    m.add_function(wrap_pyfunction!(zookeeper_list_names, m)?)?;
+    m.add_function(wrap_pyfunction!(read_zookeeper_list, m)?)?;
+    m.add_function(wrap_pyfunction!(read_kubernetes_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(read_kubernetes_list, m)?)?;
+    m.add(
+        "ZK_INSPECT_TRIES",
+        fencepost_core::backends::ZK_INSPECT_TRIES,
+    )?;
+    m.add("KUBE_LIST_PAGE", fencepost_core::backends::KUBE_LIST_PAGE)?;
+    m.add("KUBE_LIST_PAGES", fencepost_core::backends::KUBE_LIST_PAGES)?;
     m.add_function(wrap_pyfunction!(read_zookeeper_fenced, m)?)?;
     m.add_class::<SqlErrorReply>()?;
     m.add_class::<Event>()?;
@@ -2574,6 +2911,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_etcd_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(lock_state_statement, m)?)?;
     m.add_function(wrap_pyfunction!(read_lock_state, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_inspect_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_list_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(read_pg_holders, m)?)?;
+    m.add("PG_LIST_MAX", pg::PG_LIST_MAX)?;
+    m.add_function(wrap_pyfunction!(read_etcd_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_lease_time_to_live, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_time_to_live, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_list_page, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_list_page, m)?)?;
+    m.add("ETCD_LIST_PAGE", etcd::ETCD_LIST_PAGE)?;
+    m.add("ETCD_LIST_PAGES", etcd::ETCD_LIST_PAGES)?;
     m.add_function(wrap_pyfunction!(redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(lock_key, m)?)?;
     m.add_function(wrap_pyfunction!(token_key, m)?)?;

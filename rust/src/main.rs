@@ -272,6 +272,7 @@ fn holder_json(name: &str, holder: Option<&Holder>) -> serde_json::Value {
         "token": holder.and_then(|h| h.token).map(|t| t.get()),
         "ttl_left_ms": holder.and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
         "waiters": holder.and_then(|h| h.waiters),
+        "metadata": holder.and_then(|h| h.metadata.clone()),
     })
 }
 

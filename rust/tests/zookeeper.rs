@@ -167,6 +167,72 @@ async fn acquire_renew_release_with_the_node_czxid_as_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_is_the_node_data_and_status_and_list_read_it_back() {
+    let Some(hosts) = hosts() else { return };
+    let client = Client::connect(&format!("zookeeper://{hosts}/{}", unique("rustroot")))
+        .await
+        .unwrap();
+    let b = zk_backend(&client);
+    let checker = zk::Client::connect(&hosts).await.unwrap();
+    let prefix = unique("meta");
+    let meta: std::collections::BTreeMap<String, String> = [
+        ("host".to_owned(), "web-3".to_owned()),
+        ("pid".to_owned(), "7".to_owned()),
+    ]
+    .into();
+    let mut leases = Vec::new();
+    for i in ["a", "b", "c"] {
+        let name = format!("{prefix}-{i}");
+        leases.push(acquire(&client, &name, ttl(3_000).with_metadata(&meta)).await);
+    }
+    let node = own_node(&checker, &b, &leases[0]).await;
+    let (data, _) = checker.get_data(&node).await.unwrap();
+    assert_eq!(
+        String::from_utf8(data).unwrap(),
+        r#"{"host":"web-3","pid":"7"}"#
+    );
+
+    let holder = client
+        .status(&format!("{prefix}-a"))
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(holder.owner, Some(leases[0].owner_id().to_string()));
+    assert_eq!(holder.token, Some(leases[0].token()));
+    assert_eq!(holder.metadata.as_ref(), Some(&meta));
+    assert_eq!((holder.ttl_left, holder.waiters), (None, Some(0)));
+    let listed = client.list(&prefix, 2).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, [format!("{prefix}-a"), format!("{prefix}-b")]);
+    assert!(listed.iter().all(|h| h.metadata.as_ref() == Some(&meta)));
+    #[cfg(feature = "cli")]
+    {
+        // the command line shows the same holder, metadata included
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencepost"))
+            .args([
+                "status",
+                "--backend",
+                &format!("zookeeper://{hosts}{}", b.root),
+            ])
+            .args([format!("{prefix}-a"), "--json".to_owned()])
+            .output()
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["held"], true, "{doc}");
+        assert_eq!(doc["token"], leases[0].token().get());
+        assert_eq!(
+            doc["metadata"],
+            serde_json::json!({"host": "web-3", "pid": "7"})
+        );
+    }
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(client.list(&prefix, 10).await.unwrap(), vec![]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_contenders_are_served_in_order_without_polling() {
     let Some(hosts) = hosts() else { return };
     let url = format!("zookeeper://{hosts}/fencepost-rust");

@@ -306,3 +306,86 @@ test('kubernetesFromKubeconfig (CA + token file, client certificate) and kuberne
     server.kill()
   }
 })
+
+// ---- holder metadata, inspection, followers (mirrors tests/python/test_inspect_kz.py) ----
+
+test('inspect: metadata round-trips in an annotation; a client-go holder shows its identity and no stale metadata', { skip, timeout: 30_000 }, async () => {
+  const b = backend()
+  const name = unique('kinsp')
+  try {
+    assert.equal(await b.inspect(name), null) // no Lease
+    const meta = fencepost.standardMetadata('nightly report')
+    const lease = await new Lock(b, name, { ttlMs: 5_000, metadata: meta }).acquire()
+    const found = await b.inspect(name)
+    assert.deepEqual({ ...found, metadata: { ...found.metadata } }, { name, owner: lease.ownerId, token: lease.token, ttlLeftMs: 5_000, waiters: null, metadata: meta })
+    const note = JSON.parse((await stored(name)).metadata.annotations['fencepost.dev/holder-metadata'])
+    assert.deepEqual(note, { owner: lease.ownerId, metadata: meta })
+    await sleep(1_800) // a renewal (every ttl / 3) keeps the annotation
+    assert.deepEqual({ ...(await b.inspect(name)).metadata }, meta)
+    await lease.release()
+    assert.equal(await b.inspect(name), null) // released: no holderIdentity
+    // a client-go elector takes it over, keeping the annotations
+    const doc = await stored(name)
+    doc.spec = { ...doc.spec, holderIdentity: 'pod-7_1234', leaseDurationSeconds: 15, leaseTransitions: doc.spec.leaseTransitions + 1 }
+    const [code] = await api('PUT', `/apis/coordination.k8s.io/v1/namespaces/default/leases/${name}`, doc)
+    assert.equal(code, 200)
+    const theirs = await b.inspect(name)
+    assert.deepEqual([theirs.owner, theirs.metadata, theirs.ttlLeftMs], ['pod-7_1234', null, 15_000])
+  } finally {
+    await b.close()
+  }
+})
+
+test('list: pages with limit and continue, keeps the prefix and the limit', { skip, timeout: 30_000 }, async () => {
+  const b = backend()
+  b._listPage = 2 // pages of two Leases: the listing follows the server's continue tokens
+  const prefix = unique('kjob')
+  try {
+    const names = ['a', 'b', 'c', 'd', 'e'].map((i) => `${prefix}-${i}`)
+    const leases = []
+    for (const n of names) leases.push(await new Lock(b, n, { ttlMs: 5_000, metadata: { i: n } }).acquire())
+    await (await new Lock(b, `${prefix}-free`, { ttlMs: 5_000 }).acquire()).release()
+    const before = (await api('GET', '/_control/state'))[1].counts.GET ?? 0
+    const found = await b.list(prefix)
+    const pages = (await api('GET', '/_control/state'))[1].counts.GET - before - 1
+    assert.deepEqual(found.map((h) => h.name), names)
+    assert.deepEqual(found.map((h) => h.metadata.i), names)
+    assert.deepEqual(found.map((h) => h.token), leases.map((l) => l.token))
+    assert.ok(pages >= 3, `${pages} pages`) // six Leases of this prefix alone need three pages of two
+    assert.deepEqual((await b.list(prefix, { limit: 3 })).map((h) => h.name), names.slice(0, 3))
+    assert.deepEqual(await b.list(unique('none')), [])
+    for (const l of leases) await l.release()
+    assert.deepEqual(await b.list(prefix), [])
+  } finally {
+    await b.close()
+  }
+})
+
+test('followers read each leader from the Lease\'s annotation, in order', { skip, timeout: 30_000 }, async () => {
+  const b = backend()
+  const name = unique('kelect')
+  try {
+    const follower = new fencepost.Election(b, name, 'follower', { ttlMs: 3_000 })
+    assert.equal(await follower.leader(), null)
+    const controller = new AbortController()
+    const seen = []
+    const watching = (async () => {
+      for await (const leader of follower.observe({ intervalMs: 20, signal: controller.signal })) seen.push(leader)
+    })()
+    await sleep(150)
+    const expect = [null]
+    for (const who of ['pod-a', 'pod-b', 'pod-c']) {
+      const leadership = await new fencepost.Election(b, name, who, { value: `addr-${who}`, ttlMs: 3_000 }).campaign()
+      assert.deepEqual(await follower.leader(), { identity: who, value: `addr-${who}`, token: leadership.token })
+      await sleep(250)
+      await leadership.resign()
+      await sleep(250)
+      expect.push({ identity: who, value: `addr-${who}`, token: leadership.token }, null)
+    }
+    controller.abort()
+    await watching
+    assert.deepEqual(seen, expect)
+  } finally {
+    await b.close()
+  }
+})

@@ -304,3 +304,87 @@ test('a disconnection shorter than the session keeps the lock; a longer one lose
     await backend.close()
   }
 })
+
+// ---- holder metadata, inspection, followers (mirrors tests/python/test_inspect_kz.py) ----
+
+test('inspect: metadata round-trips in the node data; waiters are the contenders behind; free is null', { skip, timeout: 30_000 }, async () => {
+  const backend = await ZooKeeperBackend.connect(HOSTS, { sessionTimeoutMs: 4_000 })
+  const operator = await ZooKeeperBackend.connect(HOSTS, { sessionTimeoutMs: 4_000 })
+  const view = await raw()
+  const name = unique('zkinsp')
+  const ttlMs = backend.sessionTimeoutMs
+  try {
+    assert.equal(await operator.inspect(name), null) // no lock path yet
+    const meta = fencepost.standardMetadata('nightly report')
+    const lease = await new Lock(backend, name, { ttlMs, metadata: meta }).acquire()
+    const found = await operator.inspect(name)
+    assert.deepEqual({ ...found, metadata: { ...found.metadata } }, { name, owner: lease.ownerId, token: lease.token, ttlLeftMs: null, waiters: 0, metadata: meta })
+    const [node] = await view.children(backend.lockPath(name))
+    assert.deepEqual(JSON.parse(await view.data(`${backend.lockPath(name)}/${node}`)), meta)
+    const waiting = new Lock(operator, name, { ttlMs, acquireTimeoutMs: 1_000 }).acquire().catch((e) => e)
+    await waitUntil(async () => (await operator.inspect(name))?.waiters === 1, 1_000)
+    assert.equal((await operator.inspect(name)).owner, lease.ownerId)
+    assert.ok((await waiting) instanceof fencepost.AcquireTimeoutError)
+    await lease.release()
+    assert.equal(await operator.inspect(name), null)
+    await assert.rejects(operator.inspect(7), (e) => e instanceof ConfigError)
+  } finally {
+    await backend.close()
+    await operator.close()
+    view.close()
+  }
+})
+
+test('list: the root\'s names with the prefix, at most the limit, sorted; free paths left out', { skip, timeout: 30_000 }, async () => {
+  const backend = await ZooKeeperBackend.connect(HOSTS, { sessionTimeoutMs: 4_000, root: `/${unique('zkroot')}` })
+  const ttlMs = backend.sessionTimeoutMs
+  const prefix = unique('job')
+  try {
+    const names = ['a', 'b', 'c'].map((i) => `${prefix}-${i}`)
+    const leases = []
+    for (const n of names) leases.push(await new Lock(backend, n, { ttlMs, metadata: { i: n } }).acquire())
+    const other = await new Lock(backend, unique('other'), { ttlMs }).acquire()
+    await (await new Lock(backend, `${prefix}-free`, { ttlMs }).acquire()).release()
+    const found = await backend.list(prefix)
+    assert.deepEqual(found.map((h) => h.name), names)
+    assert.deepEqual(found.map((h) => h.metadata.i), names)
+    assert.deepEqual(found.map((h) => h.token), leases.map((l) => l.token))
+    assert.deepEqual((await backend.list(prefix, { limit: 2 })).map((h) => h.name), names.slice(0, 2))
+    assert.deepEqual((await backend.list()).map((h) => h.name), [...names, other.name].sort())
+    await assert.rejects(backend.list(prefix, { limit: 0 }), (e) => e instanceof ConfigError)
+    for (const l of [...leases, other]) await l.release()
+    assert.deepEqual(await backend.list(prefix), [])
+  } finally {
+    await backend.close()
+  }
+})
+
+test('followers read each leader from its node data, in order', { skip, timeout: 30_000 }, async () => {
+  const backend = await ZooKeeperBackend.connect(HOSTS, { sessionTimeoutMs: 4_000 })
+  const ttlMs = backend.sessionTimeoutMs
+  const name = unique('zkelect')
+  try {
+    const follower = new fencepost.Election(backend, name, 'follower', { ttlMs })
+    assert.equal(await follower.leader(), null)
+    const controller = new AbortController()
+    const seen = []
+    const watching = (async () => {
+      for await (const leader of follower.observe({ intervalMs: 20, signal: controller.signal })) seen.push(leader)
+    })()
+    await sleep(150) // the watcher has seen nobody leading
+    const expect = [null]
+    for (const who of ['pod-a', 'pod-b', 'pod-c']) {
+      const leadership = await new fencepost.Election(backend, name, who, { value: `addr-${who}`, ttlMs }).campaign()
+      assert.deepEqual(await follower.leader(), { identity: who, value: `addr-${who}`, token: leadership.token })
+      await sleep(250) // terms longer than the observation interval
+      await leadership.resign()
+      await sleep(250)
+      expect.push({ identity: who, value: `addr-${who}`, token: leadership.token }, null)
+    }
+    controller.abort()
+    await watching
+    assert.deepEqual(seen, expect)
+  } finally {
+    await backend.close()
+  }
+})

@@ -11,7 +11,10 @@ What it implements, each tied to the Kubernetes API documentation:
 * API conventions (https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md):
   "Concurrency Control and Consistency", "HTTP Status codes", "Response Status Kind";
 * the Status reasons and their codes (https://pkg.go.dev/k8s.io/apimachinery/pkg/apis/meta/v1#StatusReason);
-* the Lease type and its validation (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/lease-v1/).
+* the Lease type and its validation (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/lease-v1/);
+* list chunking: ``?limit=N`` answers at most N items sorted by name with an opaque
+  ``metadata.continue`` token when more remain, ``?continue=`` resumes after it
+  ("Retrieving large results sets in chunks", https://kubernetes.io/docs/reference/using-api/api-concepts/).
 
 Test controls (not Kubernetes API; JSON bodies, same bearer token) under ``/_control/``:
 ``POST /_control/pause {"on": bool}`` holds every API request until turned off (then
@@ -28,12 +31,14 @@ returns every stored Lease and the request counts.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import json
 import re
 import ssl
 import sys
 import threading
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
@@ -175,6 +180,23 @@ class Store:
         self.leases[(ns, meta["name"])] = stored
         return stored
 
+    def _list(self, ns: str, query: Dict[str, str]) -> Dict[str, Any]:
+        items = [v for (n, _), v in sorted(self.leases.items()) if n == ns]
+        after = query.get("continue")
+        if after:
+            try:
+                last = base64.urlsafe_b64decode(after.encode()).decode()
+            except ValueError:
+                raise ApiError(400, "BadRequest", "invalid continue token") from None
+            items = [v for v in items if v["metadata"]["name"] > last]
+        meta: Dict[str, Any] = {"resourceVersion": str(self.revision)}
+        limit = int(query.get("limit") or 0)
+        if 0 < limit < len(items):
+            items = items[:limit]
+            meta["continue"] = base64.urlsafe_b64encode(
+                items[-1]["metadata"]["name"].encode()).decode()
+        return {"kind": "LeaseList", "apiVersion": f"{GROUP}/v1", "metadata": meta, "items": items}
+
     def _injected(self, method: str, name: str) -> None:
         if self.errors > 0:
             self.errors -= 1
@@ -186,7 +208,7 @@ class Store:
             raise conflict(name)
 
     def handle(self, method: str, ns: str, name: Optional[str], body: Any,
-               content_type: str) -> Tuple[int, Dict[str, Any]]:
+               content_type: str, query: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
         with self.lock:
             while self.paused or (method == "PUT" and self.hang_puts):
                 self.lock.wait()
@@ -196,10 +218,7 @@ class Store:
             self._injected(method, name or "")
             if name is None:
                 if method == "GET":
-                    items = [v for (n, _), v in sorted(self.leases.items()) if n == ns]
-                    return 200, {"kind": "LeaseList", "apiVersion": f"{GROUP}/v1",
-                                 "metadata": {"resourceVersion": str(self.revision)},
-                                 "items": items}
+                    return 200, self._list(ns, query or {})
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed",
                                    "the server does not allow this method on the requested resource")
@@ -336,7 +355,8 @@ class Handler(BaseHTTPRequestHandler):
             if token and not by_cert and self.headers.get("Authorization") != f"Bearer {token}":
                 # StatusReasonUnauthorized, 401
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            path = self.path.split("?", 1)[0]
+            path, _, qs = self.path.partition("?")
+            query = dict(urllib.parse.parse_qsl(qs))
             if path.startswith("/_control/"):
                 return self._send(200, self.server.control(method, path[len("/_control/"):], body))
             if not path.startswith(PREFIX):
@@ -349,7 +369,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            code, doc = self.server.store.handle(method, ns, name, body, ctype)
+            code, doc = self.server.store.handle(method, ns, name, body, ctype, query)
             self._send(code, doc)
         except ApiError as e:
             self._send(e.code, e.body)

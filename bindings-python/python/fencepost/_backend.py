@@ -435,13 +435,14 @@ class Backend:
         return ConfigError(
             f"{self._label()} cannot say who leads an election: it keeps only the "
             "holder's owner id with the lock (Election.leader() and observe() are "
-            "available on EtcdBackend, plain RedisBackend and MemoryBackend)",
+            "available on EtcdBackend, plain RedisBackend, MemoryBackend, ZooKeeperBackend "
+            "and KubernetesLeaseBackend)",
             kind="unsupported",
         )
 
     def _keeps_leader_metadata(self) -> bool:
         """Whether an election keeps its leader's record as the lease's metadata here
-        (plain Redis and memory: the backends that store metadata)."""
+        (plain Redis and memory; ZooKeeper and Kubernetes say so in their classes)."""
         spec = self._machine_spec()
         return spec.get("kind") == "redis" and not spec.get("fair", False)
 
@@ -555,7 +556,8 @@ class Backend:
         if spec.get("kind") != "redis":
             raise ConfigError(
                 f"{self._label()} does not support {what}(): holder inspection is "
-                "implemented on RedisBackend and MemoryBackend",
+                "implemented on RedisBackend, MemoryBackend, ZooKeeperBackend and "
+                "KubernetesLeaseBackend",
                 kind="unsupported",
             )
         return bool(spec.get("fair", False))
@@ -575,7 +577,8 @@ class Backend:
             ProtocolError: the server answered with an error or a reply of the wrong
                 shape.
             ConfigError: ``name`` is not a str, a backend without asyncio support, or
-                (kind ``unsupported``) a backend other than Redis and memory.
+                (kind ``unsupported``) a backend other than Redis, memory, ZooKeeper
+                and Kubernetes (which have their own ``inspect``).
         """
         fair = self._inspectable("inspect")
         command = _core.redis_inspect(self.key_prefix, name, fair)
@@ -623,7 +626,8 @@ class Backend:
         Raises:
             BackendError, ProtocolError: as :meth:`inspect`.
             ConfigError: ``prefix`` not a str, ``limit`` not an int >= 1, or (kind
-                ``unsupported``) a backend other than Redis and memory.
+                ``unsupported``) a backend other than Redis, memory, ZooKeeper and
+                Kubernetes (which have their own ``list``).
         """
         fair = self._list_start(prefix, limit)
         found: Dict[str, Holder] = {}

@@ -131,7 +131,7 @@ class LockOptionsSpec(TypedDict, total=False):
       (0: none, default; Redis only);
     * ``replica_timeout`` — how long each ``WAIT`` may block (100 ms);
     * ``metadata`` — holder metadata, the JSON text of an object of strings (at most
-      4096 bytes), or left out (plain Redis only)."""
+      4096 bytes), or left out (plain Redis, ZooKeeper and Kubernetes only)."""
 
     ttl: int
     purpose: str
@@ -250,7 +250,7 @@ class ZooKeeperCall:
 
     @property
     def call(self) -> Literal[
-        "create", "children", "exists", "watch", "delete", "delete_owned", "multi"
+        "create", "children", "exists", "watch", "get", "delete", "delete_owned", "multi"
     ]:
         """Which call."""
     @property
@@ -275,6 +275,11 @@ class KubernetesCall:
     @staticmethod
     def get(namespace: str, name: str) -> KubernetesCall:
         """The GET of Lease ``name`` in ``namespace``."""
+    @staticmethod
+    def list_page(namespace: str, limit: int, continue_token: Optional[str] = None) -> KubernetesCall:
+        """One page of the Lease listing of ``namespace``: ``GET …/leases?limit=`` from
+        the ``continue`` token of the previous page (None first). Read it with
+        :func:`read_kubernetes_list`."""
     @property
     def method(self) -> Literal["GET", "POST", "PUT", "PATCH"]:
         """The HTTP method."""
@@ -296,6 +301,52 @@ def zookeeper_node_prefix(root: str, naming: str, name: str, owner_id: str) -> T
     ``owner_id`` starts with under ``naming`` (``"kazoo"``: ``{owner}__lock__``;
     ``"curator"``: ``_c_{UUID}-lock-``). Raises ConfigError for an unknown naming or an
     owner id that is not 32 hex digits."""
+
+def zookeeper_inspect(root: str, naming: str, name: str) -> ZooKeeperCall:
+    """The first call of "who holds lock ``name``?" on ZooKeeper: the children of the
+    lock path. Read with :func:`read_zookeeper_contenders`. Raises ConfigError for an
+    unknown naming."""
+
+def read_zookeeper_contenders(
+    root: str, naming: str, name: str, reply: Union[str, bytes]
+) -> Optional[Tuple[ZooKeeperCall, str, int]]:
+    """Reads the reply of :func:`zookeeper_inspect`: ``(get, node_path, waiters)``, the
+    ``getData`` call of the holder node (the lowest contender), its path and the
+    contenders behind it; None when nobody holds the lock. Raises ProtocolError for an
+    error reply or another shape."""
+
+def read_zookeeper_holder(
+    root: str, naming: str, name: str, node_path: str, waiters: int, reply: Union[str, bytes]
+) -> Optional[HolderSpec]:
+    """Reads the reply of the holder node's ``getData``: the holder (owner id from the
+    node name, token = czxid, metadata = the node's data when it is a JSON object of
+    strings, ``ttl_left_ns`` None), or None when the node is gone (list again, at most
+    :data:`ZK_INSPECT_TRIES` times). Raises ProtocolError for an error reply or another
+    shape."""
+
+def zookeeper_list_names(root: str, naming: str) -> ZooKeeperCall:
+    """The children of the root: the lock names a listing inspects. Read with
+    :func:`read_zookeeper_list`."""
+
+def read_zookeeper_list(prefix: str, reply: Union[str, bytes]) -> List[str]:
+    """Reads the reply of :func:`zookeeper_list_names`: the names starting with
+    ``prefix``, sorted. Raises ProtocolError for an error reply or another shape."""
+
+def read_kubernetes_inspect(name: str, reply: Union[str, bytes]) -> Optional[HolderSpec]:
+    """Reads a Lease GET as an inspection: the holder (owner = ``holderIdentity``,
+    token = ``leaseTransitions``, ``ttl_left_ns`` = ``leaseDurationSeconds`` as an upper
+    bound, metadata from the ``fencepost.dev/holder-metadata`` annotation while it names
+    this holder), or None when there is no Lease or no holder. Raises ProtocolError for
+    a Status other than 404 or another shape."""
+
+def read_kubernetes_list(prefix: str, reply: Union[str, bytes]) -> Tuple[Optional[str], List[HolderSpec]]:
+    """Reads one page of :meth:`KubernetesCall.list_page`: ``(continue token or None on
+    the last page, the held Leases of the page whose names start with ``prefix``)``.
+    Raises ProtocolError for a Status or a reply that is no LeaseList."""
+
+ZK_INSPECT_TRIES: int
+KUBE_LIST_PAGE: int
+KUBE_LIST_PAGES: int
 
 def read_zookeeper_fenced(reply: Union[str, bytes]) -> bool:
     """Reads a fenced multi's reply (``{"results": [...]}``, the check first): True
@@ -773,6 +824,54 @@ def read_lock_state(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -
     whether a live lease row was found (or freed), and the server pid of a session
     holding the name's advisory lock, or None. Raises: ProtocolError for a server error
     or rows of another shape."""
+
+PG_LIST_MAX: int
+
+def pg_inspect_statement(name: str, *, lease_table: Optional[str] = None) -> SqlStatement:
+    """The operator query "who holds lock ``name``?" on lease rows: one statement reading
+    the live row's owner, token, milliseconds left (the server's clock) and metadata.
+    Read with :func:`read_pg_holders`. Raises: ConfigError for a bad name or table
+    name."""
+
+def pg_list_statement(prefix: str, limit: int, *, lease_table: Optional[str] = None) -> SqlStatement:
+    """The operator listing on lease rows: the live rows whose names start with
+    ``prefix`` (LIKE metacharacters escaped), in name order, at most ``limit`` (clamped
+    to 1 ..= :data:`PG_LIST_MAX`). Read with :func:`read_pg_holders`. Raises:
+    ConfigError for a bad argument or table name."""
+
+def read_pg_holders(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -> List[HolderSpec]:
+    """Reads the reply of :func:`pg_inspect_statement` or :func:`pg_list_statement`:
+    the holders, in the rows' order. Raises: ProtocolError for a server error (a
+    missing table or metadata column names the migration) or rows of another shape."""
+
+ETCD_LIST_PAGE: int
+ETCD_LIST_PAGES: int
+
+def read_etcd_inspect(name: str, reply: Union[str, bytes]) -> Optional[Tuple[HolderSpec, int]]:
+    """Reads the reply of :func:`etcd_leader_range` as an inspection of lock ``name``:
+    ``(holder, lease_id)`` (owner ``lease:<hex>``, waiters the other contender keys,
+    metadata the key's value when it is a JSON object of strings, ``ttl_left_ns`` None
+    until :func:`read_etcd_time_to_live` says), or None when nobody holds the lock.
+    Raises: ProtocolError."""
+
+def etcd_lease_time_to_live(lease_id: int) -> EtcdCall:
+    """The ``LeaseTimeToLive`` call of lease ``lease_id``. Read with
+    :func:`read_etcd_time_to_live`."""
+
+def read_etcd_time_to_live(reply: Union[str, bytes]) -> Optional[int]:
+    """Reads the reply of :func:`etcd_lease_time_to_live`: nanoseconds left on the lease
+    (whole seconds, as etcd counts them), or None when it is gone. Raises:
+    ProtocolError."""
+
+def etcd_list_page(key_prefix: str, prefix: str, after: Optional[str] = None) -> EtcdCall:
+    """One page of the listing of the locks whose names start with ``prefix``: a
+    keys-only range of at most :data:`ETCD_LIST_PAGE` keys after key ``after`` (None:
+    the first page). Read with :func:`read_etcd_list_page`."""
+
+def read_etcd_list_page(key_prefix: str, prefix: str, reply: Union[str, bytes]) -> Tuple[List[str], Optional[str]]:
+    """Reads the reply of :func:`etcd_list_page` for ``prefix``: the names starting with
+    ``prefix`` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
+    Raises: ProtocolError."""
 
 def etcd_holder_range(key_prefix: str, name: str) -> EtcdCall:
     """The operator query "who holds lock ``name``?": the key with the lowest create

@@ -23,13 +23,17 @@ class Holder:
 
     Attributes:
         name: the lock name.
-        owner: the holder's owner id (32 hex digits), or None when the server keeps
-            none.
-        token: the holder's fencing token (the lock's counter), or None when unknown.
+        owner: the holder's owner id (32 hex digits; on Kubernetes the Lease's
+            ``holderIdentity``, which a client-go elector sets to its own identity), or
+            None when the server keeps none.
+        token: the holder's fencing token (the lock's counter, ZooKeeper's czxid,
+            Kubernetes' ``leaseTransitions``), or None when unknown.
         ttl_left: seconds left on the holder's lease as the server counts them
-            (``PTTL``), or None when unknown.
-        waiters: contenders queued behind the holder (fair Redis), or None where the
-            server keeps no queue (plain Redis waiters leave no trace until they win).
+            (``PTTL``); on Kubernetes the record's ``leaseDurationSeconds``, an upper
+            bound; None when unknown (ZooKeeper: the session has the deadline).
+        waiters: contenders queued behind the holder (fair Redis; ZooKeeper: the
+            contender nodes behind it), or None where the server keeps no queue (plain
+            Redis and Kubernetes waiters leave no trace until they win).
         metadata: the ``metadata`` the holder acquired with (``Lock(metadata=...)``),
             or None when it gave none.
     """

@@ -514,10 +514,11 @@ class Election:
         Available on etcd: the leader is the key with the lowest create revision under
         the election's prefix (as etcd's own ``concurrency.Election`` reads it), its
         create revision the token, its value the record a fencepost leader writes. On
-        plain Redis and :class:`~fencepost.MemoryBackend` the candidate's identity and
-        value are the lease's metadata (stored with the grant), read by
-        :meth:`fencepost.Backend.inspect`. The other backends (fair Redis, PostgreSQL,
-        ZooKeeper, Kubernetes, Redlock) keep only the owner id with the lock:
+        plain Redis, :class:`~fencepost.MemoryBackend`, ZooKeeper (the holder node's
+        data) and Kubernetes (the Lease's ``fencepost.dev/holder-metadata``
+        annotation) the candidate's identity and value are the lease's metadata
+        (stored with the grant), read by the backend's ``inspect``. The other backends
+        (fair Redis, PostgreSQL, Redlock) keep only the owner id with the lock:
         ConfigError there.
 
         Raises:

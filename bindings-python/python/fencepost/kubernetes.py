@@ -32,6 +32,15 @@ monotonic clock from the first reply that showed it. The holder's validity is me
 from the send of its last successful update (``send + ttl × (1 − drift) − margin``)
 and it is lost on time even when the API server hangs.
 
+**Holder metadata, inspection, followers.** ``Lock(backend, name, metadata=...)``
+stores the metadata in the Lease's ``fencepost.dev/holder-metadata`` annotation (with
+the owner id; client-go electors keep annotations and never read it);
+:meth:`KubernetesLeaseBackend.inspect` / :meth:`~KubernetesLeaseBackend.list` read
+holders back (``list`` pages with ``limit`` and ``continue``), and an election's
+followers (``Election.leader()``, ``observe()``) read the leader's identity and value
+from that annotation. A holder's ``ttl_left`` is the record's ``leaseDurationSeconds``,
+an upper bound, never wall-clock arithmetic.
+
 **Timestamps** (``acquireTime``, ``renewTime``) are written by this adapter from the
 wall clock just before each request is sent, as ``MicroTime`` (RFC 3339 UTC with
 microseconds); no decision reads them.
@@ -51,10 +60,11 @@ import ssl
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _core
 from ._backend import Backend
+from ._holder import Holder
 from .errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
@@ -519,6 +529,116 @@ class KubernetesLeaseBackend(Backend):
         except Exception as exc:
             raise BackendError(f"reading Lease {name!r} failed: {exc}") from exc
         return self._lease_of(name, reply)
+
+    # -- operator queries: who holds it? which locks are held? elections' leaders --
+    #
+    # The core reads the replies (``read_kubernetes_inspect``, ``read_kubernetes_list``):
+    # the holder is ``holderIdentity``, the token ``leaseTransitions``, the metadata the
+    # ``fencepost.dev/holder-metadata`` annotation while it names that holder.
+
+    def _keeps_leader_metadata(self) -> bool:
+        """An election keeps its leader's record in the Lease's metadata annotation."""
+        return True
+
+    def _list_call(self, prefix: object, limit: object, token: Optional[str]) -> Any:
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a str, got {prefix!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+        return _core.KubernetesCall.list_page(self._namespace, _core.KUBE_LIST_PAGE, token)
+
+    async def inspect(self, name: str) -> Optional[Holder]:
+        """Who holds lock ``name`` now, read from its Lease (one GET), or None when there
+        is no Lease or it has no ``holderIdentity`` (released). The
+        :class:`~fencepost.Holder` has ``owner`` = ``holderIdentity`` (a fencepost
+        owner id, or a client-go elector's identity), ``token`` = ``leaseTransitions``,
+        ``ttl_left`` = the record's ``leaseDurationSeconds`` (an upper bound: when the
+        holder last renewed cannot be told without comparing its wall-clock
+        ``renewTime`` with this clock, which fencepost never does; a holder that died
+        shows as holding until a candidate has watched the record unchanged that long),
+        ``waiters`` None (candidates leave no trace), and ``metadata`` from the
+        ``fencepost.dev/holder-metadata`` annotation a grant with
+        ``Lock(metadata=...)`` writes (None when the annotation names another holder).
+        A snapshot for operators, never a substitute for acquiring.
+
+        Raises:
+            BackendError: the server could not be reached.
+            ProtocolError: the server refused the read (a Status other than 404) or
+                answered with something that is no Lease.
+            ConfigError: ``name`` is not a valid Lease name, or the client's mode
+                (asyncio or blocking) is the other one.
+        """
+        call = self._read_call(name)
+        try:
+            reply = str(await self._execute_async(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"inspect({name!r}) failed: {exc}") from exc
+        found = _core.read_kubernetes_inspect(name, reply)
+        return None if found is None else Holder._from_core(found)
+
+    def inspect_sync(self, name: str) -> Optional[Holder]:
+        """Blocking form of :meth:`inspect`; same arguments and errors."""
+        call = self._read_call(name)
+        try:
+            reply = str(self._execute_sync(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"inspect({name!r}) failed: {exc}") from exc
+        found = _core.read_kubernetes_inspect(name, reply)
+        return None if found is None else Holder._from_core(found)
+
+    @staticmethod
+    def _listed(found: Dict[str, Holder], limit: int) -> List[Holder]:
+        return [found[n] for n in sorted(found)][:limit]
+
+    async def list(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """The held locks of the namespace whose names start with ``prefix``, at most
+        ``limit``, sorted by name, each as :meth:`inspect` reads it. Paged: ``GET
+        …/leases?limit=500`` and its ``continue`` token, at most
+        ``fencepost._core.KUBE_LIST_PAGES`` (100) pages, stopping once ``limit`` held
+        locks are found (the API has no name-prefix selector: the prefix is applied to
+        each page).
+
+        Raises:
+            BackendError, ProtocolError: as :meth:`inspect`.
+            ConfigError: ``prefix`` not a str, ``limit`` not an int >= 1.
+        """
+        found: Dict[str, Holder] = {}
+        token: Optional[str] = None
+        for _ in range(_core.KUBE_LIST_PAGES):
+            call = self._list_call(prefix, limit, token)
+            try:
+                reply = str(await self._execute_async(call))
+            except (ConfigError, BackendError):
+                raise
+            except Exception as exc:
+                raise BackendError(f"list({prefix!r}) failed: {exc}") from exc
+            token, holders = _core.read_kubernetes_list(prefix, reply)
+            found.update((h["name"], Holder._from_core(h)) for h in holders)
+            if token is None or len(found) >= limit:
+                break
+        return self._listed(found, limit)
+
+    def list_sync(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """Blocking form of :meth:`list`; same arguments and errors."""
+        found: Dict[str, Holder] = {}
+        token: Optional[str] = None
+        for _ in range(_core.KUBE_LIST_PAGES):
+            call = self._list_call(prefix, limit, token)
+            try:
+                reply = str(self._execute_sync(call))
+            except (ConfigError, BackendError):
+                raise
+            except Exception as exc:
+                raise BackendError(f"list({prefix!r}) failed: {exc}") from exc
+            token, holders = _core.read_kubernetes_list(prefix, reply)
+            found.update((h["name"], Holder._from_core(h)) for h in holders)
+            if token is None or len(found) >= limit:
+                break
+        return self._listed(found, limit)
 
     # -- what Redis-shaped helpers this backend does not have --
 

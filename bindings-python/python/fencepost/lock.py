@@ -128,10 +128,11 @@ class Lock:
             (:meth:`fencepost.Backend.inspect`, :meth:`~fencepost.Backend.list`): a
             mapping of str to str, at most 4096 bytes as compact JSON;
             :func:`fencepost.standard_metadata` fills host, pid, process, acquired_at
-            and a label. Display only: nothing decides on it. Plain Redis and
-            :class:`~fencepost.MemoryBackend` only (``ConfigError`` on fair Redis, whose
-            hand-off grants are written by the releasing holder, and on the other
-            backends). On Redis it is the key ``{prefix}{name}:meta``, set by the
+            and a label. Display only: nothing decides on it. Plain Redis,
+            :class:`~fencepost.MemoryBackend`, ZooKeeper (the lock node's data) and
+            Kubernetes (the Lease's ``fencepost.dev/holder-metadata`` annotation) only
+            (``ConfigError`` on fair Redis, whose hand-off grants are written by the
+            releasing holder, and on the other backends). On Redis it is the key ``{prefix}{name}:meta``, set by the
             acquire script with the lease's TTL, extended by each renewal, deleted by the
             release and by ``force_release``.
         on_event: called with each :class:`fencepost.observe.Observation` (event or

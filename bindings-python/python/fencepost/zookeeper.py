@@ -40,6 +40,17 @@ is lost at its validity deadline (``send + ttl × (1 − drift) − margin``), b
 server can expire the session. A renewal that finds the session expired (kazoo's
 ``LOST``) or the node gone is a loss at once.
 
+**Holder metadata, inspection, followers.** ``Lock(backend, name, metadata=...)``
+writes the metadata (compact JSON) as the lock node's data, where a lock without it
+writes its owner id: kazoo's ``Lock`` writes its ``identifier`` there and
+``Lock.contenders()`` shows it, Curator its client's address, so the data is a
+free-form label to both and they keep working on a shared path (kazoo's
+``contenders()`` shows fencepost's metadata text). :meth:`ZooKeeperBackend.inspect` /
+:meth:`~ZooKeeperBackend.list` read holders back (the lowest contender, its ``czxid``,
+the contenders behind it, its data when it is a JSON object of strings), and an
+election's followers (``Election.leader()``, ``observe()``) read the leader's identity
+and value from it.
+
 **Fenced writes**: :meth:`ZooKeeperBackend.fenced_commit` runs a multi-op transaction
 that first checks the lease's own node (it exists, at data version 0), ZooKeeper's
 counterpart of etcd's ``IsOwner``; :class:`fencepost.StaleToken` when it fails.
@@ -58,8 +69,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Set, Tuple, Union
 
+#: An operator query as the core's calls: yields each call, is resumed with its reply,
+#: returns the answer.
+_Query = Generator[Any, object, Any]
+
 from . import _core
 from ._backend import Backend
+from ._holder import Holder
 from .errors import BackendError, ConfigError, StaleToken
 
 if TYPE_CHECKING:
@@ -414,6 +430,13 @@ class ZooKeeperBackend(Backend):
         if call == "exists":
             stat = yield zk.exists_async(spec["path"]), None
             return {"stat": _stat(stat) if stat is not None else None}
+        if call == "get":
+            data, stat = yield zk.get_async(spec["path"]), None
+            try:
+                text: Optional[str] = None if data is None else bytes(data).decode()
+            except UnicodeDecodeError:  # not fencepost's: no metadata
+                text = None
+            return {"data": text, "stat": _stat(stat)}
         if call == "watch":
             return {"event": (yield from self._watch(spec["path"], float(spec["timeout_ms"]) / 1000.0))}
         if call == "delete":
@@ -501,6 +524,125 @@ class ZooKeeperBackend(Backend):
             if not fired.ready():
                 fired.set("session")
         return drivers
+
+    # -- operator queries: who holds it? which locks are held? elections' leaders --
+    #
+    # The core phrases every call and reads every reply (``zookeeper_inspect``,
+    # ``read_zookeeper_contenders``, ``read_zookeeper_holder``, ``zookeeper_list_names``,
+    # ``read_zookeeper_list``): the holder is the lowest contender, as the lock recipe
+    # orders them, and its metadata is its node's data.
+
+    def _keeps_leader_metadata(self) -> bool:
+        """An election keeps its leader's record as the holder node's data."""
+        return True
+
+    def _inspection(self, name: str) -> _Query:
+        if not isinstance(name, str):
+            raise ConfigError(f"name must be a str, got {name!r}")
+        for _ in range(_core.ZK_INSPECT_TRIES):
+            reply = yield _core.zookeeper_inspect(self.root, self.naming, name)
+            found = _core.read_zookeeper_contenders(self.root, self.naming, name, str(reply))
+            if found is None:
+                return None
+            get, node, waiters = found
+            reply = yield get
+            holder = _core.read_zookeeper_holder(self.root, self.naming, name, node, waiters, str(reply))
+            if holder is not None:
+                return Holder._from_core(holder)
+        raise BackendError(
+            f"inspect({name!r}): the holder left before its node could be read, "
+            f"{_core.ZK_INSPECT_TRIES} times in a row"
+        )
+
+    def _listing(self, prefix: str, limit: int) -> _Query:
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a str, got {prefix!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+        reply = yield _core.zookeeper_list_names(self.root, self.naming)
+        found: List[Holder] = []
+        for name in _core.read_zookeeper_list(prefix, str(reply)):
+            if len(found) >= limit:
+                break
+            holder = yield from self._inspection(name)
+            if holder is not None:
+                found.append(holder)
+        return found
+
+    async def _query_async(self, what: str, arg: str, query: _Query) -> Any:
+        try:
+            call = next(query)
+            while True:
+                try:
+                    reply = await self._execute_async(call)
+                except (ConfigError, BackendError):
+                    raise
+                except Exception as exc:
+                    raise BackendError(f"{what}({arg!r}) failed: {exc}") from exc
+                call = query.send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    def _query_sync(self, what: str, arg: str, query: _Query) -> Any:
+        try:
+            call = next(query)
+            while True:
+                try:
+                    reply = self._execute_sync(call)
+                except (ConfigError, BackendError):
+                    raise
+                except Exception as exc:
+                    raise BackendError(f"{what}({arg!r}) failed: {exc}") from exc
+                call = query.send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    async def inspect(self, name: str) -> Optional[Holder]:
+        """Who holds lock ``name`` now: the lowest contender node under its path, as
+        the lock recipe (and kazoo's ``Lock``) orders them, or None when there is none.
+        The :class:`~fencepost.Holder` has the owner id from the node's name (for a
+        kazoo ``Lock``'s node, its uuid), the token (the node's ``czxid``), ``waiters``
+        (the contender nodes behind it), ``metadata`` (the node's data, where fencepost
+        writes ``Lock(metadata=...)``; a kazoo identifier or Curator's address reads as
+        None) and ``ttl_left`` None (the node lives as long as its session, whose
+        deadline the server does not tell). Two round trips (the children, then the
+        holder node's data); if the holder leaves in between, the listing is read again
+        (at most ``fencepost._core.ZK_INSPECT_TRIES`` times). A snapshot for operators:
+        stale on arrival, never a substitute for acquiring.
+
+        Raises:
+            BackendError: ZooKeeper could not be reached, or the lock changed hands
+                during every read.
+            ProtocolError: the server answered with an error (an expired session among
+                them) or a reply of the wrong shape.
+            ConfigError: ``name`` is not a str.
+        """
+        found: Optional[Holder] = await self._query_async("inspect", name, self._inspection(name))
+        return found
+
+    def inspect_sync(self, name: str) -> Optional[Holder]:
+        """Blocking form of :meth:`inspect`; same arguments and errors."""
+        found: Optional[Holder] = self._query_sync("inspect", name, self._inspection(name))
+        return found
+
+    async def list(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """The held locks whose names start with ``prefix``, at most ``limit``, sorted
+        by name: one ``getChildren`` of the root (ZooKeeper answers it whole), then
+        :meth:`inspect` of each matching name in order until ``limit`` held locks are
+        found (two round trips each; free names cost the same). Names with a ``/``
+        (nested paths) are not listed.
+
+        Raises:
+            BackendError, ProtocolError: as :meth:`inspect`.
+            ConfigError: ``prefix`` not a str, ``limit`` not an int >= 1.
+        """
+        found: List[Holder] = await self._query_async("list", prefix, self._listing(prefix, limit))
+        return found
+
+    def list_sync(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """Blocking form of :meth:`list`; same arguments and errors."""
+        found: List[Holder] = self._query_sync("list", prefix, self._listing(prefix, limit))
+        return found
 
     # -- fenced writes --
 

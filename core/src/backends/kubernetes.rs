@@ -25,9 +25,11 @@
 //! 2. **Expiry is judged by observation**, never by comparing `renewTime` with a
 //!    local clock: a record is expired once it has stayed unchanged (same
 //!    `resourceVersion`) for its own `leaseDurationSeconds` since this candidate's
-//!    reply first showed it (client-go's `observedTime`). The holder wrote that
-//!    version before the server answered the first read, so its validity (measured
-//!    from the send of that write, rule 1) ended before the takeover is sent.
+//!    reply first showed it (client-go's `observedTime`), stretched by the declared
+//!    drift bound (`× (1 + drift_factor)` on the candidate's clock, which may run that
+//!    much fast while the holder's runs that much slow). The holder wrote that version
+//!    before the server answered the first read, so its validity (measured from the
+//!    send of that write, rule 1) ended before the takeover is sent.
 //! 3. **Renew** PUTs `renewTime` with the last `resourceVersion` this owner wrote. A
 //!    409 (the version moved: a renewal whose reply was lost landed, or someone else
 //!    wrote) reads the Lease again (`Continue`) and, if it is still this owner's with
@@ -417,12 +419,13 @@ impl KubernetesBackend {
             ),
         };
         if w == Write::Create {
-            let body = json!({
+            let mut body = json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": cx.name, "namespace": self.namespace},
                 "spec": spec,
             });
+            set_metadata_annotation(&mut body, &owner, cx.metadata);
             return KubeRequest {
                 method: "POST".to_owned(),
                 path: self.collection_path(),
@@ -435,6 +438,9 @@ impl KubernetesBackend {
         // its resourceVersion as the update's precondition
         let mut body = old;
         body["spec"] = spec;
+        if matches!(w, Write::Take) {
+            set_metadata_annotation(&mut body, &owner, cx.metadata);
+        }
         KubeRequest {
             method: "PUT".to_owned(),
             path: self.lease_path(cx.name),
@@ -519,7 +525,13 @@ impl KubernetesBackend {
                 .and_then(|d| u64::try_from(d).ok())
                 .filter(|d| *d > 0)
                 .unwrap_or(cx.ttl_ms.div_ceil(1000));
-            let duration = core::time::Duration::from_secs(duration_s);
+            // the holder's clock may run slow and this one fast by the drift bound: waited
+            // out on this clock, duration × (1 + drift) covers the holder's validity
+            // (at most duration × (1 − drift) on a clock that slow, i.e. under duration)
+            let drift = cx.drift_factor.clamp(0.0, 0.5);
+            let extra_ns = (duration_s as f64 * 1e9 * drift) as u64; // saturates
+            let duration = core::time::Duration::from_secs(duration_s)
+                .saturating_add(core::time::Duration::from_nanos(extra_ns));
             let since = match &p.observed {
                 Some((v, at)) if *v == version => *at,
                 _ => {
@@ -600,6 +612,179 @@ impl KubernetesBackend {
             Sent::Get => Ok(Read::NotHeld),
         }
     }
+}
+
+// ---- holder metadata and operator queries -------------------------------------------
+
+/// The annotation that carries a holder's metadata
+/// ([`crate::LockOptions::metadata`]): `{"owner": owner id, "metadata": {…}}` as
+/// compact JSON. client-go electors keep annotations and never read this one; a reader
+/// shows the metadata only while `owner` is the Lease's `holderIdentity`, so a record
+/// left by an earlier holder (a client-go elector took over, or a grant without
+/// metadata) reads as none.
+pub const KUBE_METADATA_ANNOTATION: &str = "fencepost.dev/holder-metadata";
+
+/// The page size of an operator listing's `GET …/leases?limit=`.
+pub const KUBE_LIST_PAGE: u32 = 500;
+
+/// The most pages an operator listing reads (so at most 50 000 Leases looked at).
+pub const KUBE_LIST_PAGES: u32 = 100;
+
+/// Writes (with `metadata`) or removes (without, when present) the metadata
+/// annotation of a grant's body. A grant without metadata and no annotation sends
+/// exactly the body it always did.
+fn set_metadata_annotation(body: &mut Value, owner: &str, metadata: Option<&str>) {
+    match metadata {
+        Some(m) => {
+            let doc = match crate::decode_metadata(m) {
+                Some(map) => json!({"owner": owner, "metadata": map}),
+                None => json!({"owner": owner, "metadata": m}),
+            };
+            let meta = &mut body["metadata"];
+            if !meta.get("annotations").is_some_and(Value::is_object) {
+                meta["annotations"] = json!({});
+            }
+            meta["annotations"][KUBE_METADATA_ANNOTATION] = Value::String(doc.to_string());
+        }
+        None => {
+            if let Some(a) = body
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+            {
+                a.remove(KUBE_METADATA_ANNOTATION);
+            }
+        }
+    }
+}
+
+/// `s` with every byte outside RFC 3986's unreserved set percent-encoded, for a query
+/// parameter (a `continue` token is base64).
+fn query_escape(s: &str) -> String {
+    s.bytes().fold(String::new(), |mut out, b| {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+        out
+    })
+}
+
+impl KubernetesBackend {
+    /// The operator query "who holds `name`?": the GET of its Lease
+    /// ([`KubernetesBackend::get`]). Read its reply with [`read_kube_inspect`].
+    pub fn inspect(&self, name: &str) -> KubeRequest {
+        self.get(name)
+    }
+
+    /// One page of the operator listing: `GET …/leases?limit={limit}` from the
+    /// `continue` token of the previous page (`None` for the first). Read its reply
+    /// with [`read_kube_list`]; at most [`KUBE_LIST_PAGES`] pages per listing. The API
+    /// has no name-prefix selector, so the prefix is applied to each page.
+    pub fn list_page(&self, limit: u32, continue_token: Option<&str>) -> KubeRequest {
+        let mut path = format!("{}?limit={}", self.collection_path(), limit.max(1));
+        if let Some(token) = continue_token {
+            path.push_str("&continue=");
+            path.push_str(&query_escape(token));
+        }
+        KubeRequest {
+            method: "GET".to_owned(),
+            path,
+            body: None,
+            content_type: JSON.to_owned(),
+            stamp: Vec::new(),
+        }
+    }
+}
+
+/// The holder of a Lease, or `None` when it has no `holderIdentity` (released, or
+/// never held). `ttl_left` is the record's own `leaseDurationSeconds`: the most the
+/// holder has left, counted from its last renewal. When that renewal was cannot be
+/// told without comparing the holder's wall-clock `renewTime` with the reader's
+/// clock, which this project never does (see the module docs); a holder that died
+/// without releasing shows as holding until a candidate observes the record
+/// unchanged for its duration and takes it over.
+fn lease_holder(lease: &Value) -> Option<super::Holder> {
+    let who = holder(lease);
+    if who.is_empty() {
+        return None;
+    }
+    let name = lease
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut h = super::Holder::new(name.to_owned());
+    h.owner = Some(who.to_owned());
+    h.token = spec_int(lease, "leaseTransitions")
+        .and_then(|t| u64::try_from(t).ok())
+        .map(FencingToken);
+    h.ttl_left = spec_int(lease, "leaseDurationSeconds")
+        .and_then(|d| u64::try_from(d).ok())
+        .map(core::time::Duration::from_secs);
+    h.metadata = lease
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(KUBE_METADATA_ANNOTATION))
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .filter(|doc| doc.get("owner").and_then(Value::as_str) == Some(who))
+        .and_then(|doc| serde_json::from_value(doc.get("metadata")?.clone()).ok());
+    Some(h)
+}
+
+/// Reads the reply of [`KubernetesBackend::inspect`]: the holder of `name` (owner =
+/// `holderIdentity`, token = `leaseTransitions`, `ttl_left` = `leaseDurationSeconds`
+/// as an upper bound, no waiters: candidates leave no trace, metadata from
+/// [`KUBE_METADATA_ANNOTATION`]), or `None` when there is no Lease or no holder.
+///
+/// Errors: [`ProtocolError`] for a `Status` other than 404 or a reply of another shape.
+pub fn read_kube_inspect(name: &str, reply: &str) -> Result<Option<super::Holder>, ProtocolError> {
+    let failed = |e: ReadError| match e {
+        ReadError::Protocol(p) => p,
+        ReadError::Ambiguous(m) => protocol(format!("inspect {name:?}: {m}")),
+    };
+    match answer(reply).map_err(failed)? {
+        Answer::Lease(lease) => Ok(lease_holder(&lease).map(|mut h| {
+            h.name = name.to_owned();
+            h
+        })),
+        Answer::Status(404, _) => Ok(None),
+        Answer::Status(code, reason) => Err(failed(status_error(code, &reason, reply))),
+    }
+}
+
+/// Reads one page of [`KubernetesBackend::list_page`]: the next page's `continue`
+/// token (`None`: the last page) and the held Leases of this page whose names start
+/// with `prefix`, read as [`read_kube_inspect`] reads one.
+///
+/// Errors: [`ProtocolError`] for a `Status` or a reply that is no `LeaseList`.
+pub fn read_kube_list(
+    prefix: &str,
+    reply: &str,
+) -> Result<(Option<String>, Vec<super::Holder>), ProtocolError> {
+    let v: Value = serde_json::from_str(reply)
+        .map_err(|e| protocol(format!("list: reply is not JSON ({e}): {reply:.200}")))?;
+    if v.get("kind").and_then(Value::as_str) == Some("Status") {
+        return Err(protocol(format!("list: {reply:.300}")));
+    }
+    let items = v
+        .get("items")
+        .and_then(Value::as_array)
+        .ok_or_else(|| protocol(format!("list: expected a LeaseList, got {reply:.200}")))?;
+    let next = v
+        .pointer("/metadata/continue")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned);
+    let holders = items
+        .iter()
+        .filter(|l| {
+            l.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter_map(lease_holder)
+        .collect();
+    Ok((next, holders))
 }
 
 /// Reads a cancellation's or cleanup's JSON Patch: cleared, or not this owner's
@@ -741,5 +926,93 @@ mod tests {
             status_error(403, "Forbidden", ""),
             ReadError::Protocol(_)
         ));
+    }
+
+    fn cx_with<'a>(owner: &'a OwnerId, metadata: Option<&'a str>) -> StepCx<'a> {
+        StepCx {
+            name: "report",
+            owner,
+            ttl_ms: 10_000,
+            metadata,
+            ..crate::backends::LATE_CX
+        }
+    }
+
+    #[test]
+    fn a_grant_with_metadata_annotates_the_lease_and_inspection_reads_it_back() {
+        let b = KubernetesBackend::default();
+        let owner = OwnerId([0xab; 16]);
+        let cx = cx_with(&owner, Some(r#"{"pid":"7","host":"a"}"#));
+        let create = b.write(Write::Create, &cx, None);
+        let body: Value = serde_json::from_str(create.body.as_deref().unwrap()).unwrap();
+        let note = body["metadata"]["annotations"][KUBE_METADATA_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            note,
+            format!(r#"{{"metadata":{{"host":"a","pid":"7"}},"owner":"{owner}"}}"#)
+        );
+        // the server's copy, as a GET returns it
+        let mut stored = body.clone();
+        stored["metadata"]["resourceVersion"] = json!("5");
+        stored["spec"]["leaseTransitions"] = json!(3);
+        let h = read_kube_inspect("report", &stored.to_string())
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.owner, Some(owner.to_string()));
+        assert_eq!(h.token, Some(FencingToken(3)));
+        assert_eq!(h.ttl_left, Some(core::time::Duration::from_secs(10)));
+        assert_eq!(h.waiters, None);
+        assert_eq!(h.metadata.unwrap()["pid"], "7");
+        // a takeover without metadata drops the annotation; another holder never
+        // shows this owner's metadata
+        let other = OwnerId([0xcd; 16]);
+        let take = b.write(Write::Take, &cx_with(&other, None), Some(&stored));
+        let taken: Value = serde_json::from_str(take.body.as_deref().unwrap()).unwrap();
+        assert!(taken["metadata"]["annotations"]
+            .get(KUBE_METADATA_ANNOTATION)
+            .is_none());
+        let mut foreign = stored.clone();
+        foreign["spec"]["holderIdentity"] = json!("pod-7");
+        let h = read_kube_inspect("report", &foreign.to_string())
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.owner.as_deref(), h.metadata), (Some("pod-7"), None));
+        // a grant without metadata on a Lease without the annotation sends no annotations
+        let plain = b.write(Write::Create, &cx_with(&owner, None), None);
+        assert!(!plain.body.unwrap().contains("annotations"));
+        let mut free = stored;
+        free["spec"]["holderIdentity"] = json!("");
+        assert_eq!(read_kube_inspect("report", &free.to_string()), Ok(None));
+        let missing = r#"{"kind":"Status","apiVersion":"v1","reason":"NotFound","code":404}"#;
+        assert_eq!(read_kube_inspect("report", missing), Ok(None));
+        let forbidden = r#"{"kind":"Status","apiVersion":"v1","reason":"Forbidden","code":403}"#;
+        assert!(read_kube_inspect("report", forbidden).is_err());
+    }
+
+    #[test]
+    fn a_listing_pages_with_limit_and_continue_and_keeps_the_prefix() {
+        let b = KubernetesBackend::default();
+        assert_eq!(
+            b.list_page(2, None).path,
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases?limit=2"
+        );
+        assert!(b
+            .list_page(2, Some("eyJ2Ijo=+/"))
+            .path
+            .ends_with("?limit=2&continue=eyJ2Ijo%3D%2B%2F"));
+        let lease = |name: &str, holder: &str| {
+            json!({"kind": "Lease", "metadata": {"name": name, "resourceVersion": "1"},
+                   "spec": {"holderIdentity": holder, "leaseTransitions": 1, "leaseDurationSeconds": 5}})
+        };
+        let page = json!({"kind": "LeaseList", "metadata": {"continue": "abc"},
+            "items": [lease("job-a", "x"), lease("job-b", ""), lease("other", "y")]});
+        let (next, found) = read_kube_list("job", &page.to_string()).unwrap();
+        assert_eq!(next.as_deref(), Some("abc"));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "job-a");
+        let last = json!({"kind": "LeaseList", "metadata": {}, "items": []});
+        assert_eq!(read_kube_list("", &last.to_string()), Ok((None, vec![])));
+        assert!(read_kube_list("", r#"{"kind":"Status","code":500}"#).is_err());
     }
 }

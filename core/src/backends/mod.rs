@@ -20,7 +20,10 @@ use crate::{FencingToken, Instant, OwnerId};
 pub use etcd::{EtcdBackend, EtcdRequest};
 
 #[cfg(feature = "kubernetes")]
-pub use kubernetes::{KubeRequest, KubernetesBackend};
+pub use kubernetes::{
+    read_kube_inspect, read_kube_list, KubeRequest, KubernetesBackend, KUBE_LIST_PAGE,
+    KUBE_LIST_PAGES, KUBE_METADATA_ANNOTATION,
+};
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{
     read_redis_inspect, read_redis_list, RedisBackend, RedisBlpop, RedisCommand, RedisScript,
@@ -28,7 +31,10 @@ pub use redis::{
 };
 pub use redlock::{RedlockBackend, RedlockPart};
 #[cfg(feature = "zookeeper")]
-pub use zookeeper::{ZkNaming, ZkRequest, ZooKeeperBackend};
+pub use zookeeper::{
+    read_zk_contenders, read_zk_holder, read_zk_list, ZkHolderNode, ZkNaming, ZkRequest,
+    ZooKeeperBackend, ZK_INSPECT_TRIES,
+};
 
 /// Checks a lock name: 1 to 1024 bytes of UTF-8 with no NUL (PostgreSQL `text` cannot
 /// hold one, and a name must mean one lock on every backend).
@@ -135,8 +141,10 @@ impl RequestBody {
 }
 
 /// Who holds a lock, as an operator query found it on the server
-/// (`RedisBackend::inspect`, `RedisBackend::list_step`). Reads only: no lock decision
-/// is taken from it.
+/// (`RedisBackend::inspect`, `RedisBackend::list_step`, [`postgres::inspect_statement`],
+/// [`postgres::list_statement`], [`etcd::read_etcd_inspect`]; ZooKeeper's
+/// `read_zk_holder`; Kubernetes' `read_kube_inspect`, `read_kube_list`). Reads only: no
+/// lock decision is taken from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The lock name.
@@ -148,8 +156,10 @@ pub struct Holder {
     /// The holder's fencing token, when the server knows it.
     pub token: Option<crate::FencingToken>,
     /// Time left on the holder's lease as the server counts it (`PTTL`, the row's
-    /// expiry, the lease's TTL); `None` when unknown (ZooKeeper: the session, not the
-    /// node, has a deadline, and the server does not tell it).
+    /// expiry, the lease's TTL); on Kubernetes the record's `leaseDurationSeconds`, an
+    /// upper bound (the last renewal cannot be dated without comparing wall clocks);
+    /// `None` when unknown (ZooKeeper: the session, not the node, has a deadline, and
+    /// the server does not tell it).
     pub ttl_left: Option<core::time::Duration>,
     /// Contenders queued behind the holder, where the server keeps a queue (fair Redis:
     /// its queue; etcd: the other keys under the lock's prefix; ZooKeeper: the other
@@ -273,6 +283,10 @@ pub(crate) struct StepCx<'a> {
     pub part: u16,
     /// The holder metadata to store with a grant ([`crate::LockOptions::metadata`]).
     pub metadata: Option<&'a str>,
+    /// The declared bound on clock rate error ([`crate::LockOptions::drift_factor`],
+    /// validated to `[0, 0.5)`): a recipe that judges expiry on this host's clock
+    /// (Kubernetes) waits that much longer.
+    pub drift_factor: f64,
 }
 
 /// A step as requests: one, several at once (a quorum recipe sends one per server
@@ -463,6 +477,7 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     replica_timeout_ms: 0,
     part: 0,
     metadata: None,
+    drift_factor: 0.0,
 };
 
 impl Backend {
@@ -524,17 +539,18 @@ impl Backend {
                 ),
             ));
         }
-        if options.metadata.is_some() && !matches!(self, Backend::Redis(b) if !b.fair) {
+        if options.metadata.is_some() && !self.stores_metadata() {
             return Err(crate::UsageError::option(
                 "metadata",
                 format!(
                     "not supported on {}{}: holder metadata is stored on plain Redis \
-                     (fair: false) only; leave it unset",
+                     (fair: false), PostgreSQL lease rows, etcd, ZooKeeper and Kubernetes \
+                     only; leave it unset",
                     self.name(),
-                    if matches!(self, Backend::Redis(_)) {
-                        " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)"
-                    } else {
-                        ""
+                    match self {
+                        Backend::Redis(_) => " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)",
+                        Backend::Postgres(_) => " advisory locks (they keep no row to store it in)",
+                        _ => "",
                     }
                 ),
             ));
@@ -565,6 +581,23 @@ impl Backend {
             k.check(name, options)?;
         }
         Ok(())
+    }
+
+    /// Whether a grant stores [`crate::LockOptions::metadata`] for inspections to read
+    /// back: plain Redis (its `…:meta` key), PostgreSQL lease rows (the row's `metadata`
+    /// column), etcd (the contender key's value), ZooKeeper (the holder node's data) and
+    /// Kubernetes (an annotation on the Lease).
+    pub fn stores_metadata(&self) -> bool {
+        match self {
+            Backend::Redis(b) => !b.fair,
+            Backend::Postgres(b) => b.mode == PgMode::Lease,
+            Backend::Etcd(_) => true,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => true,
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes(_) => true,
+            _ => false,
+        }
     }
 
     /// Whether fencing tokens can go backwards on failover (DESIGN.md rule 8).

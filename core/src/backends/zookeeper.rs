@@ -102,7 +102,8 @@ pub enum ZkRequest {
     Create {
         /// The node path before the sequence.
         path: String,
-        /// The node's data: the owner id.
+        /// The node's data: the holder metadata's canonical JSON when the lock has
+        /// [`crate::LockOptions::metadata`], else the owner id.
         data: String,
     },
     /// `getChildren(path)`. Reply `{"children": [names]}`; `no_node` when `path` does
@@ -125,6 +126,12 @@ pub enum ZkRequest {
         path: String,
         /// Reply `"timeout"` after this long without an event.
         timeout_ms: u64,
+    },
+    /// `getData(path)`. Reply `{"data": text, "stat": Stat}` (`data` the node's data as
+    /// UTF-8, `null` for none or bytes that are not UTF-8); `no_node` when gone.
+    Get {
+        /// The node.
+        path: String,
     },
     /// `delete(path, version = -1)`. Reply `{"deleted": true}`; `no_node` when gone.
     Delete {
@@ -184,14 +191,15 @@ pub enum ZkOp {
 }
 
 impl ZkRequest {
-    /// The call's name: `"create"`, `"children"`, `"exists"`, `"watch"`, `"delete"`,
-    /// `"delete_owned"` or `"multi"`.
+    /// The call's name: `"create"`, `"children"`, `"exists"`, `"watch"`, `"get"`,
+    /// `"delete"`, `"delete_owned"` or `"multi"`.
     pub fn call_name(&self) -> &'static str {
         match self {
             ZkRequest::Create { .. } => "create",
             ZkRequest::Children { .. } => "children",
             ZkRequest::Exists { .. } => "exists",
             ZkRequest::Watch { .. } => "watch",
+            ZkRequest::Get { .. } => "get",
             ZkRequest::Delete { .. } => "delete",
             ZkRequest::DeleteOwned { .. } => "delete_owned",
             ZkRequest::Multi { .. } => "multi",
@@ -414,15 +422,24 @@ impl ZooKeeperBackend {
         format!("{}/{}", self.lock_path(name), node)
     }
 
-    fn acquire(&self, name: &str, p: &mut ZkProgress) -> ZkRequest {
+    fn acquire(&self, name: &str, metadata: Option<&str>, p: &mut ZkProgress) -> ZkRequest {
         let path = self.lock_path(name);
         match (&p.node, p.czxid) {
             (None, _) if !p.create_tried => {
                 p.pending = ZkStep::Create;
                 p.create_tried = true;
+                // the node's data is a free-form label to kazoo (its `identifier`, what
+                // `Lock.contenders()` returns) and Curator (the client's address by
+                // default): the metadata goes there, re-encoded canonically
+                let data = metadata
+                    .map(|m| {
+                        crate::decode_metadata(m)
+                            .map_or_else(|| m.to_owned(), |d| crate::encode_metadata(&d))
+                    })
+                    .unwrap_or_else(|| p.owner.to_string());
                 ZkRequest::Create {
                     path: format!("{path}/{}", self.node_prefix(&p.owner)),
-                    data: p.owner.to_string(),
+                    data,
                 }
             }
             (None, _) => {
@@ -637,7 +654,7 @@ impl Recipe for ZooKeeperBackend {
         let (name, owner) = (cx.name, cx.owner);
         let p = progress_of(progress, owner);
         Phrased::One(RequestBody::ZooKeeper(match step {
-            Step::Acquire => self.acquire(name, p),
+            Step::Acquire => self.acquire(name, cx.metadata, p),
             Step::Renew => self.renew(name, p),
             Step::Release(Ending::Held) if p.node.is_some() => ZkRequest::Delete {
                 path: self.node_path(name, p.node.as_deref().unwrap_or_default()),
@@ -705,6 +722,159 @@ impl Recipe for ZooKeeperBackend {
             found: None,
         }
     }
+}
+
+// ---- operator queries: who holds it? which locks are held? ---------------------------
+
+/// The most listings one inspection makes: when the holder it found leaves before its
+/// node is read ([`read_zk_holder`] answers `None`), it lists again; a lock changing
+/// hands that fast every time is reported by the host as a backend error.
+pub const ZK_INSPECT_TRIES: u32 = 4;
+
+/// The holder node an inspection found in a lock's listing: read it with
+/// [`ZkHolderNode::get`], then [`read_zk_holder`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkHolderNode {
+    /// The holder node's full path (the lowest contender).
+    pub path: String,
+    /// The contenders queued behind it.
+    pub waiters: u64,
+}
+
+impl ZkHolderNode {
+    /// The `getData` of the holder node ([`ZkRequest::Get`]).
+    pub fn get(&self) -> ZkRequest {
+        ZkRequest::Get {
+            path: self.path.clone(),
+        }
+    }
+}
+
+impl ZooKeeperBackend {
+    /// The first request of the operator query "who holds `name`?": the lock path's
+    /// children. Read its reply with [`read_zk_contenders`].
+    pub fn inspect(&self, name: &str) -> ZkRequest {
+        ZkRequest::Children {
+            path: self.lock_path(name),
+        }
+    }
+
+    /// The listing of the root's children, the lock names an operator listing inspects
+    /// ([`read_zk_list`]). One call: ZooKeeper answers `getChildren` whole (no pages),
+    /// so the listing's bound is the caller's `limit` on the locks it then inspects.
+    pub fn list_names(&self) -> ZkRequest {
+        let root = self.root.trim_end_matches('/');
+        ZkRequest::Children {
+            path: if root.is_empty() { "/" } else { root }.to_owned(),
+        }
+    }
+
+    /// The owner id (32 hex digits) a contender node's name carries: the hex before
+    /// kazoo's `__lock__`, or Curator's UUID without its dashes; `None` for a name of
+    /// neither form.
+    pub fn node_owner(&self, node: &str) -> Option<String> {
+        let hex = |s: &str| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        match self.naming {
+            ZkNaming::Kazoo => {
+                let (head, _) = node.split_once("__")?;
+                hex(head).then(|| head.to_ascii_lowercase())
+            }
+            ZkNaming::Curator => {
+                let uuid = node.strip_prefix("_c_")?.get(..36)?;
+                let plain: String = uuid.chars().filter(|c| *c != '-').collect();
+                (hex(&plain) && uuid.len() - plain.len() == 4).then(|| plain.to_ascii_lowercase())
+            }
+        }
+    }
+}
+
+fn operator_reply(what: &str, reply: &str) -> Result<Option<Value>, ProtocolError> {
+    match parse(reply) {
+        Ok(v) => Ok(Some(v)),
+        Err(Failed::NoNode) => Ok(None),
+        Err(Failed::Session) => Err(protocol(format!("{what}: the session ended: {reply:.200}"))),
+        Err(Failed::Transient(kind)) => Err(protocol(format!("{what}: {kind}"))),
+        Err(Failed::Other(m)) => Err(protocol(format!("{what}: {m}"))),
+    }
+}
+
+/// Reads the reply of [`ZooKeeperBackend::inspect`]: the holder node (the lowest
+/// contender, as the lock recipe orders them) and the contenders behind it, or `None`
+/// when nobody holds `name` (no lock path, or no contender node under it).
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_zk_contenders(
+    backend: &ZooKeeperBackend,
+    name: &str,
+    reply: &str,
+) -> Result<Option<ZkHolderNode>, ProtocolError> {
+    let Some(v) = operator_reply("inspect", reply)? else {
+        return Ok(None);
+    };
+    let children =
+        children(&v).ok_or_else(|| protocol(format!("inspect: unexpected reply {reply:.200}")))?;
+    let contenders = sorted_contenders(backend.naming, &children);
+    Ok(contenders.first().map(|lowest| ZkHolderNode {
+        path: backend.node_path(name, lowest),
+        waiters: (contenders.len() - 1) as u64,
+    }))
+}
+
+/// Reads the reply of [`ZkHolderNode::get`] into the holder of `name`: the owner id
+/// from the node's name, the token (its `czxid`, the lock's token), the waiters, and
+/// the metadata (the node's data when it is a JSON object of strings: what fencepost
+/// writes with [`crate::LockOptions::metadata`]; a kazoo identifier or Curator's
+/// address reads as none). `ttl_left` is `None`: the node lives as long as its
+/// session, whose deadline the server does not tell. `Ok(None)`: the node is gone
+/// (the holder left between the listing and this read): list again, at most
+/// [`ZK_INSPECT_TRIES`] times.
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_zk_holder(
+    backend: &ZooKeeperBackend,
+    name: &str,
+    node: &ZkHolderNode,
+    reply: &str,
+) -> Result<Option<super::Holder>, ProtocolError> {
+    let Some(v) = operator_reply("inspect", reply)? else {
+        return Ok(None);
+    };
+    let czxid = v
+        .pointer("/stat/czxid")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| protocol(format!("inspect: unexpected reply {reply:.200}")))?;
+    let leaf = node.path.rsplit('/').next().unwrap_or_default();
+    let mut holder = super::Holder::new(name.to_owned());
+    holder.owner = backend.node_owner(leaf);
+    holder.token = u64::try_from(czxid)
+        .ok()
+        .filter(|t| *t > 0)
+        .map(FencingToken);
+    holder.waiters = Some(node.waiters);
+    // display only: data that is no JSON object of strings reads as none
+    holder.metadata = v
+        .get("data")
+        .and_then(Value::as_str)
+        .and_then(crate::decode_metadata);
+    Ok(Some(holder))
+}
+
+/// Reads the reply of [`ZooKeeperBackend::list_names`]: the names under the root that
+/// start with `prefix`, sorted (a missing root has none). Each is a lock path to
+/// inspect; names with a `/` (nested paths) are not listed.
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_zk_list(prefix: &str, reply: &str) -> Result<Vec<String>, ProtocolError> {
+    let Some(v) = operator_reply("list", reply)? else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = children(&v)
+        .ok_or_else(|| protocol(format!("list: unexpected reply {reply:.200}")))?
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort_unstable();
+    Ok(names)
 }
 
 // ---- reply helpers ----------------------------------------------------------------
@@ -873,5 +1043,88 @@ mod tests {
         assert!(multi
             .to_json()
             .starts_with(r#"{"call":"multi","check_path":"#));
+    }
+
+    #[test]
+    fn metadata_rides_in_the_node_data_and_reads_back_from_an_inspection() {
+        let b = ZooKeeperBackend::default();
+        let owner = OwnerId([0xab; 16]);
+        let mut p = ZkProgress::new(owner);
+        let ZkRequest::Create { data, .. } =
+            b.acquire("r", Some(r#"{"pid":"7", "host":"a"}"#), &mut p)
+        else {
+            panic!("expected a create");
+        };
+        assert_eq!(data, r#"{"host":"a","pid":"7"}"#);
+        let mut p = ZkProgress::new(owner);
+        let ZkRequest::Create { data, .. } = b.acquire("r", None, &mut p) else {
+            panic!("expected a create");
+        };
+        assert_eq!(data, owner.to_string());
+
+        assert_eq!(
+            b.inspect("r"),
+            ZkRequest::Children {
+                path: "/fencepost/r".into()
+            }
+        );
+        let holder_node = format!("{owner}__lock__0000000003");
+        let listing =
+            format!(r#"{{"children":["x__lock__0000000009","{holder_node}","junk"],"session":5}}"#);
+        let node = read_zk_contenders(&b, "r", &listing).unwrap().unwrap();
+        assert_eq!(node.path, format!("/fencepost/r/{holder_node}"));
+        assert_eq!(node.waiters, 1);
+        assert_eq!(
+            read_zk_contenders(&b, "r", r#"{"children":[],"session":5}"#),
+            Ok(None)
+        );
+        assert_eq!(
+            read_zk_contenders(&b, "r", r#"{"error":"no_node","session":5}"#),
+            Ok(None)
+        );
+        assert!(read_zk_contenders(&b, "r", r#"{"error":"connection_loss"}"#).is_err());
+        let got = r#"{"data":"{\"host\":\"a\"}","stat":{"czxid":42,"version":0,"ephemeral_owner":5},"session":5}"#;
+        let h = read_zk_holder(&b, "r", &node, got).unwrap().unwrap();
+        assert_eq!(h.owner, Some(owner.to_string()));
+        assert_eq!(h.token, Some(FencingToken(42)));
+        assert_eq!(h.waiters, Some(1));
+        assert_eq!(h.ttl_left, None);
+        assert_eq!(h.metadata.unwrap()["host"], "a");
+        // a kazoo identifier is no metadata
+        let kazoo = r#"{"data":"worker-1","stat":{"czxid":42,"version":0,"ephemeral_owner":5}}"#;
+        assert_eq!(
+            read_zk_holder(&b, "r", &node, kazoo)
+                .unwrap()
+                .unwrap()
+                .metadata,
+            None
+        );
+        assert_eq!(
+            read_zk_holder(&b, "r", &node, r#"{"error":"no_node"}"#),
+            Ok(None)
+        );
+        assert!(read_zk_holder(&b, "r", &node, r#"{"data":null}"#).is_err());
+    }
+
+    #[test]
+    fn a_listing_reads_the_root_names_with_the_prefix() {
+        let b = ZooKeeperBackend {
+            root: "/".into(),
+            ..ZooKeeperBackend::default()
+        };
+        assert_eq!(b.list_names(), ZkRequest::Children { path: "/".into() });
+        let names = read_zk_list("job", r#"{"children":["job-b","other","job-a"]}"#).unwrap();
+        assert_eq!(names, ["job-a", "job-b"]);
+        assert_eq!(read_zk_list("", r#"{"error":"no_node"}"#), Ok(vec![]));
+        assert!(read_zk_list("", "[]").is_err());
+        let curator = ZooKeeperBackend {
+            naming: ZkNaming::Curator,
+            ..ZooKeeperBackend::default()
+        };
+        let owner = OwnerId([0xcd; 16]);
+        let node = format!("{}0000000001", curator.node_prefix(&owner));
+        assert_eq!(curator.node_owner(&node), Some(owner.to_string()));
+        assert_eq!(curator.node_owner("_c_short-lock-0000000001"), None);
+        assert_eq!(b.node_owner("nothex__lock__0000000001"), None);
     }
 }

@@ -216,6 +216,10 @@ impl MemoryZooKeeper {
                 Some(_) => json!({ "event": "timeout" }),
                 None => json!({ "event": "no_node" }),
             },
+            ZkRequest::Get { path } => match self.nodes.get(path) {
+                Some(n) => json!({ "data": n.data, "stat": stat(n) }),
+                None => return error("no_node", session),
+            },
             ZkRequest::Delete { path } => {
                 if !self.delete(path) {
                     return error("no_node", session);

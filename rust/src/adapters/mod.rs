@@ -3,8 +3,6 @@
 //! decision: error replies go back to the machine as data, which decides what is
 //! transient; a failure to get an answer is a transport error (`Err(message)`).
 
-use std::time::Duration;
-
 use fencepost_core::{Reply, RequestBody};
 use futures::future::BoxFuture;
 
@@ -89,9 +87,4 @@ pub(crate) fn http_client(
     builder
         .build()
         .map_err(|e| Error::Config(format!("cannot build the HTTP client for {what}: {e}")))
-}
-
-/// Turns a millisecond count the server reported into a `Duration` (negative: none).
-pub(crate) fn ms(n: i64) -> Option<Duration> {
-    u64::try_from(n).ok().map(Duration::from_millis)
 }

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fencepost_core::{
-    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement,
-    SqlValue,
+    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody,
+    SqlReply, SqlStatement, SqlValue,
 };
 use futures::future::{BoxFuture, FutureExt};
 use tokio_postgres::types::{ToSql, Type};
@@ -494,43 +494,7 @@ fn row(r: &tokio_postgres::Row) -> Vec<SqlValue> {
         .collect()
 }
 
-fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
-    let rows = match rows {
-        SqlReply::Rows { rows } => rows,
-        SqlReply::Error { sqlstate, message } => {
-            return Err(Error::Backend(format!(
-                "PostgreSQL refused the query: {sqlstate} {message}"
-            )))
-        }
-    };
-    rows.into_iter()
-        .map(|r| match r.as_slice() {
-            [SqlValue::Text(name), owner, token, left] => Ok(Holder {
-                name: name.clone(),
-                owner: match owner {
-                    SqlValue::Text(o) => Some(o.clone()),
-                    _ => None,
-                },
-                token: match token {
-                    SqlValue::Int(t) => u64::try_from(*t).ok().map(FencingToken),
-                    _ => None,
-                },
-                ttl_left: match left {
-                    SqlValue::Int(ms) => super::ms(*ms),
-                    _ => None,
-                },
-                waiters: None,
-                metadata: None,
-            }),
-            other => Err(Error::Backend(format!(
-                "lease row of an unexpected shape: {other:?}"
-            ))),
-        })
-        .collect()
-}
-
 impl PgAdapter {
-    /// The live lease rows matching `condition` (on `$1`), in name order.
     /// Runs a session-mode statement on its lock's dedicated connection: registered
     /// (synchronously, in send order) by the lock's acquire, opened by its first
     /// statement, reopened when it broke (a new session, which holds nothing: the
@@ -586,30 +550,14 @@ impl PgAdapter {
         .boxed()
     }
 
-    fn live(
-        &self,
-        condition: &str,
-        param: String,
-        limit: usize,
-    ) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let sql = format!(
-            "SELECT name, owner, token, \
-             ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-             FROM {} WHERE {condition} AND owner IS NOT NULL AND expires_at > clock_timestamp() \
-             ORDER BY name LIMIT {limit}",
-            self.backend.lease_table
-        );
+    /// Runs an operator statement of the core's (`inspect_statement`, `list_statement`)
+    /// and reads its rows as holders, metadata included. Advisory locks keep no row:
+    /// the advisory modes have nothing to inspect.
+    fn holders(&self, stmt: SqlStatement) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
         let shared = self.shared();
         async move {
-            let reply = shared
-                .run(SqlStatement {
-                    sql,
-                    params: vec![SqlValue::Text(param)],
-                    connection: fencepost_core::PgConnection::Any,
-                })
-                .await
-                .map_err(Error::Backend)?;
-            holders(reply)
+            let reply = shared.run(stmt).await.map_err(Error::Backend)?;
+            Ok(fencepost_core::backends::postgres::read_pg_holders(&reply)?)
         }
         .boxed()
     }
@@ -696,17 +644,23 @@ impl Adapter for PgAdapter {
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
+        // lease rows: one statement of the core's, metadata included (in session mode the
+        // rows of lease-mode clients of the same tables)
+        let lease_backend = PostgresBackend {
+            mode: PgMode::Lease,
+            ..self.backend.clone()
+        };
+        let stmt = fencepost_core::backends::postgres::inspect_statement(&lease_backend, &name);
         let lease = self
-            .live("name = $1", name.clone(), 1)
+            .holders(stmt)
             .map(|r| r.map(|v| v.into_iter().next()));
         if self.backend.mode == PgMode::Lease {
             return lease.boxed();
         }
-        // session mode: a session holding the name's advisory lock (pg_locks; its
-        // owner id is the session's own, the token the name's latest, no time left),
-        // else a lease row of a lease-mode client
+        // session mode: a session holding the name's advisory lock (pg_locks; the token
+        // the name's latest, no owner id, no time left), else a lease row
         let sql = format!(
-            "SELECT $1::text, NULL::text, (SELECT token FROM {} WHERE name = $1::text), NULL::bigint \
+            "SELECT (SELECT token FROM {} WHERE name = $1::text) \
              WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
              AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2::bigint)",
@@ -718,13 +672,27 @@ impl Adapter for PgAdapter {
             let reply = shared
                 .run(SqlStatement {
                     sql,
-                    params: vec![SqlValue::Text(name), SqlValue::Int(key)],
+                    params: vec![SqlValue::Text(name.clone()), SqlValue::Int(key)],
                     connection: fencepost_core::PgConnection::Any,
                 })
                 .await
                 .map_err(Error::Backend)?;
-            match holders(reply)?.into_iter().next() {
-                Some(session) => Ok(Some(session)),
+            let row = match reply {
+                SqlReply::Rows { rows } => rows.into_iter().next(),
+                SqlReply::Error { sqlstate, message } => {
+                    return Err(Error::Backend(format!(
+                        "status({name:?}): SQLSTATE {sqlstate}: {message}"
+                    )))
+                }
+            };
+            match row {
+                Some(row) => {
+                    let mut holder = Holder::new(name);
+                    if let Some(SqlValue::Int(token)) = row.first() {
+                        holder.token = u64::try_from(*token).ok().map(FencingToken);
+                    }
+                    Ok(Some(holder))
+                }
                 None => lease.await,
             }
         }
@@ -732,10 +700,9 @@ impl Adapter for PgAdapter {
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let escaped = prefix
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
-        self.live("name LIKE $1 ESCAPE '\\'", format!("{escaped}%"), limit)
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        let stmt =
+            fencepost_core::backends::postgres::list_statement(&self.backend, &prefix, limit);
+        self.holders(stmt)
     }
 }

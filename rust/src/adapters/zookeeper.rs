@@ -14,8 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencepost_core::backends::zookeeper::ZkOp;
-use fencepost_core::backends::{ZkNaming, ZkRequest, ZooKeeperBackend};
-use fencepost_core::{FencingToken, Reply, RequestBody};
+use fencepost_core::backends::{
+    read_zk_contenders, read_zk_holder, read_zk_list, ZkNaming, ZkRequest, ZooKeeperBackend,
+    ZK_INSPECT_TRIES,
+};
+use fencepost_core::{Reply, RequestBody};
 use futures::future::{BoxFuture, FutureExt};
 use serde_json::{json, Value};
 use zookeeper_client as zk;
@@ -155,62 +158,35 @@ impl Inner {
         Ok(doc.to_string())
     }
 
-    /// The contenders of lock `name`, lowest sequence first, with the lock's path.
-    async fn contenders(
-        &self,
-        client: &zk::Client,
-        name: &str,
-    ) -> Result<(String, Vec<String>), Error> {
-        let path = self.backend.lock_path(name);
-        let children = match client.list_children(&path).await {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(Error::Backend(format!("zookeeper children of {path}: {e}"))),
-        };
-        Ok((path, sorted_contenders(self.backend.naming, children)))
+    /// A core operator call's reply document; a transport failure is a backend error.
+    async fn query(&self, req: &ZkRequest) -> Result<String, Error> {
+        self.call(req)
+            .await
+            .map_err(|e| Error::Backend(format!("zookeeper {}: {e}", req.call_name())))
     }
 
+    /// The holder of lock `name`, read as the core reads it (the lowest contender, its
+    /// czxid, the contenders behind it, its data as the metadata); a holder that left
+    /// before its node was read sends the listing again, at most `ZK_INSPECT_TRIES` times.
     async fn holder(&self, name: &str) -> Result<Option<Holder>, Error> {
-        let client = self.session().await.map_err(Error::Backend)?;
-        let (path, contenders) = self.contenders(&client, name).await?;
-        // the lowest contender holds; one deleted since the listing yields to the next
-        for (i, node) in contenders.iter().enumerate() {
-            match client.get_data(&format!("{path}/{node}")).await {
-                Ok((data, stat)) => {
-                    let owner = String::from_utf8(data)
-                        .ok()
-                        .filter(|d| d.len() == 32 && d.bytes().all(|b| b.is_ascii_hexdigit()));
-                    return Ok(Some(Holder {
-                        name: name.to_owned(),
-                        owner,
-                        token: u64::try_from(stat.czxid).ok().map(FencingToken),
-                        // the session, not the node, has a deadline; the server does not say it
-                        ttl_left: None,
-                        waiters: Some((contenders.len() - i - 1) as u64),
-                        metadata: None,
-                    }));
-                }
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => {
-                    return Err(Error::Backend(format!(
-                        "zookeeper data of {path}/{node}: {e}"
-                    )))
-                }
+        for _ in 0..ZK_INSPECT_TRIES {
+            let listed = self.query(&self.backend.inspect(name)).await?;
+            let Some(node) = read_zk_contenders(&self.backend, name, &listed)? else {
+                return Ok(None);
+            };
+            let data = self.query(&node.get()).await?;
+            if let Some(h) = read_zk_holder(&self.backend, name, &node, &data)? {
+                return Ok(Some(h));
             }
         }
-        Ok(None)
+        Err(Error::Backend(format!(
+            "zookeeper: the holder of {name:?} left before its node could be read, {ZK_INSPECT_TRIES} times in a row"
+        )))
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {
-        let client = self.session().await.map_err(Error::Backend)?;
-        let root = self.backend.root.clone();
-        let mut names = match client.list_children(&root).await {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(Error::Backend(format!("zookeeper children of {root}: {e}"))),
-        };
-        names.retain(|n| n.starts_with(prefix));
-        names.sort_unstable();
+        let listed = self.query(&self.backend.list_names()).await?;
+        let mut names = read_zk_list(prefix, &listed)?;
         names.truncate(LIST_LOCKS);
         let mut out = Vec::new();
         for name in names {
@@ -263,6 +239,11 @@ async fn run(client: &zk::Client, req: &ZkRequest) -> Result<Value, Failure> {
         ZkRequest::Watch { path, timeout_ms } => {
             let event = watch(client, path, Duration::from_millis(*timeout_ms)).await?;
             Ok(json!({ "event": event }))
+        }
+        ZkRequest::Get { path } => {
+            let (data, stat) = client.get_data(path).await.map_err(failure)?;
+            // data that is not UTF-8 is not fencepost's: no metadata
+            Ok(json!({"data": String::from_utf8(data).ok(), "stat": stat_json(&stat)}))
         }
         ZkRequest::Delete { path } => {
             client.delete(path, None).await.map_err(failure)?;
@@ -368,35 +349,6 @@ async fn multi(
     }
 }
 
-/// The contenders among `children`, lowest sequence first, as the core's recipe sorts
-/// them: a name ending in the naming's lock marker and a 10-digit sequence (kazoo's
-/// `__lock__`/`__rlock__`, Curator's `lock-`; a wrapped sequence keeps its sign),
-/// compared as digit strings.
-fn sorted_contenders(naming: ZkNaming, children: Vec<String>) -> Vec<String> {
-    let key = |child: &str| -> Option<String> {
-        let digits = child.len().checked_sub(10)?;
-        if !child.is_char_boundary(digits) || !child[digits..].bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let marked = |end: usize| match naming {
-            ZkNaming::Curator => child[..end].ends_with("lock-"),
-            ZkNaming::Kazoo => {
-                child[..end].ends_with("__lock__") || child[..end].ends_with("__rlock__")
-            }
-        };
-        if digits > 0 && child.as_bytes()[digits - 1] == b'-' && marked(digits - 1) {
-            return Some(child[digits - 1..].to_owned());
-        }
-        marked(digits).then(|| child[digits..].to_owned())
-    };
-    let mut c: Vec<(String, String)> = children
-        .into_iter()
-        .filter_map(|n| key(&n).map(|k| (k, n)))
-        .collect();
-    c.sort_unstable();
-    c.into_iter().map(|(_, n)| n).collect()
-}
-
 impl Adapter for ZkAdapter {
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
         let inner = self.inner.clone();
@@ -420,35 +372,5 @@ impl Adapter for ZkAdapter {
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
         let inner = self.inner.clone();
         async move { inner.list(&prefix, limit).await }.boxed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn contenders_sort_by_sequence_as_the_recipe_does() {
-        let children = [
-            "ffff__lock__0000000003",
-            "0000__lock__0000000007",
-            "not-a-contender",
-            "bbbb__lock__-2147483648",
-            "_c_x-lock-0000000002",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        assert_eq!(
-            sorted_contenders(ZkNaming::Kazoo, children.clone()),
-            [
-                "bbbb__lock__-2147483648",
-                "ffff__lock__0000000003",
-                "0000__lock__0000000007"
-            ]
-        );
-        assert_eq!(
-            sorted_contenders(ZkNaming::Curator, children),
-            ["_c_x-lock-0000000002"]
-        );
     }
 }
