@@ -70,7 +70,7 @@ pub(crate) fn http_client(
     what: &str,
 ) -> Result<reqwest::Client, Error> {
     #[allow(unused_mut)]
-    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(1));
+    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(1));
     #[cfg(feature = "tls")]
     if let Some(path) = ca {
         let (pem, _) = crate::tls::read_ca(path)?;

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fencepost_core::{
-    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody,
-    SqlReply, SqlStatement, SqlValue,
+    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement,
+    SqlValue,
 };
 use futures::future::{BoxFuture, FutureExt};
 use tokio_postgres::types::{ToSql, Type};
@@ -651,9 +651,7 @@ impl Adapter for PgAdapter {
             ..self.backend.clone()
         };
         let stmt = fencepost_core::backends::postgres::inspect_statement(&lease_backend, &name);
-        let lease = self
-            .holders(stmt)
-            .map(|r| r.map(|v| v.into_iter().next()));
+        let lease = self.holders(stmt).map(|r| r.map(|v| v.into_iter().next()));
         if self.backend.mode == PgMode::Lease {
             return lease.boxed();
         }
