@@ -286,6 +286,7 @@ pub(crate) struct StepCx<'a> {
     /// The declared bound on clock rate error ([`crate::LockOptions::drift_factor`],
     /// validated to `[0, 0.5)`): a recipe that judges expiry on this host's clock
     /// (Kubernetes) waits that much longer.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
     pub drift_factor: f64,
 }
 

@@ -31,11 +31,12 @@ struct Inner {
 }
 
 impl EtcdAdapter {
-    pub(crate) fn new(members: Vec<String>, backend: EtcdBackend) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTP client for etcd: {e}")))?;
+    pub(crate) fn new(
+        members: Vec<String>,
+        ca: Option<&std::path::Path>,
+        backend: EtcdBackend,
+    ) -> Result<Self, Error> {
+        let http = super::http_client(ca, "etcd")?;
         Ok(EtcdAdapter {
             inner: Arc::new(Inner {
                 http,
@@ -99,19 +100,19 @@ impl Inner {
             let response = match sent {
                 Ok(r) => r,
                 Err(e) if e.is_connect() => {
-                    last = e.to_string();
+                    last = crate::error::tls_hint(crate::error::chain(&e), "?ca=/path/ca.pem");
                     self.rotate(&url);
                     continue;
                 }
                 Err(e) => {
                     self.rotate(&url);
-                    return Err(e.to_string());
+                    return Err(crate::error::chain(&e));
                 }
             };
             let status = response.status();
             let text = response.text().await.map_err(|e| {
                 self.rotate(&url);
-                e.to_string()
+                crate::error::chain(&e)
             })?;
             let line = text.lines().next().unwrap_or("").trim().to_owned();
             if !line.starts_with('{') {
@@ -141,7 +142,7 @@ impl Inner {
                 .body(req.gateway_body())
                 .send()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| crate::error::chain(&e))?;
             let mut buf = Vec::new();
             while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
                 buf.extend_from_slice(&chunk);
