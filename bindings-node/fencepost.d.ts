@@ -106,17 +106,20 @@ export interface LockOptions {
 export interface Holder {
   /** The lock name. */
   readonly name: string
-  /** The holder's owner id (32 hex digits), or null when the server keeps none. */
+  /** The holder's owner id (32 hex digits), or null when the server keeps none; on etcd
+   * `'lease:'` and the holder's lease id in 16 hex digits (its key names the lease). */
   readonly owner: string | null
   /** The holder's fencing token (the lock's counter), or null when unknown. */
   readonly token: bigint | null
-  /** Milliseconds left on the holder's lease as the server counts them (PTTL), or null
-   * (ZooKeeper: the session, not the node, has a deadline). Kubernetes: the record's
-   * leaseDurationSeconds, an upper bound (its last renewal cannot be dated without
-   * comparing wall clocks). */
+  /** Milliseconds left on the holder's lease as the server counts them (Redis PTTL, a
+   * PostgreSQL lease row's expiry on the server's clock, etcd's LeaseTimeToLive in whole
+   * seconds), or null (ZooKeeper: the session, not the node, has a deadline).
+   * Kubernetes: the record's leaseDurationSeconds, an upper bound (its last renewal
+   * cannot be dated without comparing wall clocks). */
   readonly ttlLeftMs: number | null
-  /** Contenders queued behind the holder (fair Redis), or null where the server keeps no
-   * queue (plain Redis waiters leave no trace until they win). */
+  /** Contenders queued behind the holder (fair Redis; etcd: the other contender keys), or
+   * null where the server keeps no queue (plain Redis and PostgreSQL lease-row waiters
+   * leave no trace until they win). */
   readonly waiters: number | null
   /** The `metadata` the holder acquired with, or null when it gave none. */
   readonly metadata: Readonly<Record<string, string>> | null
@@ -440,7 +443,8 @@ export declare abstract class Backend {
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
    * @throws ConfigError (`ERR_CONFIG`) for a name that is not a string, or (kind
    *   'unsupported') on backends other than RedisBackend, UpstashRedisBackend,
-   *   MemoryBackend, KubernetesLeaseBackend and the Node-only ZooKeeperBackend.
+   *   MemoryBackend, EtcdBackend, PostgresBackend with lease rows, KubernetesLeaseBackend
+   *   and the Node-only ZooKeeperBackend.
    */
   inspect(name: string): Promise<Holder | null>
   /**

@@ -194,6 +194,15 @@ export declare function etcdLeaseId(ownerId: string): bigint
 /** The revoke of etcd lease `lease` (a bigint from `readEtcdHolder`) as a gateway call. */
 export declare function etcdLeaseRevoke(lease: bigint): { backend: 'etcd', call: 'lease_revoke', path: string, body: string }
 
+/** The `LeaseTimeToLive` call of etcd lease `lease` (a bigint from `readEtcdInspect`). */
+export declare function etcdLeaseTimeToLive(lease: bigint): { backend: 'etcd', call: 'lease_time_to_live', path: string, body: string }
+
+/**
+ * One page of the etcd listing of the locks whose names start with `prefix`, after key
+ * `after` (null: the first page). Read it with `readEtcdListPage`.
+ */
+export declare function etcdListPage(keyPrefix: string, prefix: string, after?: string | undefined | null): { backend: 'etcd', call: 'range', path: string, body: string }
+
 /**
  * A leader's publication of `value` in its own key, on its lease, while the key's create
  * revision is still `token` (etcd's `Election.Proclaim`), as a gateway call. Read the
@@ -218,6 +227,20 @@ export declare function lockKey(keyPrefix: string, name: string): string
 export declare function lockStateStatement(settings: object | undefined | null, name: string, force: boolean): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
 
 /**
+ * The operator query "who holds lock `name`?" on PostgreSQL lease rows: one statement
+ * reading the live row (owner, token, ms left on the server's clock, metadata). Read
+ * its reply with `readPgHolders`.
+ */
+export declare function pgInspectStatement(settings: object | undefined | null, name: string): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
+ * The operator listing on PostgreSQL lease rows: the live rows whose names start with
+ * `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (1 ..=
+ * 10000). Read its reply with `readPgHolders`.
+ */
+export declare function pgListStatement(settings: object | undefined | null, prefix: string, limit: number): { sql: string, params: Array<null | boolean | bigint | string>, connection: string }
+
+/**
  * The SQL creating fencepost's PostgreSQL tables (idempotent, `CREATE TABLE IF NOT
  * EXISTS`) for `settings` (`{ leaseTable, tokenTable }`, both optional).
  */
@@ -239,16 +262,35 @@ export declare function readEtcdFencedTxn(name: string, token: bigint, reply: un
 export declare function readEtcdHolder(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, protocol?: string }
 
 /**
+ * Reads the reply of `etcdLeaderRange` as an inspection of lock `name`: `{ ok: true,
+ * holder, lease }` (`holder` null when nobody holds it; its `ttlLeftMs` null until
+ * `readEtcdTimeToLive` says) or `{ ok: false, protocol }`.
+ */
+export declare function readEtcdInspect(name: string, reply: unknown): { ok: boolean, holder?: object | null, lease?: bigint, protocol?: string }
+
+/**
  * Reads the reply of `etcdLeaderRange`: `{ ok: true, token, lease, value }` (`token`
  * null when nobody leads) or `{ ok: false, protocol: message }`.
  */
 export declare function readEtcdLeader(reply: unknown): { ok: boolean, token?: bigint | null, lease?: bigint, value?: string, protocol?: string }
 
 /**
+ * Reads the reply of `etcdListPage`: `{ ok: true, names, after }` or `{ ok: false,
+ * protocol }`.
+ */
+export declare function readEtcdListPage(keyPrefix: string, prefix: string, reply: unknown): { ok: boolean, names?: string[], after?: string | null, protocol?: string }
+
+/**
  * Reads the reply of `etcdLeaseRevoke`: `{ ok: true, value }` (false: the lease was gone
  * already) or `{ ok: false, protocol: message }`.
  */
 export declare function readEtcdRevoke(reply: unknown): { ok: boolean, value?: boolean, protocol?: string }
+
+/**
+ * Reads the reply of `etcdLeaseTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease
+ * is gone) or `{ ok: false, protocol }`.
+ */
+export declare function readEtcdTimeToLive(reply: unknown): { ok: boolean, ttlLeftMs?: number | null, protocol?: string }
 
 /**
  * Reads a Lease GET's response body as an inspection: `{ ok: true, holder }` (null: no
@@ -269,6 +311,13 @@ export declare function readKubernetesList(prefix: string, reply: string): { ok:
  * `{ ok: false, protocol }`.
  */
 export declare function readLockState(reply: unknown): { ok: boolean, lease?: boolean, advisoryPid?: number | null, protocol?: string }
+
+/**
+ * Reads the reply of `pgInspectStatement` or `pgListStatement`: `{ ok: true, holders }`
+ * (`{ name, owner, token, ttlLeftMs, waiters, metadata }`, metadata JSON text or null)
+ * or `{ ok: false, protocol }`.
+ */
+export declare function readPgHolders(reply: unknown): { ok: boolean, holders?: Array<object>, protocol?: string }
 
 /**
  * Reads the reply of `redisFencedSet` for `resource`: `{ ok: true }` when written,

@@ -269,6 +269,11 @@ function createPostgres (native, fp) {
    * Locks on PostgreSQL through node-postgres (`pg.Pool`, `pg.Client`) or postgres.js; see
    * fencepost.d.ts (`PostgresBackend`) for the options, modes and errors.
    */
+  /** A holder the native reader gave: its metadata's JSON text parsed. */
+  function holder (h) {
+    return Object.freeze({ ...h, metadata: h.metadata === null ? null : Object.freeze(JSON.parse(h.metadata)) })
+  }
+
   class PostgresBackend extends Backend {
     constructor (client, options) {
       const o = check.plainObject(options, 'PostgresBackend options')
@@ -545,6 +550,66 @@ function createPostgres (native, fp) {
      * the name: only its session can free it. */
     async forceRelease (name) {
       return this._lockState('forceRelease', name, true)
+    }
+
+    _rowsOnly (what) {
+      if (this._mode !== 'lease') {
+        throw new ConfigError(`PostgresBackend (mode '${this._mode}') does not support ${what}(): advisory locks keep no row to read a holder from (inspect, list and election followers work on lease rows, mode: 'lease')`, { kind: 'unsupported' })
+      }
+    }
+
+    async _holders (what, name, stmt) {
+      const reply = await this._operatorReply(what, name, () => this._withClient((c) => run(c, stmt)))
+      return this._operatorResult(what, name, native.readPgHolders(reply)).holders.map(holder)
+    }
+
+    /**
+     * Who holds lock `name` now (lease rows): `{ name, owner, token (bigint), ttlLeftMs
+     * (from the row's expiry on the server's clock), waiters (null: lease-row contenders
+     * leave no trace), metadata }`, or null when no live row holds it. One statement.
+     * ConfigError (kind 'unsupported') in session mode: advisory locks keep no row.
+     */
+    async inspect (name) {
+      this._rowsOnly('inspect')
+      check.string(name, 'lock name')
+      const stmt = translate(() => native.pgInspectStatement(this._settings, name))
+      const found = await this._holders('inspect', name, stmt)
+      return found.length === 0 ? null : found[0]
+    }
+
+    /**
+     * The held locks (live lease rows) whose names start with `prefix` (default ''), at
+     * most `options.limit` (1 ..= 10000, default 100), in name order: one bounded
+     * statement (`LIKE` with the prefix's metacharacters escaped, `ORDER BY name LIMIT`).
+     * ConfigError in session mode (kind 'unsupported'), for a prefix that is not a
+     * string or a limit out of range.
+     */
+    async list (prefix = '', options) {
+      this._rowsOnly('list')
+      check.string(prefix, 'prefix')
+      const o = check.plainObject(options, 'list options')
+      const limit = o.limit === undefined ? 100 : o.limit
+      if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10000) {
+        throw new ConfigError(`limit must be an integer from 1 to 10000, got ${check.describe(limit)}`, { option: 'limit' })
+      }
+      const stmt = translate(() => native.pgListStatement(this._settings, prefix, limit))
+      return this._holders('list', prefix, stmt)
+    }
+
+    /** Lease rows keep an election leader's record as the row's metadata. */
+    _keepsLeaderMetadata () { return this._mode === 'lease' }
+
+    /** The leader of election `name` as `Election.leader()` reads it (lease rows): the
+     * holder's metadata as the record, or null when nobody holds it. */
+    async _leader (name) {
+      if (this._mode !== 'lease') {
+        throw new ConfigError(`PostgresBackend (mode '${this._mode}') cannot say who leads an election: advisory locks keep no row for the leader's record (leader() and observe() work on lease rows, mode: 'lease')`, { kind: 'unsupported' })
+      }
+      const found = await this.inspect(name)
+      if (found === null) return null
+      const meta = found.metadata
+      if (meta === null || typeof meta.identity !== 'string') return { token: found.token, value: null, pending: true }
+      return { token: found.token, value: JSON.stringify({ identity: meta.identity, value: meta.value ?? null }), pending: false }
     }
 
     /**

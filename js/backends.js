@@ -357,6 +357,8 @@ function createBackends (native, LockMachine, fence) {
 
   /** At most this many SCAN steps per listing (the core's REDIS_LIST_STEPS). */
   const LIST_STEPS = 1000
+  /** At most this many range pages per etcd listing (the core's ETCD_LIST_PAGES). */
+  const ETCD_LIST_PAGES = 100
 
   /** A holder the native reader gave: its metadata's JSON text parsed. */
   function holder (h) {
@@ -1488,6 +1490,65 @@ function createBackends (native, LockMachine, fence) {
         } catch {}
       }
       return { token: read.token, value: read.value, pending }
+    }
+
+    async _call (what, name, call) {
+      return this._operatorReply(what, name, () => this._post(call.path, call.body, deadlineSignal(now() + this._requestTimeoutMs)))
+    }
+
+    /**
+     * Who holds lock `name` now: the contender key with the lowest create revision under
+     * the lock's prefix, as `{ name, owner ('lease:' + 16 hex digits: the key names its
+     * lease), token (its create revision, bigint), ttlLeftMs (the lease's remaining whole
+     * seconds, LeaseTimeToLive), waiters (the other contender keys), metadata (the key's
+     * value when the holder acquired with `metadata`, else null) }`, or null when no key
+     * lives there. Two round trips; if the lease ended in between it reads again (at most
+     * 3 times).
+     */
+    async inspect (name, what = 'inspect') {
+      check.string(name, 'lock name')
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const range = translate(() => native.etcdLeaderRange(this._keyPrefix, name))
+        const found = this._operatorResult(what, name, native.readEtcdInspect(name, await this._call(what, name, range)))
+        if (found.holder === null) return null
+        const ttl = translate(() => native.etcdLeaseTimeToLive(found.lease))
+        const left = this._operatorResult(what, name, native.readEtcdTimeToLive(await this._call(what, name, ttl)))
+        if (left.ttlLeftMs !== null) return holder({ ...found.holder, ttlLeftMs: left.ttlLeftMs })
+      }
+      return null
+    }
+
+    /**
+     * The held locks whose names start with `prefix` (default ''), at most
+     * `options.limit` (default 100), sorted by name among those found, as `inspect`
+     * gives them. Bounded: keys-only range pages of 1000 keys over the key prefix, at
+     * most 100 pages, then one inspection per lock name, stopping once `limit` holders
+     * are found.
+     */
+    async list (prefix = '', options) {
+      check.string(prefix, 'prefix')
+      const o = check.plainObject(options, 'list options')
+      const limit = o.limit === undefined ? 100 : o.limit
+      if (!Number.isSafeInteger(limit) || limit < 1) {
+        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
+      }
+      const found = []
+      const seen = new Set() // a name's keys may span pages, or interleave with `name/…`'s
+      let after = null
+      done: for (let page = 0; page < ETCD_LIST_PAGES; page++) {
+        const call = translate(() => native.etcdListPage(this._keyPrefix, prefix, after))
+        const read = this._operatorResult('list', prefix, native.readEtcdListPage(this._keyPrefix, prefix, await this._call('list', prefix, call)))
+        for (const n of read.names) {
+          if (seen.has(n)) continue
+          seen.add(n)
+          const h = await this.inspect(n, 'list')
+          if (h !== null) found.push(h)
+          if (found.length >= limit) break done
+        }
+        if (read.after === null) break
+        after = read.after
+      }
+      return found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     }
 
     async _holder (what, name) {

@@ -1495,6 +1495,73 @@ pub fn read_etcd_revoke(reply: &str) -> JsOut<'static> {
     flag(etcd::read_etcd_revoke(reply))
 }
 
+/// `readEtcdInspect`: `{ ok: true, holder, lease }` (`holder` null when nobody holds
+/// lock `name`; its `ttlLeftMs` null until `readEtcdTimeToLive` says) or `{ ok: false,
+/// protocol }`.
+pub fn read_etcd_inspect(name: &str, reply: &str) -> JsOut<'static> {
+    match etcd::read_etcd_inspect(name, reply) {
+        Ok(Some((h, lease))) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            ("holder", holder(h)),
+            ("lease", JsOut::Int(lease)),
+        ]),
+        Ok(None) => JsOut::Object(vec![("ok", JsOut::Bool(true)), ("holder", JsOut::Null)]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `etcdLeaseTimeToLive`: the `LeaseTimeToLive` call of lease `id`.
+pub fn etcd_lease_time_to_live(id: i64) -> JsOut<'static> {
+    etcd_call(RequestBody::Etcd(EtcdRequest::LeaseTimeToLive { id }))
+}
+
+/// `readEtcdTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease is gone) or
+/// `{ ok: false, protocol }`.
+pub fn read_etcd_time_to_live(reply: &str) -> JsOut<'static> {
+    match etcd::read_etcd_time_to_live(reply) {
+        Ok(left) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "ttlLeftMs",
+                left.map_or(JsOut::Null, |d| JsOut::Number(d.as_secs_f64() * 1e3)),
+            ),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
+/// `etcdListPage`: one page of the listing of the locks whose names start with
+/// `prefix`, after key `after` (`None`: the first page).
+pub fn etcd_list_page(key_prefix: String, prefix: &str, after: Option<&str>) -> JsOut<'static> {
+    etcd_call(RequestBody::Etcd(
+        EtcdSettings { key_prefix }.list_page(prefix, after),
+    ))
+}
+
+/// `readEtcdListPage`: `{ ok: true, names, after }` (`after` null once the range is
+/// exhausted) or `{ ok: false, protocol }`.
+pub fn read_etcd_list_page(key_prefix: String, prefix: &str, reply: &str) -> JsOut<'static> {
+    match (EtcdSettings { key_prefix }).read_list_page(prefix, reply) {
+        Ok((names, after)) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "names",
+                JsOut::Array(
+                    names
+                        .into_iter()
+                        .map(|n| JsOut::Text(Cow::Owned(n)))
+                        .collect(),
+                ),
+            ),
+            (
+                "after",
+                after.map_or(JsOut::Null, |a| JsOut::Text(Cow::Owned(a))),
+            ),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
 /// `coreNames`: the names the JavaScript layer shows for the codes of
 /// [`fencepost_core::js_outputs`] (each list in code order) and the one it reports itself:
 /// `{ operation, lostReason, acquireFailedReason, redisScript, purpose, closed }`.

@@ -153,6 +153,38 @@ pub fn read_lock_state(reply: &SqlReply) -> JsOut<'static> {
     }
 }
 
+/// `pgInspectStatement`: the operator query "who holds `name`?" on lease rows.
+pub fn inspect_statement(fields: Vec<(String, Primitive)>, name: &str) -> Result<SqlStatement> {
+    let settings = settings(fields)?;
+    check_lock_name(name)?;
+    Ok(pg::inspect_statement(&settings, name))
+}
+
+/// `pgListStatement`: the live lease rows whose names start with `prefix`, at most
+/// `limit`.
+pub fn list_statement(
+    fields: Vec<(String, Primitive)>,
+    prefix: &str,
+    limit: u64,
+) -> Result<SqlStatement> {
+    let settings = settings(fields)?;
+    Ok(pg::list_statement(&settings, prefix, limit))
+}
+
+/// `readPgHolders`: `{ ok: true, holders }` or `{ ok: false, protocol }`.
+pub fn read_holders(reply: &SqlReply) -> JsOut<'static> {
+    match pg::read_pg_holders(reply) {
+        Ok(holders) => JsOut::Object(vec![
+            ("ok", JsOut::Bool(true)),
+            (
+                "holders",
+                JsOut::Array(holders.into_iter().map(crate::holder).collect()),
+            ),
+        ]),
+        Err(e) => protocol(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

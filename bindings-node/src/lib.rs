@@ -1284,6 +1284,122 @@ pub fn read_lock_state<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result
     to_js(env, &common::postgres::read_lock_state(&reply))
 }
 
+/// The operator query "who holds lock `name`?" on PostgreSQL lease rows: one statement
+/// reading the live row (owner, token, ms left on the server's clock, metadata). Read
+/// its reply with `readPgHolders`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn pg_inspect_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    name: String,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(env, common::postgres::inspect_statement(fields, &name))?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// The operator listing on PostgreSQL lease rows: the live rows whose names start with
+/// `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (1 ..=
+/// 10000). Read its reply with `readPgHolders`.
+#[napi(
+    ts_return_type = "{ sql: string, params: Array<null | boolean | bigint | string>, connection: string }"
+)]
+pub fn pg_list_statement<'env>(
+    env: &'env Env,
+    #[napi(ts_arg_type = "object | undefined | null")] settings: Option<Unknown<'_>>,
+    prefix: String,
+    limit: u32,
+) -> napi::Result<Unknown<'env>> {
+    let fields = pg_fields(env, settings)?;
+    let stmt = js(
+        env,
+        common::postgres::list_statement(fields, &prefix, limit.into()),
+    )?;
+    to_js(env, &common::postgres::statement(&stmt))
+}
+
+/// Reads the reply of `pgInspectStatement` or `pgListStatement`: `{ ok: true, holders }`
+/// (`{ name, owner, token, ttlLeftMs, waiters, metadata }`, metadata JSON text or null)
+/// or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, holders?: Array<object>, protocol?: string }")]
+pub fn read_pg_holders<'env>(env: &'env Env, reply: Unknown<'_>) -> napi::Result<Unknown<'env>> {
+    let reply = to_sql_reply(env, reply);
+    to_js(env, &common::postgres::read_holders(&reply))
+}
+
+/// Reads the reply of `etcdLeaderRange` as an inspection of lock `name`: `{ ok: true,
+/// holder, lease }` (`holder` null when nobody holds it; its `ttlLeftMs` null until
+/// `readEtcdTimeToLive` says) or `{ ok: false, protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, holder?: object | null, lease?: bigint, protocol?: string }"
+)]
+pub fn read_etcd_inspect<'env>(
+    env: &'env Env,
+    name: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_inspect(&name, &etcd_reply_text(reply)),
+    )
+}
+
+/// The `LeaseTimeToLive` call of etcd lease `lease` (a bigint from `readEtcdInspect`).
+#[napi(
+    ts_return_type = "{ backend: 'etcd', call: 'lease_time_to_live', path: string, body: string }"
+)]
+pub fn etcd_lease_time_to_live<'env>(env: &'env Env, lease: BigInt) -> napi::Result<Unknown<'env>> {
+    let id = i64::try_from(self::token(env, &lease)?).unwrap_or(i64::MAX);
+    to_js(env, &common::etcd_lease_time_to_live(id))
+}
+
+/// Reads the reply of `etcdLeaseTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease
+/// is gone) or `{ ok: false, protocol }`.
+#[napi(ts_return_type = "{ ok: boolean, ttlLeftMs?: number | null, protocol?: string }")]
+pub fn read_etcd_time_to_live<'env>(
+    env: &'env Env,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_time_to_live(&etcd_reply_text(reply)),
+    )
+}
+
+/// One page of the etcd listing of the locks whose names start with `prefix`, after key
+/// `after` (null: the first page). Read it with `readEtcdListPage`.
+#[napi(ts_return_type = "{ backend: 'etcd', call: 'range', path: string, body: string }")]
+pub fn etcd_list_page(
+    env: &Env,
+    key_prefix: String,
+    prefix: String,
+    after: Option<String>,
+) -> napi::Result<Unknown<'_>> {
+    to_js(
+        env,
+        &common::etcd_list_page(key_prefix, &prefix, after.as_deref()),
+    )
+}
+
+/// Reads the reply of `etcdListPage`: `{ ok: true, names, after }` or `{ ok: false,
+/// protocol }`.
+#[napi(
+    ts_return_type = "{ ok: boolean, names?: string[], after?: string | null, protocol?: string }"
+)]
+pub fn read_etcd_list_page<'env>(
+    env: &'env Env,
+    key_prefix: String,
+    prefix: String,
+    reply: Unknown<'_>,
+) -> napi::Result<Unknown<'env>> {
+    to_js(
+        env,
+        &common::read_etcd_list_page(key_prefix, &prefix, &etcd_reply_text(reply)),
+    )
+}
+
 /// Version of the fencepost-core crate compiled into this addon.
 #[napi]
 pub fn core_version() -> &'static str {

@@ -897,7 +897,8 @@ struct EtcdCall {
 
 #[pymethods]
 impl EtcdCall {
-    /// "lease_grant", "lease_keep_alive", "lease_revoke", "txn", "range" or "watch".
+    /// "lease_grant", "lease_keep_alive", "lease_revoke", "lease_time_to_live", "txn",
+    /// "range" or "watch".
     #[getter]
     fn call(&self) -> &'static str {
         self.req.call_name()
@@ -2588,6 +2589,143 @@ fn read_lock_state(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<(bool, 
     }
 }
 
+/// The operator query "who holds lock `name`?" on PostgreSQL lease rows: one
+/// statement reading the live row's owner, token, milliseconds left (the server's
+/// clock) and metadata. Read the reply with `read_pg_holders` (no holder: nobody holds
+/// it).
+///
+/// Errors: `ConfigError` for a name that is not a str, or a table name that is not a
+/// plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (name, *, lease_table = None))]
+fn pg_inspect_statement(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    lease_table: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, lease_table, None, None)?;
+    Ok(Sql {
+        stmt: pg::inspect_statement(&settings, &arg_str(name, "name")?),
+    })
+}
+
+/// The operator listing on PostgreSQL lease rows: the live rows whose names start with
+/// `prefix` (LIKE metacharacters escaped), in name order, at most `limit` (clamped to
+/// 1 ..= `PG_LIST_MAX`), in one statement. Read the reply with `read_pg_holders`.
+///
+/// Errors: `ConfigError` for arguments of the wrong type, or a table name that is not
+/// a plain SQL identifier.
+#[pyfunction]
+#[pyo3(signature = (prefix, limit, *, lease_table = None))]
+fn pg_list_statement(
+    py: Python<'_>,
+    prefix: &Bound<'_, PyAny>,
+    limit: u64,
+    lease_table: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Sql> {
+    let settings = pg_settings(py, lease_table, None, None)?;
+    Ok(Sql {
+        stmt: pg::list_statement(&settings, &arg_str(prefix, "prefix")?, limit),
+    })
+}
+
+/// Reads the reply of `pg_inspect_statement` or `pg_list_statement`: the holders'
+/// dicts (see `Holder`), in the rows' order.
+///
+/// Errors: `ProtocolError` for a server error (a missing table or metadata column says
+/// to run the migration) or rows of another shape.
+#[pyfunction]
+fn read_pg_holders<'py>(
+    py: Python<'py>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    match pg::read_pg_holders(&to_sql_reply(reply)) {
+        Ok(holders) => holders.iter().map(|h| holder_dict(py, h)).collect(),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// Reads the reply of `etcd_leader_range` as an inspection of lock `name`: `(holder,
+/// lease_id)`, the holder's dict (see `Holder`; owner `lease:<hex>`, `ttl_left_ns`
+/// None until `read_etcd_time_to_live` says) and its lease id, or None when nobody
+/// holds the lock.
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_inspect<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    reply: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyDict>, i64)>> {
+    let name = arg_str(name, "name")?;
+    match etcd::read_etcd_inspect(&name, &etcd_reply_text(reply)) {
+        Ok(Some((h, lease))) => Ok(Some((holder_dict(py, &h)?, lease))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// The `LeaseTimeToLive` call of etcd lease `lease_id` (an operator query: the seconds
+/// left on it). Read it with `read_etcd_time_to_live`.
+#[pyfunction]
+fn etcd_lease_time_to_live(lease_id: i64) -> EtcdCall {
+    EtcdCall {
+        req: EtcdRequest::LeaseTimeToLive { id: lease_id },
+    }
+}
+
+/// Reads the reply of `etcd_lease_time_to_live`: the nanoseconds left on the lease
+/// (whole seconds, as etcd counts them), or None when it is gone.
+///
+/// Errors: `ProtocolError` for another error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_time_to_live(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    match etcd::read_etcd_time_to_live(&etcd_reply_text(reply)) {
+        Ok(left) => Ok(left.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))),
+        Err(e) => Err(protocol_error(py, &e)),
+    }
+}
+
+/// One page of the etcd listing of the locks whose names start with `prefix`: a
+/// keys-only range of at most `ETCD_LIST_PAGE` keys after key `after` (None for the
+/// first page). Read it with `read_etcd_list_page`; at most `ETCD_LIST_PAGES` pages.
+///
+/// Errors: `ConfigError` for arguments that are not str.
+#[pyfunction]
+#[pyo3(signature = (key_prefix, prefix, after = None))]
+fn etcd_list_page(
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    after: Option<&Bound<'_, PyAny>>,
+) -> PyResult<EtcdCall> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    let after = after.map(|a| arg_str(a, "after")).transpose()?;
+    Ok(EtcdCall {
+        req: settings.list_page(&arg_str(prefix, "prefix")?, after.as_deref()),
+    })
+}
+
+/// Reads the reply of `etcd_list_page` for `prefix`: `(names, after)`, the names
+/// starting with `prefix` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
+///
+/// Errors: `ProtocolError` for an error reply or a reply of another shape.
+#[pyfunction]
+fn read_etcd_list_page(
+    py: Python<'_>,
+    key_prefix: &Bound<'_, PyAny>,
+    prefix: &Bound<'_, PyAny>,
+    reply: &Bound<'_, PyAny>,
+) -> PyResult<(Vec<String>, Option<String>)> {
+    let settings = EtcdSettings {
+        key_prefix: arg_str(key_prefix, "key_prefix")?,
+    };
+    settings
+        .read_list_page(&arg_str(prefix, "prefix")?, &etcd_reply_text(reply))
+        .map_err(|e| protocol_error(py, &e))
+}
+
 /// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
 /// "renew", "release", "fenced_set", "acquire_fair", "release_fair".
 #[pyfunction]
@@ -2773,6 +2911,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_etcd_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(lock_state_statement, m)?)?;
     m.add_function(wrap_pyfunction!(read_lock_state, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_inspect_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_list_statement, m)?)?;
+    m.add_function(wrap_pyfunction!(read_pg_holders, m)?)?;
+    m.add("PG_LIST_MAX", pg::PG_LIST_MAX)?;
+    m.add_function(wrap_pyfunction!(read_etcd_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_lease_time_to_live, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_time_to_live, m)?)?;
+    m.add_function(wrap_pyfunction!(etcd_list_page, m)?)?;
+    m.add_function(wrap_pyfunction!(read_etcd_list_page, m)?)?;
+    m.add("ETCD_LIST_PAGE", etcd::ETCD_LIST_PAGE)?;
+    m.add("ETCD_LIST_PAGES", etcd::ETCD_LIST_PAGES)?;
     m.add_function(wrap_pyfunction!(redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(lock_key, m)?)?;
     m.add_function(wrap_pyfunction!(token_key, m)?)?;

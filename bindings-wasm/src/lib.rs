@@ -999,6 +999,68 @@ pub fn read_etcd_revoke(reply: JsValue) -> Result<JsValue, JsValue> {
     to_js(&common::read_etcd_revoke(&etcd_reply_text(&reply)))
 }
 
+/// Reads the reply of `etcdLeaderRange` as an inspection of lock `name`: `{ ok: true,
+/// holder, lease }` (`holder` null when nobody holds it; its `ttlLeftMs` null until
+/// `readEtcdTimeToLive` says) or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readEtcdInspect)]
+pub fn read_etcd_inspect(name: JsValue, reply: JsValue) -> Result<JsValue, JsValue> {
+    let name = string(&name, "lock name")?;
+    to_js(&common::read_etcd_inspect(&name, &etcd_reply_text(&reply)))
+}
+
+/// The `LeaseTimeToLive` call of etcd lease `lease` (a bigint from `readEtcdInspect`).
+#[wasm_bindgen(js_name = etcdLeaseTimeToLive)]
+pub fn etcd_lease_time_to_live(lease: JsValue) -> Result<JsValue, JsValue> {
+    let id = i64::try_from(self::token(&lease)?).unwrap_or(i64::MAX);
+    to_js(&common::etcd_lease_time_to_live(id))
+}
+
+/// Reads the reply of `etcdLeaseTimeToLive`: `{ ok: true, ttlLeftMs }` (null: the lease
+/// is gone) or `{ ok: false, protocol }`.
+#[wasm_bindgen(js_name = readEtcdTimeToLive)]
+pub fn read_etcd_time_to_live(reply: JsValue) -> Result<JsValue, JsValue> {
+    to_js(&common::read_etcd_time_to_live(&etcd_reply_text(&reply)))
+}
+
+/// One page of the etcd listing of the locks whose names start with `prefix`, after key
+/// `after` (null: the first page), as a gateway call (`readEtcdListPage`).
+#[wasm_bindgen(js_name = etcdListPage)]
+pub fn etcd_list_page(
+    key_prefix: JsValue,
+    prefix: JsValue,
+    after: JsValue,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let prefix = string(&prefix, "prefix")?;
+    let after = if after.is_null() || after.is_undefined() {
+        None
+    } else {
+        Some(string(&after, "after")?)
+    };
+    to_js(&common::etcd_list_page(
+        key_prefix,
+        &prefix,
+        after.as_deref(),
+    ))
+}
+
+/// Reads the reply of `etcdListPage`: `{ ok: true, names, after }` or `{ ok: false,
+/// protocol }`.
+#[wasm_bindgen(js_name = readEtcdListPage)]
+pub fn read_etcd_list_page(
+    key_prefix: JsValue,
+    prefix: JsValue,
+    reply: JsValue,
+) -> Result<JsValue, JsValue> {
+    let key_prefix = string(&key_prefix, "keyPrefix")?;
+    let prefix = string(&prefix, "prefix")?;
+    to_js(&common::read_etcd_list_page(
+        key_prefix,
+        &prefix,
+        &etcd_reply_text(&reply),
+    ))
+}
+
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
 /// fenced_set, acquire_fair, release_fair }`.
 #[wasm_bindgen(js_name = redisScripts)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fencepost_core::model::{explore, ModelBackend, ModelConfig};
 
-const USAGE: &str = "usage: model [--backend redis|etcd|redlock|every] [--depth N] [--clients N] \
+const USAGE: &str = "usage: model [--backend redis|etcd|redlock|postgres|zookeeper|kubernetes|every] [--depth N] [--clients N] \
 [--cycles N] [--drops N] [--duplicates N] [--pauses N] [--cancels N] [--drift] \
 [--max-states N] [--clones N] [--sabotage-rule1 [--expect PROPERTY]]";
 
@@ -30,10 +30,16 @@ fn main() {
                     Some("redis") => vec![ModelBackend::Redis],
                     Some("etcd") => vec![ModelBackend::Etcd],
                     Some("redlock") => vec![ModelBackend::Redlock(3)],
+                    Some("zookeeper") => vec![ModelBackend::ZooKeeper],
+                    Some("kubernetes") => vec![ModelBackend::Kubernetes],
+                    Some("postgres") => vec![ModelBackend::PostgresLease],
                     Some("every") => vec![
                         ModelBackend::Redis,
                         ModelBackend::Etcd,
                         ModelBackend::Redlock(3),
+                        ModelBackend::ZooKeeper,
+                        ModelBackend::Kubernetes,
+                        ModelBackend::PostgresLease,
                     ],
                     _ => {
                         eprintln!("{USAGE}");

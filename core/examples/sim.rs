@@ -9,7 +9,9 @@
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
 //! etcd-drift-beyond (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
-//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), and on a Redlock of five masters:
+//! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), on a Kubernetes Lease: kube-none …
+//! kube-all, kube-restarts, kube-drift-beyond (`--mix kube`), on PostgreSQL lease rows:
+//! pg-none … pg-all, pg-restarts, pg-drift-beyond (`--mix pg`), and on a Redlock of five masters:
 //! redlock-none, redlock-network, redlock-pauses (clients and masters), redlock-partitions
 //! (client–master links), redlock-all, redlock-restarts-persistent, redlock-restarts-delayed,
 //! redlock-restarts-amnesiac (outside the model) (`--mix redlock`). `--fence` picks the resource's
@@ -92,6 +94,56 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
         (
             "zk-drift-beyond",
             SimConfig::new(Faults::drift_beyond).zookeeper(),
+        ),
+        // and on the in-memory Kubernetes Lease API: no server-side expiry, candidates
+        // judge it by observation; its "server restart" is an API server restart (503s
+        // for a while, Leases kept)
+        ("kube-none", SimConfig::new(|_| Faults::none()).kubernetes()),
+        (
+            "kube-network",
+            SimConfig::new(|o| Faults::network(o.ttl)).kubernetes(),
+        ),
+        (
+            "kube-pauses",
+            SimConfig::new(|o| Faults::pauses(o.ttl)).kubernetes(),
+        ),
+        ("kube-drift", SimConfig::new(Faults::drift).kubernetes()),
+        (
+            "kube-partitions",
+            SimConfig::new(|o| Faults::partitions(o.ttl)).kubernetes(),
+        ),
+        ("kube-all", SimConfig::new(Faults::all).kubernetes()),
+        (
+            "kube-restarts",
+            SimConfig::new(|_| Faults::server_restarts()).kubernetes(),
+        ),
+        (
+            "kube-drift-beyond",
+            SimConfig::new(Faults::drift_beyond).kubernetes(),
+        ),
+        // PostgreSQL lease rows; a restart refuses connections for a while, rows kept
+        ("pg-none", SimConfig::new(|_| Faults::none()).postgres()),
+        (
+            "pg-network",
+            SimConfig::new(|o| Faults::network(o.ttl)).postgres(),
+        ),
+        (
+            "pg-pauses",
+            SimConfig::new(|o| Faults::pauses(o.ttl)).postgres(),
+        ),
+        ("pg-drift", SimConfig::new(Faults::drift).postgres()),
+        (
+            "pg-partitions",
+            SimConfig::new(|o| Faults::partitions(o.ttl)).postgres(),
+        ),
+        ("pg-all", SimConfig::new(Faults::all).postgres()),
+        (
+            "pg-restarts",
+            SimConfig::new(|_| Faults::server_restarts()).postgres(),
+        ),
+        (
+            "pg-drift-beyond",
+            SimConfig::new(Faults::drift_beyond).postgres(),
         ),
         // five Redlock masters; restarts hit one master at a time
         (
@@ -288,6 +340,8 @@ fn main() -> ExitCode {
                 || (args.mix == "etcd" && name.starts_with("etcd-"))
                 || (args.mix == "redlock" && name.starts_with("redlock-"))
                 || (args.mix == "zk" && name.starts_with("zk-"))
+                || (args.mix == "kube" && name.starts_with("kube-"))
+                || (args.mix == "pg" && name.starts_with("pg-"))
         })
         .map(|(name, cfg)| {
             let cfg = cfg.fenced(args.fence);

@@ -342,6 +342,7 @@ fn step_cx<'a>(
         replica_timeout_ms: options.replica_timeout_ms(),
         part,
         metadata: options.metadata.as_deref(),
+        drift_factor: options.drift_factor,
     }
 }
 

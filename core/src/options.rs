@@ -79,13 +79,16 @@ pub struct LockOptions {
     #[serde(with = "serde_nanos")]
     pub replica_timeout: Duration,
     /// Holder metadata stored with the lock, for operators to read back
-    /// (`RedisBackend::inspect`, `read_zk_holder`, `read_kube_inspect`): the JSON text of
-    /// an object whose keys and values are strings, at most [`MAX_METADATA`] bytes
-    /// (build it with [`encode_metadata`]). Display only: no decision reads it. Default
-    /// `None`, which sends exactly the requests of a lock without metadata. Stored on
-    /// plain Redis (a `…:meta` key), ZooKeeper (the holder node's data) and Kubernetes
-    /// (an annotation of the Lease); [`crate::Backend::check_acquire`] refuses it
-    /// elsewhere ([`crate::Backend::stores_metadata`]).
+    /// (`RedisBackend::inspect`, `postgres::inspect_statement`, `etcd::read_etcd_inspect`,
+    /// `read_zk_holder`, `read_kube_inspect`): the JSON text of an object whose keys and
+    /// values are strings, at most [`MAX_METADATA`] bytes (build it with
+    /// [`encode_metadata`]). Display only: no decision reads it. Default `None`, which
+    /// sends exactly the requests of a lock without metadata on Redis, etcd, ZooKeeper and
+    /// Kubernetes (a PostgreSQL lease grant carries NULL). Stored on plain Redis (a key
+    /// beside the lease), PostgreSQL lease rows (the row's `metadata` column), etcd (the
+    /// contender key's value), ZooKeeper (the holder node's data) and Kubernetes (an
+    /// annotation of the Lease); [`crate::Backend::check_acquire`] refuses it elsewhere
+    /// ([`crate::Backend::stores_metadata`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<String>,
 }

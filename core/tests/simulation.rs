@@ -1,6 +1,7 @@
 //! The deterministic fault simulator's CI budget: many random schedules per fault mix,
 //! zero violations of S1–S4 inside the declared model, and the checker catching a rule
-//! broken on purpose — on Redis, and (a smaller budget) on etcd.
+//! broken on purpose — on Redis, and (smaller budgets) on etcd, ZooKeeper, a Kubernetes
+//! Lease, PostgreSQL lease rows and Redlock.
 
 use std::time::Instant as WallClock;
 
@@ -351,6 +352,149 @@ fn zk_drift_beyond_the_bound_is_explained() {
         t.explained > 0,
         "the breach should show up as explained violations"
     );
+}
+
+// ---- Kubernetes Lease ------------------------------------------------------------------
+
+/// Schedules per Kubernetes mix: the etcd budget (the replies are JSON too).
+#[cfg(feature = "kubernetes")]
+fn run_kube_mix(name: &str, cfg: SimConfig) -> Totals {
+    run_mix_n(name, cfg.kubernetes(), true, etcd_budget())
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_without_faults_all_properties_including_liveness() {
+    let t = run_kube_mix("kube-none", SimConfig::new(|_| Faults::none()));
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_process_pauses_are_taken_over_and_caught_by_the_fence() {
+    let t = run_kube_mix("kube-pauses", SimConfig::new(|o| Faults::pauses(o.ttl)));
+    assert!(
+        t.refused > 0,
+        "pauses past the lease duration produced stale writes, refused"
+    );
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_network_faults_and_partitions() {
+    run_kube_mix("kube-network", SimConfig::new(|o| Faults::network(o.ttl)));
+    run_kube_mix(
+        "kube-partitions",
+        SimConfig::new(|o| Faults::partitions(o.ttl)),
+    );
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_clock_drift_within_the_declared_bound() {
+    run_kube_mix("kube-drift", SimConfig::new(Faults::drift));
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_every_in_model_fault_at_once() {
+    run_kube_mix("kube-all", SimConfig::new(Faults::all));
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_api_server_restarts_are_inside_the_model() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    assert!(cfg.clone().kubernetes().within_model());
+    let t = run_kube_mix("kube-restarts", cfg);
+    assert_eq!(
+        t.explained, 0,
+        "a restart keeps the Leases: nothing to explain away"
+    );
+    assert!(t.grants > 0);
+}
+
+#[test]
+#[cfg(feature = "kubernetes")]
+fn kube_the_checker_catches_validity_measured_from_the_reply() {
+    let mut cfg = SimConfig::new(|o| Faults::network(o.ttl)).kubernetes();
+    cfg.sabotage.validity_from_reply = true;
+    let found = (0..10_000u64).find_map(|seed| {
+        let out = Simulation::new(cfg.clone(), seed).run();
+        let first = out.unexplained().next().map(|v| (seed, v.property));
+        first
+    });
+    let (seed, property) = found.expect("a broken rule 1 must be caught within 10,000 schedules");
+    assert_eq!(property, Property::S2, "seed {seed}");
+    eprintln!("kubernetes, rule 1 sabotaged: caught at seed {seed} as {property}");
+}
+
+// ---- PostgreSQL lease rows -------------------------------------------------------------
+
+/// Schedules per PostgreSQL mix: the etcd budget (1,000 by default).
+fn run_pg_mix(name: &str, cfg: SimConfig) -> Totals {
+    run_mix_n(name, cfg.postgres(), true, etcd_budget())
+}
+
+#[test]
+fn pg_without_faults_all_properties_including_liveness() {
+    let t = run_pg_mix("pg-none", SimConfig::new(|_| Faults::none()));
+    // three clients, three cycles each, every schedule
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+fn pg_network_delay_drop_duplicate_reorder() {
+    run_pg_mix("pg-network", SimConfig::new(|o| Faults::network(o.ttl)));
+}
+
+#[test]
+fn pg_process_pauses_are_caught_by_the_fence() {
+    let t = run_pg_mix("pg-pauses", SimConfig::new(|o| Faults::pauses(o.ttl)));
+    assert!(
+        t.refused > 0,
+        "pauses past the TTL produced stale writes, refused"
+    );
+}
+
+#[test]
+fn pg_every_in_model_fault_at_once() {
+    run_pg_mix("pg-all", SimConfig::new(Faults::all));
+}
+
+#[test]
+fn pg_restarts_keep_the_rows_and_are_inside_the_model() {
+    let cfg = SimConfig::new(|_| Faults::server_restarts());
+    assert!(cfg.clone().postgres().within_model());
+    let t = run_pg_mix("pg-restarts", cfg);
+    assert_eq!(
+        t.explained, 0,
+        "a restart keeps the rows: nothing to explain away"
+    );
+    assert!(t.grants > 0);
+}
+
+#[test]
+fn pg_drift_beyond_the_bound_is_explained() {
+    let t = run_pg_mix("pg-drift-beyond", SimConfig::new(Faults::drift_beyond));
+    assert!(
+        t.explained > 0,
+        "the breach should show up as explained violations"
+    );
+}
+
+#[test]
+fn pg_the_checker_catches_validity_measured_from_the_reply() {
+    let mut cfg = SimConfig::new(|o| Faults::network(o.ttl)).postgres();
+    cfg.sabotage.validity_from_reply = true;
+    let found = (0..10_000u64).find_map(|seed| {
+        let out = Simulation::new(cfg.clone(), seed).run();
+        let first = out.unexplained().next().map(|v| (seed, v.property));
+        first
+    });
+    let (seed, property) = found.expect("a broken rule 1 must be caught within 10,000 schedules");
+    assert_eq!(property, Property::S2, "seed {seed}");
+    eprintln!("postgres, rule 1 sabotaged: caught at seed {seed} as {property}");
 }
 
 // ---- Redlock: five in-memory masters -----------------------------------------------

@@ -121,14 +121,35 @@ impl Client {
         let mut machine = fencepost_core::Machine::new(backend.clone())
             .map_err(|e| Error::Backend(format!("cannot make owner ids: {e}")))?;
         let transport = Dispatch(adapter.clone());
-        // observed only while a tracing subscriber listens to target "fencepost"
-        let (locks, run) = match crate::observe::wanted(observe) {
+        // observed only while a tracing subscriber listens to target "fencepost", or
+        // when the adapter needs each lock's final event (observations carry it)
+        let wanted = crate::observe::wanted(observe);
+        let tracks = adapter.tracks_locks();
+        let options = match wanted {
+            Some(options) => Some(options),
+            None if tracks => Some(ObserveOptions {
+                events: true,
+                warnings: false,
+                ..observe
+            }),
+            None => None,
+        };
+        let (locks, run) = match options {
             Some(options) => {
                 machine
                     .observe(Some(options))
                     .map_err(|e| Error::Config(e.to_string()))?;
-                let (locks, run) =
-                    driver::driver_observed(machine, transport, clock, crate::observe::observer());
+                let mut traced = wanted.map(|_| crate::observe::observer());
+                let finished = adapter.clone();
+                let observer: driver::Observer = Box::new(move |o| {
+                    if tracks && crate::observe::is_final(&o.observation) {
+                        finished.lock_finished(o.lock);
+                    }
+                    if let Some(traced) = traced.as_mut() {
+                        traced(o);
+                    }
+                });
+                let (locks, run) = driver::driver_observed(machine, transport, clock, observer);
                 (locks, run.left_future())
             }
             None => {

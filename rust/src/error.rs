@@ -51,6 +51,35 @@ pub enum Error {
     DriverGone,
 }
 
+/// `e` and its sources as one line, `outer: inner: …`, each message once (reqwest's
+/// own text leaves out the cause, which is where a TLS failure is named).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// `message` of a failed connection, with a hint when the failure is the server's
+/// certificate (`how`: how this backend is given a CA, e.g. `?ca=/path/ca.pem`).
+pub(crate) fn tls_hint(message: String, how: &str) -> String {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("certificate") || lower.contains("unknownissuer") {
+        format!(
+            "{message} (the server's TLS certificate was refused: trust the CA that signed it \
+             with {how} or FENCEPOST_CA_FILE=/path/ca.pem)"
+        )
+    } else {
+        message
+    }
+}
+
 fn lost_text(reason: &LostReason) -> &'static str {
     match reason {
         LostReason::Expired => "its validity ended without a confirmed renewal",

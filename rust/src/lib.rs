@@ -50,11 +50,12 @@
 //! |---|---|---|
 //! | (always) | `memory://`, the core's in-memory Redis | — |
 //! | `redis` | `redis://` (`rediss://` with `tls`) | redis-rs, connection manager |
-//! | `postgres` | `postgres://`, lease rows | tokio-postgres |
+//! | `postgres` | `postgres://`, lease rows, or session advisory locks with `?mode=session` (`sslmode=require` with `tls`) | tokio-postgres |
 //! | `etcd` | `etcd+http(s)://`, the v3 JSON gateway | reqwest |
 //! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
 //! | `zookeeper` | `zookeeper://`, ZooKeeper's lock recipe | zookeeper-client |
 //! | `cli` | the `fencepost` binary | clap, nix |
+//! | `tls` | TLS for `rediss://`, `etcd+https://`, `upstash+https://` and PostgreSQL's `sslmode=require`; the CA from `?ca=` (PostgreSQL: `?sslrootcert=`) or `$FENCEPOST_CA_FILE` ([`BackendUrl`]) | rustls (aws-lc-rs), tokio-postgres-rustls |
 //!
 //! ## Observability
 //! With a `tracing` subscriber interested in the target `fencepost` (at INFO for the
@@ -79,6 +80,8 @@ mod client;
 mod election;
 mod error;
 mod observe;
+#[cfg(feature = "tls")]
+mod tls;
 mod url;
 
 pub use client::{Client, Holder, Lease, LeaseHandle};

@@ -113,8 +113,11 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// memory://, redis://, rediss://, postgres://, etcd+http(s)://host:port[,…],
+    /// memory://, redis://, rediss://, postgres://[…?mode=session], etcd+http(s)://host:port[,…],
     /// zookeeper://host:2181[,…][/root] or upstash+https://[:token@]host; `?key_prefix=` sets the key prefix.
+    /// TLS (builds with the cargo feature `tls`): rediss://, https gateways and PostgreSQL's
+    /// `sslmode=require`; the CA trusted is `?ca=/path/ca.pem` (PostgreSQL: `?sslrootcert=`),
+    /// else $FENCEPOST_CA_FILE, else the webpki roots.
     #[arg(long, env = "FENCEPOST_BACKEND_URL")]
     backend: String,
 }

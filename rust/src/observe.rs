@@ -39,16 +39,21 @@ pub(crate) fn observer() -> fencepost_core::driver::Observer {
             })
             .clone();
         span.in_scope(|| emit(&o));
-        if matches!(
-            o.observation,
-            Observation::Released { .. }
-                | Observation::Lost { .. }
-                | Observation::AcquireTimedOut { .. }
-                | Observation::AcquireFailed { .. }
-        ) {
+        if is_final(&o.observation) {
             spans.remove(&o.lock);
         }
     })
+}
+
+/// Whether `o` is a lock's last observation (released, lost, acquire failed).
+pub(crate) fn is_final(o: &Observation) -> bool {
+    matches!(
+        o,
+        Observation::Released { .. }
+            | Observation::Lost { .. }
+            | Observation::AcquireTimedOut { .. }
+            | Observation::AcquireFailed { .. }
+    )
 }
 
 /// One field's value as `tracing` records it.

@@ -1,5 +1,6 @@
 //! Backends by URL.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 #[cfg(feature = "zookeeper")]
 use std::time::Duration;
@@ -20,20 +21,33 @@ use crate::Error;
 /// | `redis://[:password@]host[:port][/db]` | Redis, redis-rs connection manager | `redis` |
 /// | `rediss://…` | Redis over TLS | `redis` + `tls` |
 /// | `redlock://[:password@]host1:6379,host2:6379,host3:6379[/db]` | Redlock on N independent masters (N odd, at least 3), one redis-rs connection manager each; the password and db apply to every master | `redis` |
-/// | `postgres://user@host/db` (`postgresql://`) | PostgreSQL lease rows, tokio-postgres | `postgres` |
-/// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` |
+/// | `postgres://user@host/db[?sslmode=require]` (`postgresql://`) | PostgreSQL lease rows, tokio-postgres (TLS: tokio-postgres-rustls) | `postgres` (TLS: + `tls`) |
+/// | `postgres://user@host/db?mode=session` | PostgreSQL session-level advisory locks, a dedicated connection per lock (never through a transaction-pooling PgBouncer) | `postgres` |
+/// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` (https: + `tls`) |
 /// | `upstash+https://[:token@]host[/path]` (`upstash+http://`) | Redis over the Upstash REST protocol, reqwest; the token from the URL or `UPSTASH_REDIS_REST_TOKEN` | `upstash` |
 /// | `zookeeper://host1:2181[,host2:2181…][/root][?naming=curator&session_timeout=10s]` | ZooKeeper's lock recipe, zookeeper-client; root default `/locks` (lock `name` at `/locks/name`, as kazoo's `Lock("/locks/name")`), naming `kazoo` (default) or `curator`, the session timeout asked for (default 10 s; `500ms`, `10s` or seconds) | `zookeeper` |
 ///
 /// A `?key_prefix=…` query parameter sets the key prefix (Redis, Upstash: default
 /// `fencepost:`; etcd: default `fencepost/`); it is removed before the URL reaches
 /// the client library.
+///
+/// TLS (cargo feature `tls`, rustls): `rediss://`, `etcd+https://`, `upstash+https://`,
+/// and PostgreSQL's `sslmode=require`, `verify-ca` or `verify-full`, each of which
+/// checks the server's certificate chain and host name (stricter than libpq's
+/// `require`, which checks nothing); `disable`, `allow` and `prefer` connect without
+/// TLS. The CA trusted is the file `?ca=/path/ca.pem` names (PostgreSQL:
+/// `?sslrootcert=/path/ca.pem`, as libpq), else `$FENCEPOST_CA_FILE`, else the webpki
+/// roots (Mozilla's). A TLS URL in a build without `tls`, or a CA on a URL without
+/// TLS, is an [`Error::Config`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendUrl {
     /// Which backend, with its location as the client library takes it.
     pub kind: BackendKind,
     /// The key prefix (`None`: the backend's default).
     pub key_prefix: Option<String>,
+    /// The CA certificate file (PEM) a TLS connection trusts, from the URL or
+    /// `$FENCEPOST_CA_FILE`; always `None` for a URL without TLS.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The backend a [`BackendUrl`] names.
@@ -46,8 +60,13 @@ pub enum BackendKind {
     Redis(String),
     /// `redlock://`: each master's `redis://` URL, in order.
     Redlock(Vec<String>),
-    /// `postgres://`: the URL as tokio-postgres takes it.
+    /// `postgres://`: the URL as given, less `sslrootcert` (in
+    /// [`BackendUrl::ca_file`]); tokio-postgres reads libpq's `sslmode=verify-ca` and
+    /// `verify-full` as `require`, `allow` as `prefer`.
     Postgres(String),
+    /// `postgres://…?mode=session`: session-level advisory locks, one dedicated
+    /// connection per lock (its URL as for [`BackendKind::Postgres`]).
+    PostgresSession(String),
     /// `etcd+http(s)://`: the members' gateway URLs (`http(s)://host:port`).
     Etcd(Vec<String>),
     /// `upstash+http(s)://`: the REST endpoint and its bearer token.
@@ -79,13 +98,79 @@ impl BackendUrl {
     /// Errors: [`Error::Config`] naming the URL (password hidden) and the schemes
     /// accepted.
     pub fn parse(url: &str) -> Result<BackendUrl, Error> {
-        let (base, key_prefix) = split_prefix(url)?;
-        let scheme = base.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let postgres = matches!(scheme.as_deref(), Some("postgres" | "postgresql"));
+        let ca_param = if postgres { "sslrootcert" } else { "ca" };
+        let (mut base, params) =
+            take_params(url, &["key_prefix", ca_param, "sslmode", "mode"], postgres)?;
+        let param = |name: &str| {
+            params
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let key_prefix = param("key_prefix");
+        let mut tls = matches!(
+            scheme.as_deref(),
+            Some("rediss" | "etcd+https" | "upstash+https")
+        );
+        if let Some(mode) = param("sslmode") {
+            // libpq's six modes; the PostgreSQL adapter maps them to tokio-postgres's
+            tls = match mode.as_str() {
+                "disable" | "allow" | "prefer" => false,
+                "require" | "verify-ca" | "verify-full" => true,
+                other => {
+                    return Err(Error::Config(format!(
+                        "sslmode in {} must be disable, allow, prefer, require, verify-ca or verify-full, got {other:?}",
+                        redact(url)
+                    )))
+                }
+            };
+            base = format!(
+                "{base}{}sslmode={mode}",
+                if base.contains('?') { '&' } else { '?' }
+            );
+        }
+        let ca_file = match param(ca_param) {
+            Some(path) if !tls => {
+                return Err(Error::Config(format!(
+                    "{ca_param}={path} in {} names a CA for a connection without TLS: use {}",
+                    redact(url),
+                    if postgres {
+                        "sslmode=verify-full with it"
+                    } else {
+                        "rediss://, etcd+https:// or upstash+https://"
+                    }
+                )))
+            }
+            Some(path) => Some(PathBuf::from(path)),
+            None if tls => std::env::var_os("FENCEPOST_CA_FILE")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            None => None,
+        };
+        if tls && cfg!(not(feature = "tls")) {
+            return Err(Error::Config(format!(
+                "backend URL {} asks for TLS, and this build of fencepost has none: build it \
+                 with the cargo feature `tls`",
+                redact(url)
+            )));
+        }
         let kind = match scheme.as_deref() {
             Some("memory") => BackendKind::Memory,
             Some("redis" | "rediss") => BackendKind::Redis(base),
             Some("redlock") => BackendKind::Redlock(redlock_masters(url, &base["redlock://".len()..])?),
-            Some("postgres" | "postgresql") => BackendKind::Postgres(base),
+            Some("postgres" | "postgresql") => match param("mode").as_deref() {
+                None | Some("lease") => BackendKind::Postgres(base),
+                Some("session") => BackendKind::PostgresSession(base),
+                Some(other) => {
+                    return Err(Error::Config(format!(
+                        "mode in {} must be lease or session, got {other:?}",
+                        redact(url)
+                    )))
+                }
+            },
             Some(s @ ("etcd+http" | "etcd+https")) => {
                 let scheme = &s[5..];
                 let rest = &base[s.len() + 3..];
@@ -136,7 +221,11 @@ impl BackendUrl {
                 )))
             }
         };
-        Ok(BackendUrl { kind, key_prefix })
+        Ok(BackendUrl {
+            kind,
+            key_prefix,
+            ca_file,
+        })
     }
 }
 
@@ -236,23 +325,31 @@ fn parse_timeout(v: &str) -> Option<Duration> {
     (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
 }
 
-/// Splits `?key_prefix=` off `url`; other query parameters stay.
-fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {
+/// Splits the query parameters fencepost reads itself (`names`) off `url`, in order;
+/// the others stay for the client library. `sslmode` is one of them only for
+/// PostgreSQL (`postgres`).
+fn take_params(
+    url: &str,
+    names: &[&str],
+    postgres: bool,
+) -> Result<(String, Vec<(String, String)>), Error> {
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
+        return Ok((url.to_owned(), Vec::new()));
     };
-    let mut prefix = None;
+    let mut taken = Vec::new();
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("key_prefix", v)) => {
+            Some((k, v))
+                if names.contains(&k) && (!matches!(k, "sslmode" | "mode") || postgres) =>
+            {
                 if v.is_empty() {
                     return Err(Error::Config(format!(
-                        "key_prefix in {} is empty: leave it out for the default",
+                        "{k} in {} is empty: leave it out for the default",
                         redact(url)
                     )));
                 }
-                prefix = Some(v.to_owned());
+                taken.push((k.to_owned(), v.to_owned()));
             }
             _ => rest.push(pair),
         }
@@ -262,7 +359,7 @@ fn split_prefix(url: &str) -> Result<(String, Option<String>), Error> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok((base, prefix))
+    Ok((base, taken))
 }
 
 /// `url` with any password or token replaced by `…`, for messages.
@@ -293,7 +390,9 @@ pub(crate) async fn open(
         #[cfg(feature = "redis")]
         BackendKind::Redis(u) => {
             let b = redis_backend();
-            let adapter = crate::adapters::redis::RedisAdapter::connect(u, b.clone()).await?;
+            let adapter =
+                crate::adapters::redis::RedisAdapter::connect(u, url.ca_file.as_deref(), b.clone())
+                    .await?;
             Ok((Arc::new(adapter), Backend::Redis(b)))
         }
         #[cfg(feature = "redis")]
@@ -309,14 +408,22 @@ pub(crate) async fn open(
             Ok((Arc::new(adapter), Backend::Redlock(b)))
         }
         #[cfg(feature = "postgres")]
-        BackendKind::Postgres(u) => {
+        BackendKind::Postgres(u) | BackendKind::PostgresSession(u) => {
             if url.key_prefix.is_some() {
                 return Err(Error::Config(
                     "key_prefix does not apply to PostgreSQL (its locks are rows of the lease table)".into(),
                 ));
             }
-            let b = fencepost_core::PostgresBackend::default();
-            let adapter = crate::adapters::postgres::PgAdapter::connect(u, b.clone()).await?;
+            let b = fencepost_core::PostgresBackend {
+                mode: match url.kind {
+                    BackendKind::PostgresSession(_) => fencepost_core::PgMode::Session,
+                    _ => fencepost_core::PgMode::Lease,
+                },
+                ..fencepost_core::PostgresBackend::default()
+            };
+            let adapter =
+                crate::adapters::postgres::PgAdapter::connect(u, url.ca_file.as_deref(), b.clone())
+                    .await?;
             Ok((Arc::new(adapter), Backend::Postgres(b)))
         }
         #[cfg(feature = "etcd")]
@@ -325,14 +432,22 @@ pub(crate) async fn open(
             if let Some(p) = &url.key_prefix {
                 b.key_prefix = p.clone();
             }
-            let adapter = crate::adapters::etcd::EtcdAdapter::new(members.clone(), b.clone())?;
+            let adapter = crate::adapters::etcd::EtcdAdapter::new(
+                members.clone(),
+                url.ca_file.as_deref(),
+                b.clone(),
+            )?;
             Ok((Arc::new(adapter), Backend::Etcd(b)))
         }
         #[cfg(feature = "upstash")]
         BackendKind::Upstash { url: u, token } => {
             let b = redis_backend();
-            let adapter =
-                crate::adapters::upstash::UpstashAdapter::new(u.clone(), token.clone(), b.clone())?;
+            let adapter = crate::adapters::upstash::UpstashAdapter::new(
+                u.clone(),
+                token.clone(),
+                url.ca_file.as_deref(),
+                b.clone(),
+            )?;
             Ok((Arc::new(adapter), Backend::Redis(b)))
         }
         #[cfg(feature = "zookeeper")]
@@ -360,13 +475,13 @@ pub(crate) async fn open(
             match other {
                 BackendKind::Redis(_) => "Redis",
                 BackendKind::Redlock(_) => "Redlock",
-                BackendKind::Postgres(_) => "PostgreSQL",
+                BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "PostgreSQL",
                 BackendKind::Etcd(_) => "etcd",
                 _ => "Upstash",
             },
             match other {
                 BackendKind::Redis(_) | BackendKind::Redlock(_) => "`redis`",
-                BackendKind::Postgres(_) => "`postgres`",
+                BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "`postgres`",
                 BackendKind::Etcd(_) => "`etcd`",
                 _ => "`upstash`",
             }

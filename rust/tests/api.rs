@@ -341,13 +341,28 @@ async fn bad_input_is_a_typed_error() {
         .unwrap()
         .to_string();
     assert!(!msg.contains("secret"), "{msg}");
-    #[cfg(all(feature = "redis", not(feature = "tls")))]
-    {
-        let err = Client::connect("rediss://127.0.0.1:1").await.err().unwrap();
+    #[cfg(not(feature = "tls"))]
+    for tls in [
+        "rediss://127.0.0.1:1",
+        "etcd+https://127.0.0.1:1",
+        "upstash+https://127.0.0.1:1",
+        "postgres://u@127.0.0.1:1/db?sslmode=verify-full",
+    ] {
+        let err = Client::connect(tls).await.err().expect(tls);
         assert!(
-            matches!(err, Error::Config(_)),
-            "rediss:// needs the tls feature: {err:?}"
+            matches!(&err, Error::Config(m) if m.contains("`tls`")),
+            "{tls} needs the tls feature: {err:?}"
         );
+    }
+    // a CA for a connection without TLS is a mistake to say, not to ignore
+    for plain in [
+        "redis://127.0.0.1:1?ca=/ca.pem",
+        "postgres://u@127.0.0.1:1/db?sslrootcert=/ca.pem",
+        "postgres://u@127.0.0.1:1/db?sslmode=prefer&sslrootcert=/ca.pem",
+        "postgres://u@127.0.0.1:1/db?sslmode=verify-everything",
+    ] {
+        let err = Client::connect(plain).await.err().expect(plain);
+        assert!(matches!(err, Error::Config(_)), "{plain}: {err:?}");
     }
 }
 

@@ -4,14 +4,21 @@
 #           and writes it to $STATE/url (STATE=${FENCEPOST_STATE:-REPO/.state}/etcd)
 #   stop:   stops that member by its PID and waits until it is gone
 #   pause / resume: SIGSTOP / SIGCONT the member (a black-holed server for fault tests)
+#   TLS=1:  the same with an https client URL only, with the certificate of
+#           scripts/services/tls-certs.sh: prints https://127.0.0.1:PORT, writes it to $STATE/url
+#           and the CA's path to $STATE/ca (STATE=…/etcd-tls; stop it with TLS=1 too)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-STATE=${FENCEPOST_STATE:-$REPO/.state}/etcd
+TLS=${TLS:-0}
+STATE=${FENCEPOST_STATE:-$REPO/.state}/etcd; if [ "$TLS" = 1 ]; then STATE=$STATE-tls; fi
 PIDFILE=$STATE/etcd.pid
 
 alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1; [[ $s != Z* ]]; }  # a zombie counts as gone
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-healthy() { curl -sf --max-time 1 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
+healthy() {
+  local tls=(); if [ "$TLS" = 1 ]; then tls=(--cacert "$CERTS/ca.pem"); fi
+  curl -sf --max-time 1 "${tls[@]}" "$SCHEME://127.0.0.1:$1/health" | grep -q '"health":"true"'
+}
 
 stop() {
   [ -f "$PIDFILE" ] || return 0
@@ -22,7 +29,7 @@ stop() {
     for _ in $(seq 1 200); do alive "$pid" || break; sleep 0.05; done  # up to 10 s
     if alive "$pid"; then kill -9 "$pid"; while alive "$pid"; do sleep 0.05; done; fi
   fi
-  rm -f "$PIDFILE" "$STATE/url"
+  rm -f "$PIDFILE" "$STATE/url" "$STATE/ca"
 }
 
 case "${1:-}" in
@@ -34,11 +41,16 @@ install)
 start)
   stop
   rm -rf "$STATE"; mkdir -p "$STATE"
+  SCHEME=http; tls=()
+  if [ "$TLS" = 1 ]; then
+    CERTS=$("$REPO/scripts/services/tls-certs.sh"); SCHEME=https
+    tls=(--cert-file "$CERTS/server.pem" --key-file "$CERTS/server.key")
+  fi
   for _ in 1 2 3; do  # a free port can be taken between probe and bind: retry
     c=$(free_port); p=$(free_port)
     # fast elections (heartbeat 50 ms, election 500 ms); no fsync: test data only
     nohup etcd --name s1 --data-dir "$STATE/data" \
-      --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+      --listen-client-urls "$SCHEME://127.0.0.1:$c" --advertise-client-urls "$SCHEME://127.0.0.1:$c" "${tls[@]}" \
       --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
       --initial-cluster "s1=http://127.0.0.1:$p" --initial-cluster-state new \
       --heartbeat-interval=50 --election-timeout=500 --unsafe-no-fsync \
@@ -46,7 +58,8 @@ start)
     echo $! >"$PIDFILE"
     for _ in $(seq 1 200); do healthy "$c" && break; alive "$(cat "$PIDFILE")" || break; sleep 0.05; done
     if healthy "$c"; then
-      echo "http://127.0.0.1:$c" | tee "$STATE/url"
+      if [ "$TLS" = 1 ]; then echo "$CERTS/ca.pem" >"$STATE/ca"; fi
+      echo "$SCHEME://127.0.0.1:$c" | tee "$STATE/url"
       exit 0
     fi
     stop; rm -rf "$STATE/data"
@@ -59,5 +72,5 @@ pause)
 resume)
   kill -CONT "$(cat "$PIDFILE")" ;;
 *)
-  sed -n 2,6p "$0" >&2; exit 2 ;;
+  sed -n 2,9p "$0" >&2; exit 2 ;;
 esac

@@ -492,6 +492,68 @@ const ownMember = () => ETCD !== undefined && fs.existsSync(path.join(ETCD_STATE
   fs.readFileSync(path.join(ETCD_STATE, 'url'), 'utf8').trim() === ETCD
 const skipPause = skip || (ownMember() ? false : `the etcd at $FENCEPOST_ETCD_URL was not started by scripts/services/etcd.sh with this FENCEPOST_STATE (${ETCD_STATE}): not pausing it`)
 
+// ---- holder metadata and inspection: the metadata is the contender key's value ----------
+
+test('metadata is the holder key\'s value; inspect reads holder, token, waiters, time left; list pages and is bounded', { skip, timeout: 30_000 }, async () => {
+  const base = unique()
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  try {
+    assert.equal(await backend.inspect(base), null)
+    const lease = await new Lock(backend, base, { ttlMs: 5_000, metadata: { host: 'h1', pid: '7' } }).acquire()
+    const found = await backend.inspect(base)
+    assert.equal(found.name, base)
+    assert.equal(found.token, lease.token)
+    assert.match(found.owner, /^lease:[0-9a-f]{16}$/)
+    assert.deepEqual({ ...found.metadata }, { host: 'h1', pid: '7' })
+    assert.equal(found.waiters, 0)
+    assert.ok(found.ttlLeftMs >= 3_000 && found.ttlLeftMs <= 5_000, String(found.ttlLeftMs))
+    const [key] = await keysUnder(backend.lockKey(base))
+    const raw = await gateway('/v3/kv/range', { key: b64(key.key) })
+    assert.deepEqual(JSON.parse(unb64(raw.kvs[0].value)), { host: 'h1', pid: '7' })
+    // a waiter is one more key under the prefix
+    await assert.rejects(new Lock(backend, base, { ttlMs: 5_000 }).acquire({ timeoutMs: 300 }), AcquireTimeoutError)
+    const names = [`${base}/sub`, `${base}-a`, `${base}b`]
+    const held = []
+    for (const n of names) held.push(await new Lock(backend, n, { ttlMs: 5_000, metadata: { n } }).acquire())
+    try {
+      const every = await backend.list(base)
+      assert.deepEqual(every.map((h) => h.name), [base, ...names].sort())
+      assert.equal((await backend.list(base, { limit: 2 })).length, 2)
+      assert.deepEqual((await backend.list(`${base}/`)).map((h) => h.name), [`${base}/sub`])
+    } finally {
+      for (const l of held) await l.release()
+    }
+    await lease.release()
+    assert.equal(await backend.inspect(base), null)
+    assert.deepEqual(await backend.list(base), [])
+    const plain = await new Lock(backend, base, { ttlMs: 5_000 }).acquire()
+    assert.equal((await backend.inspect(base)).metadata, null, 'the value is the owner id without metadata')
+    await plain.release()
+  } finally {
+    backend.close()
+  }
+})
+
+test('etcdctl lock queues behind a fencepost holder with metadata (it reads keys, never values)', { skip, timeout: 30_000 }, async () => {
+  const name = unique()
+  const backend = new EtcdBackend({ endpoints: ETCD })
+  const { spawn } = require('node:child_process')
+  try {
+    const lease = await new Lock(backend, name, { ttlMs: 5_000, metadata: { who: 'holder' } }).acquire()
+    const proc = spawn('etcdctl', [`--endpoints=${ETCD}`, 'lock', backend.lockKey(name).replace(/\/$/, ''), '--', 'true'], { env: { ...process.env, ETCDCTL_API: '3' }, stdio: 'ignore' })
+    const exited = new Promise((resolve) => proc.on('exit', resolve))
+    try {
+      assert.ok(await waitUntil(async () => (await backend.inspect(name)).waiters === 1, 5_000), 'etcdctl queued')
+      assert.equal(proc.exitCode, null, 'etcdctl still waits')
+    } finally {
+      await lease.release()
+    }
+    assert.equal(await exited, 0, 'etcdctl got the lock once released')
+  } finally {
+    backend.close()
+  }
+})
+
 test('a black-holed member (SIGSTOP): keep-alives hang, the lease is lost at its validity deadline by the timer, not later', { skip: skipPause, timeout: 30_000 }, async () => {
   const name = unique()
   const backend = new EtcdBackend({ endpoints: ETCD })

@@ -105,15 +105,17 @@ for (const kind of ['memory fair', 'redis fair']) {
 test('etcd: a waiter hears it from the holder it queued behind', { skip: ETCD ? false : notSet('FENCEPOST_ETCD_URL') }, async () => {
   const backend = new EtcdBackend({ endpoints: ETCD })
   const n = name()
+  // resolves once the acquisition is queued, with its promise in an object (an async
+  // function returning the promise itself would wait for the grant)
   const queueBehind = async () => {
     const waiting = new Lock(backend, n, { ttlMs: 5_000, acquireTimeoutMs: 5_000 }).acquire()
     await sleep(300) // queued: its key is behind the holder's, its watch parked
-    return waiting
+    return { waiting }
   }
   try {
     const holder = await new Lock(backend, n, { ttlMs: 5_000 }).acquire()
     assert.equal(holder.previous, 'none')
-    let waiting = await queueBehind()
+    let { waiting } = await queueBehind()
     await holder.release()
     const heir = await waiting
     assert.equal(heir.previous, 'released')
@@ -122,7 +124,7 @@ test('etcd: a waiter hears it from the holder it queued behind', { skip: ETCD ? 
     // its machine revokes the lease (no clean release)
     const stalled = await new Lock(backend, n, { ttlMs: 1_000, autoRenew: false }).acquire()
     assert.equal(stalled.previous, 'released')
-    waiting = await queueBehind()
+    ;({ waiting } = await queueBehind())
     const next = await waiting
     assert.equal(next.previous, 'expired')
     assert.ok(next.token > stalled.token)

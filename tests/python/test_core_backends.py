@@ -159,8 +159,9 @@ def test_postgres_lease_mode_round_trip_with_sql_rows() -> None:
     stmt = req.body
     assert isinstance(stmt, _core.SqlStatement)
     assert stmt.connection == "any" and "INSERT INTO locks.leases" in stmt.sql
-    # the name's advisory key: lease grants exclude advisory locks of the same name
-    assert stmt.params == ["report", m.owner(lock), 1_000, _core.advisory_key("fencepost", "report")]
+    # the name's advisory key: lease grants exclude advisory locks of the same name; the
+    # holder metadata last (None: this lock has none)
+    assert stmt.params == ["report", m.owner(lock), 1_000, _core.advisory_key("fencepost", "report"), None]
     assert stmt.sql.count("$1") >= 2  # a placeholder may repeat
     m.reply(1 * NS, req.id, [(None, 250)])  # held by another, 250 ms left
     out, _ = m.poll()

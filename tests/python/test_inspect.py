@@ -177,14 +177,16 @@ def test_blocking_forms_on_the_in_memory_backend(name: str) -> None:
 
 @pytest.mark.skipif(not PG_URL, reason="FENCEPOST_PG_URL is not set (scripts/test sets it)")
 def test_other_backends_refuse_inspection_by_name() -> None:
-    import psycopg
-
     from fencepost.postgres import PostgresBackend
 
-    with psycopg.connect(PG_URL or "", autocommit=True) as conn:
-        backend = PostgresBackend(conn)
+    # lease rows keep metadata and can be inspected (test_pg_inspect.py); advisory
+    # locks keep no row
+    backend = PostgresBackend(mode="session", conninfo=PG_URL or "")
+    try:
         with pytest.raises(ConfigError) as info:
             backend.inspect_sync("x")
-        assert info.value.kind == "unsupported" and "RedisBackend" in str(info.value)
+        assert info.value.kind == "unsupported" and "lease" in str(info.value)
         with pytest.raises(ConfigError):
             fencepost.Lock(backend, "x", metadata={"a": "b"})
+    finally:
+        backend.close()

@@ -52,7 +52,8 @@ test('the shared JavaScript layer and fencepost.d.ts are carried word for word',
 const NODE_ONLY = new Set(['PostgresBackend', 'xactLock', 'fencedUpdate', 'postgresMigration', 'advisoryKey',
   'ZooKeeperBackend', 'kubernetesFromKubeconfig', 'kubernetesInCluster'])
 const NODE_ONLY_NATIVE = new Set(['postgresMigration', 'advisoryKey', 'xactLockStatement', 'readXactLock', 'lockStateStatement', 'readLockState',
-  'zookeeperNodePrefix', 'readZookeeperFenced', 'zookeeperInspect', 'zookeeperListNames', 'readZookeeperContenders', 'readZookeeperHolder', 'readZookeeperList'])
+  'zookeeperNodePrefix', 'readZookeeperFenced', 'zookeeperInspect', 'zookeeperListNames', 'readZookeeperContenders', 'readZookeeperHolder', 'readZookeeperList',
+  'pgInspectStatement', 'pgListStatement', 'readPgHolders'])
 
 test('every entry exports the same names as the napi package, less its Node-only PostgreSQL, ZooKeeper and Kubernetes configuration', async () => {
   const napiAll = Object.keys(require(path.join(REPO, 'bindings-node'))).sort()

@@ -229,10 +229,12 @@ async function etcd (route, body) {
   return doc.result ?? doc
 }
 
-/** Every key under `prefix` in the order etcd wrote them (mod revision). */
+/** Every key under `prefix` in the order etcd wrote them (mod revision), less the locks'
+ * previous-holder records (`{keyPrefix}\0released/{name}`, `{keyPrefix}\0joined/{name}`). */
 async function etcdKeys (prefix) {
   const doc = await etcd('/v3/kv/range', { key: b64(prefix), range_end: b64(prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1)) })
   return (doc.kvs ?? [])
+    .filter((kv) => !Buffer.from(kv.key, 'base64').toString().includes('\0'))
     .map((kv) => ({ key: Buffer.from(kv.key, 'base64').toString(), value: Buffer.from(kv.value ?? '', 'base64').toString(), create: BigInt(kv.create_revision), mod: BigInt(kv.mod_revision) }))
     .sort((a, b) => (a.mod < b.mod ? -1 : a.mod > b.mod ? 1 : 0))
 }

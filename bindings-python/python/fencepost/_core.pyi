@@ -825,6 +825,54 @@ def read_lock_state(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -
     holding the name's advisory lock, or None. Raises: ProtocolError for a server error
     or rows of another shape."""
 
+PG_LIST_MAX: int
+
+def pg_inspect_statement(name: str, *, lease_table: Optional[str] = None) -> SqlStatement:
+    """The operator query "who holds lock ``name``?" on lease rows: one statement reading
+    the live row's owner, token, milliseconds left (the server's clock) and metadata.
+    Read with :func:`read_pg_holders`. Raises: ConfigError for a bad name or table
+    name."""
+
+def pg_list_statement(prefix: str, limit: int, *, lease_table: Optional[str] = None) -> SqlStatement:
+    """The operator listing on lease rows: the live rows whose names start with
+    ``prefix`` (LIKE metacharacters escaped), in name order, at most ``limit`` (clamped
+    to 1 ..= :data:`PG_LIST_MAX`). Read with :func:`read_pg_holders`. Raises:
+    ConfigError for a bad argument or table name."""
+
+def read_pg_holders(reply: Union[Sequence[Sequence[SqlValue]], SqlErrorReply]) -> List[HolderSpec]:
+    """Reads the reply of :func:`pg_inspect_statement` or :func:`pg_list_statement`:
+    the holders, in the rows' order. Raises: ProtocolError for a server error (a
+    missing table or metadata column names the migration) or rows of another shape."""
+
+ETCD_LIST_PAGE: int
+ETCD_LIST_PAGES: int
+
+def read_etcd_inspect(name: str, reply: Union[str, bytes]) -> Optional[Tuple[HolderSpec, int]]:
+    """Reads the reply of :func:`etcd_leader_range` as an inspection of lock ``name``:
+    ``(holder, lease_id)`` (owner ``lease:<hex>``, waiters the other contender keys,
+    metadata the key's value when it is a JSON object of strings, ``ttl_left_ns`` None
+    until :func:`read_etcd_time_to_live` says), or None when nobody holds the lock.
+    Raises: ProtocolError."""
+
+def etcd_lease_time_to_live(lease_id: int) -> EtcdCall:
+    """The ``LeaseTimeToLive`` call of lease ``lease_id``. Read with
+    :func:`read_etcd_time_to_live`."""
+
+def read_etcd_time_to_live(reply: Union[str, bytes]) -> Optional[int]:
+    """Reads the reply of :func:`etcd_lease_time_to_live`: nanoseconds left on the lease
+    (whole seconds, as etcd counts them), or None when it is gone. Raises:
+    ProtocolError."""
+
+def etcd_list_page(key_prefix: str, prefix: str, after: Optional[str] = None) -> EtcdCall:
+    """One page of the listing of the locks whose names start with ``prefix``: a
+    keys-only range of at most :data:`ETCD_LIST_PAGE` keys after key ``after`` (None:
+    the first page). Read with :func:`read_etcd_list_page`."""
+
+def read_etcd_list_page(key_prefix: str, prefix: str, reply: Union[str, bytes]) -> Tuple[List[str], Optional[str]]:
+    """Reads the reply of :func:`etcd_list_page` for ``prefix``: the names starting with
+    ``prefix`` of the locks of the page's contender keys, in key order, and the key to ask the next page after (None: done).
+    Raises: ProtocolError."""
+
 def etcd_holder_range(key_prefix: str, name: str) -> EtcdCall:
     """The operator query "who holds lock ``name``?": the key with the lowest create
     revision under the lock's prefix. Read with :func:`read_etcd_holder`."""

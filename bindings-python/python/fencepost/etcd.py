@@ -52,10 +52,11 @@ import asyncio
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Set, Tuple, Union
 
 from . import _core
 from ._backend import Backend
+from ._holder import Holder
 from ._leader import read_record
 from ._lease import Lease, SyncLease
 from .errors import BackendError, ConfigError
@@ -600,6 +601,129 @@ class EtcdBackend(Backend):
         except Exception as exc:
             raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
         return _core.read_etcd_holder(reply)
+
+    # -- operator queries: who holds it? which locks are held? --
+
+    async def _query_async(self, call: Any, name: str, what: str) -> str:
+        try:
+            return str(await self._execute_async(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+
+    def _query_sync(self, call: Any, name: str, what: str) -> str:
+        try:
+            return str(self._execute_sync(call))
+        except (ConfigError, BackendError):
+            raise
+        except Exception as exc:
+            raise BackendError(f"{what}({name!r}) failed: {exc}") from exc
+
+    @staticmethod
+    def _list_args(prefix: object, limit: object) -> None:
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a str, got {prefix!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be an int >= 1, got {limit!r}")
+
+    async def inspect(self, name: str, *, _what: str = "inspect") -> Optional[Holder]:
+        """Who holds lock ``name`` now: the contender key with the lowest create
+        revision under the lock's prefix, as a :class:`~fencepost.Holder`: ``owner``
+        ``"lease:<16 hex digits>"`` (the key names its lease, not the owner id),
+        ``token`` its create revision, ``waiters`` the other contender keys,
+        ``metadata`` the key's value when the holder acquired with
+        ``Lock(metadata=...)`` (an election leader's record once it proclaimed), and
+        ``ttl_left`` the lease's remaining whole seconds (``LeaseTimeToLive``). Two
+        round trips (a range, then the lease's time to live); if the lease ended in
+        between, it reads again (at most 3 times). None when no key lives there.
+
+        Raises:
+            ConfigError: ``name`` not a str, or the wrong client kind (asyncio here).
+            BackendError, ProtocolError: as :meth:`fencepost.Backend.inspect`.
+        """
+        if not isinstance(name, str):
+            raise ConfigError(f"name must be a str, got {name!r}")
+        for _ in range(3):
+            reply = await self._query_async(_core.etcd_leader_range(self.key_prefix, name), name, _what)
+            found = _core.read_etcd_inspect(name, reply)
+            if found is None:
+                return None
+            holder, lease = found
+            ttl = await self._query_async(_core.etcd_lease_time_to_live(lease), name, _what)
+            left = _core.read_etcd_time_to_live(ttl)
+            if left is not None:
+                return Holder._from_core({**holder, "ttl_left_ns": left})
+        return None
+
+    def inspect_sync(self, name: str, *, _what: str = "inspect") -> Optional[Holder]:
+        """Blocking form of :meth:`inspect`; same arguments and errors."""
+        if not isinstance(name, str):
+            raise ConfigError(f"name must be a str, got {name!r}")
+        for _ in range(3):
+            reply = self._query_sync(_core.etcd_leader_range(self.key_prefix, name), name, _what)
+            found = _core.read_etcd_inspect(name, reply)
+            if found is None:
+                return None
+            holder, lease = found
+            ttl = self._query_sync(_core.etcd_lease_time_to_live(lease), name, _what)
+            left = _core.read_etcd_time_to_live(ttl)
+            if left is not None:
+                return Holder._from_core({**holder, "ttl_left_ns": left})
+        return None
+
+    async def list(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """The held locks whose names start with ``prefix``, at most ``limit``, in name
+        order among those found, as :meth:`inspect` gives them. Bounded: keys-only range pages of
+        ``fencepost._core.ETCD_LIST_PAGE`` (1000) keys over the key prefix, at most
+        ``ETCD_LIST_PAGES`` (100) pages, then one inspection (two round trips) per lock
+        name found, stopping once ``limit`` holders are found. A snapshot for operators.
+
+        Raises:
+            ConfigError: ``prefix`` not a str or ``limit`` not an int >= 1.
+            BackendError, ProtocolError: as :meth:`inspect`.
+        """
+        self._list_args(prefix, limit)
+        found: List[Holder] = []
+        after: Optional[str] = None
+        seen: Set[str] = set()  # a name's keys may span pages, or interleave with "name/…"'s
+        for _ in range(_core.ETCD_LIST_PAGES):
+            reply = await self._query_async(_core.etcd_list_page(self.key_prefix, prefix, after), prefix, "list")
+            names, after = _core.read_etcd_list_page(self.key_prefix, prefix, reply)
+            for n in names:
+                if n in seen:
+                    continue
+                seen.add(n)
+                holder = await self.inspect(n, _what="list")
+                if holder is not None:
+                    found.append(holder)
+                    if len(found) >= limit:
+                        return sorted(found, key=lambda h: h.name)
+            if after is None:
+                break
+        return sorted(found, key=lambda h: h.name)
+
+    def list_sync(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """Blocking form of :meth:`list`; same arguments and errors."""
+        self._list_args(prefix, limit)
+        found: List[Holder] = []
+        after: Optional[str] = None
+        seen: Set[str] = set()  # a name's keys may span pages, or interleave with "name/…"'s
+        for _ in range(_core.ETCD_LIST_PAGES):
+            reply = self._query_sync(_core.etcd_list_page(self.key_prefix, prefix, after), prefix, "list")
+            names, after = _core.read_etcd_list_page(self.key_prefix, prefix, reply)
+            for n in names:
+                if n in seen:
+                    continue
+                seen.add(n)
+                holder = self.inspect_sync(n, _what="list")
+                if holder is not None:
+                    found.append(holder)
+                    if len(found) >= limit:
+                        return sorted(found, key=lambda h: h.name)
+            if after is None:
+                break
+        return sorted(found, key=lambda h: h.name)
 
     async def fenced_set(
         self,

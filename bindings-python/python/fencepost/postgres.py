@@ -73,6 +73,7 @@ from typing import (
 
 from . import _core
 from ._backend import Backend
+from ._holder import Holder
 from ._driver import AsyncDriver
 from .errors import AcquireTimeout, BackendError, ConfigError, DuplicateGrantWarning, StaleToken
 from ._units import Seconds, _seconds_to_ns
@@ -655,6 +656,89 @@ class PostgresBackend(Backend):
         """Blocking form of :meth:`force_release`; same arguments and errors."""
         stmt = self._lock_state_stmt(name, True)
         return self._lock_state(name, True, self._operator_sync(stmt, name, "force_release"))
+
+    # -- operator queries: who holds it? which locks are held? (lease rows) --
+
+    def _rows_only(self, what: str) -> None:
+        if self.mode != "lease":
+            raise ConfigError(
+                f"PostgresBackend(mode={self.mode!r}) does not support {what}(): advisory "
+                "locks keep no row to read a holder from (inspect, list and election "
+                "followers work on lease rows, mode='lease')",
+                kind="unsupported",
+            )
+
+    def _keeps_leader_metadata(self) -> bool:
+        """Lease rows keep an election leader's record in the row's metadata."""
+        return self.mode == "lease"
+
+    def _no_leader(self) -> ConfigError:
+        return ConfigError(
+            f"PostgresBackend(mode={self.mode!r}) cannot say who leads an election: "
+            "advisory locks keep no row for the leader's record (Election.leader() and "
+            "observe() work on lease rows, mode='lease')",
+            kind="unsupported",
+        )
+
+    def _inspect_stmt(self, name: str) -> _core.SqlStatement:
+        self._rows_only("inspect")
+        if not isinstance(name, str):
+            raise ConfigError(f"name must be a str, got {name!r}")
+        return _core.pg_inspect_statement(name, lease_table=self.lease_table)
+
+    def _list_stmt(self, prefix: object, limit: object) -> _core.SqlStatement:
+        self._rows_only("list")
+        if not isinstance(prefix, str):
+            raise ConfigError(f"prefix must be a str, got {prefix!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _core.PG_LIST_MAX:
+            raise ConfigError(f"limit must be an int from 1 to {_core.PG_LIST_MAX}, got {limit!r}")
+        return _core.pg_list_statement(prefix, limit, lease_table=self.lease_table)
+
+    @staticmethod
+    def _holders(reply: object) -> List[Holder]:
+        return [Holder._from_core(h) for h in _core.read_pg_holders(reply)]  # type: ignore[arg-type]
+
+    async def inspect(self, name: str) -> Optional[Holder]:
+        """Who holds lock ``name`` now (lease rows): a :class:`~fencepost.Holder` with
+        the row's owner id, token, ``ttl_left`` (seconds, from the row's expiry on the
+        *server's* clock, rounded up to the millisecond) and ``metadata``; ``waiters``
+        is None (lease-row contenders leave no trace until they win). None when no live
+        row holds it. One statement, on the pool or connection given.
+
+        Raises:
+            ConfigError: (``kind="unsupported"``) an advisory mode (session locks keep
+                no row), or ``name`` not a str.
+            BackendError, ProtocolError: as :meth:`fencepost.Backend.inspect` (a table
+                without the ``metadata`` column names the migration).
+        """
+        stmt = self._inspect_stmt(name)
+        found = self._holders(await self._operator_async(stmt, name, "inspect"))
+        return found[0] if found else None
+
+    def inspect_sync(self, name: str) -> Optional[Holder]:
+        """Blocking form of :meth:`inspect`; same arguments and errors."""
+        stmt = self._inspect_stmt(name)
+        found = self._holders(self._operator_sync(stmt, name, "inspect"))
+        return found[0] if found else None
+
+    async def list(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """The held locks (live lease rows) whose names start with ``prefix``, at most
+        ``limit`` (1 to ``fencepost._core.PG_LIST_MAX``), in name order, as
+        :meth:`inspect` gives them: one bounded statement (``WHERE name LIKE prefix…
+        ORDER BY name LIMIT limit``, the prefix's ``%``, ``_`` and ``\\`` escaped).
+
+        Raises:
+            ConfigError: an advisory mode (``kind="unsupported"``), ``prefix`` not a
+                str, ``limit`` out of range.
+            BackendError, ProtocolError: as :meth:`inspect`.
+        """
+        stmt = self._list_stmt(prefix, limit)
+        return self._holders(await self._operator_async(stmt, prefix, "list"))
+
+    def list_sync(self, prefix: str = "", *, limit: int = 100) -> List[Holder]:
+        """Blocking form of :meth:`list`; same arguments and errors."""
+        stmt = self._list_stmt(prefix, limit)
+        return self._holders(self._operator_sync(stmt, prefix, "list"))
 
     def _operator_sync(self, stmt: _core.SqlStatement, name: str, what: str) -> object:
         if not self.supports_sync:

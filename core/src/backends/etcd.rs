@@ -89,6 +89,13 @@ pub enum EtcdRequest {
         /// The lease id.
         id: i64,
     },
+    /// `Lease.LeaseTimeToLive{ID}`: the lease's remaining seconds (`TTL`, `-1` once
+    /// it is gone); an operator query ([`read_etcd_time_to_live`]), never sent by the
+    /// machine.
+    LeaseTimeToLive {
+        /// The lease id.
+        id: i64,
+    },
     /// `KV.Txn`.
     Txn(EtcdTxn),
     /// `KV.Range`.
@@ -229,12 +236,13 @@ impl EtcdOp {
 
 impl EtcdRequest {
     /// The call's name as hosts label it: `"lease_grant"`, `"lease_keep_alive"`,
-    /// `"lease_revoke"`, `"txn"`, `"range"` or `"watch"`.
+    /// `"lease_revoke"`, `"lease_time_to_live"`, `"txn"`, `"range"` or `"watch"`.
     pub fn call_name(&self) -> &'static str {
         match self {
             EtcdRequest::LeaseGrant { .. } => "lease_grant",
             EtcdRequest::LeaseKeepAlive { .. } => "lease_keep_alive",
             EtcdRequest::LeaseRevoke { .. } => "lease_revoke",
+            EtcdRequest::LeaseTimeToLive { .. } => "lease_time_to_live",
             EtcdRequest::Txn(_) => "txn",
             EtcdRequest::Range(_) => "range",
             EtcdRequest::Watch(_) => "watch",
@@ -247,6 +255,7 @@ impl EtcdRequest {
             EtcdRequest::LeaseGrant { .. } => "/v3/lease/grant",
             EtcdRequest::LeaseKeepAlive { .. } => "/v3/lease/keepalive",
             EtcdRequest::LeaseRevoke { .. } => "/v3/lease/revoke",
+            EtcdRequest::LeaseTimeToLive { .. } => "/v3/lease/timetolive",
             EtcdRequest::Txn(_) => "/v3/kv/txn",
             EtcdRequest::Range(_) => "/v3/kv/range",
             EtcdRequest::Watch(_) => "/v3/watch",
@@ -259,7 +268,9 @@ impl EtcdRequest {
             EtcdRequest::LeaseGrant { id, ttl_s } => {
                 json!({ "ID": id.to_string(), "TTL": ttl_s.to_string() })
             }
-            EtcdRequest::LeaseKeepAlive { id } | EtcdRequest::LeaseRevoke { id } => {
+            EtcdRequest::LeaseKeepAlive { id }
+            | EtcdRequest::LeaseRevoke { id }
+            | EtcdRequest::LeaseTimeToLive { id } => {
                 json!({ "ID": id.to_string() })
             }
             EtcdRequest::Txn(t) => json!({
@@ -570,6 +581,153 @@ pub fn read_etcd_holder(reply: &str) -> Result<Option<EtcdHolder>, ProtocolError
     }
 }
 
+/// Reads the reply of [`EtcdBackend::leader_range`] as an inspection of lock `name`:
+/// the holder (owner `lease:<16 hex digits>`, the key naming the lease rather than the
+/// owner id; token its create revision; waiters the other contender keys, from the
+/// reply's `count` of every key under the prefix; metadata the key's value when it is
+/// a JSON object of strings, [`crate::LockOptions::metadata`]; `ttl_left` not yet
+/// known) and its lease id, for [`EtcdRequest::LeaseTimeToLive`]. `None` when no key
+/// lives under the lock's prefix.
+///
+/// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+pub fn read_etcd_inspect(
+    name: &str,
+    reply: &str,
+) -> Result<Option<(super::Holder, i64)>, ProtocolError> {
+    let Some((holder, value)) = read_etcd_leader(reply)? else {
+        return Ok(None);
+    };
+    let count = parse(reply)
+        .ok()
+        .as_ref()
+        .and_then(|v| int_field(v, "count"))
+        .and_then(|c| u64::try_from(c).ok());
+    let mut found = super::Holder::new(name.to_owned());
+    found.owner = Some(format!("lease:{:016x}", holder.lease));
+    found.token = Some(holder.token);
+    // at least the holder's key is counted
+    found.waiters = Some(count.unwrap_or(1).saturating_sub(1));
+    found.metadata = crate::decode_metadata(&value);
+    Ok(Some((found, holder.lease)))
+}
+
+/// Reads the reply of [`EtcdRequest::LeaseTimeToLive`]: the seconds left on the lease,
+/// or `None` when it is gone (`TTL` -1, or a lease-not-found error).
+///
+/// Errors: [`ProtocolError`] for another error reply or a reply of another shape.
+pub fn read_etcd_time_to_live(reply: &str) -> Result<Option<core::time::Duration>, ProtocolError> {
+    if grpc_code(reply) == Some(NOT_FOUND) {
+        return Ok(None);
+    }
+    let v = parse(reply).map_err(|e| match e {
+        ReadError::Protocol(p) => p,
+        ReadError::Ambiguous(m) => protocol(m),
+    })?;
+    header_revision(&v).ok_or_else(|| {
+        protocol(format!(
+            "lease time-to-live: expected a lease reply, got {reply:.200}"
+        ))
+    })?;
+    // the gateway omits a zero TTL: the lease ends within the second
+    let ttl = int_field(&v, "TTL").unwrap_or(0);
+    Ok(u64::try_from(ttl).ok().map(core::time::Duration::from_secs))
+}
+
+/// At most this many keys per page of an etcd listing ([`EtcdBackend::list_page`]).
+pub const ETCD_LIST_PAGE: i64 = 1_000;
+
+/// At most this many pages per etcd listing, so a huge keyspace costs a bounded time.
+pub const ETCD_LIST_PAGES: usize = 100;
+
+/// The end of the range of every UTF-8 key starting with `prefix` (etcd's
+/// `GetPrefixRangeEnd`, kept within UTF-8): the prefix up to its last character that
+/// has a successor, which is replaced by it; `"\0"` (every key from the start) when
+/// none has.
+fn utf8_prefix_end(prefix: &str) -> String {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(c as u32 + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return chars.into_iter().collect();
+        }
+    }
+    "\0".to_owned()
+}
+
+impl EtcdBackend {
+    /// One page of the operator listing of the locks whose names start with `prefix`:
+    /// a keys-only range over `{key_prefix}{prefix}…` in key order, at most
+    /// [`ETCD_LIST_PAGE`] keys, after key `after` (exclusive; `None` for the first
+    /// page). Read it with [`EtcdBackend::read_list_page`], then inspect each name
+    /// ([`EtcdBackend::leader_range`], [`read_etcd_inspect`]); at most
+    /// [`ETCD_LIST_PAGES`] pages per listing.
+    pub fn list_page(&self, prefix: &str, after: Option<&str>) -> EtcdRequest {
+        let start = format!("{}{prefix}", self.key_prefix);
+        let end = utf8_prefix_end(&start);
+        EtcdRequest::Range(EtcdRange {
+            key: match after {
+                // the smallest key above `after`
+                Some(a) => format!("{a}\0"),
+                // past the previous-holder records (`{key_prefix}\0…`), which sort first
+                None if prefix.is_empty() => format!("{start}\u{1}"),
+                None => start,
+            },
+            range_end: Some(end),
+            limit: ETCD_LIST_PAGE,
+            sort: None,
+            keys_only: true,
+            max_create_revision: 0,
+        })
+    }
+
+    /// Reads the reply of [`EtcdBackend::list_page`] for `prefix`: the names starting
+    /// with `prefix` of the locks its contender keys belong to (the range also holds the
+    /// keys of lock `a` when the prefix is `a/`; in the order of their first key, each once per page: a name's keys
+    /// may span pages, and interleave with those of names under it, `name/…`), and the
+    /// last key, to ask for the next page after, or `None` when the range is exhausted.
+    /// Keys not of the form `{key_prefix}{name}/{16 hex digits}` are skipped, and so are
+    /// the previous-holder records ([`EtcdBackend::released_key`], `joined_key`).
+    ///
+    /// Errors: [`ProtocolError`] for an error reply or a reply of another shape.
+    pub fn read_list_page(
+        &self,
+        prefix: &str,
+        reply: &str,
+    ) -> Result<(Vec<String>, Option<String>), ProtocolError> {
+        let v = parse(reply).map_err(|e| match e {
+            ReadError::Protocol(p) => p,
+            ReadError::Ambiguous(m) => protocol(m),
+        })?;
+        header_revision(&v)
+            .ok_or_else(|| protocol(format!("list: expected a range reply, got {reply:.200}")))?;
+        let kvs = v.get("kvs").and_then(Value::as_array);
+        let keys: Vec<String> = kvs.into_iter().flatten().filter_map(kv_key).collect();
+        let mut names: Vec<String> = Vec::new();
+        for key in &keys {
+            let Some((name, lease)) = key
+                .strip_prefix(&self.key_prefix)
+                .and_then(|rest| rest.rsplit_once('/'))
+            else {
+                continue;
+            };
+            let is_lease = lease.len() == 16 && lease.bytes().all(|b| b.is_ascii_hexdigit());
+            // the previous-holder records sit under `{key_prefix}\0…`: no lock name has a NUL
+            let wanted =
+                is_lease && !name.is_empty() && !name.contains('\0') && name.starts_with(prefix);
+            if wanted && !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        let more = v.get("more").and_then(Value::as_bool) == Some(true);
+        let next = if more { keys.last().cloned() } else { None };
+        Ok((names, next))
+    }
+}
+
 /// Reads the reply of a [`EtcdRequest::LeaseRevoke`]: `true` when the lease was
 /// revoked, `false` when it was gone already.
 ///
@@ -769,6 +927,7 @@ impl EtcdBackend {
         progress: &mut EtcdProgress,
         ttl_ms: u64,
         keepalive_due: bool,
+        metadata: Option<&str>,
     ) -> EtcdRequest {
         let id = lease_id(&progress.owner);
         match progress.lease {
@@ -801,13 +960,34 @@ impl EtcdBackend {
                 }
                 _ => {
                     progress.pending = EtcdStep::Txn;
-                    EtcdRequest::Txn(self.acquire_txn(name, &progress.owner, progress.key_rev))
+                    EtcdRequest::Txn(self.acquire_txn(
+                        name,
+                        &progress.owner,
+                        progress.key_rev,
+                        metadata,
+                    ))
                 }
             },
         }
     }
 
-    fn acquire_txn(&self, name: &str, owner: &OwnerId, key_rev: Option<i64>) -> EtcdTxn {
+    /// The key's value is the holder metadata when there is some (canonical JSON, see
+    /// [`crate::LockOptions::metadata`]), else the owner id: etcd's own tools
+    /// (`concurrency.Mutex`, `etcdctl lock`) read only keys and create revisions, never
+    /// values, so either leaves them reading the lock as before.
+    fn acquire_txn(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        key_rev: Option<i64>,
+        metadata: Option<&str>,
+    ) -> EtcdTxn {
+        let value = match metadata {
+            Some(m) => crate::decode_metadata(m)
+                .map(|m| crate::encode_metadata(&m))
+                .unwrap_or_else(|| m.to_owned()),
+            None => owner.to_string(),
+        };
         let key = self.holder_key(name, owner);
         let mut failure = vec![
             EtcdOp::Range(one_key(&key, true)),
@@ -830,7 +1010,7 @@ impl EtcdBackend {
             success: vec![
                 EtcdOp::Put {
                     key,
-                    value: owner.to_string(),
+                    value,
                     lease: lease_id(owner),
                 },
                 EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
@@ -1103,6 +1283,7 @@ impl Recipe for EtcdBackend {
                 progress_of(progress, owner),
                 cx.ttl_ms,
                 cx.renew_session,
+                cx.metadata,
             ),
             Step::Renew => self.renew(owner),
             Step::Release(ending) => self.release(name, progress_of(progress, owner), ending),
@@ -1353,8 +1534,111 @@ mod tests {
         };
         p.key_rev = Some(i64::MIN);
         p.pending = EtcdStep::Txn;
-        let step = b.acquire("r", &mut p, 1_000, false);
+        let step = b.acquire("r", &mut p, 1_000, false, None);
         assert!(matches!(step, EtcdRequest::Range(r) if r.max_create_revision == i64::MIN));
+    }
+
+    #[test]
+    fn metadata_is_the_key_s_value_and_inspection_reads_it_back() {
+        let b = EtcdBackend::default();
+        let owner = OwnerId([0xab; 16]);
+        let value = |txn: EtcdTxn| match &txn.success[0] {
+            EtcdOp::Put { value, .. } => value.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            value(b.acquire_txn("r", &owner, None, None)),
+            owner.to_string()
+        );
+        assert_eq!(
+            value(b.acquire_txn("r", &owner, None, Some(r#"{"z":"1","a":"2"}"#))),
+            r#"{"a":"2","z":"1"}"#
+        );
+        let key = B64.encode("fencepost/r/2bababababababab");
+        let meta = B64.encode(r#"{"a":"2"}"#);
+        let reply = format!(
+            r#"{{"header":{{"revision":"9"}},"kvs":[{{"key":"{key}","create_revision":"5","value":"{meta}"}}],"count":"3","more":true}}"#
+        );
+        let (h, lease) = read_etcd_inspect("r", &reply).unwrap().unwrap();
+        assert_eq!(lease, 0x2bab_abab_abab_abab);
+        assert_eq!(h.owner.as_deref(), Some("lease:2bababababababab"));
+        assert_eq!((h.token, h.waiters), (Some(FencingToken(5)), Some(2)));
+        assert_eq!(h.metadata.unwrap()["a"], "2");
+        let owner_value = reply.replace(&meta, &B64.encode(owner.to_string()));
+        assert_eq!(
+            read_etcd_inspect("r", &owner_value)
+                .unwrap()
+                .unwrap()
+                .0
+                .metadata,
+            None
+        );
+        assert_eq!(
+            read_etcd_inspect("r", r#"{"header":{"revision":"9"}}"#),
+            Ok(None)
+        );
+        assert_eq!(
+            read_etcd_time_to_live(r#"{"header":{"revision":"9"},"ID":"1","TTL":"4"}"#),
+            Ok(Some(core::time::Duration::from_secs(4)))
+        );
+        assert_eq!(
+            read_etcd_time_to_live(r#"{"header":{"revision":"9"},"ID":"1","TTL":"-1"}"#),
+            Ok(None)
+        );
+        assert_eq!(
+            read_etcd_time_to_live(r#"{"error":"lease not found","code":5,"message":"x"}"#),
+            Ok(None)
+        );
+        assert!(read_etcd_time_to_live("[]").is_err());
+        let ttl = EtcdRequest::LeaseTimeToLive { id: 7 };
+        assert_eq!(ttl.gateway_path(), "/v3/lease/timetolive");
+        assert_eq!(ttl.gateway_body(), r#"{"ID":"7"}"#);
+    }
+
+    #[test]
+    fn listing_pages_over_the_prefix_and_names_each_lock_once() {
+        let b = EtcdBackend::default();
+        let first = b.list_page("jo", None);
+        let EtcdRequest::Range(r) = &first else {
+            panic!("{first:?}")
+        };
+        assert_eq!(
+            (r.key.as_str(), r.range_end.as_deref()),
+            ("fencepost/jo", Some("fencepost/jp"))
+        );
+        assert!(r.keys_only && r.limit == ETCD_LIST_PAGE);
+        let EtcdRequest::Range(next) = b.list_page("jo", Some("fencepost/job/00")) else {
+            panic!()
+        };
+        assert_eq!(next.key, "fencepost/job/00\0");
+        assert_eq!(utf8_prefix_end("aé"), "aê");
+        assert_eq!(utf8_prefix_end("a\u{10FFFF}"), "b");
+        assert_eq!(utf8_prefix_end(""), "\0");
+        let keys = [
+            "fencepost/job/0000000000000001",
+            "fencepost/job/a/0000000000000003",
+            "fencepost/job/0000000000000002",
+            "fencepost/job/not-a-lease",
+            "elsewhere/x/0000000000000001",
+        ];
+        let kvs: Vec<String> = keys
+            .iter()
+            .map(|k| format!(r#"{{"key":"{}"}}"#, B64.encode(k)))
+            .collect();
+        let reply = format!(
+            r#"{{"header":{{"revision":"9"}},"kvs":[{}],"more":true}}"#,
+            kvs.join(",")
+        );
+        let (names, after) = b.read_list_page("jo", &reply).unwrap();
+        assert_eq!(names, ["job", "job/a"]);
+        // the range of prefix "job/" holds lock "job"'s own keys: not a name under it
+        assert_eq!(b.read_list_page("job/", &reply).unwrap().0, ["job/a"]);
+        assert_eq!(after.as_deref(), Some("elsewhere/x/0000000000000001"));
+        let done = reply.replace(r#","more":true"#, "");
+        assert_eq!(b.read_list_page("jo", &done).unwrap().1, None);
+        assert!(b
+            .read_list_page("jo", r#"{"error":"x","code":3,"message":"m"}"#)
+            .is_err());
     }
 
     #[test]
@@ -1370,7 +1654,7 @@ mod tests {
         let grant = EtcdRequest::LeaseGrant { id: 7, ttl_s: 2 };
         assert_eq!(grant.gateway_path(), "/v3/lease/grant");
         assert_eq!(grant.gateway_body(), r#"{"ID":"7","TTL":"2"}"#);
-        let txn = EtcdRequest::Txn(b.acquire_txn("r", &owner, None));
+        let txn = EtcdRequest::Txn(b.acquire_txn("r", &owner, None, None));
         let body: Value = serde_json::from_str(&txn.gateway_body()).unwrap();
         assert_eq!(body["compare"][0]["create_revision"], "0");
         assert_eq!(
@@ -1484,6 +1768,26 @@ mod tests {
             Ok(None)
         );
         assert!(read_etcd_leader(r#"{"error":"x","code":3}"#).is_err());
+    }
+
+    #[test]
+    fn listing_skips_the_previous_holder_records() {
+        let b = EtcdBackend::default();
+        let EtcdRequest::Range(first) = b.list_page("", None) else {
+            panic!("a range")
+        };
+        assert_eq!(first.key, "fencepost/\u{1}", "starts past the records");
+        let kv = |k: &str| json!({ "key": b64(k), "create_revision": "2" });
+        let reply = json!({
+            "header": { "revision": "9" },
+            "kvs": [
+                kv("fencepost/\0joined/0123456789abcdef"),
+                kv("fencepost/\0released/0123456789abcdef"),
+                kv("fencepost/report/1a3744504560639e"),
+            ],
+        });
+        let (names, next) = b.read_list_page("", &reply.to_string()).unwrap();
+        assert_eq!((names, next), (vec!["report".to_owned()], None));
     }
 
     #[test]

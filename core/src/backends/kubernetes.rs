@@ -25,9 +25,11 @@
 //! 2. **Expiry is judged by observation**, never by comparing `renewTime` with a
 //!    local clock: a record is expired once it has stayed unchanged (same
 //!    `resourceVersion`) for its own `leaseDurationSeconds` since this candidate's
-//!    reply first showed it (client-go's `observedTime`). The holder wrote that
-//!    version before the server answered the first read, so its validity (measured
-//!    from the send of that write, rule 1) ended before the takeover is sent.
+//!    reply first showed it (client-go's `observedTime`), stretched by the declared
+//!    drift bound (`× (1 + drift_factor)` on the candidate's clock, which may run that
+//!    much fast while the holder's runs that much slow). The holder wrote that version
+//!    before the server answered the first read, so its validity (measured from the
+//!    send of that write, rule 1) ended before the takeover is sent.
 //! 3. **Renew** PUTs `renewTime` with the last `resourceVersion` this owner wrote. A
 //!    409 (the version moved: a renewal whose reply was lost landed, or someone else
 //!    wrote) reads the Lease again (`Continue`) and, if it is still this owner's with
@@ -523,7 +525,13 @@ impl KubernetesBackend {
                 .and_then(|d| u64::try_from(d).ok())
                 .filter(|d| *d > 0)
                 .unwrap_or(cx.ttl_ms.div_ceil(1000));
-            let duration = core::time::Duration::from_secs(duration_s);
+            // the holder's clock may run slow and this one fast by the drift bound: waited
+            // out on this clock, duration × (1 + drift) covers the holder's validity
+            // (at most duration × (1 − drift) on a clock that slow, i.e. under duration)
+            let drift = cx.drift_factor.clamp(0.0, 0.5);
+            let extra_ns = (duration_s as f64 * 1e9 * drift) as u64; // saturates
+            let duration = core::time::Duration::from_secs(duration_s)
+                .saturating_add(core::time::Duration::from_nanos(extra_ns));
             let since = match &p.observed {
                 Some((v, at)) if *v == version => *at,
                 _ => {

@@ -141,7 +141,8 @@ impl RequestBody {
 }
 
 /// Who holds a lock, as an operator query found it on the server
-/// (`RedisBackend::inspect`, `RedisBackend::list_step`; ZooKeeper's
+/// (`RedisBackend::inspect`, `RedisBackend::list_step`, [`postgres::inspect_statement`],
+/// [`postgres::list_statement`], [`etcd::read_etcd_inspect`]; ZooKeeper's
 /// `read_zk_holder`; Kubernetes' `read_kube_inspect`, `read_kube_list`). Reads only: no
 /// lock decision is taken from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,6 +283,11 @@ pub(crate) struct StepCx<'a> {
     pub part: u16,
     /// The holder metadata to store with a grant ([`crate::LockOptions::metadata`]).
     pub metadata: Option<&'a str>,
+    /// The declared bound on clock rate error ([`crate::LockOptions::drift_factor`],
+    /// validated to `[0, 0.5)`): a recipe that judges expiry on this host's clock
+    /// (Kubernetes) waits that much longer.
+    #[cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
+    pub drift_factor: f64,
 }
 
 /// A step as requests: one, several at once (a quorum recipe sends one per server
@@ -472,6 +478,7 @@ pub(crate) const LATE_CX: StepCx<'static> = StepCx {
     replica_timeout_ms: 0,
     part: 0,
     metadata: None,
+    drift_factor: 0.0,
 };
 
 impl Backend {
@@ -538,12 +545,13 @@ impl Backend {
                 "metadata",
                 format!(
                     "not supported on {}{}: holder metadata is stored on plain Redis \
-                     (fair: false), ZooKeeper and Kubernetes only; leave it unset",
+                     (fair: false), PostgreSQL lease rows, etcd, ZooKeeper and Kubernetes \
+                     only; leave it unset",
                     self.name(),
-                    if matches!(self, Backend::Redis(_)) {
-                        " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)"
-                    } else {
-                        ""
+                    match self {
+                        Backend::Redis(_) => " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)",
+                        Backend::Postgres(_) => " advisory locks (they keep no row to store it in)",
+                        _ => "",
                     }
                 ),
             ));
@@ -577,11 +585,14 @@ impl Backend {
     }
 
     /// Whether a grant stores [`crate::LockOptions::metadata`] for inspections to read
-    /// back: plain Redis (its `…:meta` key), ZooKeeper (the holder node's data) and
+    /// back: plain Redis (its `…:meta` key), PostgreSQL lease rows (the row's `metadata`
+    /// column), etcd (the contender key's value), ZooKeeper (the holder node's data) and
     /// Kubernetes (an annotation on the Lease).
     pub fn stores_metadata(&self) -> bool {
         match self {
             Backend::Redis(b) => !b.fair,
+            Backend::Postgres(b) => b.mode == PgMode::Lease,
+            Backend::Etcd(_) => true,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => true,
             #[cfg(feature = "kubernetes")]

@@ -38,7 +38,8 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx, Waiting,
+    payload, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId, Previous};
@@ -188,18 +189,25 @@ impl PostgresBackend {
     }
 
     /// The migration creating the tables fencepost uses; idempotent (`IF NOT EXISTS`):
-    /// the lease table, whose row per name counts the tokens of every mode, and the
-    /// token table, a per-name floor every grant stays above. Run it once, with any
-    /// client, before the first lock: tokens must survive, so never truncate these
-    /// tables.
+    /// the lease table, whose row per name counts the tokens of every mode and holds a
+    /// lease's holder metadata ([`crate::LockOptions::metadata`], JSON text or NULL),
+    /// and the token table, a per-name floor every grant stays above. A lease table
+    /// made by an earlier version (without `metadata`) gains the column (`ALTER TABLE
+    /// … ADD COLUMN IF NOT EXISTS`; a catalog change only, no table rewrite). Run it
+    /// once, with any client, before the first lock and after upgrading: lease
+    /// grants and releases write the column, and fail on a table without it (a
+    /// [`ProtocolError`] naming the migration). Tokens must survive, so never
+    /// truncate these tables.
     pub fn migration(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {lease} (\n\
              \x20   name text PRIMARY KEY,\n\
              \x20   owner text,\n\
              \x20   token bigint NOT NULL,\n\
-             \x20   expires_at timestamptz\n\
+             \x20   expires_at timestamptz,\n\
+             \x20   metadata text\n\
              );\n\
+             ALTER TABLE {lease} ADD COLUMN IF NOT EXISTS metadata text;\n\
              CREATE TABLE IF NOT EXISTS {tokens} (\n\
              \x20   name text PRIMARY KEY,\n\
              \x20   token bigint NOT NULL\n\
@@ -209,18 +217,62 @@ impl PostgresBackend {
         )
     }
 
-    /// The grant statement; with `floor`, a new grant's token is at least `floor`
-    /// (`greatest(…, floor)`, the floor as the last parameter).
-    pub(crate) fn acquire(
+    /// The statement of a lease acquire (lease-rows mode) as the machine sends it: owner
+    /// `owner` takes `name` for `ttl_ms` milliseconds of the server's clock; with
+    /// `floor`, a new grant's token is at least `floor`. One row back: (token or NULL,
+    /// the live holder's remaining ms or NULL, how the previous holder ended or NULL).
+    /// For conformance tests and tools that replay the machine's statements; hosts run
+    /// what the machine emits.
+    pub fn acquire_statement(
         &self,
         name: &str,
         owner: &OwnerId,
         ttl_ms: u64,
         floor: Option<FencingToken>,
     ) -> SqlStatement {
+        self.acquire(name, owner, ttl_ms, floor, None)
+    }
+
+    /// The statement of a renewal by `owner` for `ttl_ms` ms (one row, the token, if
+    /// the owner's lease was still live; none otherwise). See
+    /// [`PostgresBackend::acquire_statement`].
+    pub fn renew_statement(&self, name: &str, owner: &OwnerId, ttl_ms: u64) -> SqlStatement {
+        self.renew(name, owner, ttl_ms)
+    }
+
+    /// The statement of `owner`'s release; `clean`: its holder's own release (the next
+    /// grant reads `released`), else a cleanup (it reads `expired`). One row if it freed
+    /// a live lease, none otherwise. See [`PostgresBackend::acquire_statement`].
+    pub fn release_statement(&self, name: &str, owner: &OwnerId, clean: bool) -> SqlStatement {
+        self.release(name, owner, clean)
+    }
+
+    /// The grant statement; with `floor`, a new grant's token is at least `floor`
+    /// (`greatest(…, floor)`, the floor as the next parameter). A lease grant's last
+    /// parameter is its holder metadata (text, canonical JSON, or NULL without any:
+    /// a grant replaces the previous holder's), after the floor when there is one.
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &OwnerId,
+        ttl_ms: u64,
+        floor: Option<FencingToken>,
+        metadata: Option<&str>,
+    ) -> SqlStatement {
         let mut statement = self.acquire_without_floor(name, owner, ttl_ms, floor.is_some());
         if let Some(floor) = floor {
             statement.params.push(SqlValue::Int(floor.0 as i64)); // ≤ 2^63 − 1: validated
+        }
+        if self.mode == PgMode::Lease {
+            // check_acquire keeps metadata off the advisory modes, which have no row
+            statement.params.push(match metadata {
+                Some(m) => SqlValue::Text(
+                    crate::decode_metadata(m)
+                        .map(|m| crate::encode_metadata(&m))
+                        .unwrap_or_else(|| m.to_owned()),
+                ),
+                None => SqlValue::Null,
+            });
         }
         statement
     }
@@ -253,13 +305,14 @@ impl PostgresBackend {
                      gate AS (SELECT CASE WHEN {held} IS NOT NULL THEN false \
                      ELSE pg_try_advisory_xact_lock($4::bigint) END AS free), \
                      attempt AS (\
-                     INSERT INTO {l} AS l (name, owner, token, expires_at) \
-                     SELECT $1::text, $2::text, {next}, clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                     INSERT INTO {l} AS l (name, owner, token, expires_at, metadata) \
+                     SELECT $1::text, $2::text, {next}, clock_timestamp() + $3::bigint * interval '1 millisecond', {meta}::text \
                      FROM gate WHERE free \
                      ON CONFLICT (name) DO UPDATE SET \
                      owner = EXCLUDED.owner, \
                      token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE greatest(l.token + 1, EXCLUDED.token) END, \
-                     expires_at = EXCLUDED.expires_at \
+                     expires_at = EXCLUDED.expires_at, \
+                     metadata = EXCLUDED.metadata \
                      WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp() \
                      RETURNING token) \
                      SELECT (SELECT token FROM attempt), {remaining}, \
@@ -275,6 +328,7 @@ impl PostgresBackend {
                     held = session_owner("$4"),
                     l = self.lease_table,
                     next = next_token(token_floor(&self.token_table, "$1"), floored.then_some("$5")),
+                    meta = if floored { "$6" } else { "$5" },
                     remaining = remaining_ms(&self.lease_table, "$1"),
                 ),
                 params: vec![
@@ -340,7 +394,7 @@ impl PostgresBackend {
                 // `released`); a cleanup frees it at this instant, as the lease's end
                 // would have (`expired`), as does an operator's reset
                 sql: format!(
-                    "UPDATE {t} SET owner = NULL, expires_at = {freed} \
+                    "UPDATE {t} SET owner = NULL, expires_at = {freed}, metadata = NULL \
                      WHERE name = $1::text AND owner = $2::text AND expires_at > clock_timestamp() \
                      RETURNING token",
                     t = self.lease_table,
@@ -410,7 +464,7 @@ impl Recipe for PostgresBackend {
     fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Sql(match step {
-            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor),
+            Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor, cx.metadata),
             Step::Renew => self.renew(name, owner, cx.ttl_ms),
             Step::Release(_) => self.release(name, owner, true),
             Step::Cleanup => self.release(name, owner, false),
@@ -530,7 +584,7 @@ pub fn lock_state_statement(backend: &PostgresBackend, name: &str, force: bool) 
     let lease = if force {
         format!(
             // freed at this instant, not by its holder: the next grant reads `expired`
-            "WITH freed AS (UPDATE {l} SET owner = NULL, expires_at = clock_timestamp() WHERE {live} \
+            "WITH freed AS (UPDATE {l} SET owner = NULL, expires_at = clock_timestamp(), metadata = NULL WHERE {live} \
              RETURNING token) SELECT EXISTS (SELECT 1 FROM freed)"
         )
     } else {
@@ -581,6 +635,104 @@ pub fn read_lock_state(reply: &SqlReply) -> Result<PgLockState, ProtocolError> {
             ReadError::Ambiguous(m) => shape(m),
         }),
     }
+}
+
+/// The live lease rows' columns an operator query reads: name, owner, token, the
+/// milliseconds left on the server's clock (rounded up), metadata.
+fn holder_columns(lease_table: &str, condition: &str) -> String {
+    format!(
+        "SELECT name, owner, token, \
+         ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, metadata \
+         FROM {lease_table} WHERE {condition} AND owner IS NOT NULL \
+         AND expires_at > clock_timestamp()"
+    )
+}
+
+/// The operator query "who holds `name`?" on lease rows: one statement reading the
+/// name's live row (owner, token, time left computed by the server from `expires_at -
+/// clock_timestamp()`, metadata). Read its reply with [`read_pg_holders`] (no row:
+/// nobody holds it). Advisory locks keep no row: hosts refuse inspection in the
+/// advisory modes.
+pub fn inspect_statement(backend: &PostgresBackend, name: &str) -> SqlStatement {
+    SqlStatement {
+        sql: holder_columns(&backend.lease_table, "name = $1::text"),
+        params: vec![SqlValue::Text(name.to_owned())],
+        connection: PgConnection::Any,
+    }
+}
+
+/// At most this many rows per lease-row listing ([`list_statement`]'s limit is
+/// clamped to it).
+pub const PG_LIST_MAX: u64 = 10_000;
+
+/// The operator listing on lease rows: the live rows whose names start with `prefix`
+/// (`LIKE`, with `%`, `_` and `\` of the prefix escaped), in name order, at most
+/// `limit` (1 ..= [`PG_LIST_MAX`]) in one bounded statement (`ORDER BY name LIMIT`,
+/// which the primary key's index serves). Read its reply with [`read_pg_holders`].
+pub fn list_statement(backend: &PostgresBackend, prefix: &str, limit: u64) -> SqlStatement {
+    let escaped = prefix
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    SqlStatement {
+        sql: format!(
+            "{} ORDER BY name LIMIT $2::bigint",
+            holder_columns(&backend.lease_table, "name LIKE $1::text ESCAPE '\\'")
+        ),
+        params: vec![
+            SqlValue::Text(format!("{escaped}%")),
+            SqlValue::Int(ms_param(limit.clamp(1, PG_LIST_MAX))),
+        ],
+        connection: PgConnection::Any,
+    }
+}
+
+/// Reads the reply of [`inspect_statement`] or [`list_statement`]: one [`Holder`] per
+/// row, in the rows' order (`waiters` is `None`: lease-row contenders leave no trace
+/// until they win). Metadata that is not a JSON object of strings reads as `None`.
+///
+/// Errors: [`ProtocolError`] for a server error (a missing table or column names the
+/// migration) or rows of another shape.
+pub fn read_pg_holders(reply: &SqlReply) -> Result<Vec<Holder>, ProtocolError> {
+    let rows = match reply {
+        SqlReply::Rows { rows } => rows,
+        SqlReply::Error { sqlstate, message } => {
+            return Err(match server_error(sqlstate, message) {
+                ReadError::Protocol(p) => p,
+                ReadError::Ambiguous(m) => ProtocolError {
+                    backend: "postgres".to_owned(),
+                    message: m,
+                },
+            })
+        }
+    };
+    rows.iter()
+        .map(|row| match row.as_slice() {
+            [SqlValue::Text(name), owner, SqlValue::Int(token), left, metadata] => Ok(Holder {
+                name: name.clone(),
+                owner: match owner {
+                    SqlValue::Text(o) => Some(o.clone()),
+                    _ => None,
+                },
+                token: u64::try_from(*token).ok().map(FencingToken),
+                ttl_left: match left {
+                    SqlValue::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+                    _ => None,
+                },
+                waiters: None,
+                metadata: match metadata {
+                    SqlValue::Text(m) => crate::decode_metadata(m),
+                    _ => None,
+                },
+            }),
+            other => Err(ProtocolError {
+                backend: "postgres".to_owned(),
+                message: format!(
+                    "inspect: expected (name, owner, token, ms left, metadata), got {other:?}"
+                ),
+            }),
+        })
+        .collect()
 }
 
 /// Rows if this session holds the advisory lock whose key is parameter `key` (pg_locks
@@ -721,6 +873,13 @@ fn protocol(message: String) -> ReadError {
 fn server_error(sqlstate: &str, message: &str) -> ReadError {
     if is_transient(sqlstate) {
         ReadError::Ambiguous(format!("postgres {sqlstate}: {message}"))
+    } else if sqlstate == "42703" && message.contains("metadata") {
+        protocol(format!(
+            "{sqlstate}: {message} — the lease table predates holder metadata: run fencepost's \
+             migration again, which adds the column (ALTER TABLE … ADD COLUMN IF NOT EXISTS \
+             metadata text; Python: backend.migrate_sync() or await backend.migrate(); Node: \
+             await backend.migrate(); or the SQL of the migration with any client)"
+        ))
     } else if sqlstate == "42P01" {
         protocol(format!(
             "{sqlstate}: {message} — fencepost's tables are missing: run its migration once \
@@ -860,7 +1019,7 @@ mod tests {
     fn statements_carry_values_as_parameters_only() {
         let b = PostgresBackend::default();
         let evil = "x'; DROP TABLE fencepost_leases; --";
-        let s = b.acquire(evil, &OwnerId([1; 16]), 1_000, None);
+        let s = b.acquire(evil, &OwnerId([1; 16]), 1_000, None, None);
         assert!(!s.sql.contains(evil));
         assert_eq!(s.params[0], SqlValue::Text(evil.to_owned()));
         assert_eq!(s.connection, PgConnection::Any);
@@ -870,7 +1029,7 @@ mod tests {
         };
         assert_eq!(
             session
-                .acquire("r", &OwnerId([1; 16]), 1_000, None)
+                .acquire("r", &OwnerId([1; 16]), 1_000, None, None)
                 .connection,
             PgConnection::Dedicated
         );
@@ -882,7 +1041,7 @@ mod tests {
         );
         let owner = OwnerId([1; 16]);
         for stmt in [
-            session.acquire("r", &owner, 1_000, None),
+            session.acquire("r", &owner, 1_000, None, None),
             session.renew("r", &owner, 1_000),
             session.release("r", &owner, true),
         ] {
@@ -903,6 +1062,110 @@ mod tests {
         }
         .check()
         .is_ok());
+    }
+
+    #[test]
+    fn lease_grants_carry_metadata_last_and_operator_queries_escape_the_prefix() {
+        let b = PostgresBackend::default();
+        let owner = OwnerId([1; 16]);
+        let meta = r#"{"pid":"7","host":"a"}"#;
+        let plain = b.acquire("r", &owner, 1_000, None, None);
+        assert_eq!(plain.params.len(), 5);
+        assert_eq!(
+            plain.params[4],
+            SqlValue::Null,
+            "a grant without metadata clears it"
+        );
+        assert!(
+            plain.sql.contains("$5::text") && plain.sql.contains("metadata = EXCLUDED.metadata")
+        );
+        let floored = b.acquire("r", &owner, 1_000, Some(FencingToken(9)), Some(meta));
+        assert_eq!(floored.params[4], SqlValue::Int(9));
+        // canonical JSON: keys in order
+        assert_eq!(
+            floored.params[5],
+            SqlValue::Text(r#"{"host":"a","pid":"7"}"#.to_owned())
+        );
+        assert!(floored.sql.contains("$6::text"));
+        assert!(b.release("r", &owner, true).sql.contains("metadata = NULL"));
+        assert!(lock_state_statement(&b, "r", true)
+            .sql
+            .contains("metadata = NULL"));
+        let session = PostgresBackend {
+            mode: PgMode::Session,
+            ..PostgresBackend::default()
+        };
+        assert!(!session
+            .acquire("r", &owner, 1_000, None, None)
+            .params
+            .contains(&SqlValue::Null));
+        let m = b.migration();
+        assert!(m.contains("metadata text\n"));
+        assert!(m.contains("ALTER TABLE fencepost_leases ADD COLUMN IF NOT EXISTS metadata text;"));
+        let list = list_statement(&b, r"a%b_c\d", 0);
+        assert_eq!(
+            list.params,
+            vec![SqlValue::Text(r"a\%b\_c\\d%".to_owned()), SqlValue::Int(1)]
+        );
+        assert!(list.sql.ends_with("ORDER BY name LIMIT $2::bigint"));
+        assert_eq!(
+            list_statement(&b, "", u64::MAX).params[1],
+            SqlValue::Int(PG_LIST_MAX as i64)
+        );
+        assert_eq!(
+            inspect_statement(&b, "r").params,
+            vec![SqlValue::Text("r".into())]
+        );
+    }
+
+    #[test]
+    fn holder_rows_are_read_strictly() {
+        use SqlValue::*;
+        let rows = |r: Vec<Vec<SqlValue>>| SqlReply::Rows { rows: r };
+        let row = vec![
+            Text("r".into()),
+            Text("ab".repeat(16)),
+            Int(7),
+            Int(1_500),
+            Text(r#"{"host":"a"}"#.into()),
+        ];
+        let found = read_pg_holders(&rows(vec![row.clone()])).unwrap();
+        assert_eq!(found.len(), 1);
+        let h = &found[0];
+        assert_eq!(
+            (h.name.as_str(), h.token, h.ttl_left, h.waiters),
+            (
+                "r",
+                Some(FencingToken(7)),
+                Some(Duration::from_millis(1_500)),
+                None
+            )
+        );
+        assert_eq!(h.metadata.as_ref().unwrap()["host"], "a");
+        let mut bare = row.clone();
+        bare[4] = Null;
+        assert_eq!(
+            read_pg_holders(&rows(vec![bare])).unwrap()[0].metadata,
+            None
+        );
+        let mut not_json = row;
+        not_json[4] = Text("[1]".into());
+        assert_eq!(
+            read_pg_holders(&rows(vec![not_json])).unwrap()[0].metadata,
+            None
+        );
+        assert_eq!(read_pg_holders(&rows(vec![])), Ok(vec![]));
+        assert!(read_pg_holders(&rows(vec![vec![Text("r".into())]])).is_err());
+        let missing = SqlReply::Error {
+            sqlstate: "42703".into(),
+            message: "column \"metadata\" does not exist".into(),
+        };
+        let err = read_pg_holders(&missing).unwrap_err();
+        assert!(err.message.contains("migration"), "{err}");
+        match read_acquire(&missing) {
+            Err(ReadError::Protocol(e)) => assert!(e.message.contains("ADD COLUMN"), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1250,7 +1250,14 @@ mod tests {
             ..RedisBackend::default()
         });
         let pg = crate::Backend::Postgres(Default::default());
-        for b in [fair, pg] {
+        assert_eq!(pg.check_acquire("r", &o), Ok(()), "lease rows store it");
+        let etcd = crate::Backend::Etcd(Default::default());
+        assert_eq!(etcd.check_acquire("r", &o), Ok(()), "as the key's value");
+        let session = crate::Backend::Postgres(crate::PostgresBackend {
+            mode: crate::PgMode::Session,
+            ..Default::default()
+        });
+        for b in [fair, session] {
             let err = b.check_acquire("r", &o).unwrap_err();
             assert!(
                 err.to_string().starts_with("metadata: not supported"),

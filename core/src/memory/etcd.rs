@@ -178,6 +178,19 @@ impl MemoryEtcd {
                     lease_not_found()
                 }
             }
+            EtcdRequest::LeaseTimeToLive { id } => {
+                // whole seconds left, rounded down as etcd's lessor does; -1 once gone
+                let ttl = match self.leases.get(id) {
+                    Some(lease) if lease.expires_at > now => {
+                        (lease.expires_at.saturating_duration_since(now).as_secs()) as i64
+                    }
+                    _ => -1,
+                };
+                format!(
+                    r#"{{"header":{},"ID":"{id}","TTL":"{ttl}"}}"#,
+                    self.header()
+                )
+            }
             EtcdRequest::Txn(txn) => self.txn(now, txn),
             EtcdRequest::Range(r) => {
                 let body = self.range_body(r);

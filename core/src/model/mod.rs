@@ -3,7 +3,8 @@
 //! Where the fault simulator ([`crate::sim`]) samples schedules at random, this explores
 //! *every* schedule of a small world up to a depth bound, breadth first: 2–3 client
 //! machines (each under the machine [`Contract`]) against an in-memory server
-//! ([`crate::memory`]: Redis, etcd, a Redlock of masters), a fenced resource, and a
+//! ([`crate::memory`]: Redis, etcd, ZooKeeper, a Kubernetes Lease, a Redlock of
+//! masters, PostgreSQL lease rows), a fenced resource, and a
 //! network that delivers any message in flight in any order, drops and duplicates
 //! within a budget, and processes that pause within a budget (between the validity
 //! check and the write, the seed story, or anywhere).
@@ -52,6 +53,8 @@ use crate::{
     RedlockBackend, Request, RequestId,
 };
 
+mod postgres;
+
 /// The lock every client contends for.
 const LOCK_NAME: &str = crate::sim::LOCK_NAME;
 
@@ -64,6 +67,20 @@ pub enum ModelBackend {
     Etcd,
     /// [`MemoryRedlock`] with this many masters (odd, at least 3).
     Redlock(u8),
+    /// [`crate::memory::MemoryZooKeeper`]: one session per client (timeout = the TTL)
+    /// kept alive by its client library's pings every TTL/3 on the client's clock,
+    /// which cross the network like any message; ephemeral sequential nodes, watches
+    /// of the predecessor, session expiry as a due instant.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper,
+    /// [`crate::memory::MemoryKubernetes`]: one Lease under `resourceVersion`
+    /// compare-and-set, no server-side expiry; candidates take over after seeing it
+    /// unchanged for its `leaseDurationSeconds`.
+    #[cfg(feature = "kubernetes")]
+    Kubernetes,
+    /// [`crate::memory::MemoryPostgres`]: the lease-rows recipe, a row per name with
+    /// server-clock expiry, contenders waiting on `LISTEN` for a release's `NOTIFY`.
+    PostgresLease,
 }
 
 /// The bounds of one exploration.
@@ -218,6 +235,12 @@ enum Msg {
         token: FencingToken,
         owner: OwnerId,
     },
+    /// Client library → ZooKeeper: a session ping.
+    #[cfg(feature = "zookeeper")]
+    Ping {
+        client: usize,
+        session: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -291,6 +314,32 @@ enum Server {
         holder: Option<i64>,
     },
     Redlock(MemoryRedlock),
+    Postgres(postgres::PgServer),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Box<ZkServer>),
+    #[cfg(feature = "kubernetes")]
+    Kubernetes {
+        kube: crate::memory::MemoryKubernetes,
+        /// The holder and `leaseTransitions` of the Lease at the last check.
+        holder: Option<(String, i64)>,
+    },
+}
+
+/// The ZooKeeper ensemble of a model world and the client libraries' sessions.
+#[cfg(feature = "zookeeper")]
+#[derive(Clone, Debug)]
+struct ZkServer {
+    zk: crate::memory::MemoryZooKeeper,
+    /// Each client's current session.
+    sessions: Vec<i64>,
+    /// Each client library's next ping, in true time.
+    next_ping: Vec<Instant>,
+    /// The session each request in flight was sent on.
+    sent_on: BTreeMap<(usize, RequestId), i64>,
+    /// Watches registered: client, request, watched path, session.
+    watches: Vec<(usize, RequestId, String, i64)>,
+    /// The czxid of the node that held the lock at the last check.
+    holder: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -319,13 +368,25 @@ impl World {
         let backend = match cfg.backend {
             ModelBackend::Redis => Backend::Redis(RedisBackend::default()),
             ModelBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+            ModelBackend::PostgresLease => {
+                Backend::Postgres(crate::backends::PostgresBackend::default())
+            }
             ModelBackend::Redlock(n) => Backend::Redlock(RedlockBackend {
                 masters: (0..n).map(|m| format!("m{m}")).collect(),
                 ..RedlockBackend::default()
             }),
+            #[cfg(feature = "zookeeper")]
+            ModelBackend::ZooKeeper => Backend::ZooKeeper(crate::backends::ZooKeeperBackend {
+                session_timeout_ms: Some(cfg.options.ttl_ms()),
+                ..crate::backends::ZooKeeperBackend::default()
+            }),
+            #[cfg(feature = "kubernetes")]
+            ModelBackend::Kubernetes => {
+                Backend::Kubernetes(crate::backends::KubernetesBackend::default())
+            }
         };
         let drift = cfg.options.drift_factor;
-        let clients = (0..cfg.clients)
+        let clients: Vec<Client> = (0..cfg.clients)
             .map(|c| {
                 #[allow(unused_mut)]
                 let mut machine = Machine::with_seed(backend.clone(), 1 + c as u64);
@@ -360,9 +421,40 @@ impl World {
                 },
                 SimBackend::Etcd,
             ),
+            ModelBackend::PostgresLease => (
+                Server::Postgres(postgres::PgServer::new(cfg.clients)),
+                SimBackend::PostgresLease,
+            ),
             ModelBackend::Redlock(n) => (
                 Server::Redlock(MemoryRedlock::new(usize::from(n))),
                 SimBackend::Redlock(crate::sim::RedlockMix::new(n)),
+            ),
+            #[cfg(feature = "zookeeper")]
+            ModelBackend::ZooKeeper => {
+                let mut zk = crate::memory::MemoryZooKeeper::new();
+                let sessions = (0..cfg.clients)
+                    .map(|_| zk.connect(Instant::ZERO, cfg.options.ttl))
+                    .collect();
+                let server = ZkServer {
+                    zk,
+                    sessions,
+                    // every library's first ping one period in, on its own clock
+                    next_ping: (clients.iter())
+                        .map(|c: &Client| c.true_of(Instant::ZERO + cfg.options.ttl / 3))
+                        .collect(),
+                    sent_on: BTreeMap::new(),
+                    watches: Vec::new(),
+                    holder: None,
+                };
+                (Server::ZooKeeper(Box::new(server)), SimBackend::ZooKeeper)
+            }
+            #[cfg(feature = "kubernetes")]
+            ModelBackend::Kubernetes => (
+                Server::Kubernetes {
+                    kube: crate::memory::MemoryKubernetes::new(),
+                    holder: None,
+                },
+                SimBackend::Kubernetes,
             ),
         };
         let mut sim = SimConfig::new(|_| crate::sim::Faults::network(cfg.options.ttl));
@@ -480,6 +572,15 @@ impl World {
                     .filter_map(|r| r.expires_at(self.now, &key)),
             ),
             Server::Etcd { etcd, .. } => due.extend(etcd.next_expiry()),
+            #[cfg(feature = "zookeeper")]
+            Server::ZooKeeper(z) => {
+                due.extend(z.zk.next_expiry());
+                let running = (self.clients.iter()).zip(&z.next_ping);
+                due.extend(running.filter(|(c, _)| !c.paused).map(|(_, at)| *at));
+            }
+            #[cfg(feature = "kubernetes")]
+            Server::Kubernetes { .. } => {}
+            Server::Postgres(pg) => due.extend(pg.db.next_expiry(self.now)),
         }
         due.into_iter().filter(|&t| t > self.now).min()
     }
@@ -591,6 +692,10 @@ impl World {
                 if let Server::Etcd { etcd, .. } = &mut self.server {
                     etcd.expire(to);
                 }
+                #[cfg(feature = "zookeeper")]
+                if let Server::ZooKeeper(z) = &mut self.server {
+                    z.zk.expire(to);
+                }
                 self.serve_watches();
                 for c in 0..self.clients.len() {
                     if !self.clients[c].paused {
@@ -606,6 +711,8 @@ impl World {
     /// What is due at a running client now: its machine's timer, then the host's
     /// cancellations at deadlines and watch timeouts.
     fn due_at_client(&mut self, c: usize) {
+        #[cfg(feature = "zookeeper")]
+        self.ping_if_due(c);
         let local = self.clients[c].local(self.now);
         if self.clients[c].timer.is_some_and(|t| t <= local) {
             self.input(c, Input::Timeout { now: local });
@@ -626,11 +733,24 @@ impl World {
             }
             let now = self.clients[c].local(self.now);
             if watch {
-                if let Server::Etcd { watches, .. } = &mut self.server {
-                    watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
-                }
+                let reply = match &mut self.server {
+                    Server::Etcd { watches, .. } => {
+                        watches.retain(|(wc, r, _)| !(*wc == c && *r == request));
+                        Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned())
+                    }
+                    Server::Postgres(pg) => {
+                        pg.forget(c, request);
+                        crate::sim::wait_over()
+                    }
+                    #[cfg(feature = "zookeeper")]
+                    Server::ZooKeeper(z) => {
+                        z.watches.retain(|(wc, r, ..)| !(*wc == c && *r == request));
+                        let session = z.sessions[c];
+                        Reply::ZooKeeper(format!(r#"{{"event":"timeout","session":{session}}}"#))
+                    }
+                    _ => Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned()),
+                };
                 self.note(|| format!("c{c}: watch {} times out", request.0));
-                let reply = Reply::Etcd(WATCH_TIMEOUT_REPLY.to_owned());
                 self.input(
                     c,
                     Input::Reply {
@@ -681,8 +801,26 @@ impl World {
                         self.clients[c].local(self.now) + Duration::from_millis(w.timeout_ms);
                     Some(self.clients[c].true_of(local).max(self.now))
                 }
-                _ => None,
+                #[cfg(feature = "zookeeper")]
+                RequestBody::ZooKeeper(crate::backends::ZkRequest::Watch {
+                    timeout_ms, ..
+                }) => {
+                    let local =
+                        self.clients[c].local(self.now) + Duration::from_millis(*timeout_ms);
+                    Some(self.clients[c].true_of(local).max(self.now))
+                }
+                body => crate::sim::listen_timeout(body).map(|timeout| {
+                    let local = self.clients[c].local(self.now) + timeout;
+                    self.clients[c].true_of(local).max(self.now)
+                }),
             };
+            #[cfg(feature = "zookeeper")]
+            if let Server::ZooKeeper(z) = &mut self.server {
+                z.sent_on.insert((c, request.id), z.sessions[c]);
+            }
+            if let Server::Postgres(pg) = &mut self.server {
+                pg.sent(c, self.now, &request);
+            }
             self.note(|| {
                 format!(
                     "c{c}: sends {:?} (request {})",
@@ -778,6 +916,17 @@ impl World {
                 }
                 self.take_violations(outcome);
             }
+            #[cfg(feature = "zookeeper")]
+            Msg::Ping { client, session } => {
+                let Server::ZooKeeper(z) = &mut self.server else {
+                    return;
+                };
+                if session == z.sessions[client] && !z.zk.touch(self.now, session) {
+                    // the library learns its session expired and opens a new one
+                    z.sessions[client] = z.zk.connect(self.now, self.options.ttl);
+                    self.note(|| format!("c{client}: session expired, a new one"));
+                }
+            }
         }
     }
 
@@ -815,6 +964,19 @@ impl World {
                 Some(reply)
             }
             Server::Redlock(masters) => Some(masters.execute(now, &request.body)),
+            Server::Postgres(pg) => {
+                let (reply, woken) =
+                    pg.serve(now, client, &request, &mut self.checker, &mut outcome);
+                for (c, r) in woken {
+                    self.note(|| format!("server: notifies c{c}"));
+                    self.net.push(Msg::Reply {
+                        client: c,
+                        request: r,
+                        reply: crate::sim::wait_over(),
+                    });
+                }
+                reply
+            }
             Server::Etcd { etcd, watches, .. } => match &request.body {
                 RequestBody::Etcd(EtcdRequest::Watch(w)) => match etcd.watch(now, w) {
                     Some(events) => Some(Reply::Etcd(events)),
@@ -824,6 +986,13 @@ impl World {
                     }
                 },
                 RequestBody::Etcd(call) => Some(Reply::Etcd(etcd.call(now, call))),
+                _ => None,
+            },
+            #[cfg(feature = "zookeeper")]
+            Server::ZooKeeper(z) => z.serve(now, client, &request, &self.options),
+            #[cfg(feature = "kubernetes")]
+            Server::Kubernetes { kube, .. } => match &request.body {
+                RequestBody::Kubernetes(call) => Some(Reply::Kubernetes(kube.call(now, call))),
                 _ => None,
             },
         };
@@ -842,8 +1011,17 @@ impl World {
         self.serve_watches();
     }
 
-    /// etcd: answers the registered watches that fire now, first registered first.
+    /// etcd and ZooKeeper: answers the registered watches that fire now, first
+    /// registered first.
     fn serve_watches(&mut self) {
+        #[cfg(feature = "zookeeper")]
+        if let Server::ZooKeeper(z) = &mut self.server {
+            for msg in z.fired() {
+                self.note(|| format!("server: wakes with {}", describe(&msg)));
+                self.net.push(msg);
+            }
+            return;
+        }
         let Server::Etcd { etcd, watches, .. } = &mut self.server else {
             return;
         };
@@ -878,6 +1056,16 @@ impl World {
             } => clients[*client].in_flight.contains_key(request),
             _ => true,
         });
+        // the session a request was sent on matters while it may still be served
+        #[cfg(feature = "zookeeper")]
+        if let Server::ZooKeeper(z) = &mut self.server {
+            let net = &self.net;
+            z.sent_on.retain(|(c, id), _| {
+                net.iter().any(|m| {
+                    matches!(m, Msg::Request { client, request } if client == c && request.id == *id)
+                })
+            });
+        }
     }
 
     /// S1 at the server, S2, on the state reached.
@@ -924,6 +1112,47 @@ impl World {
                 *holder = rev;
                 s2_etcd(etcd, first.as_ref(), beliefs)
             }
+            #[cfg(feature = "zookeeper")]
+            Server::ZooKeeper(z) => {
+                z.zk.expire(now);
+                let settings = crate::backends::ZooKeeperBackend::default();
+                let path = settings.lock_path(LOCK_NAME);
+                let children = z.zk.children(&path);
+                let first =
+                    crate::backends::zookeeper::sorted_contenders(settings.naming, &children)
+                        .first()
+                        .and_then(|n| {
+                            let node = z.zk.get(&format!("{path}/{n}")).cloned();
+                            node.map(|node| ((*n).to_owned(), node))
+                        });
+                let czxid = first.as_ref().map(|(_, n)| n.czxid);
+                if czxid.is_some() && czxid != z.holder {
+                    let token = FencingToken(czxid.unwrap_or(0) as u64);
+                    self.checker.grant(now, token, None, &mut outcome);
+                }
+                z.holder = czxid;
+                let expires =
+                    (first.as_ref()).and_then(|(_, n)| z.zk.session_expires_at(n.ephemeral_owner));
+                crate::sim::s2_zk(&settings, first.as_ref(), expires, beliefs)
+            }
+            #[cfg(feature = "kubernetes")]
+            Server::Kubernetes { kube, holder } => {
+                let namespace = crate::backends::KubernetesBackend::default().namespace;
+                let now_holder = kube
+                    .lease(&namespace, LOCK_NAME)
+                    .and_then(crate::sim::kube_holder);
+                if let Some((who, transitions)) = &now_holder {
+                    if holder.as_ref() != Some(&(who.clone(), *transitions)) {
+                        let token = FencingToken(*transitions as u64);
+                        let owner = OwnerId::from_hex(who);
+                        self.checker.grant(now, token, owner, &mut outcome);
+                    }
+                }
+                let breach = crate::sim::s2_kube(now_holder.as_ref(), beliefs);
+                *holder = now_holder;
+                breach
+            }
+            Server::Postgres(pg) => pg.s2(beliefs),
         };
         self.take_violations(outcome);
         if let Some(detail) = breach {
@@ -970,12 +1199,97 @@ impl World {
             } => etcd
                 .fingerprint(&mut h)
                 .and_then(|()| write!(h, "{watches:?}{holder:?}")),
+            #[cfg(feature = "zookeeper")]
+            Server::ZooKeeper(z) => write!(h, "{z:?}"),
+            #[cfg(feature = "kubernetes")]
+            Server::Kubernetes { kube, holder } => write!(h, "{kube:?}{holder:?}"),
+            Server::Postgres(pg) => pg.fingerprint(&mut h),
         };
         // one resource name: the fence's map has one entry
         let _ = write!(h, "{:?}{:?}", self.resource, self.checker);
         (self.drops, self.duplicates, self.pauses, self.cancels).hash(&mut h);
         self.highest_acquired.hash(&mut h);
         h.value()
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl World {
+    /// A running client's library pings its session when the ping is due, and the
+    /// next one is due a period (TTL/3) later on the client's clock.
+    fn ping_if_due(&mut self, c: usize) {
+        let Server::ZooKeeper(z) = &mut self.server else {
+            return;
+        };
+        if z.next_ping[c] > self.now {
+            return;
+        }
+        let session = z.sessions[c];
+        let client = &self.clients[c];
+        z.next_ping[c] = client
+            .true_of(client.local(self.now) + self.options.ttl / 3)
+            .max(self.now);
+        self.note(|| format!("c{c}: the library pings session {session:#x}"));
+        self.net.push(Msg::Ping { client: c, session });
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl ZkServer {
+    /// A request reaches the ensemble, as in the simulator: on a session that is no
+    /// longer the client's it meets `connection_loss`, on an expired one
+    /// `session_expired` (the library then opens a new one); a watch of a node that
+    /// exists is registered (no reply yet).
+    fn serve(
+        &mut self,
+        now: Instant,
+        client: usize,
+        request: &Request,
+        options: &LockOptions,
+    ) -> Option<Reply> {
+        let RequestBody::ZooKeeper(call) = &request.body else {
+            return None;
+        };
+        let current = self.sessions[client];
+        let session = (self.sent_on.get(&(client, request.id)).copied()).unwrap_or(current);
+        let reply = if session != current {
+            crate::memory::zk_error("connection_loss", session)
+        } else if !self.zk.alive(now, session) {
+            self.sessions[client] = self.zk.connect(now, options.ttl);
+            crate::memory::zk_error("session_expired", session)
+        } else if let crate::backends::ZkRequest::Watch { path, .. } = call {
+            self.zk.touch(now, session);
+            if self.zk.get(path).is_some() {
+                self.watches
+                    .push((client, request.id, path.clone(), session));
+                return None;
+            }
+            format!(r#"{{"event":"no_node","session":{session}}}"#)
+        } else {
+            self.zk.call(now, session, call)
+        };
+        Some(Reply::ZooKeeper(reply))
+    }
+
+    /// The replies of the watches whose node is gone, first registered first.
+    fn fired(&mut self) -> Vec<Msg> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.watches.len() {
+            if self.zk.get(&self.watches[i].2).is_none() {
+                let (client, request, _, session) = self.watches.remove(i);
+                out.push(Msg::Reply {
+                    client,
+                    request,
+                    reply: Reply::ZooKeeper(format!(
+                        r#"{{"event":"deleted","session":{session}}}"#
+                    )),
+                });
+            } else {
+                i += 1;
+            }
+        }
+        out
     }
 }
 
@@ -1047,6 +1361,8 @@ fn describe(msg: &Msg) -> String {
             client, request, ..
         } => format!("the reply to c{client}'s request {}", request.0),
         Msg::Write { client, token, .. } => format!("c{client}'s write with token {token}"),
+        #[cfg(feature = "zookeeper")]
+        Msg::Ping { client, session } => format!("c{client}'s ping of session {session:#x}"),
     }
 }
 
@@ -1085,9 +1401,18 @@ fn vector_step(input: &Input) -> String {
         } => {
             let reply = match reply {
                 Reply::Redis(v) => redis(v),
-                Reply::Etcd(text) | Reply::ZooKeeper(text) | Reply::Kubernetes(text) => {
+                Reply::Etcd(text) => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+                #[cfg(feature = "zookeeper")]
+                Reply::ZooKeeper(text) => {
                     serde_json::from_str(text).unwrap_or_else(|_| json!(text))
                 }
+                #[cfg(feature = "kubernetes")]
+                Reply::Kubernetes(text) => {
+                    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+                }
+                Reply::Sql(sql) => serde_json::to_value(sql).unwrap_or(Value::Null),
+                #[allow(unreachable_patterns)]
+                // reachable without the zookeeper or kubernetes features
                 other => json!(format!("{other:?}")),
             };
             (

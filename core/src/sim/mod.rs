@@ -7,8 +7,14 @@
 mod world;
 
 pub use crate::memory::{
-    etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
+    etcd_error, EtcdKv, MemoryEtcd, MemoryPostgres, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
 };
+#[cfg(all(feature = "model", feature = "zookeeper"))]
+pub(crate) use world::s2_zk;
+#[cfg(all(feature = "model", feature = "kubernetes"))]
+pub(crate) use world::{kube_holder, s2_kube};
+#[cfg(feature = "model")]
+pub(crate) use world::{listen_timeout, new_grant, s2_postgres, statement_owner, wait_over};
 #[cfg(feature = "model")]
 pub(crate) use world::{request_owner, s2_etcd, s2_redis, s2_redlock, Belief, Checker, Resource};
 pub use world::{

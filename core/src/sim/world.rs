@@ -15,6 +15,19 @@
 //! to its full TTL and keeps all data — etcd's documented behaviour, so it is inside
 //! the fault model.
 //!
+//! With [`SimBackend::Kubernetes`] the server is a [`MemoryKubernetes`]: one Lease
+//! under `resourceVersion` compare-and-set that never expires; candidates judge a
+//! holder's expiry from their own observation, so a takeover while the holder still
+//! believes in its lease is what S2 catches. Its "server restart" is an API server
+//! restart: `503 ServiceUnavailable` for up to one TTL, the Leases kept (they live in
+//! etcd), inside the model.
+//!
+//! With [`SimBackend::PostgresLease`] the server is a [`MemoryPostgres`] running the
+//! lease-rows statements on its clock (the true time): contenders park on `LISTEN`
+//! waits woken by a release's notification, or ended by the host at their timeout; a
+//! restart makes the server refuse connections (SQLSTATE `57P03`) for up to one TTL and
+//! keeps every committed row — inside the model.
+//!
 //! With [`SimBackend::Redlock`] the server is N independent [`MemoryRedis`] masters
 //! ([`MemoryRedlock`]): each request part goes to its master over its own link
 //! (partitions cut single client–master links), masters pause (a stopped process whose
@@ -33,14 +46,22 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
+#[cfg(doc)]
+use crate::memory::MemoryPostgres;
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
 use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock};
+#[cfg(feature = "kubernetes")]
+use crate::{backends::KubernetesBackend, memory::MemoryKubernetes};
 #[cfg(feature = "zookeeper")]
 use crate::{backends::ZkRequest, backends::ZooKeeperBackend, memory::MemoryZooKeeper};
 use crate::{
     Backend, Event, Fence, FencingToken, Input, Instant, LockId, LockOptions, Machine, Output,
     OwnerId, RedlockBackend, Request, RequestId,
 };
+
+mod postgres;
+#[cfg(feature = "model")]
+pub(crate) use postgres::{listen_timeout, new_grant, s2_postgres, statement_owner, wait_over};
 
 /// The lock every client contends for.
 pub const LOCK_NAME: &str = "r";
@@ -278,6 +299,19 @@ impl SimConfig {
         self
     }
 
+    /// The same schedule shape on a Kubernetes Lease (`leaseDurationSeconds` = the TTL).
+    #[cfg(feature = "kubernetes")]
+    pub fn kubernetes(mut self) -> Self {
+        self.backend = SimBackend::Kubernetes;
+        self
+    }
+
+    /// The same schedule shape on PostgreSQL lease rows (notify on).
+    pub fn postgres(mut self) -> Self {
+        self.backend = SimBackend::PostgresLease;
+        self
+    }
+
     /// The same schedule shape on a Redlock of independent masters.
     pub fn redlock(mut self, mix: RedlockMix) -> Self {
         self.backend = SimBackend::Redlock(mix);
@@ -291,9 +325,14 @@ impl SimConfig {
         match self.backend {
             SimBackend::Redis => self.faults.within_model(&self.options),
             SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
+            // restarts keep every committed row; expiry is on the server's clock
+            SimBackend::PostgresLease => self.faults.clock_drift <= self.options.drift_factor,
             // failovers keep the data and only lengthen sessions
             #[cfg(feature = "zookeeper")]
             SimBackend::ZooKeeper => self.faults.clock_drift <= self.options.drift_factor,
+            // an API server restart keeps the Leases (they live in etcd)
+            #[cfg(feature = "kubernetes")]
+            SimBackend::Kubernetes => self.faults.clock_drift <= self.options.drift_factor,
             SimBackend::Redlock(mix) => {
                 self.faults.clock_drift <= self.options.drift_factor
                     && (self.faults.p_server_restart == 0.0
@@ -316,6 +355,14 @@ pub enum SimBackend {
     /// watches of the predecessor, session expiry, leader failover.
     #[cfg(feature = "zookeeper")]
     ZooKeeper,
+    /// [`MemoryKubernetes`]: one `coordination.k8s.io/v1` Lease per lock, taken over by
+    /// a candidate that saw it unchanged for its `leaseDurationSeconds`; API server
+    /// restarts answer 503 for a while and keep the Leases.
+    #[cfg(feature = "kubernetes")]
+    Kubernetes,
+    /// [`MemoryPostgres`]: the lease-rows recipe (one row per name, server-clock
+    /// expiry, `LISTEN`/`NOTIFY` wake-ups), restarts keeping the data.
+    PostgresLease,
     /// [`MemoryRedlock`]: the Redlock recipe on independent masters.
     Redlock(RedlockMix),
 }
@@ -693,6 +740,21 @@ pub struct Simulation {
     master_cut_until: Vec<Vec<Instant>>,
     #[cfg(feature = "zookeeper")]
     zk: ZkSim,
+    pg: postgres::PgSim,
+    #[cfg(feature = "kubernetes")]
+    kube: KubeSim,
+}
+
+/// The Kubernetes side of a simulation.
+#[cfg(feature = "kubernetes")]
+#[derive(Default)]
+struct KubeSim {
+    server: MemoryKubernetes,
+    settings: KubernetesBackend,
+    /// The holder and `leaseTransitions` of the Lease at the last check.
+    holder: Option<(String, i64)>,
+    /// The API server answers 503 until then (a restart).
+    unavailable_until: Instant,
 }
 
 /// The ZooKeeper side of a simulation.
@@ -725,11 +787,16 @@ impl Simulation {
                         ..RedisBackend::default()
                     }),
                     SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+                    SimBackend::PostgresLease => {
+                        Backend::Postgres(crate::backends::PostgresBackend::default())
+                    }
                     #[cfg(feature = "zookeeper")]
                     SimBackend::ZooKeeper => Backend::ZooKeeper(ZooKeeperBackend {
                         session_timeout_ms: Some(cfg.options.ttl_ms()),
                         ..ZooKeeperBackend::default()
                     }),
+                    #[cfg(feature = "kubernetes")]
+                    SimBackend::Kubernetes => Backend::Kubernetes(KubernetesBackend::default()),
                     SimBackend::Redlock(mix) => Backend::Redlock(RedlockBackend {
                         masters: (0..mix.masters).map(|m| format!("m{m}")).collect(),
                         ..RedlockBackend::default()
@@ -814,6 +881,9 @@ impl Simulation {
             etcd_prefix: EtcdBackend::default().lock_prefix(LOCK_NAME),
             #[cfg(feature = "zookeeper")]
             zk,
+            #[cfg(feature = "kubernetes")]
+            kube: KubeSim::default(),
+            pg: postgres::PgSim::new(n_clients),
             masters: MemoryRedlock::new(masters),
             master_down_until: vec![Instant::ZERO; masters],
             master_paused_until: vec![Instant::ZERO; masters],
@@ -1147,6 +1217,11 @@ impl Simulation {
                     });
                 }
             }
+            Ev::WatchTimeout { client, request }
+                if self.cfg.backend == SimBackend::PostgresLease =>
+            {
+                self.pg_wait_timeout(client, request)
+            }
             Ev::WatchTimeout { client, request } => {
                 if self.clients[client].in_flight.contains_key(&request) {
                     self.watches
@@ -1185,6 +1260,8 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            #[cfg(feature = "kubernetes")]
+            Ev::ServerRestart if self.cfg.backend == SimBackend::Kubernetes => self.kube_restart(),
             Ev::MasterPause { master } => {
                 let len = self.uniform(self.cfg.options.ttl * 2);
                 let until = self.now + len;
@@ -1223,6 +1300,7 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            Ev::ServerRestart if self.cfg.backend == SimBackend::PostgresLease => self.pg_restart(),
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
                 // its full TTL again, counted from the election; data kept
@@ -1267,12 +1345,19 @@ impl Simulation {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
             }
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::PostgresLease => {
+                self.deliver_pg(client, request)
+            }
             Msg::Request { client, request } if !self.masters.masters.is_empty() => {
                 self.deliver_redlock(client, request)
             }
             #[cfg(feature = "zookeeper")]
             Msg::Request { client, request } if self.cfg.backend == SimBackend::ZooKeeper => {
                 self.deliver_zk(client, request)
+            }
+            #[cfg(feature = "kubernetes")]
+            Msg::Request { client, request } if self.cfg.backend == SimBackend::Kubernetes => {
+                self.deliver_kube(client, request)
             }
             #[cfg(feature = "zookeeper")]
             Msg::Ping { client, session } => {
@@ -1563,9 +1648,13 @@ impl Simulation {
                     return; // done contending
                 }
                 let mut options = self.cfg.options.clone();
-                // the floor is the Redis recipe's; servers that assign tokens refuse it
+                // the floor is the Redis and PostgreSQL recipes'; servers that assign
+                // tokens refuse it
                 let floor = self.clients[c].floor.take();
-                if self.cfg.backend == SimBackend::Redis {
+                if matches!(
+                    self.cfg.backend,
+                    SimBackend::Redis | SimBackend::PostgresLease
+                ) {
                     options.token_floor = floor;
                 }
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
@@ -1714,6 +1803,9 @@ impl Simulation {
                             );
                         }
                     }
+                    if self.cfg.backend == SimBackend::PostgresLease {
+                        self.pg_sent(c, &request);
+                    }
                     if let crate::RequestBody::Etcd(EtcdRequest::Watch(w)) = &request.body {
                         // the host cancels the watch at its timeout, on its own clock
                         let local =
@@ -1789,6 +1881,13 @@ impl Simulation {
         #[cfg(feature = "zookeeper")]
         if self.cfg.backend == SimBackend::ZooKeeper {
             return self.check_zk();
+        }
+        #[cfg(feature = "kubernetes")]
+        if self.cfg.backend == SimBackend::Kubernetes {
+            return self.check_kube();
+        }
+        if self.cfg.backend == SimBackend::PostgresLease {
+            return self.check_pg();
         }
         if !self.masters.masters.is_empty() {
             return self.check_redlock();
@@ -2130,38 +2229,140 @@ impl Simulation {
             .and_then(|(_, n)| self.zk.server.session_expires_at(n.ephemeral_owner));
         self.checker
             .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
-        for c in 0..self.clients.len() {
-            let client = &self.clients[c];
-            let local = client.local(self.now);
-            let (lock, token) = match client.work {
-                Work::Holding { lock, token, .. } => (lock, Some(token)),
-                Work::Releasing { lock } | Work::Acquiring { lock } => (lock, None),
-                Work::Idle => continue,
-            };
-            let Some(valid_until) = client.machine.valid_until(lock) else {
-                continue;
-            };
-            if local >= valid_until {
-                continue;
-            }
-            let Some(owner) = client.machine.owner(lock) else {
-                continue;
-            };
-            let believed_until = client.true_of(valid_until);
-            let prefix = self.zk.settings.node_prefix(&owner);
-            let ok = holder.as_ref().is_some_and(|(name, n)| {
-                name.starts_with(&prefix) && token.is_none_or(|t| t.get() == n.czxid as u64)
-            }) && expires.is_some_and(|e| e >= believed_until);
-            if !ok {
-                let detail = format!(
-                    "c{c} believes it holds lock {lock} (token {token:?}) until {believed_until} (its clock: {valid_until}), \
-                     but the ensemble's holder is {holder:?}, its session expiring at {expires:?}"
-                );
-                self.checker
-                    .violate(Property::S2, self.now, detail, &mut self.outcome);
-            }
+        let breach = s2_zk(&self.zk.settings, holder.as_ref(), expires, self.beliefs());
+        if let Some(detail) = breach {
+            self.checker
+                .violate(Property::S2, self.now, detail, &mut self.outcome);
         }
     }
+}
+
+/// S2 on ZooKeeper: every believer's node is the `holder` (the lowest contender node
+/// under the lock's path), with the believer's token as its czxid when known, its
+/// session expiring (`expires`) no earlier than the believed instant. The first
+/// breach, described.
+#[cfg(feature = "zookeeper")]
+pub(crate) fn s2_zk(
+    settings: &ZooKeeperBackend,
+    holder: Option<&(String, crate::memory::ZNode)>,
+    expires: Option<Instant>,
+    beliefs: impl IntoIterator<Item = Belief>,
+) -> Option<String> {
+    beliefs.into_iter().find_map(|b| {
+        let prefix = settings.node_prefix(&b.owner);
+        let ok = holder.is_some_and(|(name, n)| {
+            name.starts_with(&prefix) && b.token.is_none_or(|t| t.get() == n.czxid as u64)
+        }) && expires.is_some_and(|e| e >= b.believed_until);
+        (!ok).then(|| {
+            format!(
+                "c{} believes it holds lock {} (token {:?}) until {} (its clock: {}), \
+                 but the ensemble's holder is {holder:?}, its session expiring at {expires:?}",
+                b.client, b.lock, b.token, b.believed_until, b.valid_until
+            )
+        })
+    })
+}
+
+#[cfg(feature = "kubernetes")]
+impl Simulation {
+    /// The API server restarts: it answers `503 ServiceUnavailable` for up to one TTL,
+    /// then serves again with every Lease kept (they live in etcd): inside the model.
+    fn kube_restart(&mut self) {
+        let down = self.uniform(self.cfg.options.ttl);
+        self.trace(|| format!("server: the API server restarts, back in {down:?}"));
+        self.kube.unavailable_until = self.now + down;
+        self.server_epoch += 1;
+        self.checker.server_restarted();
+        let next = self.exp_interval(self.cfg.faults.p_server_restart);
+        self.push(next, Ev::ServerRestart);
+    }
+
+    /// A request reaches the API server.
+    fn deliver_kube(&mut self, client: usize, request: Request) {
+        let crate::RequestBody::Kubernetes(call) = &request.body else {
+            return;
+        };
+        let reply = if self.now < self.kube.unavailable_until {
+            crate::memory::kube_status(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+                "",
+            )
+        } else {
+            self.kube.server.call(self.now, call)
+        };
+        self.trace(|| {
+            format!(
+                "server: {:?} {} from c{client} → {reply:.160}",
+                request.operation, call.method
+            )
+        });
+        self.send(Msg::Reply {
+            client,
+            request: request.id,
+            reply: Reply::Kubernetes(reply),
+        });
+    }
+
+    /// S1 at the server (every new holder of the Lease, or a new `leaseTransitions`
+    /// under a holder, is a grant whose token must be higher than every earlier one),
+    /// S2 and S4 against the Lease.
+    fn check_kube(&mut self) {
+        let lease = (self.kube.server).lease(&self.kube.settings.namespace, LOCK_NAME);
+        let holder = lease.and_then(kube_holder);
+        if let Some((who, transitions)) = &holder {
+            if self.kube.holder.as_ref() != Some(&(who.clone(), *transitions)) {
+                let token = FencingToken(*transitions as u64);
+                self.outcome.grants += 1;
+                let owner = OwnerId::from_hex(who);
+                self.checker
+                    .grant(self.now, token, owner, &mut self.outcome);
+                self.trace(|| format!("server: {who} holds the Lease with token {token}"));
+            }
+        }
+        let breach = s2_kube(holder.as_ref(), self.beliefs());
+        self.kube.holder = holder;
+        let held = self.kube.holder.is_some();
+        self.checker
+            .idle_check(self.now, held, &self.clients, &mut self.outcome);
+        if let Some(detail) = breach {
+            self.checker
+                .violate(Property::S2, self.now, detail, &mut self.outcome);
+        }
+    }
+}
+
+/// The holder of a stored Lease and its `leaseTransitions`, when it has one.
+#[cfg(feature = "kubernetes")]
+pub(crate) fn kube_holder(lease: &serde_json::Value) -> Option<(String, i64)> {
+    let holder = lease.pointer("/spec/holderIdentity")?.as_str()?;
+    let transitions = lease.pointer("/spec/leaseTransitions")?.as_i64()?;
+    (!holder.is_empty()).then(|| (holder.to_owned(), transitions))
+}
+
+/// S2 on a Kubernetes Lease: every believer's owner id is the Lease's holder, with the
+/// believer's token as its `leaseTransitions` when known. The Lease never expires on
+/// the server: what ends a holder's lease is another candidate's takeover, and a
+/// takeover while a believer's clock has not passed its validity is the breach. The
+/// first breach, described.
+#[cfg(feature = "kubernetes")]
+pub(crate) fn s2_kube(
+    holder: Option<&(String, i64)>,
+    beliefs: impl IntoIterator<Item = Belief>,
+) -> Option<String> {
+    beliefs.into_iter().find_map(|b| {
+        let ok = holder.is_some_and(|(who, transitions)| {
+            is_hex_of(who, &b.owner) && b.token.is_none_or(|t| t.get() == *transitions as u64)
+        });
+        (!ok).then(|| {
+            format!(
+                "c{} believes it holds lock {} (token {:?}) until {} (its clock: {}), \
+                 but the Lease's holder and leaseTransitions are {holder:?}",
+                b.client, b.lock, b.token, b.believed_until, b.valid_until
+            )
+        })
+    })
 }
 
 // ---- the checker -----------------------------------------------------------------------

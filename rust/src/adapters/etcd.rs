@@ -9,17 +9,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use fencepost_core::backends::etcd::{read_etcd_holder, EtcdBackend, EtcdRange, EtcdRequest};
+use fencepost_core::backends::etcd::{
+    read_etcd_inspect, read_etcd_time_to_live, EtcdBackend, EtcdRequest, ETCD_LIST_PAGES,
+};
 use fencepost_core::{Reply, RequestBody};
 use futures::future::{BoxFuture, FutureExt};
 use serde_json::Value;
 
 use super::Adapter;
 use crate::{Error, Holder};
-
-/// At most this many keys per listing range (one contender key per waiter).
-const LIST_KEYS: i64 = 10_000;
 
 pub(crate) struct EtcdAdapter {
     inner: Arc<Inner>,
@@ -33,11 +31,12 @@ struct Inner {
 }
 
 impl EtcdAdapter {
-    pub(crate) fn new(members: Vec<String>, backend: EtcdBackend) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTP client for etcd: {e}")))?;
+    pub(crate) fn new(
+        members: Vec<String>,
+        ca: Option<&std::path::Path>,
+        backend: EtcdBackend,
+    ) -> Result<Self, Error> {
+        let http = super::http_client(ca, "etcd")?;
         Ok(EtcdAdapter {
             inner: Arc::new(Inner {
                 http,
@@ -101,19 +100,19 @@ impl Inner {
             let response = match sent {
                 Ok(r) => r,
                 Err(e) if e.is_connect() => {
-                    last = e.to_string();
+                    last = crate::error::tls_hint(crate::error::chain(&e), "?ca=/path/ca.pem");
                     self.rotate(&url);
                     continue;
                 }
                 Err(e) => {
                     self.rotate(&url);
-                    return Err(e.to_string());
+                    return Err(crate::error::chain(&e));
                 }
             };
             let status = response.status();
             let text = response.text().await.map_err(|e| {
                 self.rotate(&url);
-                e.to_string()
+                crate::error::chain(&e)
             })?;
             let line = text.lines().next().unwrap_or("").trim().to_owned();
             if !line.starts_with('{') {
@@ -143,7 +142,7 @@ impl Inner {
                 .body(req.gateway_body())
                 .send()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| crate::error::chain(&e))?;
             let mut buf = Vec::new();
             while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
                 buf.extend_from_slice(&chunk);
@@ -170,113 +169,59 @@ impl Inner {
         }
     }
 
+    /// The holder of `name` (the core's `read_etcd_inspect` of the leader range: token,
+    /// waiters, metadata) with the time left on its lease (`LeaseTimeToLive`); read
+    /// again, at most 3 times, when the lease ended between the two calls.
     async fn holder(&self, name: &str) -> Result<Option<Holder>, Error> {
-        let reply = self
-            .call(&self.backend.holder_range(name))
-            .await
-            .map_err(Error::Backend)?;
-        let Some(h) = read_etcd_holder(&reply)? else {
-            return Ok(None);
-        };
-        // the range is limited to the holder, but its `count` is every key under the
-        // prefix: one per contender
-        let count = serde_json::from_str::<Value>(&reply)
-            .ok()
-            .and_then(|v| v.get("count")?.as_str()?.parse::<u64>().ok());
-        let ttl = self
-            .http_json(
-                "/v3/lease/timetolive",
-                &format!("{{\"ID\":\"{}\"}}", h.lease),
-            )
-            .await?;
-        let ttl_left = ttl
-            .get("TTL")
-            .and_then(|t| {
-                t.as_str()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .or(t.as_i64())
-            })
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs);
-        Ok(Some(Holder {
-            name: name.to_owned(),
-            owner: Some(format!("lease:{:016x}", h.lease)),
-            token: Some(h.token),
-            ttl_left,
-            waiters: count.map(|c| c.saturating_sub(1)),
-            metadata: None,
-        }))
-    }
-
-    async fn http_json(&self, path: &str, body: &str) -> Result<Value, Error> {
-        let url = self.order().remove(0);
-        let text = self
-            .http
-            .post(format!("{url}{path}"))
-            .body(body.to_owned())
-            .send()
-            .await
-            .map_err(|e| Error::Backend(format!("etcd {path}: {e}")))?
-            .text()
-            .await
-            .map_err(|e| Error::Backend(format!("etcd {path}: {e}")))?;
-        serde_json::from_str(&text)
-            .map_err(|e| Error::Backend(format!("etcd {path}: {e}: {text:.200}")))
-    }
-
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {
-        let start = format!("{}{prefix}", self.backend.key_prefix);
-        let end = prefix_end(&start);
-        let range = EtcdRequest::Range(EtcdRange {
-            key: start,
-            range_end: Some(end),
-            limit: LIST_KEYS,
-            sort: None,
-            keys_only: true,
-            max_create_revision: 0,
-        });
-        let reply = self.call(&range).await.map_err(Error::Backend)?;
-        let doc: Value = serde_json::from_str(&reply)
-            .map_err(|e| Error::Backend(format!("etcd range: {e}: {reply:.200}")))?;
-        if let Some(err) = doc.get("error").or(doc.get("message")) {
-            return Err(Error::Backend(format!("etcd range refused: {err}")));
-        }
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut names: Vec<String> = doc
-            .get("kvs")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|kv| kv.get("key")?.as_str())
-            .filter_map(|k| String::from_utf8(b64.decode(k).ok()?).ok())
-            .filter_map(|k| {
-                let rest = k.strip_prefix(&self.backend.key_prefix)?;
-                rest.rsplit_once('/').map(|(name, _)| name.to_owned())
-            })
-            .collect();
-        names.dedup();
-        names.truncate(limit);
-        let mut out = Vec::new();
-        for name in names {
-            if let Some(h) = self.holder(&name).await? {
-                out.push(h);
+        for _ in 0..3 {
+            let reply = self
+                .call(&self.backend.leader_range(name))
+                .await
+                .map_err(Error::Backend)?;
+            let Some((mut h, lease)) = read_etcd_inspect(name, &reply)? else {
+                return Ok(None);
+            };
+            let ttl = self
+                .call(&EtcdRequest::LeaseTimeToLive { id: lease })
+                .await
+                .map_err(Error::Backend)?;
+            if let Some(left) = read_etcd_time_to_live(&ttl)? {
+                h.ttl_left = Some(left);
+                return Ok(Some(h));
             }
         }
+        Ok(None)
+    }
+
+    /// The holders of the locks under `prefix`: the core's bounded pages over the key
+    /// prefix (`list_page`), then one inspection per name, until `limit` are found.
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {
+        let mut out: Vec<Holder> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut after: Option<String> = None;
+        'pages: for _ in 0..ETCD_LIST_PAGES {
+            let page = self.backend.list_page(prefix, after.as_deref());
+            let reply = self.call(&page).await.map_err(Error::Backend)?;
+            let (names, next) = self.backend.read_list_page(prefix, &reply)?;
+            for name in names {
+                if !seen.insert(name.clone()) {
+                    continue;
+                }
+                if let Some(h) = self.holder(&name).await? {
+                    out.push(h);
+                    if out.len() >= limit {
+                        break 'pages;
+                    }
+                }
+            }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
-}
-
-/// The end of the range of every key starting with `prefix` (etcd's `GetPrefixRangeEnd`).
-fn prefix_end(prefix: &str) -> String {
-    let mut bytes = prefix.as_bytes().to_vec();
-    while let Some(last) = bytes.pop() {
-        if last < 0xff {
-            bytes.push(last + 1);
-            // keys are UTF-8 here; an incremented byte past ASCII is left lossy
-            return String::from_utf8_lossy(&bytes).into_owned();
-        }
-    }
-    "\0".to_owned()
 }
 
 impl Adapter for EtcdAdapter {

@@ -3,8 +3,6 @@
 //! decision: error replies go back to the machine as data, which decides what is
 //! transient; a failure to get an answer is a transport error (`Err(message)`).
 
-use std::time::Duration;
-
 use fencepost_core::{Reply, RequestBody};
 use futures::future::BoxFuture;
 
@@ -42,6 +40,16 @@ pub(crate) trait Adapter: Send + Sync + 'static {
         self.execute(request.body.clone())
     }
 
+    /// Whether the adapter keeps state per lock and needs [`Adapter::lock_finished`]
+    /// (PostgreSQL session mode: a connection per lock).
+    fn tracks_locks(&self) -> bool {
+        false
+    }
+
+    /// Lock `lock`'s final event (released, lost, acquire failed) has come: what the
+    /// adapter keeps for it can go once its requests in flight are done.
+    fn lock_finished(&self, _lock: fencepost_core::LockId) {}
+
     /// Who holds `name` now, as the server sees it (`None`: nobody).
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>>;
 
@@ -50,7 +58,33 @@ pub(crate) trait Adapter: Send + Sync + 'static {
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>>;
 }
 
-/// Turns a millisecond count the server reported into a `Duration` (negative: none).
-pub(crate) fn ms(n: i64) -> Option<Duration> {
-    u64::try_from(n).ok().map(Duration::from_millis)
+/// The reqwest client of an HTTP gateway adapter (etcd, Upstash; `what` names it in
+/// errors): a 1 s connect timeout and, with the cargo feature `tls` and a CA file given
+/// (`ca`), only that CA trusted for `https://`.
+///
+/// Errors: [`Error::Config`] for a CA file that cannot be read or is not PEM
+/// certificates, or a client reqwest cannot build.
+#[cfg(any(feature = "etcd", feature = "upstash"))]
+pub(crate) fn http_client(
+    ca: Option<&std::path::Path>,
+    what: &str,
+) -> Result<reqwest::Client, Error> {
+    #[allow(unused_mut)]
+    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(1));
+    #[cfg(feature = "tls")]
+    if let Some(path) = ca {
+        let (pem, _) = crate::tls::read_ca(path)?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+            Error::Config(format!(
+                "the CA certificate file {} is refused: {e}",
+                path.display()
+            ))
+        })?;
+        builder = builder.tls_certs_only(certs);
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = ca; // the URL parser refuses a CA without the feature
+    builder
+        .build()
+        .map_err(|e| Error::Config(format!("cannot build the HTTP client for {what}: {e}")))
 }

@@ -3,7 +3,11 @@
 //! pipelines concurrent queries); a closed connection is replaced on the next call.
 //! Statements go out with `query_typed` (parameter types given, an unnamed statement
 //! in one round trip: no prepared statements, so a transaction-pooling PgBouncer works).
-//! Session-level advisory mode (a connection per lock) is not offered here.
+//! Session mode (`?mode=session`) runs each lock on a dedicated connection of its own
+//! ([`Dedicated`]), closed once the lock is done with. With the
+//! cargo feature `tls`, a URL with `sslmode=require` (or `verify-ca`, `verify-full`)
+//! opens every connection over TLS with tokio-postgres-rustls, checking the server's
+//! certificate chain and host name.
 //!
 //! Waiters listen for the release's `pg_notify` on one more connection ([`Listener`]),
 //! opened on the first wait; a wait ends at a notification on its channel or at its
@@ -13,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fencepost_core::{
-    FencingToken, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement, SqlValue,
+    FencingToken, LockId, PgMode, PostgresBackend, Reply, RequestBody, SqlReply, SqlStatement,
+    SqlValue,
 };
 use futures::future::{BoxFuture, FutureExt};
 use tokio_postgres::types::{ToSql, Type};
@@ -23,9 +28,136 @@ use crate::{Error, Holder};
 
 pub(crate) struct PgAdapter {
     url: Arc<str>,
+    tls: PgTls,
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
     backend: PostgresBackend,
     listener: Arc<Listener>,
+    dedicated: Arc<Mutex<HashMap<LockId, Dedicated>>>,
+}
+
+/// Session mode: the connection of one lock, opened for its acquire and closed (which
+/// ends its session, and any advisory lock the session holds) once the lock's final
+/// event has come and none of its statements is in flight.
+#[derive(Default)]
+struct Dedicated {
+    /// The connection (`None` until the first statement opens it).
+    conn: Arc<tokio::sync::Mutex<Option<tokio_postgres::Client>>>,
+    in_flight: usize,
+    finished: bool,
+}
+
+/// Counts a statement of a lock in flight on its dedicated connection until dropped
+/// (it ran, or the driver cancelled it at its deadline).
+struct InFlight {
+    map: Arc<Mutex<HashMap<LockId, Dedicated>>>,
+    lock: LockId,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&self.lock) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            if entry.finished && entry.in_flight == 0 {
+                map.remove(&self.lock); // drops the client: the connection closes
+            }
+        }
+    }
+}
+
+/// How the adapter's connections are opened: without TLS, or with rustls when the URL
+/// asks for it (`sslmode=require`).
+#[derive(Clone, Default)]
+enum PgTls {
+    #[default]
+    Plain,
+    #[cfg(feature = "tls")]
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl PgTls {
+    /// The connector `url` asks for; `ca` is the CA file to trust for TLS.
+    ///
+    /// Errors: [`Error::Config`] for a URL tokio-postgres cannot read or a CA file
+    /// that cannot be used.
+    fn for_url(url: &str, ca: Option<&std::path::Path>) -> Result<PgTls, Error> {
+        let config = pg_config(url).map_err(|e| {
+            Error::Config(format!(
+                "bad PostgreSQL URL {}: {e}",
+                crate::url::redact(url)
+            ))
+        })?;
+        match config.get_ssl_mode() {
+            #[cfg(feature = "tls")]
+            tokio_postgres::config::SslMode::Require => {
+                Ok(PgTls::Rustls(crate::tls::pg_connector(ca)?))
+            }
+            _ => {
+                let _ = ca; // the URL parser gives a CA only with TLS
+                Ok(PgTls::Plain)
+            }
+        }
+    }
+
+    /// Opens one connection with `config`: the client and its connection task, for the
+    /// caller to spawn or to read for notifications.
+    async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, Connection), tokio_postgres::Error> {
+        match self {
+            PgTls::Plain => {
+                let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                Ok((client, Connection::Plain(connection)))
+            }
+            #[cfg(feature = "tls")]
+            PgTls::Rustls(tls) => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                Ok((client, Connection::Rustls(Box::new(connection))))
+            }
+        }
+    }
+}
+
+/// A connection's task, plain or over TLS.
+enum Connection {
+    Plain(tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>),
+    /// Boxed: a TLS session's state is some kilobytes.
+    #[cfg(feature = "tls")]
+    Rustls(
+        Box<
+            tokio_postgres::Connection<
+                tokio_postgres::Socket,
+                <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+                    tokio_postgres::Socket,
+                >>::Stream,
+            >,
+        >,
+    ),
+}
+
+impl Connection {
+    /// The connection's next message (a notification, a notice), or `None` once it
+    /// ended.
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<tokio_postgres::AsyncMessage, tokio_postgres::Error>>> {
+        match self {
+            Connection::Plain(c) => c.poll_message(cx),
+            #[cfg(feature = "tls")]
+            Connection::Rustls(c) => c.poll_message(cx),
+        }
+    }
+
+    /// Runs the connection until the client is dropped or the server goes away.
+    fn spawn(self) {
+        match self {
+            Connection::Plain(c) => drop(tokio::spawn(c)),
+            #[cfg(feature = "tls")]
+            Connection::Rustls(c) => drop(tokio::spawn(*c)),
+        }
+    }
 }
 
 /// The waiters' `LISTEN` connection and what it heard. A wait answers at once when its
@@ -36,6 +168,7 @@ pub(crate) struct PgAdapter {
 /// wait may miss a notification and end at its timeout.
 #[derive(Default)]
 struct Listener {
+    tls: PgTls,
     state: Mutex<Heard>,
     client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
 }
@@ -140,16 +273,12 @@ impl Listener {
     }
 
     async fn connect(self: &Arc<Self>, url: &str) -> Result<tokio_postgres::Client, String> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| e.to_string())?;
+        let mut config = pg_config(url).map_err(|e| e.to_string())?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(2));
         }
-        let (client, mut connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (client, mut connection) =
+            self.tls.connect(&config).await.map_err(|e| e.to_string())?;
         let this = Arc::downgrade(self);
         tokio::spawn(async move {
             use futures::StreamExt;
@@ -170,26 +299,60 @@ impl Listener {
     }
 }
 
-async fn open(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let mut config: tokio_postgres::Config = url.parse()?;
+/// `url` as tokio-postgres reads it. It knows `sslmode` disable, prefer and require
+/// only: libpq's `verify-ca` and `verify-full` are `require` here (rustls checks the
+/// chain and host name whenever it runs), `allow` is `prefer` (which without TLS
+/// configured connects in plain text).
+fn pg_config(url: &str) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.parse();
+    };
+    let query: Vec<&str> = query
+        .split('&')
+        .map(|pair| match pair {
+            "sslmode=verify-ca" | "sslmode=verify-full" => "sslmode=require",
+            "sslmode=allow" => "sslmode=prefer",
+            other => other,
+        })
+        .collect();
+    format!("{base}?{}", query.join("&")).parse()
+}
+
+async fn open(url: &str, tls: &PgTls) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config = pg_config(url)?;
     if config.get_connect_timeout().is_none() {
         // a host that drops packets must not hang the first connect (later calls are
         // cancelled at their request's deadline anyway)
         config.connect_timeout(std::time::Duration::from_secs(2));
     }
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, connection) = tls.connect(&config).await?;
     // the connection task ends when the client is dropped or the server goes away
-    tokio::spawn(connection);
+    connection.spawn();
     Ok(client)
 }
 
 impl PgAdapter {
-    pub(crate) async fn connect(url: &str, backend: PostgresBackend) -> Result<Self, Error> {
+    /// Connects to `url` and creates the tables if missing; over TLS when the URL asks
+    /// for it, trusting the CA file `ca` when given.
+    ///
+    /// Errors: [`Error::Config`] for a bad URL, CA file or backend setting;
+    /// [`Error::Backend`] when the server cannot be reached, refuses the connection or
+    /// its certificate is refused, or the tables cannot be created.
+    pub(crate) async fn connect(
+        url: &str,
+        ca: Option<&std::path::Path>,
+        backend: PostgresBackend,
+    ) -> Result<Self, Error> {
         backend.check().map_err(Error::Config)?;
-        let client = open(url).await.map_err(|e| {
-            Error::Backend(format!(
-                "cannot connect to PostgreSQL at {}: {e}",
-                crate::url::redact(url)
+        let tls = PgTls::for_url(url, ca)?;
+        let client = open(url, &tls).await.map_err(|e| {
+            Error::Backend(crate::error::tls_hint(
+                format!(
+                    "cannot connect to PostgreSQL at {}: {}",
+                    crate::url::redact(url),
+                    crate::error::chain(&e)
+                ),
+                "?sslrootcert=/path/ca.pem",
             ))
         })?;
         if let Err(e) = client.batch_execute(&backend.migration()).await {
@@ -206,15 +369,21 @@ impl PgAdapter {
         }
         Ok(PgAdapter {
             url: url.into(),
+            tls: tls.clone(),
             client: Arc::new(Mutex::new(Arc::new(client))),
             backend,
-            listener: Arc::default(),
+            listener: Arc::new(Listener {
+                tls,
+                ..Listener::default()
+            }),
+            dedicated: Arc::default(),
         })
     }
 
     fn shared(&self) -> Shared {
         Shared {
             url: self.url.clone(),
+            tls: self.tls.clone(),
             client: self.client.clone(),
         }
     }
@@ -223,6 +392,7 @@ impl PgAdapter {
 #[derive(Clone)]
 struct Shared {
     url: Arc<str>,
+    tls: PgTls,
     client: Arc<Mutex<Arc<tokio_postgres::Client>>>,
 }
 
@@ -237,45 +407,54 @@ impl Shared {
         if !current.is_closed() {
             return Ok(current);
         }
-        let fresh = Arc::new(open(&self.url).await.map_err(|e| e.to_string())?);
+        let fresh = Arc::new(
+            open(&self.url, &self.tls)
+                .await
+                .map_err(|e| crate::error::chain(&e))?,
+        );
         if let Ok(mut slot) = self.client.lock() {
             *slot = fresh.clone();
         }
         Ok(fresh)
     }
 
-    /// Runs one statement: its rows, a server error as a `SqlReply::Error`, or a
-    /// transport failure (`Err`).
+    /// Runs one statement on the shared client (see [`run_on`]).
     async fn run(&self, stmt: SqlStatement) -> Result<SqlReply, String> {
         let client = self.client().await?;
-        let params: Vec<(Box<dyn ToSql + Sync + Send>, Type)> = stmt
-            .params
-            .iter()
-            .map(|p| -> (Box<dyn ToSql + Sync + Send>, Type) {
-                match p {
-                    SqlValue::Null => (Box::new(Option::<String>::None), Type::TEXT),
-                    SqlValue::Bool(b) => (Box::new(*b), Type::BOOL),
-                    SqlValue::Int(n) => (Box::new(*n), Type::INT8),
-                    SqlValue::Text(s) => (Box::new(s.clone()), Type::TEXT),
-                }
-            })
-            .collect();
-        let refs: Vec<(&(dyn ToSql + Sync), Type)> = params
-            .iter()
-            .map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone()))
-            .collect();
-        match client.query_typed(&stmt.sql, &refs).await {
-            Ok(rows) => Ok(SqlReply::Rows {
-                rows: rows.iter().map(row).collect(),
+        run_on(&client, stmt).await
+    }
+}
+
+/// Runs one statement on `client`: its rows, a server error as a `SqlReply::Error`, or
+/// a transport failure (`Err`).
+async fn run_on(client: &tokio_postgres::Client, stmt: SqlStatement) -> Result<SqlReply, String> {
+    let params: Vec<(Box<dyn ToSql + Sync + Send>, Type)> = stmt
+        .params
+        .iter()
+        .map(|p| -> (Box<dyn ToSql + Sync + Send>, Type) {
+            match p {
+                SqlValue::Null => (Box::new(Option::<String>::None), Type::TEXT),
+                SqlValue::Bool(b) => (Box::new(*b), Type::BOOL),
+                SqlValue::Int(n) => (Box::new(*n), Type::INT8),
+                SqlValue::Text(s) => (Box::new(s.clone()), Type::TEXT),
+            }
+        })
+        .collect();
+    let refs: Vec<(&(dyn ToSql + Sync), Type)> = params
+        .iter()
+        .map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone()))
+        .collect();
+    match client.query_typed(&stmt.sql, &refs).await {
+        Ok(rows) => Ok(SqlReply::Rows {
+            rows: rows.iter().map(row).collect(),
+        }),
+        Err(e) => match e.as_db_error() {
+            Some(db) => Ok(SqlReply::Error {
+                sqlstate: db.code().code().to_owned(),
+                message: db.message().to_owned(),
             }),
-            Err(e) => match e.as_db_error() {
-                Some(db) => Ok(SqlReply::Error {
-                    sqlstate: db.code().code().to_owned(),
-                    message: db.message().to_owned(),
-                }),
-                None => Err(e.to_string()),
-            },
-        }
+            None => Err(e.to_string()),
+        },
     }
 }
 
@@ -315,67 +494,70 @@ fn row(r: &tokio_postgres::Row) -> Vec<SqlValue> {
         .collect()
 }
 
-fn holders(rows: SqlReply) -> Result<Vec<Holder>, Error> {
-    let rows = match rows {
-        SqlReply::Rows { rows } => rows,
-        SqlReply::Error { sqlstate, message } => {
-            return Err(Error::Backend(format!(
-                "PostgreSQL refused the query: {sqlstate} {message}"
-            )))
-        }
-    };
-    rows.into_iter()
-        .map(|r| match r.as_slice() {
-            [SqlValue::Text(name), owner, token, left] => Ok(Holder {
-                name: name.clone(),
-                owner: match owner {
-                    SqlValue::Text(o) => Some(o.clone()),
-                    _ => None,
-                },
-                token: match token {
-                    SqlValue::Int(t) => u64::try_from(*t).ok().map(FencingToken),
-                    _ => None,
-                },
-                ttl_left: match left {
-                    SqlValue::Int(ms) => super::ms(*ms),
-                    _ => None,
-                },
-                waiters: None,
-                metadata: None,
-            }),
-            other => Err(Error::Backend(format!(
-                "lease row of an unexpected shape: {other:?}"
-            ))),
-        })
-        .collect()
-}
-
 impl PgAdapter {
-    /// The live lease rows matching `condition` (on `$1`), in name order.
-    fn live(
+    /// Runs a session-mode statement on its lock's dedicated connection: registered
+    /// (synchronously, in send order) by the lock's acquire, opened by its first
+    /// statement, reopened when it broke (a new session, which holds nothing: the
+    /// heartbeat then reads the lock as lost).
+    fn dedicated(
         &self,
-        condition: &str,
-        param: String,
-        limit: usize,
-    ) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let sql = format!(
-            "SELECT name, owner, token, \
-             ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-             FROM {} WHERE {condition} AND owner IS NOT NULL AND expires_at > clock_timestamp() \
-             ORDER BY name LIMIT {limit}",
-            self.backend.lease_table
-        );
+        request: &fencepost_core::Request,
+        stmt: SqlStatement,
+    ) -> BoxFuture<'static, Result<Reply, String>> {
+        let lock = request.lock;
+        let conn = {
+            let mut map = self.dedicated.lock().unwrap_or_else(|p| p.into_inner());
+            if request.operation == fencepost_core::Operation::Acquire {
+                map.entry(lock).or_default();
+            }
+            match map.get_mut(&lock) {
+                Some(entry) => {
+                    entry.in_flight += 1;
+                    entry.conn.clone()
+                }
+                // only a lock's cleanup comes after its connection closed, and closing
+                // it ended the session and whatever advisory lock it held
+                None => {
+                    let message = format!(
+                        "the dedicated connection of lock {} is closed (its session and any \
+                         advisory lock it held ended with it)",
+                        lock.0
+                    );
+                    return futures::future::ready(Err(message)).boxed();
+                }
+            }
+        };
+        let guard = InFlight {
+            map: self.dedicated.clone(),
+            lock,
+        };
+        let (url, tls) = (self.url.clone(), self.tls.clone());
+        async move {
+            let _guard = guard;
+            let mut slot = conn.lock().await;
+            if slot.as_ref().is_none_or(|c| c.is_closed()) {
+                *slot = Some(
+                    open(&url, &tls)
+                        .await
+                        .map_err(|e| crate::error::chain(&e))?,
+                );
+            }
+            let Some(client) = slot.as_ref() else {
+                return Err("the dedicated connection could not be opened".to_owned());
+            };
+            run_on(client, stmt).await.map(Reply::Sql)
+        }
+        .boxed()
+    }
+
+    /// Runs an operator statement of the core's (`inspect_statement`, `list_statement`)
+    /// and reads its rows as holders, metadata included. Advisory locks keep no row:
+    /// the advisory modes have nothing to inspect.
+    fn holders(&self, stmt: SqlStatement) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
         let shared = self.shared();
         async move {
-            let reply = shared
-                .run(SqlStatement {
-                    sql,
-                    params: vec![SqlValue::Text(param)],
-                    connection: fencepost_core::PgConnection::Any,
-                })
-                .await
-                .map_err(Error::Backend)?;
-            holders(reply)
+            let reply = shared.run(stmt).await.map_err(Error::Backend)?;
+            Ok(fencepost_core::backends::postgres::read_pg_holders(&reply)?)
         }
         .boxed()
     }
@@ -417,6 +599,20 @@ impl Adapter for PgAdapter {
         }
     }
 
+    fn tracks_locks(&self) -> bool {
+        self.backend.mode == PgMode::Session
+    }
+
+    fn lock_finished(&self, lock: LockId) {
+        let mut map = self.dedicated.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&lock) {
+            entry.finished = true;
+            if entry.in_flight == 0 {
+                map.remove(&lock);
+            }
+        }
+    }
+
     fn execute_request(
         &self,
         request: &fencepost_core::Request,
@@ -425,7 +621,13 @@ impl Adapter for PgAdapter {
             (self.backend.notify, request.operation, &request.body)
         {
             // before the send: a release after it is heard by the wait that follows
-            if let Some(SqlValue::Text(name)) = stmt.params.first() {
+            // (the name is the lease acquire's first parameter, the session acquire's
+            // second, after the advisory key)
+            let name = match self.backend.mode {
+                PgMode::Lease => stmt.params.first(),
+                PgMode::Session => stmt.params.get(1),
+            };
+            if let Some(SqlValue::Text(name)) = name {
                 let channel = fencepost_core::backends::postgres::notify_channel(
                     &self.backend.namespace,
                     name,
@@ -433,20 +635,72 @@ impl Adapter for PgAdapter {
                 self.listener.mark(channel);
             }
         }
+        if let RequestBody::Sql(stmt) = &request.body {
+            if stmt.connection == fencepost_core::PgConnection::Dedicated {
+                return self.dedicated(request, stmt.clone());
+            }
+        }
         self.execute(request.body.clone())
     }
 
     fn holder(&self, name: String) -> BoxFuture<'static, Result<Option<Holder>, Error>> {
-        self.live("name = $1", name, 1)
-            .map(|r| r.map(|v| v.into_iter().next()))
-            .boxed()
+        // lease rows: one statement of the core's, metadata included (in session mode the
+        // rows of lease-mode clients of the same tables)
+        let lease_backend = PostgresBackend {
+            mode: PgMode::Lease,
+            ..self.backend.clone()
+        };
+        let stmt = fencepost_core::backends::postgres::inspect_statement(&lease_backend, &name);
+        let lease = self.holders(stmt).map(|r| r.map(|v| v.into_iter().next()));
+        if self.backend.mode == PgMode::Lease {
+            return lease.boxed();
+        }
+        // session mode: a session holding the name's advisory lock (pg_locks; the token
+        // the name's latest, no owner id, no time left), else a lease row
+        let sql = format!(
+            "SELECT (SELECT token FROM {} WHERE name = $1::text) \
+             WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2::bigint)",
+            self.backend.lease_table
+        );
+        let key = fencepost_core::backends::postgres::advisory_key(&self.backend.namespace, &name);
+        let shared = self.shared();
+        async move {
+            let reply = shared
+                .run(SqlStatement {
+                    sql,
+                    params: vec![SqlValue::Text(name.clone()), SqlValue::Int(key)],
+                    connection: fencepost_core::PgConnection::Any,
+                })
+                .await
+                .map_err(Error::Backend)?;
+            let row = match reply {
+                SqlReply::Rows { rows } => rows.into_iter().next(),
+                SqlReply::Error { sqlstate, message } => {
+                    return Err(Error::Backend(format!(
+                        "status({name:?}): SQLSTATE {sqlstate}: {message}"
+                    )))
+                }
+            };
+            match row {
+                Some(row) => {
+                    let mut holder = Holder::new(name);
+                    if let Some(SqlValue::Int(token)) = row.first() {
+                        holder.token = u64::try_from(*token).ok().map(FencingToken);
+                    }
+                    Ok(Some(holder))
+                }
+                None => lease.await,
+            }
+        }
+        .boxed()
     }
 
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>> {
-        let escaped = prefix
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
-        self.live("name LIKE $1 ESCAPE '\\'", format!("{escaped}%"), limit)
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        let stmt =
+            fencepost_core::backends::postgres::list_statement(&self.backend, &prefix, limit);
+        self.holders(stmt)
     }
 }

@@ -19,10 +19,32 @@ pub(crate) struct RedisAdapter {
 }
 
 impl RedisAdapter {
-    pub(crate) async fn connect(url: &str, backend: RedisBackend) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|e| {
+    /// Connects to `url` (`redis://` or `rediss://`); a `rediss://` connection trusts
+    /// only the CA file `ca` when given (redis-rs `TlsCertificates`), else the webpki
+    /// roots.
+    ///
+    /// Errors: [`Error::Config`] for a bad URL or CA file; [`Error::Backend`] when the
+    /// server cannot be reached or its certificate is refused.
+    pub(crate) async fn connect(
+        url: &str,
+        ca: Option<&std::path::Path>,
+        backend: RedisBackend,
+    ) -> Result<Self, Error> {
+        let bad_url = |e: redis::RedisError| {
             Error::Config(format!("bad Redis URL {}: {e}", crate::url::redact(url)))
-        })?;
+        };
+        let client = match ca {
+            #[cfg(feature = "tls")]
+            Some(path) => {
+                let (pem, _) = crate::tls::read_ca(path)?;
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(url, certs).map_err(bad_url)?
+            }
+            _ => redis::Client::open(url).map_err(bad_url)?,
+        };
         // Short connect attempts and no response timeout of its own: the driver
         // cancels every call at its request's deadline.
         let config = ConnectionManagerConfig::new()
@@ -33,9 +55,13 @@ impl RedisAdapter {
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| {
-                Error::Backend(format!(
-                    "cannot connect to Redis at {}: {e}",
-                    crate::url::redact(url)
+                Error::Backend(crate::error::tls_hint(
+                    format!(
+                        "cannot connect to Redis at {}: {}",
+                        crate::url::redact(url),
+                        crate::error::chain(&e)
+                    ),
+                    "?ca=/path/ca.pem",
                 ))
             })?;
         Ok(RedisAdapter {

@@ -32,7 +32,7 @@ struct Master {
 impl Master {
     async fn get(&self) -> Result<&RedisAdapter, Error> {
         self.conn
-            .get_or_try_init(|| RedisAdapter::connect(&self.url, self.backend.clone()))
+            .get_or_try_init(|| RedisAdapter::connect(&self.url, None, self.backend.clone()))
             .await
     }
 }

@@ -6,7 +6,6 @@
 //! `NOSCRIPT`; a fair waiter's `BLPOP` is one long request of its own.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fencepost_core::{RedisBackend, RedisCommand, RedisValue, Reply, RequestBody};
 use futures::future::{BoxFuture, FutureExt};
@@ -30,12 +29,10 @@ impl UpstashAdapter {
     pub(crate) fn new(
         url: String,
         token: Option<String>,
+        ca: Option<&std::path::Path>,
         backend: RedisBackend,
     ) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTP client for Upstash: {e}")))?;
+        let http = super::http_client(ca, "Upstash")?;
         Ok(UpstashAdapter {
             inner: Arc::new(Inner {
                 http,
@@ -72,7 +69,11 @@ impl Inner {
             req = req.bearer_auth(t);
         }
         let body = serde_json::to_string(argv).map_err(|e| e.to_string())?;
-        let response = req.body(body).send().await.map_err(|e| e.to_string())?;
+        let response = req
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| crate::error::chain(&e))?;
         let status = response.status();
         let text = response.text().await.map_err(|e| e.to_string())?;
         let doc: Value = serde_json::from_str(&text).map_err(|_| {
