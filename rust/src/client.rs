@@ -66,7 +66,7 @@ impl Client {
     /// Errors: [`Error::Config`] for a bad URL or a scheme whose cargo feature is off;
     /// [`Error::Backend`] when the server cannot be reached (Redis, PostgreSQL and
     /// ZooKeeper connect here, ZooKeeper opening its session and learning the
-    /// negotiated session timeout; etcd and Upstash on the first request).
+    /// negotiated session timeout; etcd, Upstash and Kubernetes on the first request).
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Client::from_url(&BackendUrl::parse(url)?).await
     }
@@ -264,7 +264,9 @@ impl Client {
     /// The held locks whose names start with `prefix` (`""`: all), at most `limit`.
     /// Redis scans with `SCAN … MATCH` in bounded steps (never `KEYS`); PostgreSQL
     /// reads the lease table in name order; etcd ranges over the key prefix; ZooKeeper
-    /// lists the root's children (the lock names) and reads each one's lowest contender.
+    /// lists the root's children (the lock names) and reads each one's lowest contender;
+    /// Kubernetes pages through the namespace's Leases (`?limit=500` and `continue`, at
+    /// most 100 pages) and keeps the held ones under the prefix.
     ///
     /// Errors: as [`Client::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {

@@ -1,7 +1,7 @@
 //! # fencepost
 //!
 //! Distributed locks with fencing tokens for tokio, on Redis, PostgreSQL, etcd,
-//! ZooKeeper and the Upstash REST protocol, and the `fencepost` command that runs a command under a
+//! ZooKeeper, Kubernetes Leases and the Upstash REST protocol, and the `fencepost` command that runs a command under a
 //! lock (`fencepost run --backend redis://… --name nightly -- ./job.sh`).
 //!
 //! ```no_run
@@ -54,8 +54,9 @@
 //! | `etcd` | `etcd+http(s)://`, the v3 JSON gateway | reqwest |
 //! | `upstash` | `upstash+http(s)://`, Redis over REST | reqwest |
 //! | `zookeeper` | `zookeeper://`, ZooKeeper's lock recipe | zookeeper-client |
+//! | `kubernetes` | `kubernetes+http(s)://`, `coordination.k8s.io/v1` Leases | reqwest |
 //! | `cli` | the `fencepost` binary | clap, nix |
-//! | `tls` | TLS for `rediss://`, `etcd+https://`, `upstash+https://` and PostgreSQL's `sslmode=require`; the CA from `?ca=` (PostgreSQL: `?sslrootcert=`) or `$FENCEPOST_CA_FILE` ([`BackendUrl`]) | rustls (aws-lc-rs), tokio-postgres-rustls |
+//! | `tls` | TLS for `rediss://`, `etcd+https://`, `upstash+https://`, `kubernetes+https://` and PostgreSQL's `sslmode=require`; the CA from `?ca=` (PostgreSQL: `?sslrootcert=`) or `$FENCEPOST_CA_FILE` ([`BackendUrl`]) | rustls (aws-lc-rs), tokio-postgres-rustls |
 //!
 //! ## Observability
 //! With a `tracing` subscriber interested in the target `fencepost` (at INFO for the

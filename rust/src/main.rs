@@ -114,7 +114,9 @@ enum Command {
 #[derive(clap::Args)]
 struct BackendArg {
     /// memory://, redis://, rediss://, postgres://[…?mode=session], etcd+http(s)://host:port[,…],
-    /// zookeeper://host:2181[,…][/root] or upstash+https://[:token@]host; `?key_prefix=` sets the key prefix.
+    /// zookeeper://host:2181[,…][/root], upstash+https://[:token@]host or
+    /// kubernetes+https://host:port[?namespace=ns&token=…|token_file=path] (else $FENCEPOST_KUBE_TOKEN);
+    /// `?key_prefix=` sets the key prefix.
     /// TLS (builds with the cargo feature `tls`): rediss://, https gateways and PostgreSQL's
     /// `sslmode=require`; the CA trusted is `?ca=/path/ca.pem` (PostgreSQL: `?sslrootcert=`),
     /// else $FENCEPOST_CA_FILE, else the webpki roots.

@@ -25,6 +25,7 @@ use crate::Error;
 /// | `postgres://user@host/db?mode=session` | PostgreSQL session-level advisory locks, a dedicated connection per lock (never through a transaction-pooling PgBouncer) | `postgres` |
 /// | `etcd+http://host:2379[,host2:2379…]` (`etcd+https://`) | etcd v3 JSON gateway, reqwest | `etcd` (https: + `tls`) |
 /// | `upstash+https://[:token@]host[/path]` (`upstash+http://`) | Redis over the Upstash REST protocol, reqwest; the token from the URL or `UPSTASH_REDIS_REST_TOKEN` | `upstash` |
+/// | `kubernetes+http://host:port[?namespace=ns&token=…]` (`kubernetes+https://`) | Kubernetes `coordination.k8s.io/v1` Leases, reqwest; namespace default `default`; the bearer token from `token=`, else the file `token_file=/path` names (read before every call, so a rotated service-account token is picked up), else `$FENCEPOST_KUBE_TOKEN`, else none | `kubernetes` (https: + `tls`) |
 /// | `zookeeper://host1:2181[,host2:2181…][/root][?naming=curator&session_timeout=10s]` | ZooKeeper's lock recipe, zookeeper-client; root default `/locks` (lock `name` at `/locks/name`, as kazoo's `Lock("/locks/name")`), naming `kazoo` (default) or `curator`, the session timeout asked for (default 10 s; `500ms`, `10s` or seconds) | `zookeeper` |
 ///
 /// A `?key_prefix=…` query parameter sets the key prefix (Redis, Upstash: default
@@ -32,7 +33,7 @@ use crate::Error;
 /// the client library.
 ///
 /// TLS (cargo feature `tls`, rustls): `rediss://`, `etcd+https://`, `upstash+https://`,
-/// and PostgreSQL's `sslmode=require`, `verify-ca` or `verify-full`, each of which
+/// `kubernetes+https://`, and PostgreSQL's `sslmode=require`, `verify-ca` or `verify-full`, each of which
 /// checks the server's certificate chain and host name (stricter than libpq's
 /// `require`, which checks nothing); `disable`, `allow` and `prefer` connect without
 /// TLS. The CA trusted is the file `?ca=/path/ca.pem` names (PostgreSQL:
@@ -76,6 +77,18 @@ pub enum BackendKind {
         /// The bearer token, if any.
         token: Option<String>,
     },
+    /// `kubernetes+http(s)://`: the API server and the Leases' namespace.
+    Kubernetes {
+        /// The API server (`https://host:port`), without the query.
+        server: String,
+        /// The namespace of the Leases (`?namespace=`; `None`: `default`).
+        namespace: Option<String>,
+        /// The bearer token (`?token=`, else `$FENCEPOST_KUBE_TOKEN` when no
+        /// `token_file` is given), if any.
+        token: Option<String>,
+        /// A file holding the bearer token (`?token_file=`), read before every call.
+        token_file: Option<PathBuf>,
+    },
     /// `zookeeper://`: the ensemble and where its locks live (cargo feature
     /// `zookeeper`).
     #[cfg(feature = "zookeeper")]
@@ -100,9 +113,17 @@ impl BackendUrl {
     pub fn parse(url: &str) -> Result<BackendUrl, Error> {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         let postgres = matches!(scheme.as_deref(), Some("postgres" | "postgresql"));
+        let kube = matches!(
+            scheme.as_deref(),
+            Some("kubernetes+http" | "kubernetes+https")
+        );
         let ca_param = if postgres { "sslrootcert" } else { "ca" };
-        let (mut base, params) =
-            take_params(url, &["key_prefix", ca_param, "sslmode", "mode"], postgres)?;
+        let names: &[&str] = if kube {
+            &["key_prefix", "ca", "namespace", "token", "token_file"]
+        } else {
+            &["key_prefix", ca_param, "sslmode", "mode"]
+        };
+        let (mut base, params) = take_params(url, names, postgres)?;
         let param = |name: &str| {
             params
                 .iter()
@@ -113,7 +134,7 @@ impl BackendUrl {
         let key_prefix = param("key_prefix");
         let mut tls = matches!(
             scheme.as_deref(),
-            Some("rediss" | "etcd+https" | "upstash+https")
+            Some("rediss" | "etcd+https" | "upstash+https" | "kubernetes+https")
         );
         if let Some(mode) = param("sslmode") {
             // libpq's six modes; the PostgreSQL adapter maps them to tokio-postgres's
@@ -140,7 +161,7 @@ impl BackendUrl {
                     if postgres {
                         "sslmode=verify-full with it"
                     } else {
-                        "rediss://, etcd+https:// or upstash+https://"
+                        "rediss://, etcd+https://, upstash+https:// or kubernetes+https://"
                     }
                 )))
             }
@@ -204,6 +225,61 @@ impl BackendUrl {
                     token,
                 }
             }
+            Some(s @ ("kubernetes+http" | "kubernetes+https")) => {
+                let scheme = &s["kubernetes+".len()..];
+                let rest = &base[s.len() + 3..];
+                if rest.contains('?') {
+                    return Err(Error::Config(format!(
+                        "unknown parameter in {}: Kubernetes URLs take namespace, token, \
+                         token_file and ca",
+                        redact(url)
+                    )));
+                }
+                let host = rest.trim_end_matches('/');
+                if host.is_empty() || host.contains('/') || host.contains('@') {
+                    return Err(Error::Config(format!(
+                        "backend URL {} must name the API server as \
+                         kubernetes+https://host:port[?namespace=ns&token=…]",
+                        redact(url)
+                    )));
+                }
+                let token = param("token");
+                let token_file = param("token_file").map(PathBuf::from);
+                if token.is_some() && token_file.is_some() {
+                    return Err(Error::Config(format!(
+                        "backend URL {} gives both token and token_file: give one",
+                        redact(url)
+                    )));
+                }
+                let token = match (&token, &token_file) {
+                    (None, None) => std::env::var("FENCEPOST_KUBE_TOKEN")
+                        .ok()
+                        .filter(|t| !t.is_empty()),
+                    _ => token,
+                };
+                let namespace = param("namespace");
+                if let Some(ns) = &namespace {
+                    let b = ns.as_bytes();
+                    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+                    let label = b.len() <= 63
+                        && b.iter().all(|c| alnum(c) || *c == b'-')
+                        && b.first().is_some_and(alnum)
+                        && b.last().is_some_and(alnum);
+                    if !label {
+                        return Err(Error::Config(format!(
+                            "namespace in {} must be a DNS-1123 label (1 to 63 of a-z, 0-9 and \
+                             '-', starting and ending with a letter or digit), got {ns:?}",
+                            redact(url)
+                        )));
+                    }
+                }
+                BackendKind::Kubernetes {
+                    server: format!("{scheme}://{host}"),
+                    namespace,
+                    token,
+                    token_file,
+                }
+            }
             #[cfg(feature = "zookeeper")]
             Some("zookeeper") => zookeeper(url, &base["zookeeper://".len()..])?,
             #[cfg(not(feature = "zookeeper"))]
@@ -215,8 +291,8 @@ impl BackendUrl {
             _ => {
                 return Err(Error::Config(format!(
                     "backend URL must start with memory://, redis://, rediss://, redlock://, \
-                     postgres://, etcd+http://, etcd+https://, upstash+http://, upstash+https:// \
-                     or zookeeper://, got {}",
+                     postgres://, etcd+http://, etcd+https://, upstash+http://, upstash+https://, \
+                     kubernetes+http://, kubernetes+https:// or zookeeper://, got {}",
                     redact(url)
                 )))
             }
@@ -362,11 +438,25 @@ fn take_params(
     Ok((base, taken))
 }
 
-/// `url` with any password or token replaced by `…`, for messages.
+/// `url` with any password or token (the user part, a `token=` parameter) replaced
+/// by `…`, for messages.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
+    let url = match (url.find("://"), url.find('@')) {
         (Some(s), Some(at)) if at > s => format!("{}…{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),
+    };
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("token", _)) => "token=…".to_owned(),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", pairs.join("&"))
+        }
+        None => url,
     }
 }
 
@@ -450,6 +540,32 @@ pub(crate) async fn open(
             )?;
             Ok((Arc::new(adapter), Backend::Redis(b)))
         }
+        #[cfg(feature = "kubernetes")]
+        BackendKind::Kubernetes {
+            server,
+            namespace,
+            token,
+            token_file,
+        } => {
+            if url.key_prefix.is_some() {
+                return Err(Error::Config(
+                    "key_prefix does not apply to Kubernetes: a lock's name is its Lease's name (choose the namespace with ?namespace=)".into(),
+                ));
+            }
+            let mut b = fencepost_core::backends::KubernetesBackend::default();
+            if let Some(ns) = namespace {
+                b.namespace = ns.clone();
+            }
+            use crate::adapters::kubernetes::{KubeToken, KubernetesAdapter};
+            let token = match (token, token_file) {
+                (_, Some(path)) => KubeToken::File(path.clone()),
+                (Some(t), None) => KubeToken::Fixed(t.clone()),
+                (None, None) => KubeToken::None,
+            };
+            let adapter =
+                KubernetesAdapter::new(server.clone(), token, url.ca_file.as_deref(), b.clone())?;
+            Ok((Arc::new(adapter), Backend::Kubernetes(b)))
+        }
         #[cfg(feature = "zookeeper")]
         BackendKind::ZooKeeper {
             hosts,
@@ -477,12 +593,14 @@ pub(crate) async fn open(
                 BackendKind::Redlock(_) => "Redlock",
                 BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "PostgreSQL",
                 BackendKind::Etcd(_) => "etcd",
+                BackendKind::Kubernetes { .. } => "Kubernetes",
                 _ => "Upstash",
             },
             match other {
                 BackendKind::Redis(_) | BackendKind::Redlock(_) => "`redis`",
                 BackendKind::Postgres(_) | BackendKind::PostgresSession(_) => "`postgres`",
                 BackendKind::Etcd(_) => "`etcd`",
+                BackendKind::Kubernetes { .. } => "`kubernetes`",
                 _ => "`upstash`",
             }
         ))),

@@ -10,6 +10,8 @@ use crate::{Error, Holder};
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(feature = "kubernetes")]
+pub(crate) mod kubernetes;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -58,13 +60,13 @@ pub(crate) trait Adapter: Send + Sync + 'static {
     fn list(&self, prefix: String, limit: usize) -> BoxFuture<'static, Result<Vec<Holder>, Error>>;
 }
 
-/// The reqwest client of an HTTP gateway adapter (etcd, Upstash; `what` names it in
+/// The reqwest client of an HTTP adapter (etcd, Upstash, Kubernetes; `what` names it in
 /// errors): a 1 s connect timeout and, with the cargo feature `tls` and a CA file given
 /// (`ca`), only that CA trusted for `https://`.
 ///
 /// Errors: [`Error::Config`] for a CA file that cannot be read or is not PEM
 /// certificates, or a client reqwest cannot build.
-#[cfg(any(feature = "etcd", feature = "upstash"))]
+#[cfg(any(feature = "etcd", feature = "upstash", feature = "kubernetes"))]
 pub(crate) fn http_client(
     ca: Option<&std::path::Path>,
     what: &str,
