@@ -388,3 +388,97 @@ async fn the_cli_runs_a_command_under_a_kubernetes_lock() {
         "released at exit"
     );
 }
+
+/// A Lease API server of the test's own, whose test controls (`/_control/…`: injected
+/// 409s and 5xx) disturb no other test.
+struct OwnKube {
+    state: std::path::PathBuf,
+    url: String,
+    token: String,
+}
+
+impl OwnKube {
+    fn script(command: &str, state: &std::path::Path) -> std::process::Output {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scripts/services/kube-lease.sh");
+        std::process::Command::new(script)
+            .arg(command)
+            .env("FENCEPOST_STATE", state)
+            .output()
+            .unwrap()
+    }
+
+    fn start() -> OwnKube {
+        let state = std::env::temp_dir().join(unique("own-kube"));
+        std::fs::create_dir_all(&state).unwrap();
+        let out = Self::script("start", &state);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let read = |f: &str| {
+            std::fs::read_to_string(state.join("kube-lease").join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let (url, token) = (read("url"), read("token"));
+        OwnKube { state, url, token }
+    }
+
+    /// `POST /_control/{what}` with `body`.
+    async fn control(&self, what: &str, body: Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/_control/{what}", self.url))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{what}: {}",
+            response.status()
+        );
+    }
+}
+
+impl Drop for OwnKube {
+    fn drop(&mut self) {
+        let _ = Self::script("stop", &self.state);
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_statuses_and_conflicts_reach_the_machine_which_retries_them() {
+    // the project's server, started here (it needs python3); skipped as the others are
+    if server().is_none() {
+        return;
+    }
+    let own = OwnKube::start();
+    let client = Client::connect(&backend_url(&own.url, &own.token, "rust-kube"))
+        .await
+        .unwrap();
+    let name = unique("faults");
+
+    // three 503 Status replies, then two 409s on the writes: transient, retried with backoff
+    own.control("errors", serde_json::json!({"count": 3, "code": 503}))
+        .await;
+    own.control("conflicts", serde_json::json!({"count": 2}))
+        .await;
+    let lease = acquire(&client, &name, ttl(3)).await;
+    assert_eq!(lease.token().get(), 1, "the first grant of a new Lease");
+
+    // a renewal answered 409: read again, still this owner's with this token, PUT again
+    own.control("conflicts", serde_json::json!({"count": 1}))
+        .await;
+    lease.extend().await.unwrap();
+    let doc = lease_doc(&client, &name).await;
+    assert_eq!(doc["spec"]["holderIdentity"], lease.owner_id().to_string());
+    assert_eq!(doc["spec"]["leaseTransitions"], 1);
+    lease.release().await.unwrap();
+    assert_eq!(client.status(&name).await.unwrap(), None);
+}
