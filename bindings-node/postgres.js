@@ -586,12 +586,7 @@ function createPostgres (native, fp) {
      */
     async list (prefix = '', options) {
       this._rowsOnly('list')
-      check.string(prefix, 'prefix')
-      const o = check.plainObject(options, 'list options')
-      const limit = o.limit === undefined ? 100 : o.limit
-      if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10000) {
-        throw new ConfigError(`limit must be an integer from 1 to 10000, got ${check.describe(limit)}`, { option: 'limit' })
-      }
+      const limit = check.listArguments(prefix, options, 10000)
       const stmt = translate(() => native.pgListStatement(this._settings, prefix, limit))
       return this._holders('list', prefix, stmt)
     }

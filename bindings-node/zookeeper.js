@@ -422,12 +422,7 @@ function createZooKeeper (native, fp) {
      * limit that is not an integer >= 1.
      */
     async list (prefix = '', options) {
-      check.string(prefix, 'prefix')
-      const o = check.plainObject(options, 'list options')
-      const limit = o.limit === undefined ? 100 : o.limit
-      if (!Number.isSafeInteger(limit) || limit < 1) {
-        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
-      }
+      const limit = check.listArguments(prefix, options)
       const settings = { root: this._root, naming: this._naming }
       const request = translate(() => native.zookeeperListNames(settings))
       const { names } = this._operatorResult('list', prefix, native.readZookeeperList(prefix, await this._query('list', prefix, request)))

@@ -308,12 +308,7 @@ function createBackends (native, LockMachine, fence) {
      * that is not an integer >= 1.
      */
     async list (prefix = '', options) {
-      check.string(prefix, 'prefix')
-      const o = check.plainObject(options, 'list options')
-      const limit = o.limit === undefined ? 100 : o.limit
-      if (!Number.isSafeInteger(limit) || limit < 1) {
-        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
-      }
+      const limit = check.listArguments(prefix, options)
       const found = new Map()
       let cursor = '0'
       for (let step = 0; step < LIST_STEPS; step++) {
@@ -1526,12 +1521,7 @@ function createBackends (native, LockMachine, fence) {
      * are found.
      */
     async list (prefix = '', options) {
-      check.string(prefix, 'prefix')
-      const o = check.plainObject(options, 'list options')
-      const limit = o.limit === undefined ? 100 : o.limit
-      if (!Number.isSafeInteger(limit) || limit < 1) {
-        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
-      }
+      const limit = check.listArguments(prefix, options)
       const found = []
       const seen = new Set() // a name's keys may span pages, or interleave with `name/…`'s
       let after = null

@@ -208,4 +208,18 @@ function fencingToken (value) {
   return token(value)
 }
 
-module.exports = { describe, string, boolean, millis, id, token, fencingToken, plainObject, lockOptions, abortSignal }
+/** The arguments of a backend's `list(prefix = '', options)`: the prefix (a string) and
+ * `options.limit` (default 100), an integer in 1 ..= `max`. Throws ConfigError (option
+ * `limit` for a bad limit). */
+function listArguments (prefix, options, max = Number.MAX_SAFE_INTEGER) {
+  string(prefix, 'prefix')
+  const o = plainObject(options, 'list options')
+  const limit = o.limit === undefined ? 100 : o.limit
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? 'an integer >= 1' : `an integer from 1 to ${max}`
+    throw new ConfigError(`limit must be ${range}, got ${describe(limit)}`, { option: 'limit' })
+  }
+  return limit
+}
+
+module.exports = { describe, string, boolean, millis, id, token, fencingToken, plainObject, lockOptions, abortSignal, listArguments }

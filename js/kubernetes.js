@@ -132,12 +132,7 @@ function createKubernetesLease (native, Backend) {
      * a prefix that is not a string or a limit that is not an integer >= 1.
      */
     async list (prefix = '', options) {
-      check.string(prefix, 'prefix')
-      const o = check.plainObject(options, 'list options')
-      const limit = o.limit === undefined ? 100 : o.limit
-      if (!Number.isSafeInteger(limit) || limit < 1) {
-        throw new ConfigError(`limit must be an integer >= 1, got ${check.describe(limit)}`, { option: 'limit' })
-      }
+      const limit = check.listArguments(prefix, options)
       const found = new Map()
       let token = null
       for (let page = 0; page < LIST_PAGES; page++) {

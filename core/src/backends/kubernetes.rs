@@ -109,7 +109,7 @@ const JSON: &str = "application/json";
 const JSON_PATCH: &str = "application/json-patch+json";
 
 /// Whether `s` is a DNS-1123 label: 1..=63 of `[a-z0-9-]`, alphanumeric at both ends.
-fn dns_label(s: &str) -> bool {
+pub(crate) fn dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     !b.is_empty()
@@ -121,7 +121,7 @@ fn dns_label(s: &str) -> bool {
 
 /// Whether `s` is a DNS-1123 subdomain (what a Lease name must be): at most 253
 /// characters, dot-separated labels.
-fn dns_subdomain(s: &str) -> bool {
+pub(crate) fn dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(dns_label)
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::backends::kubernetes::KubeRequest;
+use crate::backends::kubernetes::{dns_label, dns_subdomain, KubeRequest};
 use crate::Instant;
 
 const GROUP: &str = "coordination.k8s.io";
@@ -128,21 +128,6 @@ fn civil(secs: u64) -> String {
     )
 }
 
-/// Whether `s` is a DNS-1123 label.
-fn label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| alnum(c) || *c == b'-')
-        && alnum(&b[0])
-        && alnum(&b[b.len() - 1])
-}
-
-fn subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(label)
-}
-
 /// Whether `v` is an `int32` in `min..2^31`.
 fn int32_from(v: &Value, min: i64) -> bool {
     v.as_i64().is_some_and(|n| n >= min && n < 1 << 31)
@@ -216,7 +201,7 @@ impl MemoryKubernetes {
             [ns, "leases", name] if !name.is_empty() => (*ns, Some(*name)),
             _ => return Err(not_served()),
         };
-        if !label(ns) {
+        if !dns_label(ns) {
             return Err(bad_request(&format!("invalid namespace {ns:?}")));
         }
         let Some(name) = name else {
@@ -397,7 +382,7 @@ fn validate(ns: &str, name: &str, obj: Value) -> Result<Value, Value> {
         ));
     }
     let object_name = meta.get("name").cloned().unwrap_or(Value::Null);
-    if !object_name.as_str().is_some_and(subdomain) {
+    if !object_name.as_str().is_some_and(dns_subdomain) {
         return Err(invalid(
             name,
             "metadata.name",
