@@ -720,8 +720,8 @@ function createBackends (native, LockMachine, fence) {
    * Locks on one Redis server (or a compatible one: Valkey, KeyDB, Dragonfly with Lua)
    * through an ioredis or node-redis (v4+) client that the caller owns and connects.
    *
-   * Every request is a Lua script run with EVALSHA, falling back to EVAL on NOSCRIPT.
-   * Error replies go to the lock machine as values (it decides whether they are
+   * Every request is a Lua script: EVAL with its source until this client has run it,
+   * then EVALSHA, falling back to EVAL on NOSCRIPT (a restart, SCRIPT FLUSH). Error replies go to the lock machine as values (it decides whether they are
    * transient); connection failures are transport errors (outcome unknown).
    *
    * With `fair: true`, a parked waiter's BLPOP runs on a duplicate of the client
@@ -748,6 +748,11 @@ function createBackends (native, LockMachine, fence) {
       }
       this._client = client
       this._runner = runner
+      // The sha1s of the scripts this client has run. A script goes by EVAL until then:
+      // the EVAL that follows a NOSCRIPT is sent after every command issued behind the
+      // EVALSHA, so a release could run on the server before the acquire it follows
+      // (a Redlock releases a master whose acquire part is still out).
+      this._loaded = new Set()
       this._blocking = this._fair ? new BlockingConnections(client, runner.kind) : null
       // A client that cannot connect holds commands in its offline queue (ioredis) or
       // fails them only at their deadline: its own events tell an outage at once.
@@ -776,10 +781,20 @@ function createBackends (native, LockMachine, fence) {
         }
       }
       if (command.wait !== undefined) return this._confirmed(command)
+      if (!this._loaded.has(command.sha1)) return this._evalSource(command)
       return attempt(() => this._runner.evalsha(command)).then(undefined, (error) => {
         if (!isNoScript(error)) return errorReply(error)
-        return attempt(() => this._runner.eval(command)).then(undefined, errorReply)
+        this._loaded.delete(command.sha1)
+        return this._evalSource(command)
       })
+    }
+
+    /** EVAL with the script's source; once it answered, the script is known loaded. */
+    _evalSource (command) {
+      return attempt(() => this._runner.eval(command)).then((reply) => {
+        this._loaded.add(command.sha1)
+        return reply
+      }, errorReply)
     }
 
     /** The script, then `WAIT replicas timeoutMs` issued in the same tick on the same
@@ -790,7 +805,16 @@ function createBackends (native, LockMachine, fence) {
         attempt(() => run(command)).then(undefined, errorReply),
         attempt(() => this._runner.wait(command.wait)).then(undefined, errorReply)
       ])
-      return both(this._runner.evalsha).then((reply) => isNoScript(reply[0]) ? both(this._runner.eval) : reply)
+      const byEval = () => both(this._runner.eval).then((reply) => {
+        if (!isErrorReply(reply[0])) this._loaded.add(command.sha1)
+        return reply
+      })
+      if (!this._loaded.has(command.sha1)) return byEval()
+      return both(this._runner.evalsha).then((reply) => {
+        if (!isNoScript(reply[0])) return reply
+        this._loaded.delete(command.sha1)
+        return byEval()
+      })
     }
 
     _cannotWait () {

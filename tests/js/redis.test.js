@@ -192,18 +192,41 @@ test('release of a key re-owned behind the holder\'s back is refused by the serv
 // ---- scripts and replies --------------------------------------------------------------------
 
 for (const kind of Object.keys(CLIENTS)) {
-  test(`${kind}: NOSCRIPT falls back to EVAL, after which EVALSHA works again`, { skip }, async () => {
+  test(`${kind}: a script goes by EVAL until the client ran it, then by EVALSHA; NOSCRIPT falls back to EVAL`, { skip }, async () => {
     const { redis, prefix, done } = await admin()
     try {
       await withClient(kind, async (client) => {
+        // the client's own script calls, in the order the backend made them
+        const calls = []
+        for (const method of ['eval', 'evalsha', 'evalSha']) {
+          const own = client[method]
+          if (typeof own !== 'function') continue
+          client[method] = function (...args) {
+            calls.push(method.toLowerCase())
+            return own.apply(this, args)
+          }
+        }
         const backend = new RedisBackend(client, { keyPrefix: prefix })
         const sha = redisScripts().acquire.sha1
+        const lock = new Lock(backend, 'ns', { ttlMs: 5_000, autoRenew: false })
+        const cycle = async () => {
+          calls.length = 0
+          const lease = await lock.acquire()
+          await lease.release()
+          return { token: lease.token, calls: [...calls] }
+        }
+        // a fresh client sends the source: nothing it sends later can overtake it
+        assert.deepEqual(await cycle(), { token: 1n, calls: ['eval', 'eval'] })
+        assert.deepEqual(await cycle(), { token: 2n, calls: ['evalsha', 'evalsha'] })
         await redis.script('FLUSH')
         assert.deepEqual(await redis.script('EXISTS', sha), [0])
-        const lock = new Lock(backend, 'ns', { ttlMs: 5_000 })
-        assert.equal(await lock.using((signal, lease) => lease.token), 1n)
-        assert.deepEqual(await redis.script('EXISTS', sha), [1]) // EVAL cached it
-        assert.equal(await lock.using((signal, lease) => lease.token), 2n)
+        // each EVALSHA answered NOSCRIPT is followed by an EVAL (unless a test running
+        // beside this one loaded the script again in between)
+        const flushed = await cycle()
+        assert.equal(flushed.token, 3n)
+        assert.match(flushed.calls.join(' '), /^evalsha (eval )?evalsha( eval)?$/)
+        assert.deepEqual(await redis.script('EXISTS', sha), [1])
+        assert.deepEqual(await cycle(), { token: 4n, calls: ['evalsha', 'evalsha'] })
         backend.close()
       })
     } finally {
@@ -211,6 +234,42 @@ for (const kind of Object.keys(CLIENTS)) {
     }
   })
 }
+
+test('a script goes by EVAL until the client ran it, by EVALSHA after, and by EVAL again after NOSCRIPT', async () => {
+  // a client whose server's script cache the test empties at will
+  class ReplyError extends Error {}
+  const cache = new Set()
+  const calls = []
+  const client = {
+    async evalsha (sha1) {
+      calls.push('evalsha')
+      if (!cache.has(sha1)) throw new ReplyError('NOSCRIPT No matching script. Please use EVAL.')
+      return 1
+    },
+    async eval (source) {
+      calls.push('eval')
+      cache.add(crypto.createHash('sha1').update(source).digest('hex'))
+      return 1
+    }
+  }
+  const backend = new RedisBackend(client)
+  const { sha1 } = redisScripts().renew
+  const renew = { backend: 'redis', script: 'renew', sha1, keys: ['k'], args: ['owner', '1000'] }
+  const run = async () => {
+    calls.length = 0
+    assert.equal(await backend.execute(renew, {}), 1)
+    return [...calls]
+  }
+  // two at once before any answered: both EVAL, so they stay in the order sent
+  calls.length = 0
+  assert.deepEqual(await Promise.all([backend.execute(renew, {}), backend.execute(renew, {})]), [1, 1])
+  assert.deepEqual(calls, ['eval', 'eval'])
+  assert.deepEqual(await run(), ['evalsha'])
+  cache.clear() // SCRIPT FLUSH, or a restart
+  assert.deepEqual(await run(), ['evalsha', 'eval'])
+  assert.deepEqual(await run(), ['evalsha'])
+  backend.close()
+})
 
 test('a wrong type at the lock key is a ProtocolError naming WRONGTYPE', { skip }, async () => {
   const { redis, prefix, done } = await admin()

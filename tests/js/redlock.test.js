@@ -172,8 +172,8 @@ for (const kind of Object.keys(KINDS)) {
     try {
       // the stopped masters' parts end at the attempt's deadline, 3 000 × 0.99 − 2 = 2 968 ms
       const lock = new Lock(backend, 'job', { ttlMs: 3_000, renewEveryMs: 250, acquireTimeoutMs: 5_000 })
-      // connections made and scripts loaded on every master (the first call of each is an
-      // EVALSHA answered NOSCRIPT, then an EVAL), so the timing below is the lock's
+      // connections made and scripts loaded on every master (the first call of each script
+      // on each client is an EVAL of its source), so the timing below is the lock's
       await (await lock.acquire()).release()
       let closing
       await stopped([3, 4], async () => {

@@ -1,11 +1,16 @@
-//! Redis with redis-rs: scripts with `EVALSHA` (falling back to `EVAL` on
-//! `NOSCRIPT`) on a `ConnectionManager` (one multiplexed connection, reconnected by
-//! redis-rs), `WAIT` pipelined after the script on that same connection, and each
-//! `BLPOP` of a fair waiter on a connection of its own (it blocks the connection).
+//! Redis with redis-rs: scripts on a `ConnectionManager` (one multiplexed connection,
+//! reconnected by redis-rs), `EVAL` with the source until the connection has run the
+//! script, then `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`); `WAIT` pipelined after
+//! the script on that same connection, and each `BLPOP` of a fair waiter on a
+//! connection of its own (it blocks the connection).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencepost_core::{RedisBackend, RedisBlpop, RedisCommand, RedisValue, Reply, RequestBody};
+use fencepost_core::{
+    RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue, Reply, RequestBody,
+};
 use futures::future::{BoxFuture, FutureExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -16,6 +21,30 @@ pub(crate) struct RedisAdapter {
     client: redis::Client,
     conn: ConnectionManager,
     backend: RedisBackend,
+    loaded: Loaded,
+}
+
+/// The scripts this adapter's connection has run, one bit per [`RedisScript`]. A script
+/// goes by `EVAL` until then: the `EVAL` that follows a `NOSCRIPT` is sent after every
+/// command issued behind the `EVALSHA`, so a release could run on the server before the
+/// acquire it follows (a Redlock releases a master whose acquire part is still out).
+#[derive(Clone, Default)]
+struct Loaded(Arc<AtomicU32>);
+
+impl Loaded {
+    fn bit(script: RedisScript) -> u32 {
+        1 << (script as u32)
+    }
+    fn has(&self, script: RedisScript) -> bool {
+        self.0.load(Ordering::Relaxed) & Self::bit(script) != 0
+    }
+    fn set(&self, script: RedisScript, loaded: bool) {
+        if loaded {
+            self.0.fetch_or(Self::bit(script), Ordering::Relaxed);
+        } else {
+            self.0.fetch_and(!Self::bit(script), Ordering::Relaxed);
+        }
+    }
 }
 
 impl RedisAdapter {
@@ -68,6 +97,7 @@ impl RedisAdapter {
             client,
             conn,
             backend,
+            loaded: Loaded::default(),
         })
     }
 }
@@ -132,7 +162,11 @@ fn script(cmd: &RedisCommand, by_sha: bool) -> redis::Cmd {
     c
 }
 
-async fn run(conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValue, String> {
+async fn run(
+    conn: ConnectionManager,
+    cmd: RedisCommand,
+    loaded: Loaded,
+) -> Result<RedisValue, String> {
     let once = |by_sha: bool, mut conn: ConnectionManager, cmd: &RedisCommand| {
         let c = script(cmd, by_sha);
         let wait = cmd.wait;
@@ -156,16 +190,28 @@ async fn run(conn: ConnectionManager, cmd: RedisCommand) -> Result<RedisValue, S
             }
         }
     };
-    let first = once(true, conn.clone(), &cmd).await?;
-    let noscript = |v: &RedisValue| match v {
-        RedisValue::Error(m) => m.starts_with("NOSCRIPT"),
-        RedisValue::Array(items) => items
-            .first()
-            .is_some_and(|v| matches!(v, RedisValue::Error(m) if m.starts_with("NOSCRIPT"))),
-        _ => false,
+    // the script's own reply: the first item when WAIT was pipelined after it
+    let script_reply = |v: &RedisValue| -> Option<RedisValue> {
+        match (cmd.wait, v) {
+            (Some(_), RedisValue::Array(items)) => items.first().cloned(),
+            (Some(_), _) => None,
+            (None, v) => Some(v.clone()),
+        }
     };
-    if noscript(&first) {
-        return once(false, conn.clone(), &cmd).await;
+    let by_source = || async {
+        let reply = once(false, conn.clone(), &cmd).await?;
+        if !matches!(script_reply(&reply), Some(RedisValue::Error(_)) | None) {
+            loaded.set(cmd.script, true);
+        }
+        Ok(reply)
+    };
+    if !loaded.has(cmd.script) {
+        return by_source().await;
+    }
+    let first = once(true, conn.clone(), &cmd).await?;
+    if matches!(script_reply(&first), Some(RedisValue::Error(m)) if m.starts_with("NOSCRIPT")) {
+        loaded.set(cmd.script, false);
+        return by_source().await;
     }
     Ok(first)
 }
@@ -186,7 +232,7 @@ async fn blpop(client: redis::Client, pop: RedisBlpop) -> Result<RedisValue, Str
 impl Adapter for RedisAdapter {
     fn execute(&self, body: RequestBody) -> BoxFuture<'static, Result<Reply, String>> {
         match body {
-            RequestBody::Redis(cmd) => run(self.conn.clone(), cmd)
+            RequestBody::Redis(cmd) => run(self.conn.clone(), cmd, self.loaded.clone())
                 .map(|r| r.map(Reply::Redis))
                 .boxed(),
             RequestBody::RedisBlpop(pop) => blpop(self.client.clone(), pop)
@@ -212,9 +258,11 @@ impl Adapter for RedisAdapter {
 impl RedisAdapter {
     /// The operator queries' script runner, on this adapter's connection.
     fn exec(&self) -> redis_inspect::Exec {
-        let conn = self.conn.clone();
-        std::sync::Arc::new(move |body| match body {
-            RequestBody::Redis(cmd) => run(conn.clone(), cmd).map(|r| r.map(Reply::Redis)).boxed(),
+        let (conn, loaded) = (self.conn.clone(), self.loaded.clone());
+        Arc::new(move |body| match body {
+            RequestBody::Redis(cmd) => run(conn.clone(), cmd, loaded.clone())
+                .map(|r| r.map(Reply::Redis))
+                .boxed(),
             other => futures::future::ready(Err(format!(
                 "the Redis adapter cannot run a {} request",
                 other.kind()
