@@ -2,6 +2,12 @@
 the plot docs/benchmarks-contended.png.
 
 usage: report.py RESULTS.json [--doc docs/BENCHMARKS.md] [--png docs/benchmarks-contended.png]
+                 [--backend FILE.json ...] [--wasm-build bindings-wasm/dist/build.json]
+
+--backend: the tables of the other backends' scripts of the same run (bench/python/zookeeper.py,
+etcd.py, postgres.py, bench/node/postgres.mjs, each with --json FILE): their markdown goes in
+after the Redis tables and their rows into the performance goals. --wasm-build: the WASM
+package's build report (sizes), read for the module-size goal when the file exists.
 
 The analysis in bench/NOTES.md (written by people, dated) is copied in verbatim under
 the generated tables; everything else in BENCHMARKS.md is generated: rerun, don't edit.
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,6 +33,7 @@ LABELS = {
     "python:raw": "raw floor: redis-py SET NX PX + owner-checked release script",
     "python:raw-async": "raw floor on redis.asyncio (same two commands)",
     "python:fencepost-scripts": "fencepost's two scripts by hand, no machine (protocol floor)",
+    "python:fencepost-scripts-async": "fencepost's two scripts by hand on redis.asyncio (protocol floor, asyncio)",
     "python:redis-py": "redis-py `Lock`",
     "python:python-redis-lock": "python-redis-lock",
     "python:pottery": "pottery `Redlock` (one master)",
@@ -44,6 +52,7 @@ LABELS = {
     "node:fencepost-redlock5": "fencepost Redlock, 5 masters",
     "node:redlock-redlock3": "redlock 5.0.0-beta.2, 3 masters (retryCount −1)",
     "node:redlock-redlock5": "redlock 5.0.0-beta.2, 5 masters (retryCount −1)",
+    "node:baton": "wake-up floor, not a lock: a baton passed round robin (RPUSH → the next worker's BLPOP, one round trip)",
 }
 RAW = {"python": "python:raw", "node": "node:raw-ioredis"}
 
@@ -76,8 +85,8 @@ def table(header: List[str], rows: List[List[str]]) -> str:
 
 
 def fencepost_keys(section: Dict[str, Any], lang: str) -> List[str]:
-    """fencepost's own rows (not the protocol-floor row, which runs no fencepost code)."""
-    return [k for k in section if k.startswith(f"{lang}:fencepost") and not k.endswith("-scripts")]
+    """fencepost's own rows (not the protocol-floor rows, which run no fencepost code)."""
+    return [k for k in section if k.startswith(f"{lang}:fencepost") and not k.startswith(f"{lang}:fencepost-scripts")]
 
 
 def best_fencepost(section: Dict[str, Any], lang: str, metric: str, lower_is_better: bool) -> Optional[str]:
@@ -256,6 +265,169 @@ def targets_section(res: Dict[str, Any]) -> str:
     return table(["target", "this run", ""], rows)
 
 
+# ---- performance goals ----------------------------------------------------------------------
+
+#: The WASM module's size goal (gzipped bytes of the web target's optimised module).
+WASM_GOAL_BYTES = 80 * 1024
+#: Every backend of the project and what its rows must stand beside: (backend, [(lang,
+#: [required comparison rows, by lib name])]). Redis and Redlock come from run.py's
+#: results; the others from the backend scripts' JSON (`--backend`).
+BACKENDS: List[Tuple[str, str]] = [
+    ("redis", "Python beside redis-py `Lock`, python-redis-lock, pottery and the raw floors; Node beside redlock, redis-semaphore and the raw floor"),
+    ("redlock", "fencepost's Redlock on 3 and 5 masters beside pottery `Redlock` (Python) and redlock (Node)"),
+    ("postgres", "beside a raw `pg_advisory_lock` floor (Python and Node)"),
+    ("etcd", "beside the `etcd3` client's `Lock` (if it installs) and a raw txn floor (Python)"),
+    ("zookeeper", "beside kazoo's `Lock` (Python)"),
+    ("kubernetes", "beside the library its users would pick instead"),
+]
+
+
+def _met(ok: Optional[bool]) -> str:
+    return "not measured" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def _us(x: Optional[float]) -> str:
+    return f"{fmt(x)} µs"
+
+
+def _backend_rows(res: Dict[str, Any], extras: List[Dict[str, Any]], backend: str) -> Tuple[Optional[bool], str]:
+    """(met?, what this run has) for the "every backend benchmarked" goal of `backend`."""
+    unc, c8 = res.get("uncontended", {}), res.get("contended", {}).get("8", {})
+
+    def have(key: str) -> bool:
+        return "median_us" in unc.get(key, {}) and "handoffs_per_s" in c8.get(key, {})
+
+    if backend in ("redis", "redlock"):
+        want = {
+            "redis": ["python:fencepost-sync", "python:redis-py", "python:raw", "node:fencepost", "node:redlock", "node:redis-semaphore", "node:raw-ioredis"],
+            "redlock": ["python:fencepost-redlock3", "python:pottery-redlock3", "node:fencepost-redlock3", "node:redlock-redlock3"],
+        }[backend]
+        missing = [k for k in want if not have(k)]
+        if backend == "redis" and res.get("node_skipped"):
+            return False, f"Node skipped ({res['node_skipped']}); " + ("missing: " + ", ".join(missing) if missing else "")
+        if missing:
+            return False, "missing uncontended or 8-worker rows: " + ", ".join(missing)
+        return True, "uncontended and 8- and 32-worker tables above (" + ", ".join(want) + ")"
+    mine = [e for e in extras if e.get("backend") == backend]
+    if not mine:
+        if backend == "kubernetes":
+            return False, "no benchmark yet (no kube-apiserver can run on this machine; the project's Lease API server could stand in)"
+        return False, "no table in this run"
+    parts, ok = [], True
+    for e in mine:
+        rows = e.get("rows", [])
+        fp = [r for r in rows if r.get("kind") == "fencepost"]
+        other = [r for r in rows if r.get("kind") in ("peer", "floor")]
+        complete = lambda r: r.get("uncontended_p50_us") is not None and r.get("grants_per_s") is not None  # noqa: E731
+        bad = [r["lib"] for r in rows if r.get("overlaps")]
+        good = bool(fp) and all(complete(r) for r in fp) and any(complete(r) for r in other) and not bad
+        if e.get("error"):
+            good = False
+        ok = ok and good
+        what = f"{e.get('lang', '?')}: " + ", ".join(r["lib"] for r in rows)
+        if e.get("error"):
+            what += f" — failed: {e['error'][:200]}"
+        for a in e.get("absent", []):
+            what += f"; {a['lib']} absent ({a['why']})"
+        if bad:
+            what += "; overlaps in " + ", ".join(bad)
+        parts.append(what)
+    return ok, "; ".join(parts)
+
+
+def goals_section(res: Dict[str, Any], extras: List[Dict[str, Any]], wasm: Optional[Dict[str, Any]], wasm_path: Optional[Path]) -> str:
+    """The performance goals, each stated met / not met from this run's own figures."""
+    unc, c8 = res.get("uncontended", {}), res.get("contended", {}).get("8", {})
+    rows: List[List[str]] = []
+
+    def med(key: str) -> Optional[float]:
+        return unc.get(key, {}).get("median_us")
+
+    def label(key: str) -> str:
+        return LABELS.get(key, key)
+
+    rows.append([
+        "Batched renewals: 10,000 held leases with ≥ 100× fewer requests than redis-py `Lock.extend`, "
+        "python-redis-lock `auto_renewal`, node-redlock `using()`",
+        "–", "no batched-renewal row in this run", "not measured",
+    ])
+
+    def at_or_below(goal: str, fp_key: str, peer_key: str, factor: float = 1.0, why: str = "") -> None:
+        a, b = med(fp_key), med(peer_key)
+        if a is None or b is None:
+            missing = " and ".join(label(k) for k, v in [(fp_key, a), (peer_key, b)] if v is None)
+            rows.append([goal, f"{label(fp_key)} vs {label(peer_key)}{why}", f"no figure for {missing}", "not measured"])
+            return
+        r = a / b
+        rows.append([goal, f"{label(fp_key)} vs {label(peer_key)}{why}", f"{_us(a)} ÷ {_us(b)} = {r:.2f}× (goal ≤ {factor:.2f}×)", _met(r <= factor)])
+
+    at_or_below("Uncontended, Python threads at or below redis-py `Lock`", "python:fencepost-sync", "python:redis-py")
+    at_or_below(
+        "Uncontended, asyncio at or below redis.asyncio + 5 %", "python:fencepost-async", "python:raw-async", 1.05,
+        why=" (¹)",
+    )
+    at_or_below("Uncontended, Node at or below redis-semaphore `Mutex`", "node:fencepost", "node:redis-semaphore")
+    at_or_below("Uncontended, Node at or below redlock", "node:fencepost", "node:redlock")
+
+    for what, fp_key, floor_key, raw_key in [
+        ("Python threads", "python:fencepost-sync", "python:fencepost-scripts", "python:raw"),
+        ("asyncio", "python:fencepost-async", "python:fencepost-scripts-async", "python:raw-async"),
+        ("Node", "node:fencepost", "node:fencepost-scripts", "node:raw-ioredis"),
+    ]:
+        a, f, raw = med(fp_key), med(floor_key), med(raw_key)
+        goal = f"Binding share of the uncontended cycle under 5 %, {what}"
+        compared = f"{label(fp_key)} minus {label(floor_key)}"
+        if a is None or f is None:
+            rows.append([goal, compared, "no protocol-floor or fencepost row in this run", "not measured"])
+            continue
+        share = (a - f) / a * 100
+        shown = f"{fmt(a)} − {fmt(f)} = {fmt(a - f)} µs = {share:.1f} % of the cycle"
+        if raw is not None:
+            shown += f"; protocol (floor − {label(raw_key)}): {fmt(f)} − {fmt(raw)} = {fmt(f - raw)} µs = {(f - raw) / a * 100:.1f} %"
+        rows.append([goal, compared, shown, _met(share < 5)])
+
+    for lang, title in [("python", "Python"), ("node", "Node")]:
+        goal = f"Hand-off p50 within 1.5× the wake-up floor, {title} (8 workers)"
+        fp = best_fencepost(c8, lang, "handoffs_per_s", lower_is_better=False)
+        floor = c8.get(f"{lang}:baton", {}).get("handoff_p50_us")
+        p50 = c8[fp].get("handoff_p50_us") if fp else None
+        if p50 is None or floor is None:
+            rows.append([goal, f"{label(fp) if fp else 'fencepost'} vs the wake-up floor", "no fencepost or wake-up-floor row in this run", "not measured"])
+            continue
+        r = p50 / floor
+        rows.append([goal, f"{label(fp)} (the mode with most hand-offs) vs the wake-up floor", f"{_us(p50)} ÷ {_us(floor)} = {r:.2f}× (goal ≤ 1.50×)", _met(r <= 1.5)])
+
+    goal = "WASM module ≤ 80 KB gzipped (80 × 1,024 B) with every backend in it"
+    gz = (((wasm or {}).get("targets") or {}).get("web") or {}).get("wasmOptGzip")
+    if gz is None:
+        rows.append([goal, "bindings-wasm/dist/build.json", "not measured: build the WASM package (`node bindings-wasm/build.mjs --locked`)", "not measured"])
+    else:
+        where = f"`{wasm_path.relative_to(REPO).as_posix() if wasm_path and wasm_path.is_relative_to(REPO) else wasm_path}`"
+        if wasm and wasm.get("_mtime"):
+            where += f", built {wasm['_mtime']}"
+        rows.append([goal, f"the web target's optimised module ({where})", f"{gz:,} B = {gz / 1024:.1f} KiB ({gz / WASM_GOAL_BYTES:.2f}× the goal)", _met(gz <= WASM_GOAL_BYTES)])
+
+    all_ok = True
+    for backend, beside in BACKENDS:
+        ok, what = _backend_rows(res, extras, backend)
+        all_ok = all_ok and bool(ok)
+        rows.append([f"Every backend benchmarked: {backend}, uncontended and 8 workers, {beside}", f"the {backend} rows above", what, _met(ok)])
+    rows.append(["Every backend benchmarked (all of the above)", "–", f"{sum(1 for r in rows[-len(BACKENDS):] if r[3] == '**met**')} of {len(BACKENDS)} backends", _met(all_ok)])
+    intro = (
+        "Each goal, checked against this run's own figures (uncontended: the median µs per cycle of the rows named; "
+        "hand-offs: the pooled p50 of the 8-worker table). Information, not a test: compare within this run only."
+    )
+    notes = (
+        "(¹) The asyncio goal is checked against the raw floor on redis.asyncio: the run has no redis.asyncio `Lock` "
+        "row, and that `Lock` sends the same two commands as this floor (`SET NX PX`, then the owner-checked release "
+        "script) plus its own Python, so the floor is the least any redis.asyncio lock costs in this run. "
+        "The binding share is the fencepost row minus the protocol floor of the same host API (fencepost's own two "
+        "scripts sent by hand, no lock machine), as a share of the fencepost row's cycle; the protocol's share is "
+        "that floor minus the raw floor (a bare `SET NX PX`: no token)."
+    )
+    return intro + "\n\n" + table(["performance goal", "rows compared", "this run", ""], rows) + "\n\n" + notes
+
+
 def plot(res: Dict[str, Any], png: Path) -> None:
     import matplotlib
 
@@ -268,7 +440,7 @@ def plot(res: Dict[str, Any], png: Path) -> None:
     keys = [
         k
         for k in LABELS
-        if any(k in res["contended"][w] for w in worker_counts) and not k.endswith(("-scripts", ":raw-async", ":baton"))
+        if any(k in res["contended"][w] for w in worker_counts) and not k.endswith(("-scripts", "-scripts-async", ":raw-async", ":baton"))
     ]
     short = {k: k.replace("python:", "py ").replace("node:", "node ") for k in keys}
     colors = {}
@@ -322,8 +494,16 @@ def plot(res: Dict[str, Any], png: Path) -> None:
     plt.close(fig)
 
 
-def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, str]:
+def document(
+    res: Dict[str, Any],
+    png: Optional[Path],
+    doc: Path,
+    extras: Optional[List[Dict[str, Any]]] = None,
+    wasm: Optional[Dict[str, Any]] = None,
+    wasm_path: Optional[Path] = None,
+) -> Tuple[str, str]:
     m, v, plan = res["machine"], res["versions"], res["plan"]
+    extras = extras or []
     tables: List[str] = []
     tables.append("## Core: the lock machine alone (Rust)\n\n" + core_section(res))
     for lang, title in [("python", "Python"), ("node", "Node")]:
@@ -340,6 +520,12 @@ def document(res: Dict[str, Any], png: Optional[Path], doc: Path) -> Tuple[str, 
                     f"## {title}: contended, {w} worker processes, each holding {plan['hold_ms']:g} ms then asking again "
                     f"({plan['contended_rounds']} × {plan['contended_seconds']:g} s)\n\n" + part
                 )
+    for e in extras:
+        if e.get("markdown"):
+            tables.append(e["markdown"].strip())
+        else:
+            tables.append(f"## {e.get('title', e.get('backend', '?'))}\n\nfailed: {e.get('error', 'no table')}")
+    tables.append("## Performance goals, this run\n\n" + goals_section(res, extras, wasm, wasm_path))
     tables.append("## Targets, this run\n\n" + targets_section(res))
     printed = "\n\n".join(tables)
     ver = ", ".join(f"{k} {val}" for k, val in v.items())
@@ -407,15 +593,30 @@ def main() -> None:
     ap.add_argument("results", type=Path)
     ap.add_argument("--doc", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     ap.add_argument("--png", type=Path, default=REPO / "docs" / "benchmarks-contended.png")
+    ap.add_argument("--backend", type=Path, action="append", default=[], help="a backend script's --json output (repeatable)")
+    ap.add_argument("--wasm-build", type=Path, default=REPO / "bindings-wasm" / "dist" / "build.json")
     args = ap.parse_args()
     res = json.loads(args.results.read_text())
+    extras = []
+    for f in args.backend:
+        try:
+            extras.append(json.loads(f.read_text()))
+        except (OSError, ValueError) as exc:  # a failed script: its goal says so
+            extras.append({"backend": f.stem.split("-")[0], "title": f.stem, "error": f"{f.name}: {type(exc).__name__}: {exc}"})
+    wasm: Optional[Dict[str, Any]] = None
+    wasm_path: Optional[Path] = args.wasm_build.resolve()
+    try:
+        wasm = json.loads(wasm_path.read_text())
+        wasm["_mtime"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(wasm_path.stat().st_mtime))
+    except (OSError, ValueError):
+        wasm, wasm_path = None, None
     png: Optional[Path] = args.png.resolve()
     try:
         plot(res, png)
     except Exception as exc:  # the tables matter more than the picture
         print(f"plot failed: {type(exc).__name__}: {exc}")
         png = None
-    printed, _ = document(res, png, args.doc.resolve())
+    printed, _ = document(res, png, args.doc.resolve(), extras, wasm, wasm_path)
     print(printed)
     print(f"\nwrote {args.doc}" + (f" and {args.png}" if png else ""))
 

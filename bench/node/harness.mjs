@@ -22,6 +22,9 @@
 //   redlock-redlock3 redlock 5.0.0-beta.2 on the same three masters' clients, retryCount -1
 //   redlock-redlock5 the same on five masters
 //   redis-semaphore  Mutex(client, key, { lockTimeout: 10000, acquireTimeout: 600000 }) (polls every 10 ms)
+//   baton            not a lock, contended runs only: one baton passed round robin (RPUSH onto the
+//                    next worker's list, which it BLPOPs) — the wake-up floor of a notified hand-off
+//                    on this machine (one round trip, no lock logic), as the Python harness's row
 //
 // The measurement is the one the Python harness makes (see bench/python/harness.py):
 // timestamps are process.hrtime.bigint() (CLOCK_MONOTONIC on Linux, the clock Python's
@@ -43,6 +46,9 @@ return 0
 `
 
 const now = () => process.hrtime.bigint()
+
+/** A contended worker's acquire found the round over (the baton floor only). */
+class RoundOver extends Error {}
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
 function holdUntil (t) {
   const ms = Number(t - now()) / 1e6
@@ -192,6 +198,34 @@ const LIBS = {
       async release () { await mutex.release() },
       close () { c.disconnect() }
     }
+  },
+
+  // Not a lock: the workers pass one baton round robin. "acquire" BLPOPs the worker's own
+  // list, "release" RPUSHes onto the next worker's: one round trip per hand-off, fair and
+  // exclusive by construction. `bind` runs in each worker before it says it is ready
+  // (worker 0 holds the baton first), `stopAt` once the start is known; contended runs
+  // only (run.py's CONTENDED_ONLY).
+  async baton (url, key) {
+    const c = await client(url)
+    let mine = `${key}:baton:0`
+    let next = mine
+    let stopNs = 0n
+    return {
+      async bind (index, workers) {
+        mine = `${key}:baton:${index}`
+        next = `${key}:baton:${(index + 1) % workers}`
+        await c.del(mine)
+        if (index === 0) await c.rpush(mine, 'baton')
+      },
+      stopAt (stop) { stopNs = stop },
+      async acquire () {
+        while ((await c.blpop(mine, 0.05)) === null) {
+          if (now() >= stopNs) throw new RoundOver('round over')
+        }
+      },
+      async release () { await c.rpush(next, 'baton') },
+      close () { c.disconnect() }
+    }
   }
 }
 
@@ -215,11 +249,13 @@ async function worker (args) {
   const lib = await LIBS[args.lib](args.redis, args.key)
   const occ = await client(args.redis)
   const occKey = args.key + ':occupancy'
+  if (lib.bind) await lib.bind(args.index, args.workers)
   const start = await new Promise((resolve) => {
     process.once('message', (m) => resolve(BigInt(m.start_ns)))
     process.send({ ready: true })
   })
   const stop = start + BigInt(Math.round(args.seconds * 1e9))
+  if (lib.stopAt) lib.stopAt(stop)
   const hold = BigInt(Math.round(args.holdMs * 1e6))
   const grants = []
   let overlaps = 0
@@ -228,7 +264,7 @@ async function worker (args) {
   const error = (e) => { errors++; firstError ??= `${e?.name}: ${e?.message}` }
   holdUntil(start)
   while (now() < stop) {
-    try { await lib.acquire() } catch (e) { error(e); continue }
+    try { await lib.acquire() } catch (e) { if (e instanceof RoundOver) break; error(e); continue }
     const tAcq = now()
     if ((await occ.incr(occKey)) !== 1) overlaps++
     if (tAcq < stop) holdUntil(tAcq + hold)
@@ -308,6 +344,7 @@ if (argv[0] === 'worker') {
       (!name.includes('-redlock') || (masters && (redlock || !name.startsWith('fencepost-'))))).join('\n'))
   } else {
     if (!(args.lib in LIBS)) usage(`--lib must be one of ${Object.keys(LIBS).join(', ')}`)
+    if (args.mode === 'uncontended' && args.lib === 'baton') usage('baton is a contended-only row (one worker passing a baton to itself measures nothing)')
     if (!args.redis.startsWith('redis://127.0.0.1:')) usage('benchmarks talk to a Redis on 127.0.0.1 only')
     const out = args.mode === 'uncontended' ? await uncontended(args) : args.mode === 'contended' ? await contended(args) : usage(`unknown mode ${args.mode}`)
     process.stdout.write(out + '\n', () => process.exit(0))

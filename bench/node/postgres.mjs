@@ -1,7 +1,7 @@
 // PostgreSQL rows of scripts/bench, Node side: fencepost's PostgresBackend beside a raw
 // pg_advisory_lock floor.
 //
-// usage: node postgres.mjs --pg URL [--cycles N] [--workers W] [--seconds S] [--md FILE]
+// usage: node postgres.mjs --pg URL [--cycles N] [--workers W] [--seconds S] [--md FILE] [--json FILE]
 //
 //   fencepost-pg-lease      new Lock(new PostgresBackend(pg.Pool), key, { ttlMs: 10000 }):
 //                           await lock.acquire(), await lease.release() (lease rows)
@@ -18,7 +18,8 @@
 // process.hrtime.bigint(): p50 / p99 in µs. contended: `workers` forked processes on one
 // lock for `seconds`, each holding 1 ms per grant (a blocking Atomics.wait): grants per
 // second (all workers), the p50 of hand-offs (release → the next worker's grant) and the
-// overlaps of the grant intervals (two holders at once fail the run).
+// overlaps of the grant intervals (two holders at once fail the run). --json: the markdown and
+// the rows for bench/report.py's --backend (the performance goals).
 
 import { fork } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
@@ -158,7 +159,7 @@ async function contended (lib, url, workers, seconds) {
 }
 
 function parse (argv) {
-  const args = { pg: null, cycles: 500, workers: 8, seconds: 5, md: null }
+  const args = { pg: null, cycles: 500, workers: 8, seconds: 5, md: null, json: null }
   for (let i = 0; i < argv.length; i += 2) {
     const name = argv[i].replace(/^--/, '')
     if (!(name in args) || argv[i + 1] === undefined) throw new Error(`bad argument ${argv[i]}`)
@@ -182,18 +183,20 @@ if (argv[0] === 'worker') {
     `| library | uncontended p50 (µs) | uncontended p99 (µs) | ${args.workers} workers, grants/s | hand-off p50 (µs) | overlaps |`,
     '| --- | --- | --- | --- | --- | --- |'
   ]
+  const rows = []
   for (const lib of LIBS) {
     const t = await uncontended(lib, args.pg, args.cycles)
     const p50 = t[Math.floor(t.length / 2)]
     const p99 = t[Math.min(t.length - 1, Math.floor(t.length * 0.99))]
     const c = await contended(lib, args.pg, args.workers, args.seconds)
     lines.push(`| ${lib} | ${p50.toFixed(0)} | ${p99.toFixed(0)} | ${c.rate.toFixed(0)} | ${c.handoffP50.toFixed(0)} | ${c.overlaps} |`)
+    rows.push({ lib, kind: lib.startsWith('raw-') ? 'floor' : 'fencepost', uncontended_p50_us: p50, uncontended_p99_us: p99, grants_per_s: c.rate, handoff_p50_us: Number.isNaN(c.handoffP50) ? null : c.handoffP50, overlaps: c.overlaps })
     console.log(lines[lines.length - 1])
   }
-  if (args.md) {
-    fs.writeFileSync(args.md, '## PostgreSQL from Node\n\nOne PostgreSQL 15 on 127.0.0.1 (scripts/services/postgres.sh), ' +
-      `${args.cycles} uncontended cycles; ${args.workers} processes on one lock for ${args.seconds} s, each holding 1 ms ` +
-      `(bench/node/postgres.mjs). raw-pg-advisory is the floor: a bare session advisory lock, no token, no lease.\n\n${lines.join('\n')}\n`)
-  }
+  const text = '## PostgreSQL from Node\n\nOne PostgreSQL 15 on 127.0.0.1 (scripts/services/postgres.sh), ' +
+    `${args.cycles} uncontended cycles; ${args.workers} processes on one lock for ${args.seconds} s, each holding 1 ms ` +
+    `(bench/node/postgres.mjs). raw-pg-advisory is the floor: a bare session advisory lock, no token, no lease.\n\n${lines.join('\n')}\n`
+  if (args.md) fs.writeFileSync(args.md, text)
+  if (args.json) fs.writeFileSync(args.json, JSON.stringify({ backend: 'postgres', lang: 'node', title: 'PostgreSQL from Node', markdown: text, rows, absent: [], workers: args.workers }, null, 1) + '\n')
   process.exit(0)
 }

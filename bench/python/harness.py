@@ -19,6 +19,7 @@ gets the lock). What each row runs:
   raw-async          the same on redis.asyncio (the floor for asyncio code)
   fencepost-scripts  fencepost's acquire/release Lua scripts by hand (EVALSHA), no machine, no
                      driver: the protocol's floor
+  fencepost-scripts-async  the same on redis.asyncio: the protocol's floor for asyncio code
   redis-py           redis.lock.Lock(client, key, timeout=10) (sleep=0.1 between tries)
   python-redis-lock  redis_lock.Lock(client, key, expire=10) (waiters BLPOP a signal list)
   pottery            pottery.Redlock(key=key, masters={client}, auto_release_time=10)
@@ -158,6 +159,39 @@ class Scripts(Lib):
 
     def release(self) -> None:
         if self.release_script(keys=self.keys[:1], args=[self.owner]) != 1:
+            raise RuntimeError("scripts release: not the owner")
+
+
+class ScriptsAsync(Lib):
+    """fencepost's two scripts by hand on redis.asyncio: the protocol floor of the
+    asyncio rows (the binding's share under asyncio is fencepost-async minus this)."""
+
+    is_async = True
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import redis.asyncio
+
+        import fencepost
+        from fencepost._core import lock_key, token_key
+
+        scripts = fencepost.redis_scripts()
+        self.r = redis.asyncio.Redis.from_url(url)
+        self.acquire_script = self.r.register_script(scripts["acquire"][1])
+        self.release_script = self.r.register_script(scripts["release"][1])
+        self.keys = [lock_key("fencepost:", key), token_key("fencepost:", key)]
+        self.owner = ""
+
+    async def acquire(self) -> None:  # type: ignore[override]
+        owner = os.urandom(16).hex()
+        while True:
+            granted = await self.acquire_script(keys=self.keys, args=[owner, LEASE_MS])
+            if int(granted[0]) == 1:
+                break
+        self.owner = owner
+
+    async def release(self) -> None:  # type: ignore[override]
+        if await self.release_script(keys=self.keys[:1], args=[self.owner]) != 1:
             raise RuntimeError("scripts release: not the owner")
 
 
@@ -403,6 +437,7 @@ LIBS: Dict[str, Callable[[str, str], Lib]] = {
     "raw": Raw,
     "raw-async": RawAsync,
     "fencepost-scripts": Scripts,
+    "fencepost-scripts-async": ScriptsAsync,
     "redis-py": RedisPy,
     "python-redis-lock": PythonRedisLock,
     "pottery": Pottery,

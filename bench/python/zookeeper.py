@@ -1,6 +1,6 @@
 """ZooKeeper rows of scripts/bench: fencepost's ZooKeeperBackend beside kazoo's Lock.
 
-usage: zookeeper.py --hosts HOST:PORT [--cycles N] [--workers W] [--seconds S] [--md FILE]
+usage: zookeeper.py --hosts HOST:PORT [--cycles N] [--workers W] [--seconds S] [--md FILE] [--json FILE]
 
   fencepost-zk-sync   fencepost.Lock(ZooKeeperBackend(KazooClient)) .acquire_sync(), lease.release()
   fencepost-zk-async  the same with await .acquire(), await lease.release() (kazoo calls on worker threads)
@@ -10,13 +10,15 @@ Each with a 10 s session (the lock's ttl is the negotiated session timeout).
 uncontended: one process, 20 warm-up then `cycles` acquire+release cycles, timed with
 perf_counter_ns: p50 / p99 in µs. contended: `workers` processes on one lock for
 `seconds`, each holding 1 ms per grant: grants per second (all workers), and an
-occupancy check in a shared counter (two holders at once fail the run).
+occupancy check in a shared counter (two holders at once fail the run). --json: the
+markdown and the rows for bench/report.py's --backend (the performance goals).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import time
 import uuid
@@ -153,7 +155,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--md")
+    ap.add_argument("--json")
     args = ap.parse_args()
+    rows = []
     lines = [
         "| library | uncontended p50 (µs) | uncontended p99 (µs) | 8 workers, grants/s | overlaps |",
         "| --- | --- | --- | --- | --- |",
@@ -163,15 +167,21 @@ def main() -> None:
         p50, p99 = t[len(t) // 2], t[min(len(t) - 1, int(len(t) * 0.99))]
         rate, overlaps = contended(lib, args.hosts, args.workers, args.seconds)
         lines.append(f"| {lib} | {p50:.0f} | {p99:.0f} | {rate:.0f} | {overlaps} |")
+        kind = "peer" if lib == "kazoo" else "fencepost"
+        rows.append({"lib": lib, "kind": kind, "uncontended_p50_us": p50, "uncontended_p99_us": p99, "grants_per_s": rate, "overlaps": overlaps})
         print(lines[-1], flush=True)
     table = "\n".join(lines)
+    text = (
+        "## ZooKeeper\n\nOne ZooKeeper 3.8 server on 127.0.0.1 (scripts/services/zookeeper.sh), "
+        f"{args.cycles} uncontended cycles; {args.workers} processes on one lock for "
+        f"{args.seconds:g} s, each holding 1 ms (bench/python/zookeeper.py).\n\n{table}\n"
+    )
     if args.md:
         with open(args.md, "w") as f:
-            f.write(
-                "## ZooKeeper\n\nOne ZooKeeper 3.8 server on 127.0.0.1 (scripts/services/zookeeper.sh), "
-                f"{args.cycles} uncontended cycles; {args.workers} processes on one lock for "
-                f"{args.seconds:g} s, each holding 1 ms (bench/python/zookeeper.py).\n\n{table}\n"
-            )
+            f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": "zookeeper", "lang": "python", "title": "ZooKeeper", "markdown": text, "rows": rows, "absent": [], "workers": args.workers}, f, indent=1)
 
 
 if __name__ == "__main__":
