@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import multiprocessing
 import time
 import traceback
@@ -97,6 +98,11 @@ def _hold(occupancy: Any, hold_s: float) -> bool:
 def _worker(occupancy: Any, make: Maker, lib: str, target: str, key: str, seconds: float, hold_s: float,
             ready: Any, start_ns: Any, go: Any, out: Any, index: int) -> None:
     try:
+        # a contended benchmark is the hot lock fencepost warns about: the records are
+        # still made (the logger stays enabled for WARNING, as by default), then dropped
+        log = logging.getLogger("fencepost")
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
         is_async = lib.endswith("-async")
         acquire, release, close = make(lib, target, key)
         ready.put(index)
