@@ -17,7 +17,9 @@ grants: grants per second, hand-offs (a grant to another worker than the previou
 holder) and their p50 (previous holder calls release → next holder's acquire returns),
 grants per worker min / max, and the two exclusion checks: occupancy (two holders at
 once) and overlapping client-side intervals [t_acq, t_rel]. Each run is bounded: a
-worker that has not reported ``seconds + 60`` s after the start is killed.
+worker still in acquire ``GRACE_S`` (10 s) after the round reports the grants it had
+and leaves (the table counts it: no release woke it), and one that has
+not reported ``seconds + 60`` s after the start is killed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import asyncio
 import json
 import logging
 import multiprocessing
+import os
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -95,8 +99,22 @@ def _hold(occupancy: Any, hold_s: float) -> bool:
     return clash
 
 
+#: How long after the end of a round a worker still waiting in acquire is given before it
+#: reports what it has (no release woke it: the others have stopped).
+GRACE_S = 10.0
+
+
 def _worker(occupancy: Any, make: Maker, lib: str, target: str, key: str, seconds: float, hold_s: float,
             ready: Any, start_ns: Any, go: Any, out: Any, index: int) -> None:
+    reported = threading.Lock()
+
+    def report(rep: Dict[str, Any]) -> bool:
+        """Puts this worker's one report; False when it was put already."""
+        if not reported.acquire(blocking=False):
+            return False
+        out.put(rep)
+        return True
+
     try:
         # a contended benchmark is the hot lock fencepost warns about: the records are
         # still made (the logger stays enabled for WARNING, as by default), then dropped
@@ -112,6 +130,18 @@ def _worker(occupancy: Any, make: Maker, lib: str, target: str, key: str, second
         clock = time.monotonic_ns
         grants: List[Tuple[int, int]] = []
         clashes = 0
+
+        def still_waiting() -> None:
+            # the round ended GRACE_S ago and this worker is still in acquire: report
+            # its grants so far (flushed), then leave without waiting for that acquire
+            if report({"worker": index, "grants": list(grants), "clashes": clashes, "stuck": True}):
+                out.close()
+                out.join_thread()
+                os._exit(0)
+
+        watchdog = threading.Timer(max(0.0, (stop - clock()) / 1e9) + GRACE_S, still_waiting)
+        watchdog.daemon = True
+        watchdog.start()
         while clock() < start:
             time.sleep(0.0005)
 
@@ -144,9 +174,10 @@ def _worker(occupancy: Any, make: Maker, lib: str, target: str, key: str, second
                 close()
 
         asyncio.run(run_async()) if is_async else run_sync()
-        out.put({"worker": index, "grants": grants, "clashes": clashes})
+        watchdog.cancel()
+        report({"worker": index, "grants": grants, "clashes": clashes})
     except BaseException as exc:  # report, never hang the parent
-        out.put({"worker": index, "crash": "".join(traceback.format_exception(exc))[-1500:]})
+        report({"worker": index, "crash": "".join(traceback.format_exception(exc))[-1500:]})
 
 
 def contended(make: Maker, lib: str, target: str, key: str, workers: int, seconds: float, hold_ms: float = 1.0) -> Dict[str, Any]:
@@ -189,6 +220,7 @@ def contended(make: Maker, lib: str, target: str, key: str, workers: int, second
         "min_grants": min(per_worker),
         "max_grants": max(per_worker),
         "occupancy_clashes": sum(r.get("clashes", 0) for r in reports),
+        "stuck_workers": sum(1 for r in reports if r.get("stuck")),
         "interval_overlaps": sum(1 for a, b in zip(grants, grants[1:]) if b[0] < a[1]),
         "crashes": crashes,
     }
@@ -232,6 +264,8 @@ def markdown(title: str, intro: str, rows: List[Dict[str, Any]], absent: List[Di
             excl = f"**FAIL** ({r.get('occupancy_clashes', 0)} occupancy, {r.get('interval_overlaps', 0)} overlaps{'; ' + r['error'][:120] if r.get('error') else ''})"
         else:
             excl = "ok"
+        if r.get("stuck_workers"):
+            excl += f"; {r['stuck_workers']} worker(s) still waiting in acquire {GRACE_S:g} s after the round ended"
         lines.append(
             f"| {'**' + r['lib'] + '**' if r['kind'] == 'fencepost' else r['lib']} | {r['what']} | {fmt(r.get('uncontended_p50_us'))} | "
             f"{fmt(r.get('uncontended_p99_us'))} | {fmt(r.get('grants_per_s'))} | {fmt(r.get('handoffs_per_s'))} | "

@@ -167,7 +167,8 @@ def main() -> None:
     except ImportError:
         pass
     intro = (
-        "One etcd 3.4 member on 127.0.0.1 (scripts/services/etcd.sh), fencepost's Python `EtcdBackend` "
+        "One etcd 3.4 member on 127.0.0.1 (scripts/services/etcd.sh, started with `--unsafe-no-fsync` like the "
+        "test servers: on a real disk every write costs an fsync more), fencepost's Python `EtcdBackend` "
         f"(bench/python/etcd.py): {args.cycles} uncontended cycles after 20 warm-up; {args.workers} spawned "
         f"processes on one lock for {args.seconds:g} s, each holding 1 ms per grant, checked for mutual exclusion "
         "by a shared occupancy counter and by the grants' client-side intervals. fencepost's lease is 10 s "

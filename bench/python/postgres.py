@@ -122,7 +122,9 @@ def main() -> None:
         except Exception:
             pass
     intro = (
-        "One PostgreSQL 15 on 127.0.0.1 (scripts/services/postgres.sh), fencepost's Python `PostgresBackend` on psycopg 3 "
+        "One PostgreSQL 15 on 127.0.0.1 (scripts/services/postgres.sh, with `fsync=off` and `synchronous_commit=off` "
+        "like the test servers: on a real disk every committed write costs more; the advisory floor writes nothing), "
+        "fencepost's Python `PostgresBackend` on psycopg 3 "
         f"(bench/python/postgres.py): {args.cycles} uncontended cycles after 20 warm-up; {args.workers} spawned processes "
         f"on one lock for {args.seconds:g} s, each holding 1 ms per grant, checked for mutual exclusion by a shared "
         "occupancy counter and by the grants' client-side intervals. The raw floor is a bare session advisory lock "
