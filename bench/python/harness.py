@@ -21,6 +21,9 @@ gets the lock). What each row runs:
                      driver: the protocol's floor
   fencepost-scripts-async  the same on redis.asyncio: the protocol's floor for asyncio code
   redis-py           redis.lock.Lock(client, key, timeout=10) (sleep=0.1 between tries)
+  redis-py-async     redis.asyncio.lock.Lock(client, key, timeout=10) on redis.asyncio.Redis
+                     (await acquire() / release(); the same commands and sleep=0.1): the
+                     lock an asyncio program on redis-py would pick
   python-redis-lock  redis_lock.Lock(client, key, expire=10) (waiters BLPOP a signal list)
   pottery            pottery.Redlock(key=key, masters={client}, auto_release_time=10)
   fencepost-redlock3 fencepost.Lock(RedlockBackend([redis.Redis] × 3)) .acquire_sync() / .release_sync()
@@ -209,6 +212,26 @@ class RedisPy(Lib):
 
     def release(self) -> None:
         self.lock.release()
+
+
+class RedisPyAsync(Lib):
+    """redis-py's asyncio Lock (redis.asyncio.lock.Lock): the peer of fencepost-async."""
+
+    is_async = True
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        import redis.asyncio
+
+        self.r = redis.asyncio.Redis.from_url(url)
+        self.lock = self.r.lock(key, timeout=LEASE_S)
+
+    async def acquire(self) -> None:  # type: ignore[override]
+        if not await self.lock.acquire():
+            raise RuntimeError("redis.asyncio Lock.acquire returned False")
+
+    async def release(self) -> None:  # type: ignore[override]
+        await self.lock.release()
 
 
 class PythonRedisLock(Lib):
@@ -439,6 +462,7 @@ LIBS: Dict[str, Callable[[str, str], Lib]] = {
     "fencepost-scripts": Scripts,
     "fencepost-scripts-async": ScriptsAsync,
     "redis-py": RedisPy,
+    "redis-py-async": RedisPyAsync,
     "python-redis-lock": PythonRedisLock,
     "pottery": Pottery,
     "baton": Baton,
