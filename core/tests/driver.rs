@@ -263,6 +263,40 @@ fn dropping_the_acquire_future_gives_the_lock_back() {
 }
 
 #[test]
+fn a_waiter_whose_acquire_future_is_dropped_stops_contending_at_once() {
+    let (world, mut pool, locks) = setup();
+    let done = Rc::new(RefCell::new(None));
+    let d = done.clone();
+    let w2 = world.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            let held = locks.acquire("report", opts(1_000)).await.unwrap();
+            {
+                // a waiter that gives up after 20 ms of contention
+                let waiting = Box::pin(locks.acquire("report", opts(1_000)));
+                let timeout = w2.sleep_until(Instant::from_millis(20));
+                let _ = futures::future::select(waiting, timeout).await;
+            }
+            w2.sleep_until(Instant::from_millis(100)).await;
+            held.release().await.unwrap();
+            // long past any retry the waiter would have made (at most retry_max, 500 ms)
+            w2.sleep_until(Instant::from_millis(2_000)).await;
+            let mut once = opts(1_000);
+            once.acquire_timeout = Some(Duration::ZERO);
+            *d.borrow_mut() = Some(locks.acquire("report", once).await.map(|l| l.token().get()));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(10), || {
+        done.borrow().is_some()
+    });
+    assert_eq!(
+        *done.borrow(),
+        Some(Ok(2)),
+        "the abandoned waiter took no grant (token 2 would have been its)"
+    );
+}
+
+#[test]
 fn the_run_future_ends_when_every_handle_is_gone() {
     let (world, mut pool, locks) = setup();
     drop(locks);
