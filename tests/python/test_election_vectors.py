@@ -167,8 +167,9 @@ def test_the_election_vectors_are_there() -> None:
     assert len(VECTORS) >= 8, [p.name for p in VECTORS]
 
 
-@pytest.mark.parametrize("path", VECTORS, ids=[p.stem for p in VECTORS])
-async def test_election_vector_asyncio(path: Path) -> None:
+async def replay(path: Path, threads: bool) -> None:
+    """Replays one vector; ``threads``: through the blocking API (each blocking call on
+    a thread of its own, so the loop here keeps watching), else through asyncio."""
     vector = load(path)
     backend = fencepost.MemoryBackend()
     candidates = {cid: Candidate(backend, vector["name"], spec, vector.get("options")) for cid, spec in vector["candidates"].items()}
@@ -180,24 +181,27 @@ async def test_election_vector_asyncio(path: Path) -> None:
             seen = {cid: len(cand.log) for cid, cand in candidates.items()}
             action = step["do"]
             if action == "leader":
-                assert await follower.leader() == expected_leader(step), where
+                leader = await asyncio.to_thread(follower.leader_sync) if threads else await follower.leader()
+                assert leader == expected_leader(step), where
                 continue
-            assert c is not None or action == "force_release", where
-            if action == "campaign":
-                c.campaign()
-            elif action == "run":
-                c.run()
-            elif action == "finish":
-                c.finish_async.set()
-            elif action == "resign":
-                await c.leadership.resign()
-            elif action == "cancel":
-                assert c.task is not None, where
-                c.task.cancel()
-            elif action == "force_release":
-                assert await backend.force_release(vector["name"]), f"{where}: the lock was held"
+            if action == "force_release":
+                held = await asyncio.to_thread(backend.force_release_sync, vector["name"]) if threads else await backend.force_release(vector["name"])
+                assert held, f"{where}: the lock was held"
             else:
-                pytest.fail(f"{where}: unknown action")
+                assert c is not None, where
+                if action == "campaign":
+                    c.campaign_sync() if threads else c.campaign()
+                elif action == "run":
+                    c.run_sync() if threads else c.run()
+                elif action == "finish":
+                    c.finish.set() if threads else c.finish_async.set()
+                elif action == "resign":
+                    await asyncio.to_thread(c.leadership.resign) if threads else await c.leadership.resign()
+                elif action == "cancel" and not threads:
+                    assert c.task is not None, where
+                    c.task.cancel()
+                else:
+                    pytest.fail(f"{where}: unknown action (or one threads cannot do)")
             deadline = time.monotonic() + STEP_BOUND
             while time.monotonic() < deadline and short_of(candidates, seen, step["expect"]):
                 await asyncio.sleep(0.005)
@@ -205,49 +209,21 @@ async def test_election_vector_asyncio(path: Path) -> None:
             assert recorded(candidates, seen) == step["expect"], where
     finally:
         for cand in candidates.values():
+            cand.finish.set()
             if cand.task is not None:
                 cand.task.cancel()
         await asyncio.gather(*(c.task for c in candidates.values() if c.task is not None), return_exceptions=True)
         await backend.aclose()
 
 
+@pytest.mark.parametrize("path", VECTORS, ids=[p.stem for p in VECTORS])
+async def test_election_vector_asyncio(path: Path) -> None:
+    await replay(path, threads=False)
+
+
 SYNC_VECTORS = [p for p in VECTORS if not any(s["do"] == "cancel" for s in load(p)["steps"])]
 
 
 @pytest.mark.parametrize("path", SYNC_VECTORS, ids=[p.stem for p in SYNC_VECTORS])
-def test_election_vector_threads(path: Path) -> None:
-    vector = load(path)
-    backend = fencepost.MemoryBackend()
-    candidates = {cid: Candidate(backend, vector["name"], spec, vector.get("options")) for cid, spec in vector["candidates"].items()}
-    follower = fencepost.Election(backend, vector["name"], "follower", **lock_options(vector.get("options")))
-    try:
-        for i, step in enumerate(vector["steps"]):
-            where = f"{path.name} step {i} ({step['do']} {step.get('candidate', '')})"
-            c = candidates.get(step.get("candidate", ""))
-            seen = {cid: len(cand.log) for cid, cand in candidates.items()}
-            action = step["do"]
-            if action == "leader":
-                assert follower.leader_sync() == expected_leader(step), where
-                continue
-            assert c is not None or action == "force_release", where
-            if action == "campaign":
-                c.campaign_sync()
-            elif action == "run":
-                c.run_sync()
-            elif action == "finish":
-                c.finish.set()
-            elif action == "resign":
-                c.leadership.resign()
-            elif action == "force_release":
-                assert backend.force_release_sync(vector["name"]), f"{where}: the lock was held"
-            else:
-                pytest.fail(f"{where}: unknown action")
-            deadline = time.monotonic() + STEP_BOUND
-            while time.monotonic() < deadline and short_of(candidates, seen, step["expect"]):
-                time.sleep(0.005)
-            time.sleep(SETTLE)
-            assert recorded(candidates, seen) == step["expect"], where
-    finally:
-        for cand in candidates.values():
-            cand.finish.set()
-        backend.close()
+async def test_election_vector_threads(path: Path) -> None:
+    await replay(path, threads=True)
