@@ -128,9 +128,12 @@ class Driver {
     this._onTimerBound = () => this._onTimer()
     this.draining = false
     this.redrain = false
+    /** no more calls from the Lock API; requests still out are still followed */
     this.closed = false
-    /** after close: the requests still out, the timer bounding them, and who waits */
+    /** after close: who waits for the requests still out */
     this.afterClose = null
+    /** closed and nothing out any more: the machine hears nothing from now on */
+    this.finished = false
     /** what the machine was last told to observe (see js/observe.js) */
     this.observing = null
     this._lockCallbackBound = (lock) => this.acquisitions.get(lock)?.lock?._onEvent
@@ -184,7 +187,10 @@ class Driver {
   /** Releases every lock (best effort: the requests still run), then marks held leases
    * lost ('closed'), fails pending acquisitions and stops the timer. Returns a promise
    * that resolves once every request still out (those releases among them) has settled
-   * or passed its deadline; no timer of the driver is left after that. Idempotent. */
+   * or passed its deadline; until then their outcomes still reach the machine, so a grant
+   * answered late (an acquire part of a slow Redlock master, a cancelled acquisition's)
+   * is released like any late grant, and that release is waited for too. No timer of
+   * the driver is left after that. Idempotent. */
   close () {
     if (this.closed) return this.afterClose === null ? Promise.resolve() : this.afterClose.done
     const t = now()
@@ -193,38 +199,32 @@ class Driver {
     }
     this._drain()
     this.closed = true
-    const out = new Set(this.pending.values())
     const acquisitions = [...this.acquisitions.values()]
     this.acquisitions.clear()
-    this.pending.clear()
     for (const entry of this.waits.values()) entry.wait.abort()
     this.waits.clear()
-    this._disarm()
     for (const acquisition of acquisitions) acquisition.closed(this.machine._closedReason)
-    if (out.size === 0) return Promise.resolve()
-    let lastMs = -Infinity
-    for (const entry of out) lastMs = Math.max(lastMs, entry.deadlineMs)
-    const after = { out, timer: null, resolve: null, done: null }
+    const after = { resolve: null, done: null }
     after.done = new Promise((resolve) => { after.resolve = resolve })
-    // a request to a server that never answers ends at its deadline; unref'd: the
-    // requests' own sockets keep the process up while they can still answer
-    after.timer = setTimeout(() => this._idle(), Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(lastMs - now()))))
-    after.timer.unref?.()
     this.afterClose = after
+    this._idleIfDone()
     return after.done
   }
 
-  /** After close: one request out settled. */
-  _settledAfterClose (entry) {
+  /** After close: once no request is out, the driver stops for good (its timer too). */
+  _idleIfDone () {
     const after = this.afterClose
-    if (after !== null && after.out.delete(entry) && after.out.size === 0) this._idle()
-  }
-
-  _idle () {
-    const after = this.afterClose
-    if (after === null) return
-    clearTimeout(after.timer)
-    after.out.clear()
+    if (after === null || this.finished || this.pending.size > 0) {
+      if (after !== null && !this.finished) {
+        // the deadlines of what is still out; unref'd: the requests' own sockets keep
+        // the process up while they can still answer
+        this._arm()
+        this._ref()
+      }
+      return
+    }
+    this.finished = true
+    this._disarm()
     after.resolve()
   }
 
@@ -284,7 +284,7 @@ class Driver {
   // Each feeds one input at the current time and drains.
 
   _feedReply (id, value) {
-    if (this.closed) return
+    if (this.finished) return
     try {
       this.machine._reply(now(), id, value)
       this._drain()
@@ -294,7 +294,7 @@ class Driver {
   }
 
   _feedTransportError (id, message) {
-    if (this.closed) return
+    if (this.finished) return
     try {
       this.machine._transportError(now(), id, message)
       this._drain()
@@ -304,7 +304,7 @@ class Driver {
   }
 
   _feedTimeout () {
-    if (this.closed) return
+    if (this.finished) return
     try {
       this.machine._timeout(now())
       this._drain()
@@ -345,23 +345,23 @@ class Driver {
   /** Feeds a request's reply the moment it arrives (in the reply's own microtask), so
    * the next request the machine emits goes out in the same turn. */
   _settleReply (id, entry, value) {
-    if (this.afterClose !== null) this._settledAfterClose(entry)
     if (!this._take(id, entry)) return
     this.backend._reachability?.succeeded()
     this._feedReply(id, value)
+    if (this.afterClose !== null) this._idleIfDone()
   }
 
   _settleError (id, entry, error) {
-    if (this.afterClose !== null) this._settledAfterClose(entry)
     if (!this._take(id, entry)) return
     const message = describeError(error)
     this.backend._reachability?.failed(message)
     this._feedTransportError(id, message)
+    if (this.afterClose !== null) this._idleIfDone()
   }
 
   /** Whether the outcome of request `id` is still awaited (it stops being so here). */
   _take (id, entry) {
-    if (this.pending.get(id) !== entry) return false // given up at its deadline, or closed
+    if (this.pending.get(id) !== entry) return false // given up at its deadline
     this.pending.delete(id)
     this._forgetWait(entry, false)
     return true
@@ -379,7 +379,7 @@ class Driver {
    * harmless (the machine ignores timeouts before its deadlines; the wakeup sets the
    * timer again from the machine's answer), and most inputs then cost no timer at all. */
   _arm () {
-    if (this.closed) return
+    if (this.finished) return
     let at = this.machineAt
     for (const entry of this.pending.values()) {
       if (at === null || entry.deadlineMs < at) at = entry.deadlineMs
@@ -425,6 +425,7 @@ class Driver {
       }
     }
     this._feedTimeout()
+    if (this.afterClose !== null) this._idleIfDone()
   }
 }
 

@@ -331,6 +331,7 @@ async fn run<T: Transport, C: Clock>(
     let mut slots: HashMap<LockId, Slot> = HashMap::new();
     let mut pending: FuturesUnordered<Pending<T, C>> = FuturesUnordered::new();
     let mut commands_open = true;
+    let mut acquiring: Vec<LockId> = Vec::new();
     loop {
         if let Some(observe) = observer.as_mut() {
             while let Some(o) = machine.poll_observation() {
@@ -358,13 +359,28 @@ async fn run<T: Transport, C: Clock>(
         } else {
             futures::future::pending().right_future()
         };
-        match select(Box::pin(command), wake).await {
-            Either::Left((Some(cmd), _)) => handle_command(&mut machine, &clock, &mut slots, cmd),
-            Either::Left((None, _)) => commands_open = false,
-            Either::Right((Either::Left(((), _)), _)) => {
+        // a caller that stopped waiting for an acquisition (its future dropped) cancels
+        // it now, not at its grant: a dropped waiter must not keep contending
+        let abandoned = futures::future::poll_fn(|cx| abandoned(&mut slots, &mut acquiring, cx));
+        let woke = match select(select(Box::pin(command), Box::pin(abandoned)), wake).await {
+            Either::Left((Either::Left((cmd, _)), _)) => Woke::Command(cmd),
+            Either::Left((Either::Right((lock, _)), _)) => Woke::Abandoned(lock),
+            Either::Right((Either::Left(((), _)), _)) => Woke::Timeout,
+            Either::Right((Either::Right((reply, _)), _)) => Woke::Reply(reply),
+        };
+        match woke {
+            Woke::Command(Some(cmd)) => {
+                handle_command(&mut machine, &clock, &mut slots, &mut acquiring, cmd)
+            }
+            Woke::Command(None) => commands_open = false,
+            Woke::Abandoned(lock) => {
+                // the acquisition ends with Released, which drops the slot
+                let _ = machine.release(clock.now(), lock);
+            }
+            Woke::Timeout => {
                 let _ = machine.handle_input(Input::Timeout { now: clock.now() });
             }
-            Either::Right((Either::Right((Some((request, result)), _)), _)) => {
+            Woke::Reply(Some((request, result))) => {
                 let now = clock.now();
                 let input = match result {
                     Ok(reply) => Input::Reply {
@@ -382,8 +398,45 @@ async fn run<T: Transport, C: Clock>(
                 // acquire or release reports it.
                 let _ = machine.handle_input(input);
             }
-            Either::Right((Either::Right((None, _)), _)) => {}
+            Woke::Reply(None) => {}
         }
+    }
+}
+
+/// What woke the driver's loop.
+enum Woke {
+    Command(Option<Command>),
+    Abandoned(LockId),
+    Timeout,
+    Reply(Option<(RequestId, Result<Reply, String>)>),
+}
+
+/// Ready with a lock whose acquisition nobody waits for any more (the caller dropped
+/// its future); its slot forgets the caller. `acquiring` lists the locks still
+/// acquiring (few: held leases are not in it), pruned here as they finish.
+fn abandoned(
+    slots: &mut HashMap<LockId, Slot>,
+    acquiring: &mut Vec<LockId>,
+    cx: &mut core::task::Context<'_>,
+) -> core::task::Poll<LockId> {
+    let mut found = None;
+    acquiring.retain(|lock| {
+        let Some(slot) = slots.get_mut(lock) else {
+            return false;
+        };
+        let Some((tx, _)) = slot.acquired.as_mut() else {
+            return false;
+        };
+        if found.is_none() && tx.poll_canceled(cx).is_ready() {
+            slot.acquired = None;
+            found = Some(*lock);
+            return false;
+        }
+        true
+    });
+    match found {
+        Some(lock) => core::task::Poll::Ready(lock),
+        None => core::task::Poll::Pending,
     }
 }
 
@@ -391,6 +444,7 @@ fn handle_command<C: Clock>(
     machine: &mut Machine,
     clock: &C,
     slots: &mut HashMap<LockId, Slot>,
+    acquiring: &mut Vec<LockId>,
     cmd: Command,
 ) {
     let now = clock.now();
@@ -412,6 +466,7 @@ fn handle_command<C: Clock>(
                         valid_until: Arc::default(),
                     },
                 );
+                acquiring.push(lock);
             }
             Err(e) => {
                 let _ = reply.send(Err(e.into()));

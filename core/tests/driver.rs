@@ -232,6 +232,20 @@ fn a_held_lease_is_renewed_and_a_deleted_key_is_reported_lost() {
     );
 }
 
+/// Starts acquiring `report` and gives up at `at`: the future is dropped, as by a
+/// caller that stopped waiting.
+async fn give_up_at(locks: &fencepost_core::driver::Locks, world: &Virtual, at: Instant) {
+    let acquire = Box::pin(locks.acquire("report", opts(1_000)));
+    let _ = futures::future::select(acquire, world.sleep_until(at)).await;
+}
+
+/// One try at `report` (acquire timeout zero): the token granted, or why not.
+async fn one_try(locks: &fencepost_core::driver::Locks) -> Result<u64, LockError> {
+    let mut once = opts(1_000);
+    once.acquire_timeout = Some(Duration::ZERO);
+    locks.acquire("report", once).await.map(|l| l.token().get())
+}
+
 #[test]
 fn dropping_the_acquire_future_gives_the_lock_back() {
     let (world, mut pool, locks) = setup();
@@ -240,16 +254,10 @@ fn dropping_the_acquire_future_gives_the_lock_back() {
     let w2 = world.clone();
     pool.spawner()
         .spawn_local(async move {
-            {
-                // give up after 0.5 ms, while the request is on the wire
-                let acquire = Box::pin(locks.acquire("report", opts(1_000)));
-                let timeout = w2.sleep_until(Instant::from_nanos(500_000));
-                let _ = futures::future::select(acquire, timeout).await;
-            } // the acquire future is dropped here
+            // give up after 0.5 ms, while the request is on the wire
+            give_up_at(&locks, &w2, Instant::from_nanos(500_000)).await;
             w2.sleep_until(Instant::from_millis(50)).await;
-            let mut once = opts(1_000);
-            once.acquire_timeout = Some(Duration::ZERO);
-            *d.borrow_mut() = Some(locks.acquire("report", once).await.map(|l| l.token().get()));
+            *d.borrow_mut() = Some(one_try(&locks).await);
         })
         .unwrap();
     world.run_until(&mut pool, Duration::from_secs(5), || {
@@ -259,6 +267,34 @@ fn dropping_the_acquire_future_gives_the_lock_back() {
         *done.borrow(),
         Some(Ok(2)),
         "the abandoned grant (token 1) was released"
+    );
+}
+
+#[test]
+fn a_waiter_whose_acquire_future_is_dropped_stops_contending_at_once() {
+    let (world, mut pool, locks) = setup();
+    let done = Rc::new(RefCell::new(None));
+    let d = done.clone();
+    let w2 = world.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            let held = locks.acquire("report", opts(1_000)).await.unwrap();
+            // a waiter that gives up after 20 ms of contention
+            give_up_at(&locks, &w2, Instant::from_millis(20)).await;
+            w2.sleep_until(Instant::from_millis(100)).await;
+            held.release().await.unwrap();
+            // long past any retry the waiter would have made (at most retry_max, 500 ms)
+            w2.sleep_until(Instant::from_millis(2_000)).await;
+            *d.borrow_mut() = Some(one_try(&locks).await);
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(10), || {
+        done.borrow().is_some()
+    });
+    assert_eq!(
+        *done.borrow(),
+        Some(Ok(2)),
+        "the abandoned waiter took no grant (token 2 would have been its)"
     );
 }
 

@@ -5,7 +5,11 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use fencepost_core::{FencingToken, LockOptions, LostReason, OwnerId};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fencepost_core::{encode_metadata, FencingToken, Holder, LockOptions, LostReason, OwnerId};
+use futures::Stream;
 
 use crate::{Client, Error, Lease};
 
@@ -38,13 +42,40 @@ pub struct Term {
     pub owner: OwnerId,
 }
 
+/// The leader of an election as a follower reads it ([`Election::leader`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's identity; `None` for a holder whose lock carries no election
+    /// record (a plain lock of the same name, a candidate of another client, or an etcd
+    /// key an instant before its record).
+    pub identity: Option<String>,
+    /// The value the leader published, if any.
+    pub value: Option<String>,
+    /// The term's fencing token, as the server counts it (zero when the server does
+    /// not say).
+    pub token: FencingToken,
+}
+
+impl Leader {
+    fn from_holder(holder: Holder) -> Leader {
+        let mut meta = holder.metadata.unwrap_or_default();
+        Leader {
+            identity: meta.remove("identity"),
+            value: meta.remove("value"),
+            token: holder.token.unwrap_or(FencingToken(0)),
+        }
+    }
+}
+
 type Started = Arc<dyn Fn(&Term) + Send + Sync>;
 type Stopped = Arc<dyn Fn(&Term, StopReason) + Send + Sync>;
 
 /// A leader election named `name` on a [`Client`], campaigned for as `identity`.
 ///
 /// Built on [`Client::acquire`]: every backend with locks has it (Redis as an
-/// efficiency election; PostgreSQL lease rows, etcd and ZooKeeper for correctness). Callbacks are
+/// efficiency election; PostgreSQL lease rows, etcd, ZooKeeper and Kubernetes for correctness).
+/// Followers read [`Election::leader`] and [`Election::observe`]. Callbacks are
 /// called exactly once per term, in order: [`Election::on_started_leading`] before
 /// [`Election::campaign`] returns, [`Election::on_stopped_leading`] whatever ends the
 /// term (a resign, the lease's loss, the [`Leadership`] dropped).
@@ -144,10 +175,7 @@ impl Election {
     ///
     /// Errors: as [`Client::acquire`].
     pub async fn campaign(&self) -> Result<Leadership, Error> {
-        let lease = self
-            .client
-            .acquire(&self.name, self.options.clone())
-            .await?;
+        let lease = self.client.acquire(&self.name, self.lock_options()).await?;
         let term = Term {
             name: self.name.clone(),
             identity: self.identity.clone(),
@@ -175,6 +203,92 @@ impl Election {
             lease: Some(lease),
             state,
             watcher,
+        })
+    }
+
+    /// The lock options of a campaign: the election's, with the record followers read
+    /// (`{"identity", "value"}`) as the lease's metadata where the backend stores
+    /// metadata and the caller gave none.
+    fn lock_options(&self) -> LockOptions {
+        let mut options = self.options.clone();
+        if options.metadata.is_none() && self.client.backend().stores_metadata() {
+            let mut record = BTreeMap::from([("identity".to_owned(), self.identity.clone())]);
+            if let Some(value) = &self.value {
+                record.insert("value".to_owned(), value.clone());
+            }
+            options.metadata = Some(encode_metadata(&record));
+        }
+        options
+    }
+
+    /// The current leader, or `None` when nobody leads, as the server answers now
+    /// (stale by the time it arrives: for display and routing, never for deciding who
+    /// may write — that is the fencing token's job). Read with [`Client::status`]: the
+    /// holder's metadata carries the leader's record on every backend that stores
+    /// metadata (plain Redis, PostgreSQL lease rows, etcd, ZooKeeper, Kubernetes).
+    ///
+    /// Errors: [`Error::Config`] on a backend that keeps only the owner id with the
+    /// lock (fair Redis, Redlock, PostgreSQL advisory locks); as [`Client::status`].
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        if !self.client.backend().stores_metadata() {
+            return Err(Error::Config(format!(
+                "{} cannot say who leads an election: it keeps only the holder's owner id \
+                 with the lock (leader() and observe() work on plain Redis, PostgreSQL lease \
+                 rows, etcd, ZooKeeper and Kubernetes)",
+                self.client.backend().name()
+            )));
+        }
+        Ok(self
+            .client
+            .status(&self.name)
+            .await?
+            .map(Leader::from_holder))
+    }
+
+    /// The current leader, then every change of it (another token, identity or value,
+    /// or nobody leading), in order, read every `interval`: a term shorter than the
+    /// interval may be missed, never reordered. A holder without a record yet (an etcd
+    /// key an instant before its record) is skipped. The stream ends after the first
+    /// error, which it yields. Errors: as [`Election::leader`].
+    pub fn observe(
+        &self,
+        interval: Duration,
+    ) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
+        struct State {
+            election: Election,
+            last: Option<Option<Leader>>,
+            first: bool,
+            done: bool,
+        }
+        let state = State {
+            election: self.clone(),
+            last: None,
+            first: true,
+            done: false,
+        };
+        futures::stream::unfold(state, move |mut st| async move {
+            if st.done {
+                return None;
+            }
+            loop {
+                if !st.first {
+                    tokio::time::sleep(interval).await;
+                }
+                st.first = false;
+                let now = match st.election.leader().await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Err(e), st));
+                    }
+                };
+                let pending = matches!(&now, Some(l) if l.identity.is_none() && l.value.is_none());
+                if pending || st.last.as_ref() == Some(&now) {
+                    continue;
+                }
+                st.last = Some(now.clone());
+                return Some((Ok(now), st));
+            }
         })
     }
 

@@ -86,7 +86,7 @@ mod tls;
 mod url;
 
 pub use client::{Client, Holder, Lease, LeaseHandle};
-pub use election::{Election, Leadership, StopReason, Term};
+pub use election::{Election, Leader, Leadership, StopReason, Term};
 pub use error::Error;
 pub use url::{BackendKind, BackendUrl};
 

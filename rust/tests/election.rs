@@ -212,3 +212,76 @@ async fn a_resign_that_finds_the_lease_gone_is_a_lost_term_not_a_result() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_read_each_leader_and_observe_every_change_in_order() {
+    use futures::StreamExt;
+    for (label, url) in servers() {
+        let client = Client::connect(&url).await.unwrap();
+        let name = unique("follow");
+        let follower = client.election(&name, "follower", ttl(5_000)).unwrap();
+        assert_eq!(follower.leader().await.unwrap(), None, "{label}");
+        let changes = follower.observe(Duration::from_millis(20));
+        let mut changes = Box::pin(changes);
+        assert_eq!(changes.next().await.unwrap().unwrap(), None, "{label}");
+
+        let a = client
+            .election(&name, "pod-a", ttl(5_000))
+            .unwrap()
+            .with_value("10.0.0.1:8080");
+        let term = a.campaign().await.unwrap();
+        let leader = follower.leader().await.unwrap().expect("a leads");
+        assert_eq!(
+            (
+                leader.identity.as_deref(),
+                leader.value.as_deref(),
+                leader.token
+            ),
+            (Some("pod-a"), Some("10.0.0.1:8080"), term.token()),
+            "{label}"
+        );
+        let seen = changes.next().await.unwrap().unwrap().expect("a leads");
+        assert_eq!(seen.identity.as_deref(), Some("pod-a"), "{label}");
+
+        term.resign().await.unwrap();
+        assert_eq!(
+            changes.next().await.unwrap().unwrap(),
+            None,
+            "{label}: nobody leads"
+        );
+        let b = client.election(&name, "pod-b", ttl(5_000)).unwrap();
+        let term = b.campaign().await.unwrap();
+        let seen = changes.next().await.unwrap().unwrap().expect("b leads");
+        assert_eq!(
+            (seen.identity.as_deref(), seen.value.as_deref(), seen.token),
+            (Some("pod-b"), None, term.token()),
+            "{label}"
+        );
+        term.resign().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_backend_without_metadata_cannot_say_who_leads() {
+    // PostgreSQL session locks keep nothing beside the lock
+    let Some(url) = std::env::var("FENCEPOST_PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        println!("skipped: FENCEPOST_PG_URL is not set (scripts/services/postgres.sh start)");
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let client = Client::connect(&format!("{url}{sep}mode=session"))
+        .await
+        .unwrap();
+    let election = client
+        .election(&unique("nometa"), "pod-a", ttl(5_000))
+        .unwrap();
+    match election.leader().await {
+        Err(Error::Config(message)) => {
+            assert!(message.contains("cannot say who leads"), "{message}")
+        }
+        other => panic!("expected a ConfigError, got {other:?}"),
+    }
+}

@@ -87,3 +87,29 @@ test('an uncontended cycle arms no new timer once one is set', async () => {
   assert.equal(driver.timer, timer) // later deadlines keep the earlier timer
   backend.close()
 })
+
+test('a grant answered after close() is released, and close() waits for that release', async () => {
+  // the acquire is "on the wire" until the test lets it land: after the close's release
+  let land
+  class SlowAcquire extends MemoryBackend {
+    execute (request, options) {
+      if (request.script === 'acquire') {
+        return new Promise((resolve) => { land = () => resolve(this.server.execute(request, options)) })
+      }
+      return this.server.execute(request, options)
+    }
+  }
+  const backend = new SlowAcquire()
+  const lock = new Lock(backend, 'late', { ttlMs: 30_000 })
+  const acquiring = lock.acquire()
+  acquiring.catch(() => {})
+  await sleep(5)
+  let closed = false
+  const closing = backend.close().then(() => { closed = true })
+  await sleep(20)
+  assert.equal(closed, false, 'close() waits for the acquire still out')
+  land() // the server grants now, after the release of the close found nothing
+  await closing
+  await assert.rejects(acquiring, { code: 'ERR_BACKEND' })
+  assert.equal(backend.server.lockOwner('late'), null, 'the late grant was released before close() resolved')
+})

@@ -294,8 +294,10 @@ class Election:
             Redis without the opt-in, ``ttl=0``). Raised before any request is sent.
 
     Where the leader's identity and value are kept, so followers can read them:
-    etcd writes them into the leader's own key (see :meth:`leader`); the other
-    backends keep the owner id only, so :meth:`leader` is not available there yet.
+    etcd writes them into the leader's own key; plain Redis, memory, PostgreSQL lease
+    rows, ZooKeeper and Kubernetes Lease keep them as the lease's metadata. Fair Redis,
+    Redlock and PostgreSQL advisory locks keep the owner id only: there :meth:`leader`
+    raises ``ConfigError`` (kind ``unsupported``).
     """
 
     def __init__(
@@ -514,12 +516,12 @@ class Election:
         Available on etcd: the leader is the key with the lowest create revision under
         the election's prefix (as etcd's own ``concurrency.Election`` reads it), its
         create revision the token, its value the record a fencepost leader writes. On
-        plain Redis, :class:`~fencepost.MemoryBackend`, ZooKeeper (the holder node's
-        data) and Kubernetes (the Lease's ``fencepost.dev/holder-metadata``
-        annotation) the candidate's identity and value are the lease's metadata
-        (stored with the grant), read by the backend's ``inspect``. The other backends
-        (fair Redis, PostgreSQL, Redlock) keep only the owner id with the lock:
-        ConfigError there.
+        plain Redis, :class:`~fencepost.MemoryBackend`, PostgreSQL lease rows (the
+        row's ``metadata`` column), ZooKeeper (the holder node's data) and Kubernetes
+        (the Lease's ``fencepost.dev/holder-metadata`` annotation) the candidate's
+        identity and value are the lease's metadata (stored with the grant), read by
+        the backend's ``inspect``. The other backends (fair Redis, PostgreSQL advisory
+        locks, Redlock) keep only the owner id with the lock: ConfigError there.
 
         Raises:
             ConfigError: the backend cannot say who leads.
