@@ -24,6 +24,7 @@ not reported ``seconds + 60`` s after the start is killed.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -288,3 +289,16 @@ def write(path: Optional[str], md_path: Optional[str], backend: str, lang: str, 
     if path:
         with open(path, "w") as f:
             json.dump({"backend": backend, "lang": lang, "title": title, "markdown": text, "rows": rows, "absent": absent, "workers": workers}, f, indent=1)
+
+
+def arguments(description: Optional[str]) -> argparse.ArgumentParser:
+    """The options every backend script takes: ``--cycles`` (uncontended cycles),
+    ``--workers`` and ``--seconds`` (the contended run), ``--json`` and ``--md`` (where
+    the table goes); each script adds its own server's."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cycles", type=int, default=500)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--json")
+    ap.add_argument("--md")
+    return ap

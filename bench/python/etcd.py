@@ -21,7 +21,6 @@ its predecessor's key instead of polling. The measurement is bench/python/backen
 
 from __future__ import annotations
 
-import argparse
 import base64
 import threading
 from typing import Any, Dict, List, Tuple
@@ -136,13 +135,8 @@ def make(lib: str, url: str, key: str) -> backends.Case:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = backends.arguments(__doc__)
     ap.add_argument("--etcd", required=True, help="the client URL of one etcd member on 127.0.0.1")
-    ap.add_argument("--cycles", type=int, default=500)
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--json")
-    ap.add_argument("--md")
     args = ap.parse_args()
     if not args.etcd.startswith("http://127.0.0.1:"):
         ap.error("benchmarks talk to an etcd on 127.0.0.1 only")

@@ -45,7 +45,6 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 
-import argparse  # noqa: E402
 import logging  # noqa: E402
 import multiprocessing  # noqa: E402
 import threading  # noqa: E402
@@ -291,16 +290,11 @@ def elector_row(url: str, token: str, samples: int, handoffs: int) -> Dict[str, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = backends.arguments(__doc__)
     ap.add_argument("--kube", required=True, help="the Lease API server's URL on 127.0.0.1 (scripts/services/kube-lease.sh)")
     ap.add_argument("--token-file", required=True, help="the file holding its bearer token")
-    ap.add_argument("--cycles", type=int, default=500)
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--elector-cycles", type=int, default=20, help="leader-election start samples (about 1 s each)")
     ap.add_argument("--handoffs", type=int, default=5, help="leader-election hand-offs (about 4 s each)")
-    ap.add_argument("--json")
-    ap.add_argument("--md")
     args = ap.parse_args()
     if not args.kube.startswith(("http://127.0.0.1:", "https://127.0.0.1:")):
         ap.error("benchmarks talk to a Lease API server on 127.0.0.1 only")

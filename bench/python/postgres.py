@@ -21,7 +21,6 @@ holding 1 ms each, checked for mutual exclusion).
 
 from __future__ import annotations
 
-import argparse
 from typing import Any, List
 
 import backends
@@ -96,13 +95,8 @@ def make(lib: str, url: str, key: str) -> backends.Case:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = backends.arguments(__doc__)
     ap.add_argument("--pg", required=True, help="a PostgreSQL URL on 127.0.0.1")
-    ap.add_argument("--cycles", type=int, default=500)
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--json")
-    ap.add_argument("--md")
     args = ap.parse_args()
     if "@127.0.0.1:" not in args.pg and "//127.0.0.1:" not in args.pg:
         ap.error("benchmarks talk to a PostgreSQL on 127.0.0.1 only")
