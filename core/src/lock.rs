@@ -864,6 +864,22 @@ impl Lock {
         });
     }
 
+    /// Whether this held lease, renewing itself within half a renew interval, renews
+    /// now instead ([`Lock::extend`]), beside a renewal going out now, so that one
+    /// request renews both (the machine batches them). Renewing early is safe: validity runs from the send
+    /// of the request that renews (DESIGN.md rule 1) and never moves back; the lease's
+    /// next renewal is then due a renew interval after it, with the others'.
+    pub(crate) fn joins_renewal(&self, now: Instant) -> bool {
+        match self.state {
+            State::Held(h) => {
+                now < h.valid_until
+                    && h.renew_at != Instant::MAX
+                    && h.renew_at <= now + self.acq.options.renew_interval() / 2
+            }
+            _ => false,
+        }
+    }
+
     /// The user extends the lease now (a manual renewal, auto-renew on or off): a held
     /// lease sends its renewal at once; a renewal already in flight answers for it.
     /// Its outcome is the usual `Renewed` or `Lost`; any other state ignores it.

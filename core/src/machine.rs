@@ -7,7 +7,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::backends::{Backend, Reply};
+use crate::backends::{Backend, BatchKey, Operation, Reply, RequestBody};
 use crate::error::{EntropyError, UsageError};
 use crate::lock::{Ctx, Lock};
 use crate::observe::{Observation, ObserveOptions, Observed};
@@ -108,6 +108,9 @@ pub struct Machine {
     next_timer_gen: u64,
     locks: HashMap<LockId, Lock>,
     requests: HashMap<RequestId, crate::lock::InFlight>,
+    /// Batched renewals in flight: the host's request id (its first renewal's) → the
+    /// renewals it carries, in order.
+    batches: HashMap<RequestId, Vec<RequestId>>,
     timers: BinaryHeap<Reverse<(Instant, LockId, u64)>>,
     outputs: VecDeque<Output>,
     /// `None`: nothing is observed, and no observation is built.
@@ -144,6 +147,7 @@ impl Machine {
             next_timer_gen: 0,
             locks: HashMap::new(),
             requests: HashMap::new(),
+            batches: HashMap::new(),
             timers: BinaryHeap::new(),
             outputs: VecDeque::new(),
             observe: None,
@@ -215,6 +219,7 @@ impl Machine {
             _ => {}
         }
         self.last_now = now;
+        let sent_before = self.outputs.len();
         self.fire_timers(now);
         match input {
             Input::Acquire { name, options, .. } => {
@@ -235,6 +240,9 @@ impl Machine {
                 request, message, ..
             } => self.route(request, now, Err(message)),
             Input::Timeout { .. } => {}
+        }
+        if self.backend.recipe().renew_batch_limit() > 1 {
+            self.batch_renewals(sent_before, now);
         }
         Ok(())
     }
@@ -305,9 +313,13 @@ impl Machine {
         self.locks.len()
     }
 
-    /// How many requests await a reply or transport error.
+    /// How many requests await a reply or transport error (a batched renewal is one).
     pub fn requests_in_flight(&self) -> usize {
-        self.requests.len()
+        let carried = |renewals: &Vec<RequestId>| {
+            let live = renewals.iter().filter(|r| self.requests.contains_key(r));
+            live.count().saturating_sub(1)
+        };
+        self.requests.len() - self.batches.values().map(carried).sum::<usize>()
     }
 
     /// Feeds the machine's whole state to `h` in a canonical order (maps by key, live
@@ -332,13 +344,19 @@ impl Machine {
         locks.sort_by_key(|(id, _)| **id);
         let mut requests: Vec<_> = self.requests.iter().collect();
         requests.sort_by_key(|(id, _)| id.0);
+        let mut batches: Vec<_> = self.batches.iter().collect();
+        batches.sort_by_key(|(id, _)| id.0);
         let mut timers: Vec<_> = (self.timers.iter())
             .filter(|Reverse((at, lock, gen))| self.timer_is_live(*at, *lock, *gen))
             .map(|Reverse((at, lock, _))| (*at, *lock))
             .collect();
         timers.sort();
         // Debug is total over these types; a write to a hasher cannot fail
-        let _ = write!(Sink(h), "{locks:?}{requests:?}{timers:?}{:?}", self.outputs);
+        let _ = write!(
+            Sink(h),
+            "{locks:?}{requests:?}{batches:?}{timers:?}{:?}",
+            self.outputs
+        );
     }
 
     /// `acquiring`, and `hot_lock` when the pending acquisitions of `name` reach
@@ -389,7 +407,98 @@ impl Machine {
         }
     }
 
+    /// Renewals sent by the input just handled (`outputs[sent_before..]`): held leases
+    /// due to renew soon join them ([`Lock::joins_renewal`]), and renewals phrased
+    /// alike go out as one request per `renew_batch_limit` of them, under the first
+    /// one's id. Each keeps its own id inside the machine, so its lock reads its own
+    /// part of the reply as if it had gone alone (docs/DESIGN.md, "Batched renewals").
+    fn batch_renewals(&mut self, sent_before: usize, now: Instant) {
+        let renewal =
+            |o: &Output| matches!(o, Output::Request(r) if r.operation == Operation::Renew);
+        if !self.outputs.iter().skip(sent_before).any(renewal) {
+            return;
+        }
+        let mut joining: Vec<LockId> = (self.locks.values())
+            .filter(|l| l.joins_renewal(now))
+            .map(Lock::id)
+            .collect();
+        joining.sort_unstable();
+        for id in joining {
+            self.with_lock(id, now, |lock, ctx| lock.extend(ctx));
+        }
+        let recipe = self.backend.recipe();
+        let mut groups: Vec<(BatchKey, Vec<usize>)> = Vec::new();
+        for (at, output) in self.outputs.iter().enumerate().skip(sent_before) {
+            let Output::Request(r) = output else { continue };
+            let key = (r.operation == Operation::Renew)
+                .then(|| recipe.renew_batch_key(&r.body))
+                .flatten();
+            let Some(key) = key else { continue };
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(at - sent_before),
+                None => groups.push((key, vec![at - sent_before])),
+            }
+        }
+        if groups.iter().all(|(_, members)| members.len() < 2) {
+            return;
+        }
+        let mut sent: Vec<Option<Output>> = self.outputs.drain(sent_before..).map(Some).collect();
+        for (_, members) in groups {
+            for chunk in members.chunks(recipe.renew_batch_limit()) {
+                let renewals: Vec<&Request> = (chunk.iter())
+                    .filter_map(|&at| match &sent[at] {
+                        Some(Output::Request(r)) => Some(r),
+                        _ => None,
+                    })
+                    .collect();
+                let (Some(first), true) = (renewals.first(), renewals.len() > 1) else {
+                    continue;
+                };
+                let bodies: Vec<&RequestBody> = renewals.iter().map(|r| &r.body).collect();
+                let Some(body) = recipe.phrase_renew_batch(&bodies) else {
+                    continue;
+                };
+                let batch = Request {
+                    id: first.id,
+                    lock: first.lock,
+                    operation: Operation::Renew,
+                    deadline: renewals
+                        .iter()
+                        .map(|r| r.deadline)
+                        .min()
+                        .unwrap_or(first.deadline),
+                    body,
+                };
+                self.batches
+                    .insert(batch.id, renewals.iter().map(|r| r.id).collect());
+                for &at in chunk {
+                    sent[at] = None;
+                }
+                sent[chunk[0]] = Some(Output::Request(batch));
+            }
+        }
+        self.outputs.extend(sent.into_iter().flatten());
+    }
+
     fn route(&mut self, request: RequestId, now: Instant, reply: Result<&Reply, String>) {
+        let Some(renewals) = self.batches.remove(&request) else {
+            return self.route_one(request, now, reply);
+        };
+        let split = match &reply {
+            Ok(r) => self.backend.recipe().split_renew_batch(r, renewals.len()),
+            Err(_) => None,
+        };
+        for (i, renewal) in renewals.into_iter().enumerate() {
+            let own = match (split.as_ref().and_then(|s| s.get(i)), &reply) {
+                (Some(part), _) => Ok(part),
+                (None, Ok(whole)) => Ok(*whole),
+                (None, Err(message)) => Err(message.clone()),
+            };
+            self.route_one(renewal, now, own);
+        }
+    }
+
+    fn route_one(&mut self, request: RequestId, now: Instant, reply: Result<&Reply, String>) {
         let Some(flight) = self.requests.remove(&request) else {
             return; // unknown, duplicate, or already given up on: harmless
         };
@@ -432,6 +541,9 @@ impl Machine {
             if lock.acq.in_flight > 0 {
                 // Replies that never came: forget them too.
                 self.requests.retain(|_, f| f.lock != id);
+                let requests = &self.requests;
+                (self.batches)
+                    .retain(|_, renewals| renewals.iter().any(|r| requests.contains_key(r)));
             }
             self.locks.remove(&id);
         }

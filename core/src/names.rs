@@ -81,6 +81,7 @@ names!("Redis script", RedisScript {
     ForceRelease => "force_release",
     Inspect => "inspect",
     List => "list",
+    RenewMany => "renew_many",
 });
 
 names!("purpose", Purpose {

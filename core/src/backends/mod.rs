@@ -26,8 +26,9 @@ pub use kubernetes::{
 };
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{
-    read_redis_inspect, read_redis_list, RedisBackend, RedisBlpop, RedisCommand, RedisScript,
-    RedisValue, RedisWait, REDIS_LIST_STEPS, REDIS_SCAN_COUNT,
+    read_redis_inspect, read_redis_list, redis_cluster_slot, RedisBackend, RedisBlpop,
+    RedisCommand, RedisScript, RedisValue, RedisWait, REDIS_LIST_STEPS, REDIS_SCAN_COUNT,
+    RENEW_BATCH_LIMIT,
 };
 pub use redlock::{RedlockBackend, RedlockPart};
 #[cfg(feature = "zookeeper")]
@@ -397,9 +398,40 @@ pub(crate) struct Progress {
     pub(crate) kubernetes: Option<Box<kubernetes::KubeProgress>>,
 }
 
+/// The group of renewals one request may carry together ([`Recipe::renew_batch_key`]):
+/// renewals phrased alike (Redis: the same replica confirmation and, on Cluster, the same
+/// hash slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BatchKey(pub u64, pub u64);
+
 /// A backend's recipe: how each step is phrased and how its replies read. It never
 /// decides *when* to send, or whether a lease is valid: that is `lock.rs`'s.
 pub(crate) trait Recipe {
+    /// How many renewals one request may carry; 1 (the default): each goes alone. Above
+    /// 1 the machine merges the renewals sent by one input whose bodies share a
+    /// [`Recipe::renew_batch_key`], and held leases due soon renew early to join them.
+    fn renew_batch_limit(&self) -> usize {
+        1
+    }
+
+    /// The group a renewal's body belongs to, or `None` when it goes alone.
+    fn renew_batch_key(&self, _body: &RequestBody) -> Option<BatchKey> {
+        None
+    }
+
+    /// One request carrying `bodies` (renewals of one group, at least two, in order), or
+    /// `None` when they cannot go together after all.
+    fn phrase_renew_batch(&self, _bodies: &[&RequestBody]) -> Option<RequestBody> {
+        None
+    }
+
+    /// The reply to a batched renewal of `n` leases as each one's own reply, in order;
+    /// `None` when it is not split (an error reply, a malformed one): each renewal then
+    /// reads it whole, as if it had been its own.
+    fn split_renew_batch(&self, _reply: &Reply, _n: usize) -> Option<Vec<Reply>> {
+        None
+    }
+
     /// How a contender waits after finding the lock held.
     fn waiting(&self) -> Waiting {
         Waiting::Poll

@@ -29,8 +29,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
-    Waiting,
+    payload, BatchKey, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody,
+    Step, StepCx, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId, Previous};
@@ -46,6 +46,11 @@ pub struct RedisBackend {
     /// Default off (polling with jittered backoff). Locks of both kinds may share a
     /// name safely; only fairness is lost.
     pub fair: bool,
+    /// The client is a Redis Cluster client: a batched renewal ([`RedisScript::RenewMany`])
+    /// carries only keys of one hash slot, since a script's keys must share a slot there
+    /// (`CROSSSLOT` otherwise). Hosts set it from the client they are given; default off.
+    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    pub cluster: bool,
 }
 
 impl Default for RedisBackend {
@@ -53,6 +58,7 @@ impl Default for RedisBackend {
         RedisBackend {
             key_prefix: "fencepost:".to_owned(),
             fair: false,
+            cluster: false,
         }
     }
 }
@@ -127,7 +133,18 @@ pub enum RedisScript {
     /// keys of a lock are derived from its lease key, so on Redis Cluster a step sees
     /// one node only.
     List,
+    /// Batched renewal. `KEYS = [lock₁, …, lockₙ]`, `ARGV = [owner₁, ttl_ms₁, …, ownerₙ,
+    /// ttl_msₙ]`: for each lease key, exactly what `Renew` does to it (`PEXPIRE` if the
+    /// owner matches, never re-creating a missing key); returns `{r₁, …, rₙ}`, each `1` or
+    /// `0`. The machine sends it when several of its leases renew at once, at most
+    /// [`RENEW_BATCH_LIMIT`] keys per call, and on Cluster only keys of one hash slot.
+    RenewMany,
 }
+
+/// The most lease keys one [`RedisScript::RenewMany`] call renews. The script blocks the
+/// server while it runs (three commands per key), so a call stays short: 500 keys take
+/// about as long as one slow command.
+pub const RENEW_BATCH_LIMIT: usize = 500;
 
 // The free case first (the uncontended path: `SET NX`, the token's `INCR`). Tokens
 // are always returned as the counter's string (`GET`), never through a Lua number: Lua
@@ -190,6 +207,20 @@ const RENEW_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
+"#;
+
+// `Renew` for each key in turn; ARGV holds each key's owner and TTL in pairs.
+const RENEW_MANY_LUA: &str = r#"local out = {}
+for i, key in ipairs(KEYS) do
+  local ttl = ARGV[2 * i]
+  if redis.call('GET', key) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', string.sub(key, 1, -5) .. 'meta', ttl)
+    out[i] = redis.call('PEXPIRE', key, ttl)
+  else
+    out[i] = 0
+  end
+end
+return out
 "#;
 
 const RELEASE_LUA: &str = r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -382,7 +413,7 @@ return {1, token}
 
 impl RedisScript {
     /// Every script, for hosts that preload them with `SCRIPT LOAD`.
-    pub const ALL: [RedisScript; 10] = [
+    pub const ALL: [RedisScript; 11] = [
         RedisScript::Acquire,
         RedisScript::Renew,
         RedisScript::Release,
@@ -393,6 +424,7 @@ impl RedisScript {
         RedisScript::ForceRelease,
         RedisScript::Inspect,
         RedisScript::List,
+        RedisScript::RenewMany,
     ];
 
     /// The Lua source, for `EVAL` and `SCRIPT LOAD`.
@@ -408,12 +440,13 @@ impl RedisScript {
             RedisScript::ForceRelease => FORCE_RELEASE_LUA,
             RedisScript::Inspect => INSPECT_LUA,
             RedisScript::List => LIST_LUA,
+            RedisScript::RenewMany => RENEW_MANY_LUA,
         }
     }
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
-        static SHAS: [OnceLock<String>; 10] = [const { OnceLock::new() }; 10];
+        static SHAS: [OnceLock<String>; 11] = [const { OnceLock::new() }; 11];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
@@ -837,6 +870,88 @@ impl Recipe for RedisBackend {
             (read, _) => Ok(read),
         }
     }
+
+    fn renew_batch_limit(&self) -> usize {
+        RENEW_BATCH_LIMIT
+    }
+
+    fn renew_batch_key(&self, body: &RequestBody) -> Option<BatchKey> {
+        let RequestBody::Redis(cmd) = body else {
+            return None;
+        };
+        if cmd.script != RedisScript::Renew || cmd.keys.len() != 1 || cmd.args.len() != 2 {
+            return None;
+        }
+        let slot = if self.cluster {
+            redis_cluster_slot(&cmd.keys[0])
+        } else {
+            0
+        };
+        let (replicas, timeout_ms) = cmd.wait.map_or((0, 0), |w| (w.replicas, w.timeout_ms));
+        Some(BatchKey(
+            u64::from(slot) << 32 | u64::from(replicas),
+            timeout_ms,
+        ))
+    }
+
+    fn phrase_renew_batch(&self, bodies: &[&RequestBody]) -> Option<RequestBody> {
+        let mut many = RedisCommand {
+            script: RedisScript::RenewMany,
+            keys: Vec::with_capacity(bodies.len()),
+            args: Vec::with_capacity(2 * bodies.len()),
+            wait: None,
+        };
+        for body in bodies {
+            let RequestBody::Redis(cmd) = *body else {
+                return None;
+            };
+            many.keys.extend_from_slice(&cmd.keys);
+            many.args.extend_from_slice(&cmd.args);
+            many.wait = cmd.wait;
+        }
+        Some(RequestBody::Redis(many))
+    }
+
+    fn split_renew_batch(&self, reply: &Reply, n: usize) -> Option<Vec<Reply>> {
+        let Reply::Redis(RedisValue::Array(items)) = reply else {
+            return None;
+        };
+        let one = |v: &RedisValue| Reply::Redis(v.clone());
+        match items.as_slice() {
+            // with replica confirmation: `[script reply, WAIT reply]`, each renewal's
+            // own reply `[its result, WAIT reply]`
+            [RedisValue::Array(results), acks] if results.len() == n => Some(
+                (results.iter())
+                    .map(|r| one(&RedisValue::Array(vec![r.clone(), acks.clone()])))
+                    .collect(),
+            ),
+            results if results.len() == n && results.iter().all(|r| as_int(r).is_some()) => {
+                Some(results.iter().map(one).collect())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The Redis Cluster hash slot of `key` (0 ..= 16383): CRC16 (XMODEM) of its hash tag —
+/// what lies between the first `{` and the first `}` after it, when that is not empty —
+/// or of the whole key, modulo 16384 (Redis Cluster specification, "Keys distribution
+/// model").
+pub fn redis_cluster_slot(key: &str) -> u16 {
+    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    let bytes = key.as_bytes();
+    let tag = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    CRC16.checksum(tag) % 16384
 }
 
 /// A script's reply followed by its `WAIT`'s: `[script reply, replicas]`. An error reply

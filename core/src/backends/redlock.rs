@@ -124,6 +124,7 @@ impl RedlockBackend {
         RedisBackend {
             key_prefix: self.key_prefix.clone(),
             fair: false,
+            cluster: false,
         }
     }
 

@@ -116,6 +116,20 @@ impl MemoryRedis {
         }
     }
 
+    /// `Renew` of one lease key: `PEXPIRE` it (and its metadata) if `owner` holds it.
+    fn renew(&mut self, now: Instant, key: &str, owner: &str, ttl_ms: &str) -> RedisValue {
+        let Some(ttl) = parse_ms(ttl_ms) else {
+            return RedisValue::Error("ERR invalid expire time".to_owned());
+        };
+        if self.get(now, key) == Some(owner) {
+            self.set_expiry(key, now + ttl);
+            self.set_expiry(&meta_key(key), now + ttl);
+            RedisValue::Int(1)
+        } else {
+            RedisValue::Int(0)
+        }
+    }
+
     /// Runs one script call at `now`.
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
@@ -135,6 +149,7 @@ impl MemoryRedis {
             }
             RedisScript::Inspect => (keys.len() == 3 || keys.len() == 4) && args.is_empty(),
             RedisScript::List => keys.is_empty() && args.len() == 4,
+            RedisScript::RenewMany => !keys.is_empty() && args.len() == 2 * keys.len(),
         };
         if !arity_ok {
             return RedisValue::Error(
@@ -190,17 +205,17 @@ impl MemoryRedis {
                     }
                 }
             }
-            RedisScript::Renew => {
-                let Some(ttl) = parse_ms(&args[1]) else {
-                    return RedisValue::Error("ERR invalid expire time".to_owned());
-                };
-                if self.get(now, &keys[0]) == Some(args[0].as_str()) {
-                    self.set_expiry(&keys[0], now + ttl);
-                    self.set_expiry(&meta_key(&keys[0]), now + ttl);
-                    RedisValue::Int(1)
-                } else {
-                    RedisValue::Int(0)
+            RedisScript::Renew => self.renew(now, &keys[0], &args[0], &args[1]),
+            RedisScript::RenewMany => {
+                let mut out = Vec::with_capacity(keys.len());
+                for (key, pair) in keys.iter().zip(args.chunks_exact(2)) {
+                    match self.renew(now, key, &pair[0], &pair[1]) {
+                        // as a Lua error would, it ends the script where it stands
+                        RedisValue::Error(e) => return RedisValue::Error(e),
+                        r => out.push(r),
+                    }
                 }
+                RedisValue::Array(out)
             }
             RedisScript::Release => {
                 if self.get(now, &keys[0]) == Some(args[0].as_str()) {
