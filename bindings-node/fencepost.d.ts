@@ -551,8 +551,9 @@ export declare const OBSERVATION_EVENTS: readonly ObservationEvent[]
 export declare const OBSERVATION_WARNINGS: readonly ObservationWarning[]
 
 /** The Lua scripts fencepost runs on Redis (`acquire_fair` and `release_fair` on a fair
- * backend; `is_locked` and `force_release` for `isLocked` / `forceRelease`). */
-export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair' | 'is_locked' | 'force_release' | 'inspect' | 'list'
+ * backend; `renew_many` for leases renewing together, up to 500 keys a call; `is_locked`
+ * and `force_release` for `isLocked` / `forceRelease`). */
+export type RedisScriptName = 'acquire' | 'renew' | 'release' | 'fenced_set' | 'acquire_fair' | 'release_fair' | 'is_locked' | 'force_release' | 'inspect' | 'list' | 'renew_many'
 
 /** A Redis script call as data, as the lock machine and `redisFencedSet` emit it: run
  * `EVALSHA sha1 keys.length ...keys ...args`, or `EVAL` with the source on `NOSCRIPT`. */
@@ -1432,10 +1433,12 @@ export declare class LockMachine {
    * `naming` and `sessionTimeoutMs` (the negotiated session timeout: the largest ttl).
    * `'kubernetes'` one that emits `MachineKubernetesRequest`s and reads the API server's
    * response bodies as text, with `namespace`.
+   * `cluster: true` (Redis only) says the adapter's client is a Redis Cluster client: a
+   * batched renewal (`renew_many`) then carries the keys of one hash slot.
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
-   *   `'redlock'`, `masters` with another kind. A bad master list (count, parity,
-   *   duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
+   *   `'redlock'`, `cluster` or `masters` with another kind. A bad master list (count,
+   *   parity, duplicates) is refused by `check` and `acquire`. */
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, cluster?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */

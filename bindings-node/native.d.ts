@@ -403,7 +403,8 @@ export declare function redisOperator(keyPrefix: string, name: string, fair: boo
 
 /**
  * Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
- * fenced_set, acquire_fair, release_fair }`.
+ * fenced_set, acquire_fair, release_fair, is_locked, force_release, inspect, list,
+ * renew_many }`.
  */
 export declare function redisScripts(): Record<string, { sha1: string, source: string }>
 
@@ -413,8 +414,9 @@ export declare function redisScripts(): Record<string, { sha1: string, source: s
  */
 export interface ScriptCall {
   /**
-   * One of `redisScripts()`'s names: `"acquire"`, `"renew"`, `"release"`,
-   * `"fenced_set"`, `"acquire_fair"` or `"release_fair"`.
+   * One of `redisScripts()`'s names: `"acquire"`, `"renew"`, `"renew_many"` (a batched
+   * renewal), `"release"`, `"fenced_set"`, `"acquire_fair"`, `"release_fair"`, or an
+   * operator query's `"is_locked"`, `"force_release"`, `"inspect"`, `"list"`.
    */
   script: string
   keys: Array<string>

@@ -521,6 +521,11 @@ function createBackends (native, LockMachine, fence) {
     throw error
   }
 
+  /** Whether `client` is a Redis Cluster client: ioredis' Cluster, node-redis' createCluster(). */
+  function isClusterClient (client) {
+    return client.isCluster === true || typeof client.getMasters === 'function' || Array.isArray(client.masters)
+  }
+
   /** How to run a script call on `client`: EVALSHA, falling back to EVAL on NOSCRIPT. */
   function scriptRunner (client) {
     if (client !== null && typeof client === 'object' && typeof client.evalSha === 'function') {
@@ -817,8 +822,13 @@ function createBackends (native, LockMachine, fence) {
       })
     }
 
+    _machineOptions () {
+      // a Cluster client's batched renewals carry the keys of one hash slot each
+      return { ...super._machineOptions(), cluster: isClusterClient(this._client) }
+    }
+
     _cannotWait () {
-      return this._client.isCluster === true || typeof this._client.getMasters === 'function' || Array.isArray(this._client.masters)
+      return isClusterClient(this._client)
         ? 'a cluster client routes WAIT (it has no key) to any node, not to the one that ran the script: use a client of the slot\'s primary'
         : null
     }
@@ -1040,7 +1050,7 @@ function createBackends (native, LockMachine, fence) {
       const kinds = masters.map((m, i) => {
         const runner = scriptRunner(m)
         if (runner !== null) {
-          if (m.isCluster === true || typeof m.getMasters === 'function' || Array.isArray(m.masters)) {
+          if (isClusterClient(m)) {
             throw new ConfigError(`masters[${i}] is a Redis Cluster client: a Redlock master is one independent server, so give a client of one server each`, { option: 'masters' })
           }
           return runner.kind

@@ -158,6 +158,9 @@ function machineArguments (options) {
       settings[key] = key === 'sessionTimeoutMs' ? check.millis(o[key], key) : check.string(o[key], key)
     }
     if (kind === 'postgres' && o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
+  } else if (o.cluster !== undefined && check.boolean(o.cluster, 'cluster')) {
+    // the client is a Redis Cluster client: a batched renewal carries one hash slot's keys
+    settings = { cluster: true }
   }
   let seed = null
   if (o.seed !== undefined && o.seed !== null) {

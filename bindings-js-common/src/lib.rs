@@ -695,12 +695,15 @@ fn carried() -> [Backend; 3] {
 /// locks are always FIFO, so `fair: true` on etcd is refused, and on a Redlock too),
 /// `masters` (Redlock only, and required there: one name per master, `host:port/db`,
 /// in the order request parts name them; counted and compared by
-/// [`RedlockSettings::check`] when a lock is checked or acquired).
+/// [`RedlockSettings::check`] when a lock is checked or acquired), and `settings`: a
+/// Redis machine's other fields by their JavaScript names (`cluster`: the client is a
+/// Redis Cluster client; unknown names are a `ConfigError`), none for the others.
 pub fn backend(
     kind: Option<&str>,
     key_prefix: Option<String>,
     fair: Option<bool>,
     masters: Option<Vec<String>>,
+    settings: Vec<(String, Primitive)>,
 ) -> Result<Backend> {
     let kinds = carried();
     let kind = kind.unwrap_or(Backend::default().name());
@@ -726,6 +729,14 @@ pub fn backend(
             "fair applies to Redis machines only: {kind} locks are always granted in FIFO order"
         ))
     };
+    if let (Some((name, _)), false) = (settings.first(), kind == "redis") {
+        return Err(JsError {
+            option: Some(name.clone()),
+            ..JsError::config(format!(
+                "{name} applies to single-server Redis machines only, not to kind {kind:?}"
+            ))
+        });
+    }
     if kind == "redlock" {
         // Built by hand rather than by serde: a list is no primitive field, and one more
         // decoder costs the WASM module more than these lines.
@@ -752,7 +763,7 @@ pub fn backend(
             ))
         });
     }
-    let mut fields = Vec::new();
+    let mut fields = settings;
     if let Some(prefix) = key_prefix {
         fields.push(("keyPrefix".to_owned(), Primitive::Text(prefix)));
     }
@@ -1330,7 +1341,7 @@ pub fn read_etcd_fenced_txn(name: &str, token: u64, reply: &str) -> JsOut<'stati
 /// `redisOperator`: the operator query (`force` false: "is it locked?") or reset
 /// (`force` true) of lock `name`, for [`script_call`].
 pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -> RedisCommand {
-    let settings = RedisSettings { key_prefix, fair };
+    let settings = RedisSettings { key_prefix, fair, cluster: false };
     if force {
         settings.force_release(name)
     } else {
@@ -1341,13 +1352,13 @@ pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -
 /// `redisInspect`: the operator query "who holds lock `name`?" (script `inspect`), for
 /// [`script_call`].
 pub fn redis_inspect(key_prefix: String, name: &str, fair: bool) -> RedisCommand {
-    RedisSettings { key_prefix, fair }.inspect(name)
+    RedisSettings { key_prefix, fair, cluster: false }.inspect(name)
 }
 
 /// `redisListStep`: one bounded step of the listing of locks whose names start with
 /// `prefix`, from `cursor` (`"0"` first; script `list`), for [`script_call`].
 pub fn redis_list_step(key_prefix: String, prefix: &str, cursor: &str, fair: bool) -> RedisCommand {
-    RedisSettings { key_prefix, fair }.list_step(prefix, cursor)
+    RedisSettings { key_prefix, fair, cluster: false }.list_step(prefix, cursor)
 }
 
 /// A holder as JavaScript reads it: `{ name, owner, token, ttlLeftMs, waiters,

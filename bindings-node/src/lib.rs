@@ -310,14 +310,15 @@ fn machine_backend(
             },
         );
     }
+    let fields = pg_fields(env, settings)?;
     js(
         env,
-        common::backend(kind.as_deref(), key_prefix, fair, masters),
+        common::backend(kind.as_deref(), key_prefix, fair, masters, fields),
     )
 }
 
 /// A settings object's fields (none for `undefined` / `null`): a PostgreSQL,
-/// ZooKeeper or Kubernetes machine's.
+/// ZooKeeper or Kubernetes machine's, or a Redis machine's `cluster`.
 fn pg_fields(env: &Env, settings: Option<Unknown<'_>>) -> napi::Result<Vec<(String, Primitive)>> {
     match settings {
         Some(v) if !matches!(v.get_type()?, ValueType::Undefined | ValueType::Null) => {
@@ -452,7 +453,9 @@ impl Machine {
     /// `"zookeeper"` (requests with `backend: "zookeeper"`, replies the adapter's JSON
     /// documents; `settings` `{ root, naming, sessionTimeoutMs }`) or `"kubernetes"`
     /// (requests with `backend: "kubernetes"`, replies the API server's response bodies;
-    /// `settings` `{ namespace }`).
+    /// `settings` `{ namespace }`). A Redis machine's `settings` may be `{ cluster: true }`:
+    /// the adapter's client is a Redis Cluster client, so a batched renewal carries the
+    /// keys of one hash slot.
     #[napi(constructor)]
     pub fn new(
         env: Env,
@@ -651,8 +654,9 @@ pub struct MemoryRedis {
 /// `EVALSHA sha1 keys.length ...keys ...args` (and `EVAL` with the source on `NOSCRIPT`).
 #[napi(object)]
 pub struct ScriptCall {
-    /// One of `redisScripts()`'s names: `"acquire"`, `"renew"`, `"release"`,
-    /// `"fenced_set"`, `"acquire_fair"` or `"release_fair"`.
+    /// One of `redisScripts()`'s names: `"acquire"`, `"renew"`, `"renew_many"` (a batched
+    /// renewal), `"release"`, `"fenced_set"`, `"acquire_fair"`, `"release_fair"`, or an
+    /// operator query's `"is_locked"`, `"force_release"`, `"inspect"`, `"list"`.
     pub script: String,
     pub keys: Vec<String>,
     pub args: Vec<String>,
@@ -840,7 +844,8 @@ pub fn read_redis_fenced_set<'env>(
 }
 
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
-/// fenced_set, acquire_fair, release_fair }`.
+/// fenced_set, acquire_fair, release_fair, is_locked, force_release, inspect, list,
+/// renew_many }`.
 #[napi(ts_return_type = "Record<string, { sha1: string, source: string }>")]
 pub fn redis_scripts(env: &Env) -> napi::Result<Unknown<'_>> {
     to_js(env, &common::redis_scripts())

@@ -809,8 +809,9 @@ struct Command {
 
 #[pymethods]
 impl Command {
-    /// Which script: "acquire", "renew", "release", "fenced_set", "acquire_fair" or
-    /// "release_fair".
+    /// Which script: "acquire", "renew", "renew_many" (a batched renewal), "release",
+    /// "fenced_set", "acquire_fair", "release_fair", or an operator query's "is_locked",
+    /// "force_release", "inspect", "list".
     #[getter]
     fn script(&self) -> &'static str {
         self.cmd.script.as_str()
@@ -2337,6 +2338,7 @@ fn redis_force_release(
     let settings = RedisSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
         fair,
+        cluster: false,
     };
     Ok(Command {
         cmd: settings.force_release(&arg_str(name, "name")?),
@@ -2365,6 +2367,7 @@ fn redis_inspect(
     let settings = RedisSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
         fair,
+        cluster: false,
     };
     Ok(Command {
         cmd: settings.inspect(&arg_str(name, "name")?),
@@ -2386,6 +2389,7 @@ fn redis_list_step(
     let settings = RedisSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
         fair,
+        cluster: false,
     };
     Ok(Command {
         cmd: settings.list_step(&arg_str(prefix, "prefix")?, &arg_str(cursor, "cursor")?),
@@ -2727,7 +2731,8 @@ fn read_etcd_list_page(
 }
 
 /// Every script fencepost runs on Redis: name → (sha1, source). Names: "acquire",
-/// "renew", "release", "fenced_set", "acquire_fair", "release_fair".
+/// "renew", "release", "fenced_set", "acquire_fair", "release_fair", "is_locked",
+/// "force_release", "inspect", "list", "renew_many".
 #[pyfunction]
 fn redis_scripts(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let scripts = PyDict::new(py);

@@ -326,7 +326,12 @@ fn backend(
     } else {
         Some(string_array(masters, "masters")?)
     };
-    js(common::backend(kind.as_deref(), key_prefix, fair, masters))
+    let fields = if settings.is_undefined() || settings.is_null() {
+        Vec::new()
+    } else {
+        primitives(settings, "backend settings")?
+    };
+    js(common::backend(kind.as_deref(), key_prefix, fair, masters, fields))
 }
 
 // ---- replies: JS value -> RedisValue ----------------------------------------------------------
@@ -1062,7 +1067,8 @@ pub fn read_etcd_list_page(
 }
 
 /// Every script fencepost runs on Redis: `{ acquire: { sha1, source }, renew, release,
-/// fenced_set, acquire_fair, release_fair }`.
+/// fenced_set, acquire_fair, release_fair, is_locked, force_release, inspect, list,
+/// renew_many }`.
 #[wasm_bindgen(js_name = redisScripts)]
 pub fn redis_scripts() -> Result<JsValue, JsValue> {
     to_js(&common::redis_scripts())

@@ -564,7 +564,7 @@ test('the Redis fenced SET: builder, reader, and MemoryBackend.fencedSet', async
 
 test('redisScripts lists every script with its SHA-1', () => {
   const scripts = redisScripts()
-  assert.deepEqual(Object.keys(scripts).sort(), ['acquire', 'acquire_fair', 'fenced_set', 'force_release', 'inspect', 'is_locked', 'list', 'release', 'release_fair', 'renew'])
+  assert.deepEqual(Object.keys(scripts).sort(), ['acquire', 'acquire_fair', 'fenced_set', 'force_release', 'inspect', 'is_locked', 'list', 'release', 'release_fair', 'renew', 'renew_many'])
   for (const { sha1, source } of Object.values(scripts)) {
     assert.match(sha1, /^[0-9a-f]{40}$/)
     assert.match(source, /redis\.call/)

@@ -57,6 +57,42 @@ for (const fair of [false, true]) {
   })
 }
 
+test('ioredis Cluster: leases renewing together renew in one call per hash slot, and stay held', { skip }, async () => {
+  const client = cluster()
+  const p = prefix()
+  const names = new Map()
+  for (const [name, { sha1, source }] of Object.entries(fencepost.redisScripts())) {
+    names.set(sha1, name)
+    names.set(source, name)
+  }
+  const calls = []
+  for (const method of ['eval', 'evalsha']) {
+    const own = client[method]
+    client[method] = function (script, numkeys, ...rest) {
+      calls.push({ script: names.get(script), keys: rest.slice(0, numkeys) })
+      return own.call(this, script, numkeys, ...rest)
+    }
+  }
+  const backend = new RedisBackend(client, { keyPrefix: p })
+  // 'job:244' and 'job:1000' share a hash slot (the slot is the hash tag's: any prefix)
+  const lockNames = ['job:244', 'job:1000', 'n0', 'n1', 'n2', 'n3', 'n4', 'n5']
+  const slot = (key) => client.cluster('KEYSLOT', key)
+  assert.equal(await slot(backend.lockKey('job:244')), await slot(backend.lockKey('job:1000')))
+  const leases = await Promise.all(lockNames.map((name) => new Lock(backend, name, { ttlMs: 600 }).acquire()))
+  await sleep(1_200)
+  for (const lease of leases) {
+    lease.check()
+    assert.equal(await client.get(backend.lockKey(lease.name)), lease.ownerId)
+  }
+  const batches = calls.filter((c) => c.script === 'renew_many')
+  assert.ok(batches.length > 0, JSON.stringify(calls))
+  for (const { keys } of batches) assert.equal(new Set(await Promise.all(keys.map(slot))).size, 1, keys.join(' '))
+  assert.ok(batches.some(({ keys }) => keys.join(' ') === `${backend.lockKey('job:244')} ${backend.lockKey('job:1000')}`))
+  await Promise.all(leases.map((l) => l.release()))
+  backend.close()
+  await client.quit()
+})
+
 test('ioredis Cluster, fair: a queued waiter is handed the lock by the release', { skip }, async () => {
   const client = cluster()
   const p = prefix()

@@ -235,6 +235,61 @@ for (const kind of Object.keys(CLIENTS)) {
   })
 }
 
+/** Records `client`'s script calls as `{ script, keys }`, by the script's name. */
+function recordScripts (client) {
+  const names = new Map()
+  for (const [name, { sha1, source }] of Object.entries(redisScripts())) {
+    names.set(sha1, name)
+    names.set(source, name)
+  }
+  const calls = []
+  for (const method of ['eval', 'evalsha', 'evalSha']) {
+    const own = client[method]
+    if (typeof own !== 'function') continue
+    client[method] = function (script, ...rest) {
+      // ioredis: (script, numkeys, ...keys, ...args); node-redis: (script, { keys, arguments })
+      const keys = typeof rest[0] === 'number' ? rest.slice(1, 1 + rest[0]) : rest[0].keys
+      calls.push({ script: names.get(script), keys })
+      return own.call(this, script, ...rest)
+    }
+  }
+  return calls
+}
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: 30 leases renew in batches and stay held; one taken away is the only one lost`, { skip }, async () => {
+    const { redis, prefix, done } = await admin()
+    try {
+      await withClient(kind, async (client) => {
+        const calls = recordScripts(client)
+        const backend = new RedisBackend(client, { keyPrefix: prefix })
+        // ttl 600 ms: renewed every 200 ms
+        const leases = await Promise.all(Array.from({ length: 30 }, (_, i) => new Lock(backend, `b${i}`, { ttlMs: 600 }).acquire()))
+        await sleep(1_200)
+        for (const lease of leases) {
+          lease.check()
+          assert.equal(await redis.get(backend.lockKey(lease.name)), lease.ownerId)
+        }
+        const renewals = calls.filter((c) => c.script === 'renew' || c.script === 'renew_many')
+        const carried = renewals.reduce((n, c) => n + c.keys.length, 0)
+        assert.ok(carried >= 30 * 4, `renewals carried ${carried}`)
+        assert.ok(renewals.length <= carried / 10, `${renewals.length} calls for ${carried} renewals`)
+        assert.equal(Math.max(...renewals.map((c) => c.keys.length)), 30)
+        await redis.del(backend.lockKey('b7'))
+        await waitUntil(() => leases[7].lost, 2_000)
+        assert.equal(leases[7].lostReason, 'renew_rejected')
+        await sleep(400)
+        assert.deepEqual(leases.filter((l) => l.lost).map((l) => l.name), ['b7'])
+        await Promise.all(leases.filter((l) => !l.lost).map((l) => l.release()))
+        assert.deepEqual(await redis.keys(`${prefix}*:lock`), [])
+        backend.close()
+      })
+    } finally {
+      await done()
+    }
+  })
+}
+
 test('a script goes by EVAL until the client ran it, by EVALSHA after, and by EVAL again after NOSCRIPT', async () => {
   // a client whose server's script cache the test empties at will
   class ReplyError extends Error {}

@@ -743,7 +743,7 @@ async def test_fenced_set_accepts_utf8_bytes_values(backend: fencepost.MemoryBac
 
 def test_redis_scripts_lists_every_script() -> None:
     scripts = fencepost.redis_scripts()
-    assert set(scripts) == {"acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair", "is_locked", "force_release", "inspect", "list"}
+    assert set(scripts) == {"acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair", "is_locked", "force_release", "inspect", "list", "renew_many"}
     for sha, source in scripts.values():
         assert len(sha) == 40 and "redis.call" in source
 

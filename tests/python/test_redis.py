@@ -289,6 +289,92 @@ def test_twenty_threads_renew_and_release_every_lease(client: redis.Redis, prefi
     assert list(client.scan_iter(match=prefix + "*:lock")) == []
 
 
+class _ScriptLog:
+    """The scripts a client ran, by name, with the keys of each call."""
+
+    def __init__(self) -> None:
+        names = {sha: name for name, (sha, _) in fencepost.redis_scripts().items()}
+        names.update({source: name for name, (_, source) in fencepost.redis_scripts().items()})
+        self._names = names
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def record(self, script: str, numkeys: int, keys_and_args: tuple) -> None:  # type: ignore[type-arg]
+        keys = [k.decode() if isinstance(k, bytes) else str(k) for k in keys_and_args[:numkeys]]
+        self.calls.append((self._names.get(script, "?"), keys))
+
+    def renewals(self) -> list[list[str]]:
+        return [keys for name, keys in self.calls if name in ("renew", "renew_many")]
+
+
+class _LoggingRedis(redis.Redis):  # type: ignore[type-arg]
+    log: _ScriptLog
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+        self.log.record(sha, numkeys, keys_and_args)
+        return super().evalsha(sha, numkeys, *keys_and_args)
+
+    def eval(self, script: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+        self.log.record(script, numkeys, keys_and_args)
+        return super().eval(script, numkeys, *keys_and_args)
+
+
+class _AsyncLoggingRedis(redis.asyncio.Redis):  # type: ignore[type-arg]
+    log: _ScriptLog
+
+    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+        self.log.record(sha, numkeys, keys_and_args)
+        return await super().evalsha(sha, numkeys, *keys_and_args)
+
+    async def eval(self, script: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+        self.log.record(script, numkeys, keys_and_args)
+        return await super().eval(script, numkeys, *keys_and_args)
+
+
+def test_forty_leases_renew_in_batches_and_stay_held(client: redis.Redis, prefix: str) -> None:
+    """40 leases of one backend, ttl=0.6 (renewed every 0.2 s), held 1.5 s: every one
+    stays held, and their renewals go as a few renew_many calls, not one call a lease."""
+    logging = _LoggingRedis.from_url(URL, socket_timeout=5)
+    logging.log = log = _ScriptLog()
+    backend = RedisBackend(logging, key_prefix=prefix)
+    leases = [fencepost.Lock(backend, f"b{i}", ttl=0.6).acquire_sync() for i in range(40)]
+    time.sleep(1.5)
+    for lease in leases:
+        lease.check()
+        assert lock_value(client, backend, lease.name) == lease.owner_id
+    renewals = log.renewals()
+    carried = sum(len(keys) for keys in renewals)
+    assert carried >= 40 * 5, carried
+    assert len(renewals) <= carried / 10, [len(keys) for keys in renewals]
+    assert max(len(keys) for keys in renewals) == 40
+    for lease in leases:
+        lease.release()
+    assert list(client.scan_iter(match=prefix + "*:lock")) == []
+    logging.close()
+
+
+async def test_asyncio_leases_renew_in_batches(client: redis.Redis, prefix: str) -> None:
+    logging = _AsyncLoggingRedis.from_url(URL, socket_timeout=5)
+    logging.log = log = _ScriptLog()
+    backend = RedisBackend(logging, key_prefix=prefix)
+    leases = [await fencepost.Lock(backend, f"a{i}", ttl=0.6).acquire() for i in range(20)]
+    await asyncio.sleep(1.0)
+    for lease in leases:
+        lease.check()
+        assert lock_value(client, backend, lease.name) == lease.owner_id
+    renewals = log.renewals()
+    assert max(len(keys) for keys in renewals) == 20
+    assert len(renewals) <= sum(len(keys) for keys in renewals) / 5
+    # one lease taken by an operator: only that one is lost at the next batch
+    client.delete(backend.lock_key("a3"))
+    await asyncio.wait_for(leases[3].lost.wait(), 2.0)
+    assert leases[3].lost_reason == "renew_rejected"
+    await asyncio.sleep(0.5)
+    assert [lease.name for lease in leases if lease.lost_reason is not None] == ["a3"]
+    for lease in leases[:3] + leases[4:]:
+        await lease.release()
+    await logging.aclose()
+
+
 def test_close_releases_every_held_lock_on_redis(client: redis.Redis, prefix: str) -> None:
     backend = RedisBackend(client, key_prefix=prefix)
     # kept: a lease collected while held is released on its own

@@ -86,6 +86,42 @@ def test_locks_on_a_cluster_acquire_renew_release_and_fence(
         fencepost.Lock(backend, "w", min_replicas=1)
 
 
+def test_batched_renewals_carry_one_hash_slot_each(nodes: List[str], client: redis.cluster.RedisCluster, prefix: str) -> None:
+    """Leases renewing together on a cluster client renew by slot: 'job:244' and
+    'job:1000' share a hash slot (with any prefix: the slot is the tag's), so they renew in
+    one renew_many call; the others each in their own. All stay held."""
+    scripts = {sha: name for name, (sha, _) in fencepost.redis_scripts().items()}
+    scripts.update({source: name for name, (_, source) in fencepost.redis_scripts().items()})
+    calls: List[tuple] = []  # type: ignore[type-arg]
+
+    class Logging(redis.cluster.RedisCluster):  # type: ignore[type-arg]
+        def evalsha(self, sha: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+            calls.append((scripts.get(sha), [k.decode() if isinstance(k, bytes) else k for k in keys_and_args[:numkeys]]))
+            return super().evalsha(sha, numkeys, *keys_and_args)
+
+        def eval(self, script: str, numkeys: int, *keys_and_args: object) -> object:  # type: ignore[override]
+            calls.append((scripts.get(script), [k.decode() if isinstance(k, bytes) else k for k in keys_and_args[:numkeys]]))
+            return super().eval(script, numkeys, *keys_and_args)
+
+    logging = Logging.from_url(f"redis://{nodes[0]}", socket_timeout=5)
+    backend = RedisBackend(logging, key_prefix=prefix)
+    names = ["job:244", "job:1000"] + [f"n{i}" for i in range(6)]
+    assert client.keyslot(backend.lock_key("job:244")) == client.keyslot(backend.lock_key("job:1000"))
+    leases = [fencepost.Lock(backend, name, ttl=0.6).acquire_sync() for name in names]
+    time.sleep(1.5)
+    for lease in leases:
+        lease.check()
+        assert client.get(backend.lock_key(lease.name)) == lease.owner_id.encode()
+    batches = [keys for name, keys in calls if name == "renew_many"]
+    assert batches, calls
+    for keys in batches:
+        assert len({client.keyslot(k) for k in keys}) == 1, keys
+    assert [backend.lock_key("job:244"), backend.lock_key("job:1000")] in batches
+    for lease in leases:
+        lease.release()
+    logging.close()
+
+
 @pytest.mark.parametrize("fair", [False, True])
 def test_a_name_starting_with_a_closing_brace_keeps_its_keys_in_one_slot(
     client: redis.cluster.RedisCluster, prefix: str, fair: bool

@@ -19,7 +19,8 @@ Purpose = Literal["efficiency", "correctness"]
 #: report when their backend is closed while the lease is held.
 LostReason = Literal["expired", "renew_rejected", "not_held_at_release", "closed"]
 ScriptName = Literal[
-    "acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair"
+    "acquire", "renew", "release", "fenced_set", "acquire_fair", "release_fair", "is_locked",
+    "force_release", "inspect", "list", "renew_many"
 ]
 EventKind = Literal["acquired", "renewed", "lost", "released", "acquire_failed"]
 #: What a request carries: a Redis script call, a Redis blocking pop, a SQL statement,
@@ -39,10 +40,13 @@ class RedisSpec(_RedisSpecKind, total=False):
     * ``key_prefix`` — prefix of every key (``"fencepost:"``);
     * ``fair`` — fair, instant hand-off (default False): contended acquirers queue on
       the server and park on a blocking pop; a release grants the lock to the first
-      live waiter, whose pop returns the grant."""
+      live waiter, whose pop returns the grant;
+    * ``cluster`` — the client is a Redis Cluster client (default False): a batched
+      renewal (``renew_many``) then carries the keys of one hash slot only."""
 
     key_prefix: str
     fair: bool
+    cluster: bool
 
 class _PostgresSpecKind(TypedDict):
     kind: Literal["postgres"]
@@ -741,9 +745,10 @@ def read_redis_list(key_prefix: str, reply: object) -> Tuple[Optional[str], List
     error reply or another shape."""
 
 def redis_scripts() -> Dict[str, Tuple[str, str]]:
-    """Every Redis script: name → (sha1, Lua source). Names: ``"acquire"``,
-    ``"renew"``, ``"release"``, ``"fenced_set"``, ``"acquire_fair"``,
-    ``"release_fair"``."""
+    """Every Redis script: name → (sha1, Lua source). Names: those of
+    :data:`ScriptName` (``"acquire"``, ``"renew"``, ``"release"``, ``"fenced_set"``,
+    ``"acquire_fair"``, ``"release_fair"``, ``"is_locked"``, ``"force_release"``,
+    ``"inspect"``, ``"list"``, ``"renew_many"``)."""
 
 def lock_key(key_prefix: str, name: str) -> str:
     """The lease key of lock ``name``: ``{key_prefix}{{name}}:lock``.

@@ -30,6 +30,7 @@ transport error and the waiter falls back on its backoff.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Type, Union
@@ -101,6 +102,21 @@ def _is_async_client(client: Any) -> bool:
     return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
 
 
+def _is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` is a redis-py Redis Cluster client (``redis.RedisCluster`` or
+    ``redis.asyncio.RedisCluster``): its batched renewals then carry one hash slot's
+    keys each."""
+    kinds: Tuple[type, ...] = ()
+    for module in ("redis.cluster", "redis.asyncio.cluster"):
+        try:
+            cluster = getattr(importlib.import_module(module), "RedisCluster", None)
+        except ImportError:  # pragma: no cover - redis-py before 4.1 has no cluster client
+            continue
+        if isinstance(cluster, type):
+            kinds += (cluster,)
+    return isinstance(client, kinds)
+
+
 class RedisBackend(Backend):
     """Locks on one Redis server (or a Redis-compatible one: Valkey, KeyDB, Dragonfly
     with Lua), through a redis-py client the caller owns.
@@ -151,6 +167,7 @@ class RedisBackend(Backend):
 
         self._client: Any = client
         self._is_async = _is_async_client(client)
+        self._is_cluster = _is_cluster_client(client)
         self.supports_async = self._is_async
         self.supports_sync = not self._is_async
         self._no_script: Type[BaseException] = redis.exceptions.NoScriptError
@@ -225,7 +242,7 @@ class RedisBackend(Backend):
         )
 
     def _machine_spec(self) -> RedisSpec:
-        return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair}
+        return {"kind": "redis", "key_prefix": self.key_prefix, "fair": self.fair, "cluster": self._is_cluster}
 
     def _sync_call_limit_s(self) -> Optional[float]:
         """For a blocking ``redis.Redis`` client with ``socket_timeout`` set: how long
@@ -346,7 +363,7 @@ class RedisBackend(Backend):
         return [_error_reply(r, self._codes) if isinstance(r, self._response_error) else r for r in reply]
 
     def _cannot_wait(self) -> Optional[str]:
-        if type(self._client).__name__ == "RedisCluster":
+        if self._is_cluster:
             return (
                 "a RedisCluster client routes WAIT (it has no key) to any node, not to the one that "
                 "ran the script: use a client of the slot's primary"
