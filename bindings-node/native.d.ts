@@ -46,7 +46,9 @@ export declare class Machine {
    * `"zookeeper"` (requests with `backend: "zookeeper"`, replies the adapter's JSON
    * documents; `settings` `{ root, naming, sessionTimeoutMs }`) or `"kubernetes"`
    * (requests with `backend: "kubernetes"`, replies the API server's response bodies;
-   * `settings` `{ namespace }`).
+   * `settings` `{ namespace }`). A Redis machine's `settings` may be `{ cluster: true }`:
+   * the adapter's client is a Redis Cluster client, so a batched renewal carries the
+   * keys of one hash slot.
    */
   constructor(keyPrefix?: string | undefined | null, seed?: bigint | undefined | null, fair?: boolean | undefined | null, kind?: string | undefined | null, masters?: Array<string> | undefined | null, settings?: object | undefined | null)
   /** Checks a lock name and options exactly as `acquire` would, without acquiring. */

@@ -168,15 +168,17 @@ function load (file) {
   if (!isU64(raw.seed)) throw new VectorError(`seed must be a u64, got ${show(raw.seed)}`)
   let keyPrefix
   let fair
+  let cluster
   let masters
   let kind = 'redis'
   if (raw.backend !== undefined) {
-    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'masters', 'namespace'])
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'cluster', 'masters', 'namespace'])
     if (!['redis', 'etcd', 'redlock', 'zookeeper', 'kubernetes'].includes(raw.backend.kind)) throw new VectorError(`unknown backend ${show(raw.backend)}`)
     kind = raw.backend.kind
     if (raw.backend.namespace !== undefined && kind !== 'kubernetes') throw new VectorError('backend.namespace belongs to a kubernetes backend')
     keyPrefix = raw.backend.key_prefix
     fair = raw.backend.fair
+    cluster = raw.backend.cluster
     masters = raw.backend.masters
     if ((masters !== undefined) !== (kind === 'redlock')) throw new VectorError('backend.masters belongs to (and only to) a redlock backend')
   }
@@ -190,7 +192,7 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, kind, keyPrefix, fair, masters, namespace: raw.backend?.namespace, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, kind, keyPrefix, fair, cluster, masters, namespace: raw.backend?.namespace, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
 }
 
 /** A vector value as JSON text, integers past 2^53 (bigint) written exactly. */
@@ -431,6 +433,7 @@ function replay (file, flavourName) {
   const machine = new LockMachine({
     keyPrefix: scenario.keyPrefix,
     fair: scenario.fair,
+    cluster: scenario.cluster,
     seed: scenario.seed,
     ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {}),
     ...(scenario.kind === 'redlock' ? { kind: 'redlock', masters: scenario.masters } : {}),

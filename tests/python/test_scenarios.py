@@ -733,6 +733,8 @@ def replay(path: Path, flavour: str) -> int:
         machine = _core.Machine(spec, seed=scenario.seed)
     elif scenario.kind == "redlock":
         machine = _core.Machine(scenario.backend, seed=scenario.seed)
+    elif scenario.backend is not None:
+        machine = _core.Machine(scenario.backend, seed=scenario.seed)
     else:
         machine = _core.Machine(key_prefix=scenario.key_prefix, seed=scenario.seed)
     owners = Owners()
