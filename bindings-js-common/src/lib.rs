@@ -1341,7 +1341,11 @@ pub fn read_etcd_fenced_txn(name: &str, token: u64, reply: &str) -> JsOut<'stati
 /// `redisOperator`: the operator query (`force` false: "is it locked?") or reset
 /// (`force` true) of lock `name`, for [`script_call`].
 pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -> RedisCommand {
-    let settings = RedisSettings { key_prefix, fair, cluster: false };
+    let settings = RedisSettings {
+        key_prefix,
+        fair,
+        cluster: false,
+    };
     if force {
         settings.force_release(name)
     } else {
@@ -1352,13 +1356,23 @@ pub fn redis_operator(key_prefix: String, name: &str, fair: bool, force: bool) -
 /// `redisInspect`: the operator query "who holds lock `name`?" (script `inspect`), for
 /// [`script_call`].
 pub fn redis_inspect(key_prefix: String, name: &str, fair: bool) -> RedisCommand {
-    RedisSettings { key_prefix, fair, cluster: false }.inspect(name)
+    RedisSettings {
+        key_prefix,
+        fair,
+        cluster: false,
+    }
+    .inspect(name)
 }
 
 /// `redisListStep`: one bounded step of the listing of locks whose names start with
 /// `prefix`, from `cursor` (`"0"` first; script `list`), for [`script_call`].
 pub fn redis_list_step(key_prefix: String, prefix: &str, cursor: &str, fair: bool) -> RedisCommand {
-    RedisSettings { key_prefix, fair, cluster: false }.list_step(prefix, cursor)
+    RedisSettings {
+        key_prefix,
+        fair,
+        cluster: false,
+    }
+    .list_step(prefix, cursor)
 }
 
 /// A holder as JavaScript reads it: `{ name, owner, token, ttlLeftMs, waiters,

@@ -331,7 +331,13 @@ fn backend(
     } else {
         primitives(settings, "backend settings")?
     };
-    js(common::backend(kind.as_deref(), key_prefix, fair, masters, fields))
+    js(common::backend(
+        kind.as_deref(),
+        key_prefix,
+        fair,
+        masters,
+        fields,
+    ))
 }
 
 // ---- replies: JS value -> RedisValue ----------------------------------------------------------

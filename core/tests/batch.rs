@@ -187,3 +187,93 @@ fn a_lease_released_while_its_batch_is_out_ignores_its_part() {
     );
     assert_eq!(t.clients[0].machine.requests_in_flight(), 0);
 }
+
+#[test]
+fn lease_rows_renew_in_one_update_and_each_reads_its_own_row() {
+    use fencepost_core::backends::{PostgresBackend, RequestBody};
+    use fencepost_core::memory::MemoryPostgres;
+    use fencepost_core::{Backend, Input, Machine, Output, Reply};
+
+    let settings = PostgresBackend::default();
+    let mut pg = MemoryPostgres::new(&settings);
+    let mut m = Machine::with_seed(Backend::Postgres(settings.clone()), 1);
+    // answers every request on the in-memory server at `now`; returns the events
+    let serve = |m: &mut Machine, pg: &mut MemoryPostgres, now: u64| {
+        let (mut events, mut sent) = (Vec::new(), Vec::new());
+        loop {
+            match m.poll_output() {
+                Output::Request(r) => sent.push(r),
+                Output::Event { lock, event } => events.push((lock, event)),
+                Output::Timeout(_) | Output::Idle => {
+                    let Some(r) = sent.pop() else { break };
+                    let reply: Reply = pg.execute(at(now), &r.body);
+                    let input = Input::Reply {
+                        now: at(now),
+                        request: r.id,
+                        reply,
+                    };
+                    m.handle_input(input).unwrap();
+                }
+            }
+        }
+        events
+    };
+    let locks: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|n| m.acquire(at(0), n, opts(3_000)).unwrap())
+        .collect();
+    assert_eq!(serve(&mut m, &mut pg, 0).len(), 3);
+    // another owner takes b's row behind its holder's back: its renewal finds no row
+    pg.run(
+        at(1),
+        &settings.release_statement("b", &m.owner(locks[1]).unwrap(), false),
+    );
+    pg.run(
+        at(1),
+        &settings.acquire_statement("b", &fencepost_core::OwnerId([9; 16]), 3_000, None),
+    );
+    m.handle_input(Input::Timeout { now: at(1_000) }).unwrap();
+    let batch = match m.poll_output() {
+        Output::Request(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let RequestBody::Sql(s) = &batch.body else {
+        panic!("{batch:?}")
+    };
+    assert!(s.sql.contains("jsonb_to_recordset"), "{}", s.sql);
+    assert!(
+        !s.sql.contains("'a'"),
+        "names travel as a parameter: {}",
+        s.sql
+    );
+    assert_eq!(m.requests_in_flight(), 1);
+    let reply = pg.execute(at(1_000), &batch.body);
+    m.handle_input(Input::Reply {
+        now: at(1_000),
+        request: batch.id,
+        reply,
+    })
+    .unwrap();
+    let events = serve(&mut m, &mut pg, 1_000);
+    assert!(
+        matches!(events[0], (l, Event::Renewed { .. }) if l == locks[0]),
+        "{events:?}"
+    );
+    assert_eq!(
+        events[1],
+        (
+            locks[1],
+            Event::Lost {
+                reason: LostReason::RenewRejected
+            }
+        )
+    );
+    assert!(
+        matches!(events[2], (l, Event::Renewed { .. }) if l == locks[2]),
+        "{events:?}"
+    );
+    assert!(
+        pg.row("a").unwrap().live(at(3_500)),
+        "a renewed past its first TTL"
+    );
+}

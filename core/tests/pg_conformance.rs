@@ -121,6 +121,10 @@ async fn memory_postgres_replies_like_a_real_postgres() {
         ("A retries", b.acquire_statement("r", &a, 2_000, None)),
         ("A renews", b.renew_statement("r", &a, 2_000)),
         ("B cannot renew", b.renew_statement("r", &bo, 2_000)),
+        (
+            "B and A renew in one statement: A's renewal only",
+            b.renew_many_statement(&[("r", &bo, 2_000), ("r", &a, 2_000)]),
+        ),
         ("A releases", b.release_statement("r", &a, true)),
         ("A releases again", b.release_statement("r", &a, true)),
         (
@@ -183,6 +187,13 @@ async fn memory_postgres_replies_like_a_real_postgres() {
     let r = real(&client, &s).await;
     same(
         "A acquires q above the token table",
+        &r,
+        &mem.run(now(), &s),
+    );
+    let s = b.renew_many_statement(&[("q", &a, 2_000), ("r", &a, 2_000), ("q", &bo, 2_000)]);
+    let r = real(&client, &s).await;
+    same(
+        "A's q renews in a batch, r and B's q not",
         &r,
         &mem.run(now(), &s),
     );

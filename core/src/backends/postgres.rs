@@ -38,8 +38,8 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    payload, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
-    Waiting,
+    payload, BatchKey, Holder, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody,
+    Step, StepCx, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, OwnerId, Previous};
@@ -240,6 +240,18 @@ impl PostgresBackend {
         self.renew(name, owner, ttl_ms)
     }
 
+    /// The statement of a batched renewal, as the machine sends when several lease rows
+    /// renew at once: for each `(name, owner, ttl_ms)` what
+    /// [`PostgresBackend::renew_statement`] does, in one `UPDATE`; a row `(i, token)`
+    /// for each renewal `i` (from 0, in the order given) whose lease was still live.
+    pub fn renew_many_statement(&self, renewals: &[(&str, &OwnerId, u64)]) -> SqlStatement {
+        let owners: Vec<String> = renewals.iter().map(|(_, o, _)| o.to_string()).collect();
+        let renewals: Vec<(&str, &str, i64)> = (renewals.iter().zip(&owners))
+            .map(|((name, _, ttl_ms), owner)| (*name, owner.as_str(), ms_param(*ttl_ms)))
+            .collect();
+        self.renew_many(&renewals)
+    }
+
     /// The statement of `owner`'s release; `clean`: its holder's own release (the next
     /// grant reads `released`), else a cleanup (it reads `expired`). One row if it freed
     /// a live lease, none otherwise. See [`PostgresBackend::acquire_statement`].
@@ -385,6 +397,29 @@ impl PostgresBackend {
         }
     }
 
+    /// A batched renewal of lease rows: `renewals` are `(name, owner, ttl_ms)`, sent as
+    /// one JSON array parameter (`$1`: `[{"i": 0, "name": …, "owner": …, "ttl_ms": …}, …]`,
+    /// so names never enter the SQL text); each row renewed as [`PostgresBackend::renew`]
+    /// renews one returns `(i, token)`, `i` its place in the batch.
+    pub(crate) fn renew_many(&self, renewals: &[(&str, &str, i64)]) -> SqlStatement {
+        let items: Vec<serde_json::Value> = (renewals.iter().enumerate())
+            .map(|(i, (name, owner, ttl_ms))| {
+                serde_json::json!({"i": i, "name": name, "owner": owner, "ttl_ms": ttl_ms})
+            })
+            .collect();
+        SqlStatement {
+            sql: format!(
+                "UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond' \
+                 FROM jsonb_to_recordset($1::text::jsonb) AS r(i int, name text, owner text, ttl_ms bigint) \
+                 WHERE l.name = r.name AND l.owner = r.owner AND l.expires_at > clock_timestamp() \
+                 RETURNING r.i::bigint, l.token",
+                t = self.lease_table
+            ),
+            params: vec![SqlValue::Text(serde_json::Value::Array(items).to_string())],
+            connection: PgConnection::Any,
+        }
+    }
+
     /// The release of `owner`'s lease; `clean`: its holder's own release (the next
     /// grant reads `released`), else a cleanup (it reads `expired`).
     pub(crate) fn release(&self, name: &str, owner: &OwnerId, clean: bool) -> SqlStatement {
@@ -494,6 +529,58 @@ impl Recipe for PostgresBackend {
             Err(_) if step == Step::Renew && self.mode == PgMode::Session => Ok(Read::NotHeld),
             read => read,
         }
+    }
+
+    fn renew_batch_limit(&self) -> usize {
+        PG_RENEW_BATCH_LIMIT
+    }
+
+    /// Lease rows renew together; a session lock's heartbeat runs on its own connection.
+    fn renew_batch_key(&self, body: &RequestBody) -> Option<BatchKey> {
+        match body {
+            RequestBody::Sql(s) if self.mode == PgMode::Lease && s.params.len() == 3 => {
+                Some(BatchKey(0, 0))
+            }
+            _ => None,
+        }
+    }
+
+    fn phrase_renew_batch(&self, bodies: &[&RequestBody]) -> Option<RequestBody> {
+        let mut renewals = Vec::with_capacity(bodies.len());
+        for body in bodies {
+            match *body {
+                RequestBody::Sql(SqlStatement { params, .. }) => match params.as_slice() {
+                    [SqlValue::Text(name), SqlValue::Text(owner), SqlValue::Int(ttl_ms)] => {
+                        renewals.push((name.as_str(), owner.as_str(), *ttl_ms))
+                    }
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
+        Some(RequestBody::Sql(self.renew_many(&renewals)))
+    }
+
+    /// `(i, token)` rows: renewal `i` reads its token (renewed), the others no row.
+    fn split_renew_batch(&self, reply: &Reply, n: usize) -> Option<Vec<Reply>> {
+        let Reply::Sql(SqlReply::Rows { rows }) = reply else {
+            return None;
+        };
+        let mut own = vec![Vec::new(); n];
+        for row in rows {
+            match row.as_slice() {
+                [SqlValue::Int(i), token @ SqlValue::Int(_)] => {
+                    let slot = usize::try_from(*i).ok().and_then(|i| own.get_mut(i))?;
+                    slot.push(vec![token.clone()]);
+                }
+                _ => return None,
+            }
+        }
+        Some(
+            own.into_iter()
+                .map(|rows| Reply::Sql(SqlReply::Rows { rows }))
+                .collect(),
+        )
     }
 
     fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
@@ -664,6 +751,10 @@ pub fn inspect_statement(backend: &PostgresBackend, name: &str) -> SqlStatement 
 /// At most this many rows per lease-row listing ([`list_statement`]'s limit is
 /// clamped to it).
 pub const PG_LIST_MAX: u64 = 10_000;
+
+/// The most lease rows one batched renewal updates: one `UPDATE … FROM
+/// jsonb_to_recordset(…)`, whose locks on the rows it renews are held until it ends.
+pub const PG_RENEW_BATCH_LIMIT: usize = 500;
 
 /// The operator listing on lease rows: the live rows whose names start with `prefix`
 /// (`LIKE`, with `%`, `_` and `\` of the prefix escaped), in name order, at most

@@ -100,6 +100,7 @@ struct Texts {
     acquire: String,
     acquire_floored: String,
     renew: String,
+    renew_many: String,
     /// `[clean, cleanup]`, without and with the `pg_notify` wrapper.
     release: [String; 2],
     release_notify: [String; 2],
@@ -125,6 +126,7 @@ impl Texts {
             acquire: lease.acquire("", &owner, 1, None, None).sql,
             acquire_floored: lease.acquire("", &owner, 1, floor, None).sql,
             renew: lease.renew("", &owner, 1).sql,
+            renew_many: lease.renew_many(&[]).sql,
             release: [true, false].map(|clean| lease.release("", &owner, clean).sql),
             release_notify: [true, false].map(|clean| notify.release("", &owner, clean).sql),
             state_query: lock_state_statement(&lease, "", false).sql,
@@ -285,6 +287,32 @@ impl MemoryPostgres {
                 }
                 _ => bad_params("renew", s),
             }
+        } else if sql == t.renew_many {
+            #[derive(serde::Deserialize)]
+            struct Renewal {
+                i: i64,
+                name: String,
+                owner: String,
+                ttl_ms: i64,
+            }
+            let renewals = match s.params.as_slice() {
+                [SqlValue::Text(json)] => serde_json::from_str::<Vec<Renewal>>(json),
+                _ => return bad_params("renew_many", s),
+            };
+            let Ok(renewals) = renewals else {
+                return error("22P02", "invalid input syntax for type json");
+            };
+            let mut renewed = Vec::new();
+            for r in renewals {
+                let Some(until) = expiry_after(now_us, r.ttl_ms) else {
+                    return out_of_range();
+                };
+                if let Some(row) = self.owned_row(now_us, &r.name, &r.owner) {
+                    row.expires_at = PgExpiry::At(until);
+                    renewed.push(vec![SqlValue::Int(r.i), SqlValue::Int(row.token)]);
+                }
+            }
+            rows(renewed)
         } else if let Some(i) = t.release.iter().position(|r| r == sql) {
             match s.params.as_slice() {
                 [SqlValue::Text(name), SqlValue::Text(owner)] => {
