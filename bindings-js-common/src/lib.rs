@@ -1660,28 +1660,31 @@ mod tests {
 
     #[test]
     fn backends_by_kind() {
-        assert_eq!(backend(None, None, None, None).unwrap(), Backend::default());
-        let etcd = backend(Some("etcd"), Some("app/".into()), Some(false), None).unwrap();
+        assert_eq!(
+            backend(None, None, None, None, vec![]).unwrap(),
+            Backend::default()
+        );
+        let etcd = backend(Some("etcd"), Some("app/".into()), Some(false), None, vec![]).unwrap();
         assert_eq!(
             etcd,
             Backend::Etcd(EtcdSettings {
                 key_prefix: "app/".into()
             })
         );
-        let e = backend(Some("etcd"), None, Some(true), None).unwrap_err();
+        let e = backend(Some("etcd"), None, Some(true), None, vec![]).unwrap_err();
         assert!(e.message.contains("FIFO"), "{}", e.message);
         // the Node addon builds these machines itself; the shared decoder (all the
         // WebAssembly module has) refuses them, saying why
-        let e = backend(Some("zookeeper"), None, None, None).unwrap_err();
+        let e = backend(Some("zookeeper"), None, None, None, vec![]).unwrap_err();
         assert_eq!(
             e.message,
             "kind \"zookeeper\" is not available in the WebAssembly package (workers have no \
              sockets to reach ZooKeeper): use the Node package, fencepost; kind must be \
              'redis', 'etcd' or 'redlock'"
         );
-        assert!(backend(Some("postgres"), None, None, None).is_err());
+        assert!(backend(Some("postgres"), None, None, None, vec![]).is_err());
         let masters: Vec<String> = ["a:1/0", "b:1/0", "c:1/0"].map(String::from).into();
-        let redlock = backend(Some("redlock"), None, None, Some(masters.clone())).unwrap();
+        let redlock = backend(Some("redlock"), None, None, Some(masters.clone()), vec![]).unwrap();
         assert_eq!(
             redlock,
             Backend::Redlock(RedlockSettings {
@@ -1689,10 +1692,30 @@ mod tests {
                 ..RedlockSettings::default()
             })
         );
-        let e = backend(Some("redlock"), None, Some(true), Some(masters.clone())).unwrap_err();
+        let e = backend(
+            Some("redlock"),
+            None,
+            Some(true),
+            Some(masters.clone()),
+            vec![],
+        )
+        .unwrap_err();
         assert_eq!(e.option.as_deref(), Some("fair"));
-        let e = backend(Some("redis"), None, None, Some(masters)).unwrap_err();
+        let e = backend(Some("redis"), None, None, Some(masters), vec![]).unwrap_err();
         assert_eq!(e.option.as_deref(), Some("masters"));
+    }
+
+    #[test]
+    fn a_redis_machine_takes_cluster_and_no_other_kind_does() {
+        let cluster = || vec![("cluster".to_owned(), Primitive::Bool(true))];
+        match backend(None, None, None, None, cluster()).unwrap() {
+            Backend::Redis(r) => assert!(r.cluster),
+            other => panic!("{other:?}"),
+        }
+        let e = backend(Some("etcd"), None, None, None, cluster()).unwrap_err();
+        assert_eq!(e.option.as_deref(), Some("cluster"));
+        let unknown = vec![("clustre".to_owned(), Primitive::Bool(true))];
+        assert!(backend(None, None, None, None, unknown).is_err());
     }
 
     #[test]
