@@ -32,6 +32,8 @@ const TARGET_DIR = process.env.CARGO_TARGET_DIR || path.join(REPO, 'target', 'wa
 const PROFILE = 'release-wasm'
 const args = new Set(process.argv.slice(2))
 const LOCKED = args.has('--locked') ? ['--locked'] : []
+// The web module's size budget, gzip level 9 (tests/wasm reads it from dist/build.json).
+const GZIP_BUDGET = 168 * 1024
 
 const log = (...m) => console.error('build.mjs:', ...m)
 const run = (cmd, argv, opts = {}) => execFileSync(cmd, argv, { stdio: ['ignore', 'inherit', 'inherit'], ...opts })
@@ -190,11 +192,11 @@ async function main () {
   report.start = await instantiateMs(path.join(DIST, 'web'))
   if (args.has('--measure')) report.optLevels = measure()
   report.buildSeconds = +((performance.now() - started) / 1000).toFixed(1)
+  report.budgetGzip = GZIP_BUDGET
   fs.writeFileSync(path.join(DIST, 'build.json'), JSON.stringify(report, null, 2) + '\n')
   console.log(JSON.stringify(report, null, 2))
   const gz = report.targets.web.wasmOptGzip
-  const BUDGET = 168 * 1024
-  if (gz > BUDGET) throw new Error(`the web module is ${gz} bytes gzipped, over the ${BUDGET}-byte budget`)
+  if (gz > GZIP_BUDGET) throw new Error(`the web module is ${gz} bytes gzipped, over the ${GZIP_BUDGET}-byte budget`)
 }
 
 main().catch((error) => {
