@@ -115,7 +115,7 @@ def core_section(res: Dict[str, Any]) -> str:
         ("cycle/memory_redis_fair", "the same cycle with fair hand-off on (queue-aware scripts, nobody waiting)"),
         ("cycle/memory_redis_observed", "the first cycle with an observer attached (`Machine::observe`, every observation drained); the first row has none"),
         ("cycle/canned", "the same cycle, replies canned (the machine alone)"),
-        ("timer_step/1000", "one timer step (one renewal due), machine holding 1,000 leases"),
+        ("timer_step/1000", "one lease's renewal in batched timer steps, machine holding 1,000 leases"),
         ("timer_step/10000", "… holding 10,000 leases"),
         ("timer_step/100000", "… holding 100,000 leases"),
     ]:
@@ -146,7 +146,7 @@ def core_section(res: Dict[str, Any]) -> str:
         out.append("")
         line = (
             f"From 1,000 to 100,000 leases (log₂ n grows {math.log2(1e5) / math.log2(1e3):.2f}×) the instructions per "
-            f"timer step grow {t100 / t1:.2f}×: the timer heap and the lock map are O(log n) or better."
+            f"renewal grow {t100 / t1:.2f}×: the timer heap and the lock map are O(log n) or better."
         )
         if w1 and w100:
             line += (

@@ -78,9 +78,7 @@ fn measure(n: u64) -> Measure {
     let mut fleet = Fleet::with_server(n, server);
     let held = LIVE.load(Relaxed) - base;
     let held_allocations = ALLOCATIONS.load(Relaxed) - base_allocations;
-    for _ in 0..n {
-        fleet.step();
-    }
+    fleet.renew_each_once();
     let renewed = LIVE.load(Relaxed) - base;
     let peak = PEAK.load(Relaxed) - base;
     assert_eq!(fleet.machine.lock_count() as u64, n);

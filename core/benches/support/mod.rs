@@ -16,8 +16,8 @@ use std::collections::HashMap;
 
 use fencepost_core::memory::MemoryRedis;
 use fencepost_core::{
-    Backend, Event, Input, Instant, LockOptions, Machine, Operation, Output, RedisBackend, Reply,
-    Request,
+    Backend, Event, Input, Instant, LockOptions, Machine, Operation, Output, RedisBackend,
+    RedisScript, RedisValue, Reply, Request, RequestBody,
 };
 
 /// Lease length of every bench lock: 30 s, renewed every 10 s (`ttl / 3`).
@@ -52,9 +52,15 @@ impl Server {
     fn answer(&mut self, now: Instant, request: &Request) -> Reply {
         match self {
             Server::Memory(server) => server.execute(now, &request.body),
-            Server::Canned(replies) => match replies.get(&request.operation) {
-                Some(reply) => reply.clone(),
-                None => panic!("no canned reply for {:?}", request.operation),
+            Server::Canned(replies) => match (replies.get(&request.operation), &request.body) {
+                // a batched renewal (`RenewMany`): the one renewal's reply for each key
+                (Some(Reply::Redis(one)), RequestBody::Redis(cmd))
+                    if cmd.script == RedisScript::RenewMany =>
+                {
+                    Reply::Redis(RedisValue::Array(vec![one.clone(); cmd.keys.len()]))
+                }
+                (Some(reply), _) => reply.clone(),
+                (None, _) => panic!("no canned reply for {:?}", request.operation),
             },
         }
     }
@@ -249,7 +255,9 @@ impl Cycle {
 }
 
 /// A machine holding `n` leases whose renewals are spread evenly over one renew
-/// interval: every timer step renews exactly one of them (steady state).
+/// interval (steady state). A timer step renews the lease due and, batched with it,
+/// every lease due within half a renew interval (`Machine` batching, docs/DESIGN.md
+/// "Batched renewals"): so per-renewal costs come from [`Fleet::renew_each_once`].
 pub struct Fleet {
     pub machine: Machine,
     pub server: Server,
@@ -288,7 +296,7 @@ impl Fleet {
         }
     }
 
-    /// Moves time to the next wakeup and serves it: one renewal.
+    /// Moves time to the next wakeup and serves it: the renewals due then, batched.
     pub fn step(&mut self) {
         self.now = self.next;
         self.machine
@@ -301,5 +309,15 @@ impl Fleet {
             &mut self.tally,
         )
         .expect("held leases keep a timer");
+    }
+
+    /// Steps until every lease has renewed once more (at least `n` renewals); returns
+    /// how many renewals that took (a step's batch may renew some leases early).
+    pub fn renew_each_once(&mut self) -> u64 {
+        let (before, n) = (self.tally.renewed, self.machine.lock_count() as u64);
+        while self.tally.renewed - before < n {
+            self.step();
+        }
+        self.tally.renewed - before
     }
 }
