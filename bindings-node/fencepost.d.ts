@@ -875,6 +875,14 @@ export interface EtcdBackendOptions {
    * its validity deadline although a healthy member is listed. Watches are not affected
    * (they end at their own timeout). */
   requestTimeoutMs?: number
+  /** One lease for many locks (etcd's `concurrency.Session`; default false): the locks of
+   * one machine whose TTLs round up to the same whole seconds attach their keys to one
+   * lease, and one keep-alive a renew period renews them all. They share its fate: when
+   * the keep-alives stop reaching etcd for a TTL, every lock on it is lost at once. Each
+   * lock keeps its own key, fencing token and validity (from the send of the last
+   * confirmed grant or keep-alive); a release deletes its key and leaves the lease to the
+   * others. Off: each lock grants, keeps alive and revokes its own lease. */
+  sharedLease?: boolean
 }
 
 /** A request of an etcd lock machine, or of `etcdFencedTxn`: POST `body` (JSON, keys base64,
@@ -951,6 +959,8 @@ export declare class EtcdBackend extends Backend {
   readonly endpoints: readonly string[]
   /** The prefix of every key fencepost writes (default `'fencepost/'`). */
   readonly keyPrefix: string
+  /** Whether the locks of a machine share one lease per TTL (`sharedLease`). */
+  readonly sharedLease: boolean
   /** The prefix under which every contender for lock `name` puts its key
    * (`{keyPrefix}{name}/`). */
   lockKey(name: string): string
@@ -1435,10 +1445,12 @@ export declare class LockMachine {
    * response bodies as text, with `namespace`.
    * `cluster: true` (Redis only) says the adapter's client is a Redis Cluster client: a
    * batched renewal (`renew_many`) then carries the keys of one hash slot.
+   * `sharedLease: true` (etcd only) gives the machine's locks one lease per TTL (see
+   * `EtcdBackendOptions.sharedLease`): their keep-alives go as one request.
    * @throws ConfigError for an unknown `kind`, `fair: true` with `kind: 'etcd'` or
    *   `'redlock'`, `cluster` or `masters` with another kind. A bad master list (count,
    *   parity, duplicates) is refused by `check` and `acquire`. */
-  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, cluster?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
+  constructor(options?: { keyPrefix?: string, seed?: bigint | number, fair?: boolean, cluster?: boolean, sharedLease?: boolean, kind?: 'redis' | 'etcd' | 'redlock' | 'postgres' | 'zookeeper' | 'kubernetes', masters?: readonly string[], mode?: 'lease' | 'session', leaseTable?: string, tokenTable?: string, namespace?: string, root?: string, naming?: 'kazoo' | 'curator', sessionTimeoutMs?: number, notify?: boolean })
   /** Checks a name and options as `acquire` would. @throws ConfigError */
   check(name: string, options?: LockOptions): void
   /** Starts acquiring; returns the lock id. @throws ConfigError, ClockError */

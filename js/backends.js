@@ -1227,7 +1227,7 @@ function createBackends (native, LockMachine, fence) {
     }
   }
 
-  const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch', 'requestTimeoutMs']
+  const ETCD_OPTIONS = ['endpoints', 'keyPrefix', 'fetch', 'requestTimeoutMs', 'sharedLease']
   /** Default of EtcdBackend's `requestTimeoutMs` (httpx's default timeout, as in Python). */
   const ETCD_REQUEST_TIMEOUT_MS = 5000
   /** How long a fenced transaction may take by default (a lock request's own deadline
@@ -1244,6 +1244,12 @@ function createBackends (native, LockMachine, fence) {
    * `{keyPrefix}{name}/{lease id}` attached to it; the key with the lowest create revision
    * holds the lock and that revision is the fencing token. A waiter watches only its
    * predecessor's key (no polling) and keeps its own lease alive meanwhile.
+   *
+   * `sharedLease: true` (default false) gives the locks of one machine whose TTLs round
+   * up to the same whole seconds one lease (etcd's `concurrency.Session`): one
+   * keep-alive a renew period renews them all. They share its fate: when keep-alives
+   * stop reaching etcd for a TTL, every lock on it is lost at once. Each lock keeps its
+   * own key, fencing token and validity; a release deletes its key and leaves the lease.
    *
    * Endpoints: a request that could not connect moves on to the next member at once; any
    * other transport failure is reported to the machine (outcome unknown) and the next
@@ -1272,6 +1278,7 @@ function createBackends (native, LockMachine, fence) {
         return url.replace(/\/+$/, '')
       }))
       this._keyPrefix = o.keyPrefix === undefined ? 'fencepost/' : check.string(o.keyPrefix, 'keyPrefix')
+      this._sharedLease = o.sharedLease === undefined ? false : check.boolean(o.sharedLease, 'sharedLease')
       this._requestTimeoutMs = o.requestTimeoutMs === undefined ? ETCD_REQUEST_TIMEOUT_MS : check.millis(o.requestTimeoutMs, 'requestTimeoutMs')
       if (!(this._requestTimeoutMs > 0)) {
         throw new ConfigError(`requestTimeoutMs must be above 0, got ${this._requestTimeoutMs}`, { option: 'requestTimeoutMs' })
@@ -1289,13 +1296,15 @@ function createBackends (native, LockMachine, fence) {
     }
 
     _machineOptions () {
-      return { keyPrefix: this._keyPrefix, kind: 'etcd' }
+      return { keyPrefix: this._keyPrefix, kind: 'etcd', sharedLease: this._sharedLease }
     }
 
     /** The members' client URLs, in the order they are tried (without trailing '/'). */
     get endpoints () { return this._endpoints }
     /** The prefix of every key fencepost writes ('fencepost/'). */
     get keyPrefix () { return this._keyPrefix }
+    /** Whether the locks of a machine share one lease per TTL (`sharedLease`, false). */
+    get sharedLease () { return this._sharedLease }
 
     /** The prefix under which every contender for lock `name` puts its key. */
     lockKey (name) {

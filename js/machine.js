@@ -138,8 +138,8 @@ const SETTINGS = {
 /** The constructor's options → the addon's `(keyPrefix, seed, fair, kind, masters,
  * settings)` arguments; `masters` names a Redlock machine's masters, `settings` is a
  * PostgreSQL machine's `{ mode, leaseTable, tokenTable, namespace, notify }`, a ZooKeeper
- * one's `{ root, naming, sessionTimeoutMs }` (both the Node addon only) or a Kubernetes
- * one's `{ namespace }`. */
+ * one's `{ root, naming, sessionTimeoutMs }` (both the Node addon only), a Kubernetes
+ * one's `{ namespace }`, an etcd one's `{ sharedLease }` or a Redis one's `{ cluster }`. */
 function machineArguments (options) {
   const o = check.plainObject(options, 'LockMachine options')
   const kind = o.kind === undefined ? null : check.string(o.kind, 'kind')
@@ -158,6 +158,12 @@ function machineArguments (options) {
       settings[key] = key === 'sessionTimeoutMs' ? check.millis(o[key], key) : check.string(o[key], key)
     }
     if (kind === 'postgres' && o.notify !== undefined) settings.notify = check.boolean(o.notify, 'notify')
+  } else if (kind === 'etcd' && (o.sharedLease !== undefined || o.cluster !== undefined)) {
+    // sharedLease: one lease for the locks of this machine with the same TTL (whole
+    // seconds); cluster is passed on for the addon to refuse
+    settings = {}
+    if (o.sharedLease !== undefined) settings.sharedLease = check.boolean(o.sharedLease, 'sharedLease')
+    if (o.cluster !== undefined) settings.cluster = check.boolean(o.cluster, 'cluster')
   } else if (o.cluster !== undefined && check.boolean(o.cluster, 'cluster')) {
     // the client is a Redis Cluster client: a batched renewal carries one hash slot's keys
     settings = { cluster: true }

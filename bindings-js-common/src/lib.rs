@@ -696,8 +696,9 @@ fn carried() -> [Backend; 3] {
 /// `masters` (Redlock only, and required there: one name per master, `host:port/db`,
 /// in the order request parts name them; counted and compared by
 /// [`RedlockSettings::check`] when a lock is checked or acquired), and `settings`: a
-/// Redis machine's other fields by their JavaScript names (`cluster`: the client is a
-/// Redis Cluster client; unknown names are a `ConfigError`), none for the others.
+/// Redis or etcd machine's other fields by their JavaScript names (Redis `cluster`: the
+/// client is a Redis Cluster client; etcd `sharedLease`: one lease per TTL for the
+/// machine's locks; unknown names are a `ConfigError`), none for a Redlock's.
 pub fn backend(
     kind: Option<&str>,
     key_prefix: Option<String>,
@@ -729,11 +730,11 @@ pub fn backend(
             "fair applies to Redis machines only: {kind} locks are always granted in FIFO order"
         ))
     };
-    if let (Some((name, _)), false) = (settings.first(), kind == "redis") {
+    if let (Some((name, _)), "redlock") = (settings.first(), kind) {
         return Err(JsError {
             option: Some(name.clone()),
             ..JsError::config(format!(
-                "{name} applies to single-server Redis machines only, not to kind {kind:?}"
+                "{name} applies to single-server Redis and etcd machines only, not to kind {kind:?}"
             ))
         });
     }
@@ -1259,6 +1260,15 @@ pub fn redis_scripts() -> JsOut<'static> {
     )
 }
 
+/// The etcd settings the helpers below phrase requests with: `key_prefix`, the rest
+/// default (no helper's request depends on `shared_lease`).
+fn etcd_settings(key_prefix: String) -> EtcdSettings {
+    EtcdSettings {
+        key_prefix,
+        ..EtcdSettings::default()
+    }
+}
+
 /// `lockKey`: the lease key of lock `name` under `key_prefix`.
 pub fn lock_key(key_prefix: String, name: &str) -> String {
     RedisSettings {
@@ -1279,7 +1289,7 @@ pub fn token_key(key_prefix: String, name: &str) -> String {
 
 /// `etcdHolderKey`.
 pub fn etcd_holder_key(key_prefix: String, name: &str, owner: &str) -> Result<String> {
-    Ok(EtcdSettings { key_prefix }.holder_key(name, &owner_id(owner)?))
+    Ok(etcd_settings(key_prefix).holder_key(name, &owner_id(owner)?))
 }
 
 /// `etcdLeaseId`.
@@ -1309,10 +1319,11 @@ pub fn etcd_fenced_txn(
             key,
             value,
             lease: 0,
+            ignore_lease: false,
         });
     }
     ops.extend(deletes.into_iter().map(|key| EtcdOp::Delete { key }));
-    let settings = EtcdSettings { key_prefix };
+    let settings = etcd_settings(key_prefix);
     let key = settings.holder_key(name, &owner);
     let req: EtcdRequest = settings.fenced_txn(name, &key, FencingToken(token), ops);
     Ok(etcd_call(RequestBody::Etcd(req)))
@@ -1456,7 +1467,7 @@ fn flag(read: core::result::Result<bool, fencepost_core::ProtocolError>) -> JsOu
 /// `etcdHolderRange`: the range finding who holds lock `name`.
 pub fn etcd_holder_range(key_prefix: String, name: &str) -> JsOut<'static> {
     etcd_call(RequestBody::Etcd(
-        EtcdSettings { key_prefix }.holder_range(name),
+        etcd_settings(key_prefix).holder_range(name),
     ))
 }
 
@@ -1477,7 +1488,7 @@ pub fn read_etcd_holder(reply: &str) -> JsOut<'static> {
 /// `etcdLeaderRange`: the range finding who leads election `name`, with the key's value.
 pub fn etcd_leader_range(key_prefix: String, name: &str) -> JsOut<'static> {
     etcd_call(RequestBody::Etcd(
-        EtcdSettings { key_prefix }.leader_range(name),
+        etcd_settings(key_prefix).leader_range(name),
     ))
 }
 
@@ -1505,7 +1516,7 @@ pub fn etcd_proclaim(
     value: &str,
 ) -> Result<JsOut<'static>> {
     let owner = owner_id(owner)?;
-    let req = EtcdSettings { key_prefix }.proclaim(name, &owner, FencingToken(token), value);
+    let req = etcd_settings(key_prefix).proclaim(name, &owner, FencingToken(token), value);
     Ok(etcd_call(RequestBody::Etcd(req)))
 }
 
@@ -1559,14 +1570,14 @@ pub fn read_etcd_time_to_live(reply: &str) -> JsOut<'static> {
 /// `prefix`, after key `after` (`None`: the first page).
 pub fn etcd_list_page(key_prefix: String, prefix: &str, after: Option<&str>) -> JsOut<'static> {
     etcd_call(RequestBody::Etcd(
-        EtcdSettings { key_prefix }.list_page(prefix, after),
+        etcd_settings(key_prefix).list_page(prefix, after),
     ))
 }
 
 /// `readEtcdListPage`: `{ ok: true, names, after }` (`after` null once the range is
 /// exhausted) or `{ ok: false, protocol }`.
 pub fn read_etcd_list_page(key_prefix: String, prefix: &str, reply: &str) -> JsOut<'static> {
-    match (EtcdSettings { key_prefix }).read_list_page(prefix, reply) {
+    match (etcd_settings(key_prefix)).read_list_page(prefix, reply) {
         Ok((names, after)) => JsOut::Object(vec![
             ("ok", JsOut::Bool(true)),
             (
@@ -1665,12 +1676,15 @@ mod tests {
             Backend::default()
         );
         let etcd = backend(Some("etcd"), Some("app/".into()), Some(false), None, vec![]).unwrap();
-        assert_eq!(
-            etcd,
-            Backend::Etcd(EtcdSettings {
-                key_prefix: "app/".into()
-            })
-        );
+        assert_eq!(etcd, Backend::Etcd(etcd_settings("app/".into())));
+        let shared = vec![("sharedLease".to_owned(), Primitive::Bool(true))];
+        match backend(Some("etcd"), None, None, None, shared).unwrap() {
+            Backend::Etcd(e) => assert!(e.shared_lease && e.key_prefix == "fencepost/"),
+            other => panic!("{other:?}"),
+        }
+        let cluster = vec![("cluster".to_owned(), Primitive::Bool(true))];
+        let e = backend(Some("etcd"), None, None, None, cluster).unwrap_err();
+        assert_eq!(e.option.as_deref(), Some("cluster"), "{}", e.message);
         let e = backend(Some("etcd"), None, Some(true), None, vec![]).unwrap_err();
         assert!(e.message.contains("FIFO"), "{}", e.message);
         // the Node addon builds these machines itself; the shared decoder (all the

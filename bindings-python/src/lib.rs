@@ -1302,6 +1302,7 @@ fn etcd_holder_key(
 ) -> PyResult<String> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     let owner = owner_from_hex(py, owner_id)?;
     Ok(settings.holder_key(&arg_str(name, "name")?, &owner))
@@ -1335,6 +1336,7 @@ fn etcd_fenced_txn(
 ) -> PyResult<EtcdCall> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     let name = arg_str(name, "name")?;
     let owner = owner_from_hex(py, owner_id)?;
@@ -1359,6 +1361,7 @@ fn etcd_fenced_txn(
             key: arg_str(&pair.get_item(0)?, "puts[][0]")?,
             value: arg_text(&pair.get_item(1)?, "puts[][1]")?,
             lease: 0,
+            ignore_lease: false,
         });
     }
     if let Some(deletes) = deletes.filter(|d| !d.is_none()) {
@@ -2466,6 +2469,7 @@ fn read_redis_list<'py>(
 fn etcd_holder_range(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<EtcdCall> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     Ok(EtcdCall {
         req: settings.holder_range(&arg_str(name, "name")?),
@@ -2493,6 +2497,7 @@ fn read_etcd_holder(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option
 fn etcd_leader_range(key_prefix: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<EtcdCall> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     Ok(EtcdCall {
         req: settings.leader_range(&arg_str(name, "name")?),
@@ -2530,6 +2535,7 @@ fn etcd_proclaim(
 ) -> PyResult<EtcdCall> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     let name = arg_str(name, "name")?;
     let owner = owner_from_hex(py, owner_id)?;
@@ -2704,6 +2710,7 @@ fn etcd_list_page(
 ) -> PyResult<EtcdCall> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     let after = after.map(|a| arg_str(a, "after")).transpose()?;
     Ok(EtcdCall {
@@ -2724,6 +2731,7 @@ fn read_etcd_list_page(
 ) -> PyResult<(Vec<String>, Option<String>)> {
     let settings = EtcdSettings {
         key_prefix: arg_str(key_prefix, "key_prefix")?,
+        ..EtcdSettings::default()
     };
     settings
         .read_list_page(&arg_str(prefix, "prefix")?, &etcd_reply_text(reply))

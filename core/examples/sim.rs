@@ -8,7 +8,8 @@
 //! Schedule `i` of a run uses seed `S + i`; `--trace --schedules 1 --seed X` prints the
 //! timeline of seed X. Mixes: none network pauses drift partitions all drift-beyond
 //! server-restarts, and each of them on etcd: etcd-none … etcd-all, etcd-failovers,
-//! etcd-drift-beyond (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
+//! etcd-drift-beyond, with shared leases etcd-shared-none, etcd-shared-all,
+//! etcd-shared-failovers (`--mix etcd` runs every etcd mix), and on ZooKeeper: zk-none …
 //! zk-all, zk-failovers, zk-drift-beyond (`--mix zk`), on a Kubernetes Lease: kube-none …
 //! kube-all, kube-restarts, kube-drift-beyond (`--mix kube`), on PostgreSQL lease rows:
 //! pg-none … pg-all, pg-restarts, pg-drift-beyond (`--mix pg`), and on a Redlock of five masters:
@@ -69,6 +70,16 @@ fn mixes() -> Vec<(&'static str, SimConfig)> {
         (
             "etcd-drift-beyond",
             SimConfig::new(Faults::drift_beyond).etcd(),
+        ),
+        // each client's locks on one shared lease (EtcdBackend::shared_lease)
+        (
+            "etcd-shared-none",
+            SimConfig::new(|_| Faults::none()).etcd_shared(),
+        ),
+        ("etcd-shared-all", SimConfig::new(Faults::all).etcd_shared()),
+        (
+            "etcd-shared-failovers",
+            SimConfig::new(|_| Faults::server_restarts()).etcd_shared(),
         ),
         // and on the in-memory ZooKeeper: sessions kept by pings over the same network;
         // its "server restart" is a leader failover (data kept, sessions' timeouts reset)

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 
 use crate::backends::{
-    Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
+    Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Shared, Step, StepCx,
     Waiting as WaitStyle,
 };
 use crate::event::{AcquireFailedReason, Event, LostReason};
@@ -56,6 +56,8 @@ pub(crate) struct Ctx<'a> {
     pub now: Instant,
     /// How the lock's server is spoken to.
     pub recipe: &'a dyn Recipe,
+    /// What the recipe keeps across this machine's locks.
+    pub shared: &'a mut Shared,
     pub rng: &'a mut ChaCha20Rng,
     pub next_request: &'a mut u64,
     pub requests: &'a mut HashMap<RequestId, InFlight>,
@@ -360,7 +362,7 @@ impl Acquisition {
         let renew_session = step == Step::Acquire && self.session_renewal_due(ctx, &owner);
         let mut cx = step_cx(&self.name, &self.options, &owner, ctx.now, 0);
         cx.renew_session = renew_session;
-        let phrased = ctx.recipe.phrase(step, &cx, &mut self.progress);
+        let phrased = ctx.recipe.phrase(step, &cx, &mut self.progress, ctx.shared);
         self.send_phrased(ctx, step, owner, deadline, role, phrased)
     }
 
@@ -754,7 +756,7 @@ impl Lock {
         let owner = self.acq.owner;
         let step = Step::Wait { timeout_ms };
         let cx = step_cx(&self.acq.name, &self.acq.options, &owner, ctx.now, 0);
-        let phrased = ctx.recipe.phrase(step, &cx, &mut self.acq.progress);
+        let phrased = (ctx.recipe).phrase(step, &cx, &mut self.acq.progress, ctx.shared);
         if phrased.is_nothing() {
             return Err(trying);
         }
@@ -939,7 +941,7 @@ impl Lock {
         let acq = &mut self.acq;
         let mut cx = step_cx(&acq.name, &acq.options, &owner, flight.sent_at, flight.part);
         cx.now = ctx.now;
-        let read = ctx.recipe.read(flight.step, &cx, &mut acq.progress, reply);
+        let read = (ctx.recipe).read(flight.step, &cx, &mut acq.progress, ctx.shared, reply);
         if read == Ok(Read::Pending) {
             return;
         }
@@ -1366,7 +1368,7 @@ impl Lock {
         );
         let read = ctx
             .recipe
-            .read(Step::Cleanup, &cx, &mut acq.progress, reply);
+            .read(Step::Cleanup, &cx, &mut acq.progress, ctx.shared, reply);
         if read == Ok(Read::Pending) {
             return;
         }

@@ -111,6 +111,8 @@ pub struct Machine {
     /// Batched renewals in flight: the host's request id (its first renewal's) → the
     /// renewals it carries, in order.
     batches: HashMap<RequestId, Vec<RequestId>>,
+    /// What the recipe keeps across locks (etcd's shared session leases).
+    shared: crate::backends::Shared,
     timers: BinaryHeap<Reverse<(Instant, LockId, u64)>>,
     outputs: VecDeque<Output>,
     /// `None`: nothing is observed, and no observation is built.
@@ -148,6 +150,7 @@ impl Machine {
             locks: HashMap::new(),
             requests: HashMap::new(),
             batches: HashMap::new(),
+            shared: crate::backends::Shared::default(),
             timers: BinaryHeap::new(),
             outputs: VecDeque::new(),
             observe: None,
@@ -354,8 +357,9 @@ impl Machine {
         // Debug is total over these types; a write to a hasher cannot fail
         let _ = write!(
             Sink(h),
-            "{locks:?}{requests:?}{batches:?}{timers:?}{:?}",
-            self.outputs
+            "{locks:?}{requests:?}{batches:?}{timers:?}{:?}{:?}",
+            self.outputs,
+            self.shared
         );
     }
 
@@ -519,6 +523,7 @@ impl Machine {
         let mut ctx = Ctx {
             now,
             recipe: self.backend.recipe(),
+            shared: &mut self.shared,
             rng: &mut self.rng,
             next_request: &mut self.next_request,
             requests: &mut self.requests,

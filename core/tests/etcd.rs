@@ -110,7 +110,8 @@ fn release_deletes_the_key_by_create_revision_then_revokes_the_lease() {
             EtcdOp::Put {
                 key: "fencepost/\0released/report".to_owned(),
                 value: "2".to_owned(),
-                lease: 0
+                lease: 0,
+                ignore_lease: false,
             }
         ],
         "the delete records the clean release for the next holder"

@@ -243,6 +243,7 @@ fn memory_etcd_replies_exactly_like_a_real_etcd() {
                 key: lone.clone(),
                 value: "v".into(),
                 lease,
+                ignore_lease: false,
             }],
             failure: vec![],
         })

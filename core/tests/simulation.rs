@@ -287,6 +287,30 @@ fn etcd_drift_beyond_the_bound_is_explained() {
 }
 
 #[test]
+fn etcd_shared_lease_without_faults_all_properties_including_liveness() {
+    let t = run_mix_n(
+        "etcd-shared-none",
+        SimConfig::new(|_| Faults::none()).etcd_shared(),
+        true,
+        etcd_budget(),
+    );
+    assert_eq!(t.grants, 9 * t.schedules);
+}
+
+#[test]
+fn etcd_shared_lease_every_in_model_fault_at_once() {
+    // successive acquisitions of a client reuse its session, find it gone after pauses
+    // and partitions, and start new ones: never a holder the server does not back
+    let t = run_mix_n(
+        "etcd-shared-all",
+        SimConfig::new(Faults::all).etcd_shared(),
+        true,
+        etcd_budget(),
+    );
+    assert!(t.grants > 0);
+}
+
+#[test]
 fn etcd_the_checker_catches_validity_measured_from_the_reply() {
     let mut cfg = SimConfig::new(|o| Faults::network(o.ttl)).etcd();
     cfg.sabotage.validity_from_reply = true;

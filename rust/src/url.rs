@@ -30,7 +30,10 @@ use crate::Error;
 ///
 /// A `?key_prefix=…` query parameter sets the key prefix (Redis, Upstash: default
 /// `fencepost:`; etcd: default `fencepost/`); it is removed before the URL reaches
-/// the client library.
+/// the client library. On etcd, `?shared_lease=true` gives the client's locks one lease
+/// per TTL (whole seconds), renewed by one keep-alive for all of them
+/// ([`EtcdBackend::shared_lease`](fencepost_core::backends::EtcdBackend::shared_lease):
+/// they share its fate).
 ///
 /// TLS (cargo feature `tls`, rustls): `rediss://`, `etcd+https://`, `upstash+https://`,
 /// `kubernetes+https://`, and PostgreSQL's `sslmode=require`, `verify-ca` or `verify-full`, each of which
@@ -46,6 +49,8 @@ pub struct BackendUrl {
     pub kind: BackendKind,
     /// The key prefix (`None`: the backend's default).
     pub key_prefix: Option<String>,
+    /// etcd only: one lease per TTL for the client's locks (`?shared_lease=true`).
+    pub etcd_shared_lease: bool,
     /// The CA certificate file (PEM) a TLS connection trusts, from the URL or
     /// `$FENCEPOST_CA_FILE`; always `None` for a URL without TLS.
     pub ca_file: Option<PathBuf>,
@@ -121,7 +126,7 @@ impl BackendUrl {
         let names: &[&str] = if kube {
             &["key_prefix", "ca", "namespace", "token", "token_file"]
         } else {
-            &["key_prefix", ca_param, "sslmode", "mode"]
+            &["key_prefix", ca_param, "sslmode", "mode", "shared_lease"]
         };
         let (mut base, params) = take_params(url, names, postgres)?;
         let param = |name: &str| {
@@ -132,6 +137,23 @@ impl BackendUrl {
                 .map(|(_, v)| v.clone())
         };
         let key_prefix = param("key_prefix");
+        let etcd = matches!(scheme.as_deref(), Some("etcd+http" | "etcd+https"));
+        let etcd_shared_lease = match param("shared_lease").as_deref() {
+            None | Some("false") => false,
+            Some("true") if etcd => true,
+            Some("true") => {
+                return Err(Error::Config(format!(
+                    "shared_lease in {} applies to etcd only (etcd+http://, etcd+https://)",
+                    redact(url)
+                )))
+            }
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "shared_lease in {} must be true or false, got {other:?}",
+                    redact(url)
+                )))
+            }
+        };
         let mut tls = matches!(
             scheme.as_deref(),
             Some("rediss" | "etcd+https" | "upstash+https" | "kubernetes+https")
@@ -300,6 +322,7 @@ impl BackendUrl {
         Ok(BackendUrl {
             kind,
             key_prefix,
+            etcd_shared_lease,
             ca_file,
         })
     }
@@ -518,7 +541,10 @@ pub(crate) async fn open(
         }
         #[cfg(feature = "etcd")]
         BackendKind::Etcd(members) => {
-            let mut b = fencepost_core::backends::EtcdBackend::default();
+            let mut b = fencepost_core::backends::EtcdBackend {
+                shared_lease: url.etcd_shared_lease,
+                ..fencepost_core::backends::EtcdBackend::default()
+            };
             if let Some(p) = &url.key_prefix {
                 b.key_prefix = p.clone();
             }

@@ -248,6 +248,7 @@ async fn fenced_writes_refuse_a_stale_token() {
                         key: format!("data/{name}"),
                         value: v.into(),
                         lease: 0,
+                        ignore_lease: false,
                     }]
                 };
                 let fresh = b.fenced_txn(
@@ -341,10 +342,25 @@ async fn bad_input_is_a_typed_error() {
         matches!(err, Error::Usage(_)),
         "a correctness lock on Redis needs the opt-in: {err:?}"
     );
-    for bad in ["mysql://x", "etcd+http://", "nope", "redis://x?key_prefix="] {
+    for bad in [
+        "mysql://x",
+        "etcd+http://",
+        "nope",
+        "redis://x?key_prefix=",
+        "redis://x?shared_lease=true",
+        "etcd+http://127.0.0.1:1?shared_lease=yes",
+    ] {
         let err = Client::connect(bad).await.err().expect(bad);
         assert!(matches!(err, Error::Config(_)), "{bad}: {err:?}");
     }
+    let shared = fencepost::BackendUrl::parse("etcd+http://127.0.0.1:2379?shared_lease=true")
+        .expect("an etcd URL with a shared lease");
+    assert!(shared.etcd_shared_lease);
+    assert!(
+        !fencepost::BackendUrl::parse("etcd+http://127.0.0.1:2379")
+            .unwrap()
+            .etcd_shared_lease
+    );
     let msg = Client::connect("mysql://user:secret@h")
         .await
         .err()

@@ -182,6 +182,7 @@ async fn fenced_write_refuses(
                     key: format!("data/{name}"),
                     value: v.into(),
                     lease: 0,
+                    ignore_lease: false,
                 }]
             };
             let fresh = b.fenced_txn(

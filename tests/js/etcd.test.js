@@ -269,6 +269,43 @@ test('acquire, renew past the TTL by keep-alives, release: token = the key\'s cr
   }
 })
 
+test('sharedLease: fifty locks ride on one lease, granted once and kept alive by one keep-alive a renew period; a release leaves the lease', { skip, timeout: 30_000 }, async () => {
+  const name = unique()
+  const counter = countingFetch()
+  const backend = new EtcdBackend({ endpoints: ETCD, fetch: counter.fetch, sharedLease: true, requestTimeoutMs: 2_000 })
+  assert.equal(backend.sharedLease, true)
+  try {
+    const names = Array.from({ length: 50 }, (_, i) => `${name}-${String(i).padStart(2, '0')}`)
+    const leases = []
+    for (const n of names) leases.push(await new Lock(backend, n, { ttlMs: 3_000, purpose: 'correctness' }).acquire())
+    const attached = new Set()
+    for (const n of names) attached.add((await keysUnder(backend.lockKey(n)))[0].lease)
+    assert.equal(attached.size, 1)
+    const [leaseId] = attached
+    assert.equal(counter.calls['/v3/lease/grant'], 1, JSON.stringify(counter.calls))
+    const kept = counter.calls['/v3/lease/keepalive'] ?? 0
+    await sleep(4_500) // past the 3 s lease: only keep-alives keep it, every 1 s
+    for (const lease of leases) lease.check()
+    const renewals = (counter.calls['/v3/lease/keepalive'] ?? 0) - kept
+    assert.ok(renewals >= 3 && renewals <= 12, `${renewals} keep-alives for 50 locks: ${JSON.stringify(counter.calls)}`)
+    await leases[0].release()
+    assert.deepEqual(await keysUnder(backend.lockKey(names[0])), [])
+    assert.ok((await leaseTtl(leaseId)) > 0, 'the shared lease outlives one lock\'s release')
+    assert.equal(counter.calls['/v3/lease/revoke'] ?? 0, 0)
+    for (const lease of leases.slice(1)) await lease.release()
+  } finally {
+    backend.close()
+  }
+})
+
+test('sharedLease: a LockMachine option of kind etcd only, checked as a boolean', () => {
+  assert.throws(() => new EtcdBackend({ endpoints: 'http://127.0.0.1:2379', sharedLease: 'yes' }), (e) => e instanceof ConfigError && e.option === 'sharedLease')
+  assert.throws(() => new LockMachine({ kind: 'etcd', cluster: true }), (e) => e instanceof ConfigError && e.option === 'cluster')
+  const machine = new LockMachine({ kind: 'etcd', sharedLease: true, seed: 1 })
+  const id = machine.acquire(0, 'a', { ttlMs: 3_000 })
+  assert.equal(typeof id, 'number')
+})
+
 test('three waiters are granted in FIFO order; each parks on a watch of its predecessor, no polling', { skip, timeout: 30_000 }, async () => {
   const name = unique()
   const counters = [0, 1, 2, 3].map(() => countingFetch())

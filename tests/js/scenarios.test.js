@@ -172,13 +172,14 @@ function load (file) {
   let masters
   let kind = 'redis'
   if (raw.backend !== undefined) {
-    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'cluster', 'masters', 'namespace'])
+    checkKeys('backend', raw.backend, ['kind'], ['key_prefix', 'fair', 'cluster', 'masters', 'namespace', 'shared_lease'])
     if (!['redis', 'etcd', 'redlock', 'zookeeper', 'kubernetes'].includes(raw.backend.kind)) throw new VectorError(`unknown backend ${show(raw.backend)}`)
     kind = raw.backend.kind
     if (raw.backend.namespace !== undefined && kind !== 'kubernetes') throw new VectorError('backend.namespace belongs to a kubernetes backend')
     keyPrefix = raw.backend.key_prefix
     fair = raw.backend.fair
     cluster = raw.backend.cluster
+    if (raw.backend.shared_lease !== undefined && kind !== 'etcd') throw new VectorError('backend.shared_lease belongs to an etcd backend')
     masters = raw.backend.masters
     if ((masters !== undefined) !== (kind === 'redlock')) throw new VectorError('backend.masters belongs to (and only to) a redlock backend')
   }
@@ -192,7 +193,7 @@ function load (file) {
     const [required, optional] = INPUTS[kind]
     checkKeys(`step ${i} input`, step.input, [...required, 'type'], optional)
   })
-  return { name: raw.name, kind, keyPrefix, fair, cluster, masters, namespace: raw.backend?.namespace, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
+  return { name: raw.name, kind, keyPrefix, fair, cluster, masters, namespace: raw.backend?.namespace, sharedLease: raw.backend?.shared_lease, seed: raw.seed, options: raw.options ?? {}, steps: raw.steps }
 }
 
 /** A vector value as JSON text, integers past 2^53 (bigint) written exactly. */
@@ -435,7 +436,7 @@ function replay (file, flavourName) {
     fair: scenario.fair,
     cluster: scenario.cluster,
     seed: scenario.seed,
-    ...(scenario.kind === 'etcd' ? { kind: 'etcd' } : {}),
+    ...(scenario.kind === 'etcd' ? { kind: 'etcd', sharedLease: scenario.sharedLease } : {}),
     ...(scenario.kind === 'redlock' ? { kind: 'redlock', masters: scenario.masters } : {}),
     ...(scenario.kind === 'zookeeper' ? { kind: 'zookeeper' } : {}),
     ...(scenario.kind === 'kubernetes' ? { kind: 'kubernetes', namespace: scenario.namespace } : {})

@@ -400,6 +400,88 @@ async def test_a_blackholed_keepalive_is_lost_at_the_validity_deadline(name: str
     assert wait_until(lambda: httpx.get(f"{ETCD_URL}/health").json().get("health") == "true", timeout=10)
 
 
+# ---- one lease for many locks (shared_lease) ------------------------------------------------
+
+
+@needs_etcd
+def test_a_shared_lease_renews_fifty_locks_with_one_keep_alive_a_renew_period(name: str) -> None:
+    """shared_lease=True: 50 locks of one TTL ride on one lease, granted once; holding them
+    past the lease's TTL takes a few keep-alives, not 50 a renew period; a release deletes
+    its key and leaves the lease to the others."""
+    assert ETCD_URL
+    with httpx.Client(timeout=2.0) as client:
+        backend = Counting(client, ETCD_URL, shared_lease=True)
+        assert backend.shared_lease
+        names = [f"{name}-{i:02}" for i in range(50)]
+        leases = [fencepost.Lock(backend, n, ttl=3, purpose="correctness").acquire_sync() for n in names]
+        attached = {keys_under(backend.lock_key(n))[0][3] for n in names}
+        assert len(attached) == 1, attached
+        (lease_id,) = attached
+        assert backend.calls.get("/v3/lease/grant") == 1, backend.calls
+        kept = backend.calls.get("/v3/lease/keepalive", 0)
+        time.sleep(4.5)  # > the 3 s lease: only keep-alives keep it; renew every 1 s
+        for lease in leases:
+            lease.check()
+        renewals = backend.calls.get("/v3/lease/keepalive", 0) - kept
+        # one or two groups a renew interval, over 4.5 intervals; 50 apiece would be 225
+        assert 3 <= renewals <= 12, backend.calls
+        first = leases[0]
+        first.release()
+        assert keys_under(backend.lock_key(names[0])) == []
+        assert lease_ttl(lease_id) > 0, "the shared lease must outlive one lock's release"
+        assert backend.calls.get("/v3/lease/revoke", 0) == 0
+        for lease in leases[1:]:
+            lease.check()
+            lease.release()
+        assert all(keys_under(backend.lock_key(n)) == [] for n in names)
+        backend.close()
+
+
+@needs_etcd
+def test_a_revoked_shared_lease_loses_every_lock_on_it_and_the_next_lock_gets_a_new_one(name: str) -> None:
+    assert ETCD_URL
+    with httpx.Client(timeout=2.0) as client:
+        backend = EtcdBackend(client, ETCD_URL, shared_lease=True)
+        a = fencepost.Lock(backend, f"{name}-a", ttl=3).acquire_sync()
+        b = fencepost.Lock(backend, f"{name}-b", ttl=3).acquire_sync()
+        lease_id = keys_under(backend.lock_key(f"{name}-a"))[0][3]
+        assert gateway("/v3/lease/revoke", {"ID": str(lease_id)}).get("header")
+        # the next keep-alive (within a renew interval, 1 s) finds the lease gone
+        assert wait_until(lambda: a.lost.is_set() and b.lost.is_set(), timeout=3.0)
+        for lease in (a, b):
+            with pytest.raises(LockLost):
+                lease.check()
+        c = fencepost.Lock(backend, f"{name}-c", ttl=3).acquire_sync()
+        ((_, _, _, fresh),) = keys_under(backend.lock_key(f"{name}-c"))
+        assert fresh not in (0, lease_id)
+        c.release()
+        backend.close()
+
+
+@needs_etcd
+async def test_a_leader_on_a_shared_lease_publishes_its_record_on_that_lease(name: str) -> None:
+    """An election's record is a put with ignore_lease: the key stays on the shared
+    lease, and followers read the record."""
+    assert ETCD_URL
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        backend = EtcdBackend(client, ETCD_URL, shared_lease=True)
+        other = await fencepost.Lock(backend, f"{name}-other", ttl=3).acquire()
+        election = fencepost.Election(backend, name, "pod-a", value="addr-a", ttl=3, purpose="correctness")
+        leadership = await election.campaign()
+        assert wait_until(
+            lambda: bool(keys_under(backend.lock_key(name)))
+            and keys_under(backend.lock_key(name))[0][2] > keys_under(backend.lock_key(name))[0][1],
+            timeout=3.0,
+        ), "the record was not published"
+        ((_, _, _, lease_id),) = keys_under(backend.lock_key(name))
+        assert lease_id == keys_under(backend.lock_key(f"{name}-other"))[0][3]
+        follower = fencepost.Election(backend, name, "follower", ttl=3)
+        assert await follower.leader() == fencepost.Leader("pod-a", "addr-a", leadership.token)
+        await leadership.resign()
+        await other.release()
+        await backend.aclose()
+
+
 # ---- three members: leader killed while the lock is held and waited for --------------------
 
 

@@ -730,6 +730,8 @@ def replay(path: Path, flavour: str) -> int:
         spec: Any = {"kind": "etcd"}
         if scenario.key_prefix is not None:
             spec["key_prefix"] = scenario.key_prefix
+        if scenario.backend and "shared_lease" in scenario.backend:
+            spec["shared_lease"] = scenario.backend["shared_lease"]
         machine = _core.Machine(spec, seed=scenario.seed)
     elif scenario.kind == "redlock":
         machine = _core.Machine(scenario.backend, seed=scenario.seed)

@@ -75,9 +75,12 @@ class EtcdSpec(_EtcdSpecKind, total=False):
     """Settings of an etcd v3 backend; left-out keys take the core's defaults.
 
     * ``key_prefix`` — prefix of every key (``"fencepost/"``); the contenders for lock
-      ``name`` put ``{prefix}{name}/{lease id, 16 hex digits}``."""
+      ``name`` put ``{prefix}{name}/{16 hex digits}``.
+    * ``shared_lease`` — one lease for the machine's locks with the same TTL (whole
+      seconds), kept alive by one keep-alive for all (``False``)."""
 
     key_prefix: str
+    shared_lease: bool
 
 #: The ``backend`` argument of :class:`Machine` and :func:`check_lock_options`.
 class _RedlockSpecKind(TypedDict):

@@ -21,6 +21,15 @@ alive while it waits, and if that lease expires its key goes with it and it is n
 granted on the stale key. Release deletes the key in a transaction comparing its create
 revision, then revokes the lease.
 
+**One lease for many locks** (``shared_lease=True``, etcd's ``concurrency.Session``): the
+locks of one backend whose TTLs round up to the same whole seconds attach their keys to
+one lease, and one keep-alive a renew period renews them all, however many they are.
+They share its fate: when the keep-alives stop reaching etcd for a TTL (a paused
+process, a partition), etcd ends the lease and every lock on it is lost at once. Each
+lock keeps its own key, fencing token and validity (measured from the send of the last
+confirmed grant or keep-alive); a release deletes its key and leaves the lease to the
+others. A lease that lapsed is never granted again: the next lock takes a new one.
+
 **TTL rounding.** etcd leases have whole-second TTLs: the lease is granted for the
 ``ttl`` of :class:`fencepost.Lock` rounded *up* to whole seconds (at least 1 s; etcd may
 raise it further to its minimum, about 1.5 × the election timeout). The lease you hold is
@@ -115,12 +124,15 @@ class EtcdBackend(Backend):
         endpoints: one client URL (``"http://127.0.0.1:2379"``) or a sequence of them,
             one per member.
         key_prefix: prefix of every key (``"fencepost/"``); the contenders for lock
-            ``name`` put ``{prefix}{name}/{lease id, 16 hex digits}``.
+            ``name`` put ``{prefix}{name}/{16 hex digits}``.
+        shared_lease: one lease for the locks of this backend with the same TTL
+            (whole seconds), renewed by one keep-alive a renew period (``False``: a
+            lease per lock); see the module docs for what they then share.
 
     Raises:
         ConfigError: ``client`` is not an httpx client, ``endpoints`` is empty or holds
-            something other than ``http://`` / ``https://`` URLs, or ``key_prefix`` is
-            not a str. Using an async client with ``with`` (or a sync client with
+            something other than ``http://`` / ``https://`` URLs, ``key_prefix`` is
+            not a str or ``shared_lease`` not a bool. Using an async client with ``with`` (or a sync client with
             ``async with``) raises ConfigError when the lock is entered.
     """
 
@@ -130,8 +142,12 @@ class EtcdBackend(Backend):
         endpoints: Union[str, Sequence[str]],
         *,
         key_prefix: str = "fencepost/",
+        shared_lease: bool = False,
     ) -> None:
         super().__init__(key_prefix=key_prefix)
+        if not isinstance(shared_lease, bool):
+            raise ConfigError(f"shared_lease must be a bool, got {shared_lease!r}")
+        self._shared_lease = shared_lease
         httpx_mod = _import_httpx()
         if isinstance(client, httpx_mod.AsyncClient):
             self._is_async = True
@@ -168,6 +184,7 @@ class EtcdBackend(Backend):
         asyncio: bool = False,
         timeout: float = 1.0,
         key_prefix: str = "fencepost/",
+        shared_lease: bool = False,
     ) -> EtcdBackend:
         """A backend on an httpx client it makes itself, for the members ``endpoints``:
         one URL, several separated by commas (``"http://10.0.0.1:2379,http://10.0.0.2:2379"``,
@@ -179,7 +196,7 @@ class EtcdBackend(Backend):
             timeout: the client's timeout in seconds (1 s): keep it well below
                 ``ttl / 3``, so that a member that hangs fails over before a renewal is
                 late.
-            key_prefix: as for the constructor.
+            key_prefix, shared_lease: as for the constructor.
 
         The backend owns that client: :meth:`close` closes it (an asyncio client on
         the running loop; ``await backend.aclose()`` waits for it).
@@ -192,7 +209,7 @@ class EtcdBackend(Backend):
         httpx_mod = _import_httpx()
         client = httpx_mod.AsyncClient(timeout=timeout) if asyncio else httpx_mod.Client(timeout=timeout)
         try:
-            backend = cls(client, endpoints, key_prefix=key_prefix)
+            backend = cls(client, endpoints, key_prefix=key_prefix, shared_lease=shared_lease)
         except BaseException:
             if not asyncio:  # an AsyncClient that sent nothing holds no socket
                 client.close()
@@ -210,8 +227,13 @@ class EtcdBackend(Backend):
         """The members' client URLs, in the order they are tried."""
         return self._endpoints
 
+    @property
+    def shared_lease(self) -> bool:
+        """Whether the locks of this backend share one lease per TTL."""
+        return self._shared_lease
+
     def _machine_spec(self) -> EtcdSpec:
-        return {"kind": "etcd", "key_prefix": self.key_prefix}
+        return {"kind": "etcd", "key_prefix": self.key_prefix, "shared_lease": self._shared_lease}
 
     def _mode_error(self, wanted: str) -> ConfigError:
         if wanted == "async":
@@ -755,5 +777,5 @@ class EtcdBackend(Backend):
         kind = "asyncio" if self._is_async else "blocking"
         return (
             f"<fencepost.etcd.EtcdBackend {kind} endpoints={list(self._endpoints)!r} "
-            f"key_prefix={self.key_prefix!r}>"
+            f"key_prefix={self.key_prefix!r} shared_lease={self._shared_lease}>"
         )

@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    payload, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx,
-    Unconfirmed, Waiting,
+    payload, BatchKey, Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody,
+    Shared, Step, StepCx, Unconfirmed, Waiting,
 };
 use crate::error::ProtocolError;
 use crate::{FencingToken, Instant, OwnerId};
@@ -53,15 +53,95 @@ use crate::{FencingToken, Instant, OwnerId};
 #[serde(default, deny_unknown_fields)]
 pub struct EtcdBackend {
     /// Prefix of every key fencepost writes; default `fencepost/`. The keys of lock
-    /// `name` are `{key_prefix}{name}/{lease id hex}`.
+    /// `name` are `{key_prefix}{name}/{16 hex digits}` (see [`EtcdBackend::holder_key`]).
     pub key_prefix: String,
+    /// One lease for many locks (etcd's `concurrency.Session`): the locks of a machine
+    /// whose TTLs round up to the same whole seconds attach their keys to one shared
+    /// lease, and one `LeaseKeepAlive` a renew period renews them all (the machine
+    /// merges their renewals). Off (the default): each lock grants, keeps alive and
+    /// revokes a lease of its own.
+    ///
+    /// The trade: the locks sharing a lease share its fate. When the keep-alives stop
+    /// reaching etcd for a TTL (a paused process, a partition), etcd ends the lease and
+    /// every lock on it is lost at once; a lock's release deletes its key and leaves
+    /// the lease to the others. Each lock still has its own key, create revision
+    /// (fencing token) and validity, measured from the send of the last grant or
+    /// keep-alive a reply confirmed (DESIGN.md rule 1). A lease that lapsed is never
+    /// granted again: the next lock to need one grants a new lease id.
+    pub shared_lease: bool,
 }
 
 impl Default for EtcdBackend {
     fn default() -> Self {
         EtcdBackend {
             key_prefix: "fencepost/".to_owned(),
+            shared_lease: false,
         }
+    }
+}
+
+/// The shared session leases of one machine ([`EtcdBackend::shared_lease`]), one per
+/// lease TTL in whole seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EtcdSessions {
+    sessions: Vec<EtcdSession>,
+    /// How many sessions this machine has started: each new one's lease id is drawn
+    /// from the owner id of the lock that starts it and this count, so a lapsed lease's
+    /// id is never granted again.
+    started: u64,
+}
+
+/// One shared lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct EtcdSession {
+    ttl_s: i64,
+    id: i64,
+    /// The send of the newest grant or keep-alive of the lease that a reply confirmed;
+    /// `None` until one did. A grant may be sent only while it is `None`: no lock can
+    /// have a key on a lease this machine never saw alive, so a grant then revives
+    /// nobody's lost lease.
+    confirmed: Option<Instant>,
+}
+
+impl EtcdSessions {
+    /// The session for leases of `ttl_s` seconds, started for `owner` when there is
+    /// none.
+    fn session(&mut self, ttl_s: i64, owner: &OwnerId) -> EtcdSession {
+        if let Some(s) = self.sessions.iter().find(|s| s.ttl_s == ttl_s) {
+            return *s;
+        }
+        let session = EtcdSession {
+            ttl_s,
+            id: session_lease_id(owner, self.started),
+            confirmed: None,
+        };
+        self.started += 1;
+        self.sessions.push(session);
+        session
+    }
+
+    /// A reply confirmed lease `id` alive as of `sent_at`.
+    fn confirm(&mut self, id: i64, sent_at: Instant) {
+        if let Some(s) = self.sessions.iter_mut().find(|s| s.id == id) {
+            s.confirmed = Some(s.confirmed.map_or(sent_at, |c| c.max(sent_at)));
+        }
+    }
+
+    /// Lease `id` is gone on the server: locks that need a lease from now on start a
+    /// new session.
+    fn retire(&mut self, id: i64) {
+        self.sessions.retain(|s| s.id != id);
+    }
+}
+
+/// The lease id of the `n`-th session a machine starts, for the lock with `owner`: the
+/// owner id's lease id ([`lease_id`], 63 random bits) mixed with `n` by a bijection, so
+/// the ids of one owner's sessions differ and stay as unguessable as the owner id.
+fn session_lease_id(owner: &OwnerId, n: u64) -> i64 {
+    let mixed = (lease_id(owner) as u64) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    match (mixed & i64::MAX as u64) as i64 {
+        0 => 1,
+        id => id,
     }
 }
 
@@ -140,6 +220,10 @@ pub enum EtcdOp {
         value: String,
         /// Attach to this lease (0: none).
         lease: i64,
+        /// Keep the key's current lease (`ignore_lease`; `lease` must then be 0, and
+        /// the key must exist). Left out of the serde form when false.
+        #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+        ignore_lease: bool,
     },
     /// `request_range`.
     Range(EtcdRange),
@@ -221,10 +305,18 @@ impl EtcdRange {
 impl EtcdOp {
     fn gateway(&self) -> Value {
         match self {
-            EtcdOp::Put { key, value, lease } => {
+            EtcdOp::Put {
+                key,
+                value,
+                lease,
+                ignore_lease,
+            } => {
                 let mut put = json!({ "key": b64(key), "value": b64(value) });
                 if *lease != 0 {
                     put["lease"] = json!(lease.to_string());
+                }
+                if *ignore_lease {
+                    put["ignore_lease"] = json!(true);
                 }
                 json!({ "request_put": put })
             }
@@ -338,8 +430,10 @@ impl EtcdBackend {
         format!("{}{}/", self.key_prefix, name)
     }
 
-    /// The key `owner` puts when contending for `name`; while `owner` holds the lock,
-    /// its create revision is the fencing token.
+    /// The key `owner` puts when contending for `name`:
+    /// `{key_prefix}{name}/{lease_id(owner) as 16 hex digits}`, attached to that lease
+    /// (or, with [`EtcdBackend::shared_lease`], to the shared one). While `owner` holds
+    /// the lock, its create revision is the fencing token.
     pub fn holder_key(&self, name: &str, owner: &OwnerId) -> String {
         format!("{}{:016x}", self.lock_prefix(name), lease_id(owner))
     }
@@ -464,8 +558,10 @@ pub fn read_etcd_fenced_txn(reply: &str) -> Result<EtcdFenced, ProtocolError> {
 pub struct EtcdHolder {
     /// The holder's fencing token (its key's create revision).
     pub token: FencingToken,
-    /// The holder's lease id (from its key, see [`EtcdBackend::holder_key`]):
-    /// [`EtcdRequest::LeaseRevoke`] of it is the operator's reset.
+    /// The holder's lease id (the key's `lease`; from its name when the reply omits
+    /// it, see [`EtcdBackend::holder_key`]): [`EtcdRequest::LeaseRevoke`] of it is the
+    /// operator's reset, which with [`EtcdBackend::shared_lease`] ends every lock on
+    /// that lease.
     pub lease: i64,
 }
 
@@ -492,8 +588,9 @@ impl EtcdBackend {
 
     /// A leader's publication of `value` in its own key (etcd's
     /// `concurrency.Election.Proclaim`): a [`EtcdBackend::fenced_txn`] that puts
-    /// `value` into the key of `owner`, still attached to its lease, only while that
-    /// key's create revision is `token`. Read the reply with [`read_etcd_fenced_txn`].
+    /// `value` into the key of `owner`, keeping the key's lease (`ignore_lease`: its own
+    /// or, with [`EtcdBackend::shared_lease`], the shared one), only while that key's
+    /// create revision is `token`. Read the reply with [`read_etcd_fenced_txn`].
     pub fn proclaim(
         &self,
         name: &str,
@@ -505,7 +602,8 @@ impl EtcdBackend {
         let put = EtcdOp::Put {
             key: key.clone(),
             value: value.to_owned(),
-            lease: lease_id(owner),
+            lease: 0,
+            ignore_lease: true,
         };
         self.fenced_txn(name, &key, token, vec![put])
     }
@@ -569,9 +667,12 @@ pub fn read_etcd_holder(reply: &str) -> Result<Option<EtcdHolder>, ProtocolError
         return Ok(None);
     };
     let token = int_field(kv, "create_revision").and_then(|r| u64::try_from(r).ok());
-    let lease = kv_key(kv)
-        .and_then(|k| k.rsplit('/').next().map(str::to_owned))
-        .and_then(|hex| i64::from_str_radix(&hex, 16).ok());
+    // the lease the key is attached to (a shared one is not the one its name gives)
+    let lease = int_field(kv, "lease").filter(|l| *l != 0).or_else(|| {
+        kv_key(kv)
+            .and_then(|k| k.rsplit('/').next().map(str::to_owned))
+            .and_then(|hex| i64::from_str_radix(&hex, 16).ok())
+    });
     match (token, lease) {
         (Some(t), Some(lease)) => Ok(Some(EtcdHolder {
             token: FencingToken(t),
@@ -781,6 +882,9 @@ enum EtcdStep {
     Predecessor,
     /// The release's delete transaction.
     Delete,
+    /// A shared-lease release's (or cancellation's) delete of the own key, whatever
+    /// its revision: it leaves the lease to the other locks.
+    Drop,
     /// The release's (or a cancellation's) lease revoke.
     Revoke,
 }
@@ -789,6 +893,9 @@ enum EtcdStep {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct EtcdProgress {
     owner: OwnerId,
+    /// The lease this owner's key is (to be) attached to: [`lease_id`] of the owner,
+    /// or a shared session's ([`EtcdBackend::shared_lease`]).
+    lease_id: i64,
     lease: LeaseState,
     /// The create revision of this owner's key, once seen.
     key_rev: Option<i64>,
@@ -882,6 +989,7 @@ impl EtcdProgress {
     pub(crate) fn new(owner: OwnerId) -> Self {
         EtcdProgress {
             owner,
+            lease_id: lease_id(&owner),
             lease: LeaseState::None,
             key_rev: None,
             predecessor: None,
@@ -921,15 +1029,33 @@ impl EtcdProgress {
 impl EtcdBackend {
     /// The next acquire step for `progress`. `keepalive_due`: the lock decided the
     /// waiter's lease needs its keep-alive in this step.
+    ///
+    /// With [`EtcdBackend::shared_lease`], a contender without a lease takes its
+    /// session's: granted by the first lock that needs it (while no reply has confirmed
+    /// it alive), then only kept alive. A keep-alive another lock sent less than a
+    /// third of the TTL before `now` and a reply confirmed serves as this contender's
+    /// too: its key's put fails (*lease not found*) if the lease ended since.
     pub(crate) fn acquire(
         &self,
         name: &str,
         progress: &mut EtcdProgress,
-        ttl_ms: u64,
-        keepalive_due: bool,
-        metadata: Option<&str>,
+        sessions: &mut EtcdSessions,
+        cx: &StepCx<'_>,
     ) -> EtcdRequest {
-        let id = lease_id(&progress.owner);
+        let (ttl_ms, keepalive_due, metadata) = (cx.ttl_ms, cx.renew_session, cx.metadata);
+        if self.shared_lease && progress.lease == LeaseState::None {
+            let session = sessions.session(lease_ttl_s(ttl_ms), &progress.owner);
+            progress.lease_id = session.id;
+            let fresh = core::time::Duration::from_millis(ttl_ms / 3);
+            progress.lease = match session.confirmed {
+                None => LeaseState::None,
+                Some(base) if cx.now.saturating_duration_since(base) < fresh => {
+                    LeaseState::Live { base }
+                }
+                Some(_) => LeaseState::Exists,
+            };
+        }
+        let id = progress.lease_id;
         match progress.lease {
             LeaseState::None => {
                 progress.pending = EtcdStep::Grant;
@@ -963,6 +1089,7 @@ impl EtcdBackend {
                     EtcdRequest::Txn(self.acquire_txn(
                         name,
                         &progress.owner,
+                        id,
                         progress.key_rev,
                         metadata,
                     ))
@@ -979,6 +1106,7 @@ impl EtcdBackend {
         &self,
         name: &str,
         owner: &OwnerId,
+        lease: i64,
         key_rev: Option<i64>,
         metadata: Option<&str>,
     ) -> EtcdTxn {
@@ -1011,7 +1139,8 @@ impl EtcdBackend {
                 EtcdOp::Put {
                     key,
                     value,
-                    lease: lease_id(owner),
+                    lease,
+                    ignore_lease: false,
                 },
                 EtcdOp::Range(self.prefix_range(name, 1, EtcdSort::CreateAscend, 0)),
                 // ours (the newest) and the one before it
@@ -1024,18 +1153,21 @@ impl EtcdBackend {
                     key: self.joined_key(name),
                     value: owner.to_string(),
                     lease: 0,
+                    ignore_lease: false,
                 },
             ],
             failure,
         }
     }
 
-    /// Reads the reply to the acquire step in `progress.pending`, updating `progress`.
+    /// Reads the reply to the acquire step in `progress.pending`, updating `progress`
+    /// (and the shared session the reply confirms or finds gone).
     /// `Granted` carries the validity base (the lease's last confirmed send).
     pub(crate) fn read_acquire(
         &self,
         name: &str,
         progress: &mut EtcdProgress,
+        sessions: &mut EtcdSessions,
         sent_at: Instant,
         reply: &str,
     ) -> Result<Read, ReadError> {
@@ -1043,6 +1175,7 @@ impl EtcdBackend {
             Ok(v) => v,
             // A put whose lease has expired: our key is gone; start over.
             Err(ReadError::Protocol(_)) if grpc_code(reply) == Some(NOT_FOUND) => {
+                sessions.retire(progress.lease_id);
                 progress.lose_lease();
                 return Ok(Read::Continue);
             }
@@ -1060,6 +1193,7 @@ impl EtcdBackend {
             EtcdStep::Grant => {
                 if int_field(&v, "TTL").is_some_and(|t| t > 0) {
                     progress.lease = LeaseState::Live { base: sent_at };
+                    sessions.confirm(progress.lease_id, sent_at);
                     Ok(Read::Continue)
                 } else {
                     Err(ReadError::Protocol(protocol(format!(
@@ -1070,8 +1204,10 @@ impl EtcdBackend {
             EtcdStep::KeepAlive => {
                 if keepalive_ttl(&v).is_some_and(|t| t > 0) {
                     progress.lease = LeaseState::Live { base: sent_at };
+                    sessions.confirm(progress.lease_id, sent_at);
                 } else {
                     // The lease expired while we waited: so did our key.
+                    sessions.retire(progress.lease_id);
                     progress.lose_lease();
                 }
                 Ok(Read::Continue)
@@ -1092,9 +1228,11 @@ impl EtcdBackend {
             }
             EtcdStep::Txn => self.read_acquire_txn(name, progress, &v),
             // an acquire reply is never read for a release step
-            EtcdStep::Delete | EtcdStep::Revoke => Err(ReadError::Protocol(protocol(format!(
-                "acquire: a reply read while a release step was pending: {reply:.200}"
-            )))),
+            EtcdStep::Delete | EtcdStep::Drop | EtcdStep::Revoke => {
+                Err(ReadError::Protocol(protocol(format!(
+                    "acquire: a reply read while a release step was pending: {reply:.200}"
+                ))))
+            }
         }
     }
 
@@ -1130,7 +1268,16 @@ impl EtcdBackend {
         } else {
             let mine = response_kvs(v, 0, "response_range").ok_or_else(shape)?;
             let mine = mine.first().ok_or_else(shape)?;
-            if int_field(mine, "lease") != Some(lease_id(&progress.owner)) {
+            let on = int_field(mine, "lease");
+            if self.shared_lease && on.is_some_and(|l| l != progress.lease_id) {
+                // our key, still on a shared lease found gone: etcd deletes an expired
+                // lease's keys a moment later; the retried put then lands
+                return Err(ReadError::Ambiguous(format!(
+                    "acquire transaction: own key {key} is still on lapsed lease {}",
+                    on.unwrap_or_default()
+                )));
+            }
+            if on != Some(progress.lease_id) {
                 return Err(ReadError::Protocol(protocol(format!(
                     "acquire transaction: key {key} is attached to another lease: {mine}"
                 ))));
@@ -1198,16 +1345,18 @@ impl EtcdBackend {
         }))
     }
 
-    /// Keep-alive of `owner`'s lease.
-    pub(crate) fn renew(&self, owner: &OwnerId) -> EtcdRequest {
+    /// Keep-alive of the lease the key of `progress` is attached to.
+    pub(crate) fn renew(&self, progress: &EtcdProgress) -> EtcdRequest {
         EtcdRequest::LeaseKeepAlive {
-            id: lease_id(owner),
+            id: progress.lease_id,
         }
     }
 
     /// The next release step: for a held lock whose key is known, delete the key if
     /// its create revision is still the token (a retried release whose first reply was
-    /// lost cannot delete a newer key); then, or when cancelling, revoke the lease.
+    /// lost cannot delete a newer key); then, or when cancelling, revoke the lease. With
+    /// [`EtcdBackend::shared_lease`] the lease stays (other locks ride on it): a
+    /// cancellation deletes the own key instead ([`EtcdBackend::drop_key`]).
     pub(crate) fn release(
         &self,
         name: &str,
@@ -1231,6 +1380,7 @@ impl EtcdBackend {
                             key: self.released_key(name),
                             value: rev.to_string(),
                             lease: 0,
+                            ignore_lease: false,
                         },
                     ],
                     // never empty: a failed transaction then still has `responses`,
@@ -1238,11 +1388,28 @@ impl EtcdBackend {
                     failure: vec![EtcdOp::Range(one_key(&key, true))],
                 })
             }
+            _ if self.shared_lease => {
+                progress.pending = EtcdStep::Drop;
+                self.drop_key(name, &owner)
+            }
             _ => {
                 progress.pending = EtcdStep::Revoke;
                 self.revoke(&owner)
             }
         }
+    }
+
+    /// Deletes `owner`'s key for `name`, whatever its revision: the key is this owner's
+    /// alone, so deleting it frees only what this owner may hold. The shared-lease
+    /// cancellation and cleanup, which must leave the shared lease alive.
+    pub(crate) fn drop_key(&self, name: &str, owner: &OwnerId) -> EtcdRequest {
+        let key = self.holder_key(name, owner);
+        EtcdRequest::Txn(EtcdTxn {
+            compare: Vec::new(),
+            success: vec![EtcdOp::Delete { key: key.clone() }],
+            // never empty, as the release's: the reply is read as a transaction's
+            failure: vec![EtcdOp::Range(one_key(&key, true))],
+        })
     }
 
     /// Revokes `owner`'s lease (and with it every key attached to it).
@@ -1275,18 +1442,43 @@ impl Recipe for EtcdBackend {
         progress_of(progress, owner).lease_base()
     }
 
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+    /// With [`EtcdBackend::shared_lease`], the keep-alives of one shared lease due in
+    /// one input go as one: any number of renewals read its one reply.
+    fn renew_batch_limit(&self) -> usize {
+        if self.shared_lease {
+            usize::MAX
+        } else {
+            1
+        }
+    }
+
+    fn renew_batch_key(&self, body: &RequestBody) -> Option<BatchKey> {
+        match body {
+            RequestBody::Etcd(EtcdRequest::LeaseKeepAlive { id }) if self.shared_lease => {
+                Some(BatchKey(id.unsigned_abs(), 0))
+            }
+            _ => None,
+        }
+    }
+
+    fn phrase_renew_batch(&self, bodies: &[&RequestBody]) -> Option<RequestBody> {
+        let first = *bodies.first()?;
+        bodies.iter().all(|b| *b == first).then(|| first.clone())
+    }
+
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        shared: &mut Shared,
+    ) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Etcd(match step {
-            Step::Acquire => self.acquire(
-                name,
-                progress_of(progress, owner),
-                cx.ttl_ms,
-                cx.renew_session,
-                cx.metadata,
-            ),
-            Step::Renew => self.renew(owner),
+            Step::Acquire => self.acquire(name, progress_of(progress, owner), &mut shared.etcd, cx),
+            Step::Renew => self.renew(progress_of(progress, owner)),
             Step::Release(ending) => self.release(name, progress_of(progress, owner), ending),
+            Step::Cleanup if self.shared_lease => self.drop_key(name, owner),
             Step::Cleanup => self.revoke(owner),
             Step::Wait { timeout_ms } => {
                 match self.wait(progress_of(progress, owner), timeout_ms) {
@@ -1302,19 +1494,34 @@ impl Recipe for EtcdBackend {
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
+        shared: &mut Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let v = payload(reply, "etcd", |r| match r {
             Reply::Etcd(v) => Some(v.as_str()),
             _ => None,
         })?;
+        let sessions = &mut shared.etcd;
         match step {
-            Step::Acquire => {
-                self.read_acquire(cx.name, progress_of(progress, cx.owner), cx.sent_at, v)
-            }
+            Step::Acquire => self.read_acquire(
+                cx.name,
+                progress_of(progress, cx.owner),
+                sessions,
+                cx.sent_at,
+                v,
+            ),
             Step::Wait { .. } => read_wait(v),
-            Step::Release(_) => read_release(progress_of(progress, cx.owner), v),
-            Step::Renew | Step::Cleanup => read_owner_check(v),
+            Step::Release(_) => read_release(progress_of(progress, cx.owner), self.shared_lease, v),
+            Step::Renew => {
+                let read = read_owner_check(v)?;
+                let id = progress_of(progress, cx.owner).lease_id;
+                match read {
+                    Read::Done => sessions.confirm(id, cx.sent_at),
+                    _ => sessions.retire(id),
+                }
+                Ok(read)
+            }
+            Step::Cleanup => read_owner_check(v),
         }
     }
 
@@ -1336,7 +1543,8 @@ impl Recipe for EtcdBackend {
     ) -> Unconfirmed {
         let found = progress_of(progress, owner).release_found();
         Unconfirmed {
-            // the key's fate is unknown: revoking the lease frees it
+            // the key's fate is unknown: revoking the lease (deleting the key, on a
+            // shared lease) frees it
             cleanup: ending == Ending::Held && found.is_none(),
             found,
         }
@@ -1389,15 +1597,21 @@ pub(crate) fn read_wait(reply: &str) -> Result<Read, ReadError> {
 
 /// Reads a release step's reply: the delete transaction's finding is kept and the
 /// revoke follows ([`Read::Continue`]); the revoke's reply reports that finding (a
-/// cancellation, which deleted nothing, reports `Done`).
-pub(crate) fn read_release(progress: &mut EtcdProgress, reply: &str) -> Result<Read, ReadError> {
+/// cancellation, which deleted nothing, reports `Done`). On a shared lease (`shared`)
+/// nothing follows the delete: its finding is the release's outcome.
+pub(crate) fn read_release(
+    progress: &mut EtcdProgress,
+    shared: bool,
+    reply: &str,
+) -> Result<Read, ReadError> {
     let read = read_owner_check(reply)?;
     if progress.pending == EtcdStep::Delete {
-        progress.release_found = Some(match read {
+        let found = match read {
             Read::NotHeld => Deleted::NotHeld,
             _ => Deleted::Ours,
-        });
-        return Ok(Read::Continue);
+        };
+        progress.release_found = Some(found);
+        return Ok(if shared { found.read() } else { Read::Continue });
     }
     Ok(progress.release_found().unwrap_or(Read::Done))
 }
@@ -1727,7 +1941,7 @@ mod tests {
     }
 
     #[test]
-    fn proclaim_puts_the_value_into_the_own_key_on_its_lease_while_it_holds() {
+    fn proclaim_puts_the_value_into_the_own_key_keeping_its_lease_while_it_holds() {
         let owner = OwnerId([0xab; 16]);
         let settings = EtcdBackend::default();
         match settings.proclaim("jobs", &owner, FencingToken(33), "v") {
@@ -1740,7 +1954,8 @@ mod tests {
                     vec![EtcdOp::Put {
                         key,
                         value: "v".into(),
-                        lease: lease_id(&owner)
+                        lease: 0,
+                        ignore_lease: true,
                     }]
                 );
             }

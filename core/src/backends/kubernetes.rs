@@ -798,7 +798,13 @@ fn read_clear_if_owned(reply: &str) -> Result<Read, ReadError> {
 
 /// The Kubernetes Lease recipe (see the module docs).
 impl Recipe for KubernetesBackend {
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        _shared: &mut super::Shared,
+    ) -> Phrased {
         let request = match step {
             Step::Acquire | Step::Renew | Step::Release(Ending::Held) => {
                 let p = progress_of(progress, cx.owner);
@@ -839,6 +845,7 @@ impl Recipe for KubernetesBackend {
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
+        _shared: &mut super::Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let text = payload(reply, "kubernetes", |r| match r {

@@ -311,6 +311,14 @@ impl Phrased {
     }
 }
 
+/// What a recipe keeps across the locks of one machine, beside each lock's
+/// [`Progress`]: etcd's shared session leases ([`EtcdBackend::shared_lease`]). Every
+/// other recipe keeps nothing here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shared {
+    pub(crate) etcd: etcd::EtcdSessions,
+}
+
 /// A reply read into what the lock acts on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Read {
@@ -447,7 +455,13 @@ pub(crate) trait Recipe {
 
     /// Phrases `step`. Only a wait may be [`Phrased::Nothing`] (a backend that wakes
     /// nobody, or nothing known to wait on).
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased;
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        shared: &mut Shared,
+    ) -> Phrased;
 
     /// Reads the reply to `step` (`Err`: its transport failed, with the message),
     /// advancing `progress`. A transport failure is [`ReadError::Ambiguous`] unless the
@@ -458,6 +472,7 @@ pub(crate) trait Recipe {
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
+        shared: &mut Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError>;
 
@@ -467,8 +482,8 @@ pub(crate) trait Recipe {
     /// reads the reply alone; a recipe whose replies need their step's progress (a
     /// quorum recipe's parts) overrides it.
     fn late_may_hold(&self, step: Step, reply: Result<&Reply, &str>) -> bool {
-        let mut scratch = Progress::default();
-        let mut read = |step, r| self.read(step, &LATE_CX, &mut scratch, Ok(r));
+        let (mut scratch, mut shared) = (Progress::default(), Shared::default());
+        let mut read = |step, r| self.read(step, &LATE_CX, &mut scratch, &mut shared, Ok(r));
         match (step.operation(), reply) {
             (Operation::Release, _) => false,
             // a wake-up may carry a grant; a lost one might have

@@ -496,7 +496,13 @@ impl Recipe for PostgresBackend {
         }
     }
 
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        _progress: &mut Progress,
+        _shared: &mut super::Shared,
+    ) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         Phrased::One(RequestBody::Sql(match step {
             Step::Acquire => self.acquire(name, owner, cx.ttl_ms, cx.token_floor, cx.metadata),
@@ -513,6 +519,7 @@ impl Recipe for PostgresBackend {
         step: Step,
         _cx: &StepCx<'_>,
         _progress: &mut Progress,
+        _shared: &mut super::Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let sql = payload(reply, "postgres", |r| match r {

@@ -796,7 +796,13 @@ impl Recipe for RedisBackend {
         }
     }
 
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, _progress: &mut Progress) -> Phrased {
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        _progress: &mut Progress,
+        _shared: &mut super::Shared,
+    ) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         let mut cmd = match step {
             Step::Acquire => match cx.metadata {
@@ -829,6 +835,7 @@ impl Recipe for RedisBackend {
         step: Step,
         cx: &StepCx<'_>,
         _progress: &mut Progress,
+        _shared: &mut super::Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let v = payload(reply, "redis", |r| match r {

@@ -183,7 +183,13 @@ fn tallies(progress: &mut Progress) -> &mut Vec<Tally> {
 
 /// Every step fans out to all masters; a contender polls (no server wakes it).
 impl Recipe for RedlockBackend {
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        _shared: &mut super::Shared,
+    ) -> Phrased {
         let redis = self.redis();
         let (name, owner) = (cx.name, cx.owner);
         let command = match step {
@@ -225,6 +231,7 @@ impl Recipe for RedlockBackend {
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
+        _shared: &mut super::Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let part = read_part(step, reply);

@@ -650,7 +650,13 @@ impl Recipe for ZooKeeperBackend {
         progress_of(progress, owner).since
     }
 
-    fn phrase(&self, step: Step, cx: &StepCx<'_>, progress: &mut Progress) -> Phrased {
+    fn phrase(
+        &self,
+        step: Step,
+        cx: &StepCx<'_>,
+        progress: &mut Progress,
+        _shared: &mut super::Shared,
+    ) -> Phrased {
         let (name, owner) = (cx.name, cx.owner);
         let p = progress_of(progress, owner);
         Phrased::One(RequestBody::ZooKeeper(match step {
@@ -675,6 +681,7 @@ impl Recipe for ZooKeeperBackend {
         step: Step,
         cx: &StepCx<'_>,
         progress: &mut Progress,
+        _shared: &mut super::Shared,
         reply: Result<&Reply, &str>,
     ) -> Result<Read, ReadError> {
         let v = payload(reply, "zookeeper", |r| match r {

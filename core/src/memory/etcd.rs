@@ -358,6 +358,24 @@ impl MemoryEtcd {
         if missing_lease {
             return lease_not_found();
         }
+        // etcd's `ignore_lease` keeps the key's lease: the key must exist, and no lease
+        // may be given beside it
+        for op in ops {
+            if let EtcdOp::Put {
+                key,
+                lease,
+                ignore_lease: true,
+                ..
+            } = op
+            {
+                if *lease != 0 {
+                    return r#"{"error":"etcdserver: lease is provided","code":3,"message":"etcdserver: lease is provided"}"#.to_owned();
+                }
+                if !self.kvs.contains_key(key) {
+                    return r#"{"error":"etcdserver: key not found","code":3,"message":"etcdserver: key not found"}"#.to_owned();
+                }
+            }
+        }
         let writes = ops.iter().any(|op| match op {
             EtcdOp::Put { .. } => true,
             EtcdOp::Delete { key } => self.kvs.contains_key(key),
@@ -372,8 +390,17 @@ impl MemoryEtcd {
         for op in ops {
             let sub = format!(r#"{{"revision":"{rev}"}}"#);
             responses.push(match op {
-                EtcdOp::Put { key, value, lease } => {
-                    self.put(rev, key, value, *lease);
+                EtcdOp::Put {
+                    key,
+                    value,
+                    lease,
+                    ignore_lease,
+                } => {
+                    let lease = match ignore_lease {
+                        true => self.kvs.get(key).map_or(0, |kv| kv.lease),
+                        false => *lease,
+                    };
+                    self.put(rev, key, value, lease);
                     format!(r#"{{"response_put":{{"header":{sub}}}}}"#)
                 }
                 EtcdOp::Delete { key } => {
@@ -577,6 +604,7 @@ mod tests {
                     key: key.into(),
                     value: "v".into(),
                     lease,
+                    ignore_lease: false,
                 },
                 EtcdOp::Range(prefix(1, EtcdSort::CreateAscend, 0)),
                 EtcdOp::Range(prefix(2, EtcdSort::CreateDescend, 0)),
@@ -672,6 +700,7 @@ mod tests {
                         key: key.into(),
                         value: "v".into(),
                         lease: 0,
+                        ignore_lease: false,
                     }],
                     failure: vec![],
                 }),

@@ -1110,7 +1110,7 @@ impl World {
                     self.checker.grant(now, token, None, &mut outcome);
                 }
                 *holder = rev;
-                s2_etcd(etcd, first.as_ref(), beliefs)
+                s2_etcd(etcd, first.as_ref(), false, beliefs)
             }
             #[cfg(feature = "zookeeper")]
             Server::ZooKeeper(z) => {

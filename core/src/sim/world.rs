@@ -225,6 +225,8 @@ pub struct SimConfig {
     pub fair: bool,
     /// Which server the clients lock on.
     pub backend: SimBackend,
+    /// On etcd: each client's locks share one lease ([`EtcdBackend::shared_lease`]).
+    pub etcd_shared_lease: bool,
     /// The rule the fenced resource applies to each write.
     pub fence: FenceRule,
     /// A second fence with this rule sees the same writes and decides nothing (writers
@@ -256,6 +258,7 @@ impl SimConfig {
             cycles_per_client: fault_free.then_some(3),
             fair: false,
             backend: SimBackend::Redis,
+            etcd_shared_lease: false,
             fence: FenceRule::TokenOnly,
             compare_fence: None,
             floor_recovery: false,
@@ -271,6 +274,15 @@ impl SimConfig {
     /// The same schedule shape on etcd.
     pub fn etcd(mut self) -> Self {
         self.backend = SimBackend::Etcd;
+        self
+    }
+
+    /// The same schedule shape on etcd, each client's locks on one shared lease
+    /// ([`EtcdBackend::shared_lease`]): its successive acquisitions reuse the session,
+    /// retire it when found gone, and start a new one.
+    pub fn etcd_shared(mut self) -> Self {
+        self.backend = SimBackend::Etcd;
+        self.etcd_shared_lease = true;
         self
     }
 
@@ -786,7 +798,10 @@ impl Simulation {
                         fair: cfg.fair,
                         ..RedisBackend::default()
                     }),
-                    SimBackend::Etcd => Backend::Etcd(EtcdBackend::default()),
+                    SimBackend::Etcd => Backend::Etcd(EtcdBackend {
+                        shared_lease: cfg.etcd_shared_lease,
+                        ..EtcdBackend::default()
+                    }),
                     SimBackend::PostgresLease => {
                         Backend::Postgres(crate::backends::PostgresBackend::default())
                     }
@@ -1982,7 +1997,12 @@ impl Simulation {
         self.etcd_holder = holder_rev;
         self.checker
             .idle_check(self.now, holder.is_some(), &self.clients, &mut self.outcome);
-        if let Some(detail) = s2_etcd(&self.etcd, holder.as_ref(), self.beliefs()) {
+        if let Some(detail) = s2_etcd(
+            &self.etcd,
+            holder.as_ref(),
+            self.cfg.etcd_shared_lease,
+            self.beliefs(),
+        ) {
             self.checker
                 .violate(Property::S2, self.now, detail, &mut self.outcome);
         }
@@ -1992,16 +2012,18 @@ impl Simulation {
 /// S2 on etcd: every believer's key is the `holder` (the key with the lowest create
 /// revision under the lock's prefix, [`MemoryEtcd::first_under`]), with the believer's
 /// token as its create revision when known, its lease expiring no earlier than the
-/// believed instant. The first breach, described.
+/// believed instant. The key's lease is the believer's own unless the lease is
+/// `shared` (then any: the key's name says whose it is). The first breach, described.
 pub(crate) fn s2_etcd(
     etcd: &MemoryEtcd,
     holder: Option<&(String, crate::memory::EtcdKv)>,
+    shared: bool,
     beliefs: impl IntoIterator<Item = Belief>,
 ) -> Option<String> {
     let expires = holder.and_then(|(_, kv)| etcd.lease_expires_at(kv.lease));
     beliefs.into_iter().find_map(|b| {
         let ok = holder.is_some_and(|(key, kv)| {
-            kv.lease == lease_id(&b.owner)
+            (shared || kv.lease == lease_id(&b.owner))
                 && key.ends_with(&format!("{:016x}", lease_id(&b.owner)))
                 && b.token.is_none_or(|t| t.get() == kv.create_revision as u64)
         }) && expires.is_some_and(|e| e >= b.believed_until);
