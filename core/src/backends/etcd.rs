@@ -1748,7 +1748,13 @@ mod tests {
         };
         p.key_rev = Some(i64::MIN);
         p.pending = EtcdStep::Txn;
-        let step = b.acquire("r", &mut p, 1_000, false, None);
+        let owner = OwnerId([1; 16]);
+        let cx = StepCx {
+            ttl_ms: 1_000,
+            owner: &owner,
+            ..super::super::LATE_CX
+        };
+        let step = b.acquire("r", &mut p, &mut EtcdSessions::default(), &cx);
         assert!(matches!(step, EtcdRequest::Range(r) if r.max_create_revision == i64::MIN));
     }
 
@@ -1761,11 +1767,17 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(
-            value(b.acquire_txn("r", &owner, None, None)),
+            value(b.acquire_txn("r", &owner, lease_id(&owner), None, None)),
             owner.to_string()
         );
         assert_eq!(
-            value(b.acquire_txn("r", &owner, None, Some(r#"{"z":"1","a":"2"}"#))),
+            value(b.acquire_txn(
+                "r",
+                &owner,
+                lease_id(&owner),
+                None,
+                Some(r#"{"z":"1","a":"2"}"#)
+            )),
             r#"{"a":"2","z":"1"}"#
         );
         let key = B64.encode("fencepost/r/2bababababababab");
@@ -1868,7 +1880,7 @@ mod tests {
         let grant = EtcdRequest::LeaseGrant { id: 7, ttl_s: 2 };
         assert_eq!(grant.gateway_path(), "/v3/lease/grant");
         assert_eq!(grant.gateway_body(), r#"{"ID":"7","TTL":"2"}"#);
-        let txn = EtcdRequest::Txn(b.acquire_txn("r", &owner, None, None));
+        let txn = EtcdRequest::Txn(b.acquire_txn("r", &owner, lease_id(&owner), None, None));
         let body: Value = serde_json::from_str(&txn.gateway_body()).unwrap();
         assert_eq!(body["compare"][0]["create_revision"], "0");
         assert_eq!(

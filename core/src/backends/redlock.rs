@@ -379,7 +379,7 @@ mod tests {
         use crate::backends::redis::RedisValue::{Array, Int};
         Reply::Redis(Array(vec![Int(1), Int(token)]))
     }
-    use crate::backends::Backend;
+    use crate::backends::{Backend, Shared};
     use crate::{LockOptions, Purpose};
 
     fn five() -> RedlockBackend {
@@ -446,12 +446,20 @@ mod tests {
             owner: &owner,
             ..super::super::LATE_CX
         };
-        let Phrased::FanOut(bodies) = b.phrase(Step::Acquire, &cx(0), &mut progress) else {
+        let Phrased::FanOut(bodies) =
+            b.phrase(Step::Acquire, &cx(0), &mut progress, &mut Shared::default())
+        else {
             panic!("a fan-out")
         };
         assert_eq!(bodies.len(), 5);
         let read = |progress: &mut Progress, part, reply: Result<&Reply, &str>| {
-            b.read(Step::Acquire, &cx(part), progress, reply)
+            b.read(
+                Step::Acquire,
+                &cx(part),
+                progress,
+                &mut Shared::default(),
+                reply,
+            )
         };
         assert_eq!(read(&mut progress, 0, Ok(&granted(7))), Ok(Read::Pending));
         assert_eq!(read(&mut progress, 3, Err("refused")), Ok(Read::Pending));
