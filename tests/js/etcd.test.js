@@ -299,7 +299,7 @@ test('sharedLease: fifty locks ride on one lease, granted once and kept alive by
 })
 
 test('sharedLease: a LockMachine option of kind etcd only, checked as a boolean', () => {
-  assert.throws(() => new EtcdBackend({ endpoints: 'http://127.0.0.1:2379', sharedLease: 'yes' }), (e) => e instanceof ConfigError && e.option === 'sharedLease')
+  assert.throws(() => new EtcdBackend({ endpoints: 'http://127.0.0.1:2379', sharedLease: 'yes' }), (e) => e instanceof ConfigError && /sharedLease must be true or false/.test(e.message))
   assert.throws(() => new LockMachine({ kind: 'etcd', cluster: true }), (e) => e instanceof ConfigError && e.option === 'cluster')
   const machine = new LockMachine({ kind: 'etcd', sharedLease: true, seed: 1 })
   const id = machine.acquire(0, 'a', { ttlMs: 3_000 })
