@@ -1416,7 +1416,7 @@ export type PreviousHolder = 'released' | 'expired' | 'none' | 'unknown'
 
 /** An event of the lock machine. */
 export type MachineEvent =
-  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number, readonly previous: PreviousHolder }
+  | { readonly type: 'acquired', readonly lock: number, readonly token: bigint, readonly validUntilMs: number, readonly previous: PreviousHolder, readonly ownerId: string | null }
   | { readonly type: 'renewed', readonly lock: number, readonly validUntilMs: number }
   | { readonly type: 'lost', readonly lock: number, readonly reason: Exclude<LostReason, 'closed'> }
   | { readonly type: 'released', readonly lock: number }

@@ -55,6 +55,8 @@ export declare class Machine {
   check(name: string, options: object): void
   /** Starts acquiring `name`; returns the new lock id. */
   acquire(nowMs: number, name: string, options: object): number
+  /** `acquire` with options read beforehand (`PreparedOptions`). */
+  acquirePrepared(nowMs: number, name: string, options: PreparedOptions): number
   /** Releases `lock`, or cancels its acquisition. A finished lock ignores it. */
   release(nowMs: number, lock: number): void
   /**
@@ -109,6 +111,8 @@ export declare class Machine {
   get lockCount(): number
   /** How many requests await a reply or transport error. */
   get requestsInFlight(): number
+  /** How many observations wait for `observeFlat()` (0: nothing to drain). */
+  get observationsPending(): number
 }
 
 /**
@@ -138,6 +142,16 @@ export declare class MemoryRedis {
   delete(key: string): boolean
   /** Forgets every key, as a restart without persistence does. */
   flush(): void
+}
+
+/**
+ * Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
+ * for `acquirePrepared`: a lock acquired again and again skips reading the object's
+ * properties each time. Immutable; checked against a backend only when acquiring.
+ * Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
+ */
+export declare class PreparedOptions {
+  constructor(options: object)
 }
 
 /** The stable signed 64-bit advisory-lock key of `name` in `namespace` (a bigint). */

@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.Fence = nativeBinding.Fence
 module.exports.Machine = nativeBinding.Machine
 module.exports.MemoryRedis = nativeBinding.MemoryRedis
+module.exports.PreparedOptions = nativeBinding.PreparedOptions
 module.exports.advisoryKey = nativeBinding.advisoryKey
 module.exports.checkAcquire = nativeBinding.checkAcquire
 module.exports.coreNames = nativeBinding.coreNames

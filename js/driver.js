@@ -141,12 +141,15 @@ class Driver {
 
   // -- inputs from the Lock API --
 
-  /** Starts acquiring; throws ConfigError for options the core refuses. */
-  start (acquisition, options) {
+  /** Starts acquiring; throws ConfigError for options the core refuses. `prepared`: the
+   * same options as the addon read them (`LockMachine._prepare`), or null. */
+  start (acquisition, options, prepared = null) {
     this._checkOpen()
     const observer = this.backend._observer
     if (observer !== undefined) this.observing = observer.sync(this.machine, this.observing)
-    acquisition.lockId = this.machine._acquire(now(), acquisition.name, options)
+    acquisition.lockId = prepared === null
+      ? this.machine._acquire(now(), acquisition.name, options)
+      : this.machine._acquirePrepared(now(), acquisition.name, prepared)
     this.acquisitions.set(acquisition.lockId, acquisition)
     this._drain()
   }

@@ -81,7 +81,7 @@ class Acquisition {
   onEvent (event) {
     switch (event.type) {
       case 'acquired': {
-        const lease = new Lease(this, event.token, event.validUntilMs, this.driver.owner(this.lockId))
+        const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId ?? this.driver.owner(this.lockId))
         lease._previous = event.previous
         this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
         if (dropped !== null) dropped.register(lease, this)
@@ -109,7 +109,8 @@ class Acquisition {
       }
       case 'released':
         this.settle(this.released, 'resolve', undefined)
-        this._extended(new ConfigError(`lock ${JSON.stringify(this.name)} was released while extending`))
+        // an Error captures a stack trace: made only for a waiting extend()
+        if (this.extended.length > 0) this._extended(new ConfigError(`lock ${JSON.stringify(this.name)} was released while extending`))
         break
       case 'acquire_failed':
         this.settle(this.acquired, 'reject', event.reason === 'protocol'
@@ -308,6 +309,8 @@ function createLock (isBackend) {
       this._backend = backend
       this._name = name
       this._options = normalized
+      /** `_options` as the addon read them, made on the first acquire */
+      this._prepared = null
       /** this lock's own observation callback (see Backend.observe) */
       this._onEvent = onEvent
     }
@@ -329,7 +332,8 @@ function createLock (isBackend) {
           const driver = this._backend._driver()
           const acquisition = new Acquisition(this, driver)
           const acquired = acquisition.acquired.promise
-          driver.start(acquisition, this._options)
+          if (this._prepared === null) this._prepared = driver.machine._prepare(this._options)
+          driver.start(acquisition, this._options, this._prepared)
           return acquired
         } catch (error) {
           return Promise.reject(error)

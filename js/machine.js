@@ -101,8 +101,8 @@ function createDecoder (native) {
           break
         }
         case 1:
-          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3], previous: PREVIOUS[flat[i + 4]] ?? 'unknown' })
-          i += 5
+          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3], previous: PREVIOUS[flat[i + 4]] ?? 'unknown', ownerId: flat[i + 5] })
+          i += 6
           break
         case 2:
           outputs.push({ lock, type: 'renewed', validUntilMs: flat[i + 2] })
@@ -279,6 +279,16 @@ function createLockMachine (native) {
       try { return this._m.acquire(nowMs, name, normalizedOptions) } catch (error) { throw fromNative(error) }
     }
 
+    /** The addon's reading of `normalizedOptions`, made once for `_acquirePrepared` (the
+     * addon reads an options object property by property: dearer than the acquire). */
+    _prepare (normalizedOptions) {
+      try { return new native.PreparedOptions(normalizedOptions) } catch (error) { throw fromNative(error) }
+    }
+
+    _acquirePrepared (nowMs, name, prepared) {
+      try { return this._m.acquirePrepared(nowMs, name, prepared) } catch (error) { throw fromNative(error) }
+    }
+
     _release (nowMs, lock) {
       try { this._m.release(nowMs, lock) } catch (error) { throw fromNative(error) }
     }
@@ -330,6 +340,9 @@ function createLockMachine (native) {
     _observe (numbers) {
       try { this._m.observe(numbers) } catch (error) { throw fromNative(error) }
     }
+
+    /** Whether observations wait to be drained (a getter read: cheaper than a drain). */
+    _hasObservations () { return this._m.observationsPending > 0 }
 
     _observations () {
       let flat

@@ -908,7 +908,16 @@ impl JsMachine {
             match self.inner.poll_output() {
                 Output::Timeout(at) => return Ok(Some(ns_to_ms(at.as_nanos()))),
                 Output::Idle => return Ok(None),
-                output => js_outputs::encode_output(&output, push)?,
+                output => {
+                    let owner = match output {
+                        Output::Event {
+                            lock,
+                            event: fencepost_core::Event::Acquired { .. },
+                        } => self.inner.owner(lock),
+                        _ => None,
+                    };
+                    js_outputs::encode_output(&output, owner, push)?
+                }
             }
         }
     }
@@ -1018,6 +1027,11 @@ impl JsMachine {
     /// How many requests await a reply or transport error.
     pub fn requests_in_flight(&self) -> u32 {
         u32::try_from(self.inner.requests_in_flight()).unwrap_or(u32::MAX)
+    }
+
+    /// How many observations wait for `poll_observations`.
+    pub fn observations_pending(&self) -> u32 {
+        u32::try_from(self.inner.observations_pending()).unwrap_or(u32::MAX)
     }
 }
 

@@ -428,6 +428,28 @@ fn read_sql_reply(
 
 // ---- Machine --------------------------------------------------------------------------------
 
+/// Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
+/// for `acquirePrepared`: a lock acquired again and again skips reading the object's
+/// properties each time. Immutable; checked against a backend only when acquiring.
+/// Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
+#[napi]
+pub struct PreparedOptions {
+    inner: fencepost_core::LockOptions,
+}
+
+#[napi]
+impl PreparedOptions {
+    #[napi(constructor)]
+    pub fn new(
+        env: Env,
+        #[napi(ts_arg_type = "object")] options: Unknown<'_>,
+    ) -> napi::Result<Self> {
+        Ok(PreparedOptions {
+            inner: lock_options(&env, options)?,
+        })
+    }
+}
+
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
@@ -495,6 +517,21 @@ impl Machine {
     ) -> napi::Result<f64> {
         let options = lock_options(&env, options)?;
         js(&env, self.inner.acquire(now_ms, &name, options))
+    }
+
+    /// `acquire` with options read beforehand (`PreparedOptions`).
+    #[napi]
+    pub fn acquire_prepared(
+        &mut self,
+        env: Env,
+        now_ms: f64,
+        name: String,
+        options: &PreparedOptions,
+    ) -> napi::Result<f64> {
+        js(
+            &env,
+            self.inner.acquire(now_ms, &name, options.inner.clone()),
+        )
     }
 
     /// Releases `lock`, or cancels its acquisition. A finished lock ignores it.
@@ -619,6 +656,12 @@ impl Machine {
     #[napi(getter)]
     pub fn requests_in_flight(&self) -> u32 {
         self.inner.requests_in_flight()
+    }
+
+    /// How many observations wait for `observeFlat()` (0: nothing to drain).
+    #[napi(getter)]
+    pub fn observations_pending(&self) -> u32 {
+        self.inner.observations_pending()
     }
 }
 

@@ -31,7 +31,7 @@ use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings, Redis
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Field, Instant, LockId,
-    LockOptions, LostReason, Machine as CoreMachine, ObserveOptions, Observed, Output,
+    LockOptions, LostReason, Machine as CoreMachine, ObserveOptions, Observed, Output, OwnerId,
     ProtocolError as CoreProtocolError, RedisCommand, RedisScript, RedisValue, Reply, RequestBody,
     RequestId, UsageError,
 };
@@ -442,6 +442,40 @@ fn lock_options(options: &Bound<'_, PyAny>) -> PyResult<LockOptions> {
         noun: "lock option",
     };
     from_tree(dict, || value_tree(dict, "options"), &keys)
+}
+
+/// A lock options dict read once (`PreparedOptions(options)`, the dict
+/// `Machine.acquire` takes), for `Machine.acquire` in its place: a lock acquired again
+/// and again skips reading the dict each time. Immutable; checked against a backend
+/// only when acquiring, as the dict is.
+///
+/// Errors: `ConfigError` naming the bad option (an unknown key, a value of the wrong
+/// type), as `Machine.acquire` raises it.
+#[pyclass(frozen, module = "fencepost._core")]
+struct PreparedOptions {
+    options: LockOptions,
+}
+
+#[pymethods]
+impl PreparedOptions {
+    #[new]
+    fn new(options: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PreparedOptions {
+            options: lock_options(options)?,
+        })
+    }
+
+    /// The acquire timeout in nanoseconds (int), or None (wait until granted).
+    #[getter]
+    fn acquire_timeout(&self) -> Option<u64> {
+        self.options
+            .acquire_timeout
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("PreparedOptions({:?})", self.options)
+    }
 }
 
 /// The observation options dict (the core's `ObserveOptions`, durations in integer
@@ -1618,7 +1652,8 @@ struct Event {
 
 /// The lock is held: `token` is its fencing token, `valid_until_ns` the monotonic
 /// instant until which the holder may believe it holds the lease, `previous` how the
-/// previous holder ended ("released", "expired", "none" or "unknown").
+/// previous holder ended ("released", "expired", "none" or "unknown"), `owner_id` the
+/// acquisition's owner id (32 lowercase hex digits, the value in the server's lock key).
 #[pyclass(extends = Event, frozen, module = "fencepost._core")]
 struct Acquired {
     #[pyo3(get)]
@@ -1627,6 +1662,17 @@ struct Acquired {
     valid_until_ns: u64,
     #[pyo3(get)]
     previous: &'static str,
+    owner: Option<OwnerId>,
+}
+
+#[pymethods]
+impl Acquired {
+    /// The owner id of the acquisition granted (formatted on first read; "" if the
+    /// machine no longer knew the lock when the event was polled).
+    #[getter]
+    fn owner_id(&self) -> String {
+        self.owner.map(|o| o.to_string()).unwrap_or_default()
+    }
 }
 
 /// A renewal was confirmed: the lease is valid until `valid_until_ns`.
@@ -1685,7 +1731,13 @@ impl Event {
 }
 
 /// The Python object of one core event: an instance of its kind's class.
-fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> {
+/// `owner`: the lock's owner id, given to an `Acquired` event.
+fn event(
+    py: Python<'_>,
+    lock: LockId,
+    owner: Option<OwnerId>,
+    event: CoreEvent,
+) -> PyResult<Py<PyAny>> {
     fn new<T: pyo3::PyClass<BaseType = Event>>(
         py: Python<'_>,
         base: PyClassInitializer<Event>,
@@ -1711,6 +1763,7 @@ fn event(py: Python<'_>, lock: LockId, event: CoreEvent) -> PyResult<Py<PyAny>> 
                     token,
                     valid_until_ns,
                     previous: previous.as_str(),
+                    owner,
                 },
             )
         }
@@ -1810,7 +1863,8 @@ impl Machine {
     /// `drift_factor`, `clock_margin`, `token_floor` (None, or the lowest token a grant
     /// may carry: an int in 1 ..= 2**63 - 1; refused on etcd), `min_replicas` (0, or the
     /// replicas whose `WAIT` must confirm each grant and renewal; Redis only),
-    /// `replica_timeout` (each `WAIT`'s bound, 100 ms).
+    /// `replica_timeout` (each `WAIT`'s bound, 100 ms). A [`PreparedOptions`] made from
+    /// such a dict may stand in for it (read once, for a lock acquired many times).
     ///
     /// Errors: `ConfigError` naming the bad option (an unknown key, a wrong type, or out
     /// of the range the core accepts), or an unsafe purpose; `ClockError`.
@@ -1823,7 +1877,10 @@ impl Machine {
     ) -> PyResult<u64> {
         let now = instant(now_ns, "now_ns")?;
         let name = arg_str(name, "name")?;
-        let options = lock_options(options)?;
+        let options = match options.cast::<PreparedOptions>() {
+            Ok(prepared) => prepared.get().options.clone(),
+            Err(_) => lock_options(options)?,
+        };
         self.inner
             .acquire(now, &name, options)
             .map(|id| id.0)
@@ -1953,7 +2010,13 @@ impl Machine {
                     };
                     outputs.push(Py::new(py, request)?.into_any());
                 }
-                Output::Event { lock, event: e } => outputs.push(event(py, lock, e)?),
+                Output::Event { lock, event: e } => {
+                    let owner = match e {
+                        CoreEvent::Acquired { .. } => self.inner.owner(lock),
+                        _ => None,
+                    };
+                    outputs.push(event(py, lock, owner, e)?)
+                }
                 Output::Timeout(at) => return Ok((outputs, Some(at.as_nanos()))),
                 Output::Idle => return Ok((outputs, None)),
             }
@@ -2870,6 +2933,7 @@ fn read_xact_lock(py: Python<'_>, reply: &Bound<'_, PyAny>) -> PyResult<Option<u
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Machine>()?;
+    m.add_class::<PreparedOptions>()?;
     m.add_class::<Request>()?;
     m.add_class::<Command>()?;
     m.add_class::<BlockingPop>()?;

@@ -439,6 +439,25 @@ fn etcd_reply_text(value: &JsValue) -> String {
 
 // ---- Machine --------------------------------------------------------------------------------
 
+/// Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
+/// for `acquirePrepared`: a lock acquired again and again skips reading the object's
+/// properties each time. Immutable; checked against a backend only when acquiring.
+/// Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
+#[wasm_bindgen]
+pub struct PreparedOptions {
+    inner: LockOptions,
+}
+
+#[wasm_bindgen]
+impl PreparedOptions {
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<PreparedOptions, JsValue> {
+        Ok(PreparedOptions {
+            inner: lock_options(&options)?,
+        })
+    }
+}
+
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
@@ -501,6 +520,17 @@ impl Machine {
         let name = string(&name, "name")?;
         let options = lock_options(&options)?;
         js(self.inner.acquire(now_ms, &name, options))
+    }
+
+    /// `acquire` with options read beforehand (`PreparedOptions`).
+    #[wasm_bindgen(js_name = acquirePrepared)]
+    pub fn acquire_prepared(
+        &mut self,
+        now_ms: f64,
+        name: &str,
+        options: &PreparedOptions,
+    ) -> Result<f64, JsValue> {
+        js(self.inner.acquire(now_ms, name, options.inner.clone()))
     }
 
     /// Releases `lock`, or cancels its acquisition. A finished lock ignores it.
@@ -640,6 +670,12 @@ impl Machine {
     #[wasm_bindgen(getter = requestsInFlight)]
     pub fn requests_in_flight(&self) -> u32 {
         self.inner.requests_in_flight()
+    }
+
+    /// How many observations wait for `observeFlat()` (0: nothing to drain).
+    #[wasm_bindgen(getter = observationsPending)]
+    pub fn observations_pending(&self) -> u32 {
+        self.inner.observations_pending()
     }
 }
 

@@ -211,7 +211,8 @@ impl Contract {
 /// does not read back (the encoding is the core's own, not a host's input).
 pub fn check_flat(output: &Output) {
     let mut slots: Vec<FlatValue> = Vec::new();
-    let ok: std::result::Result<(), ()> = encode_output(output, &mut |v| {
+    let owner = crate::OwnerId([0x5a; 16]);
+    let ok: std::result::Result<(), ()> = encode_output(output, Some(owner), &mut |v| {
         slots.push(v);
         Ok(())
     });
@@ -243,6 +244,8 @@ pub fn check_flat(output: &Output) {
                     assert_eq!(num(0), 1.0);
                     assert_eq!(slots.get(2), Some(&FlatValue::Token(token.get())));
                     assert!(ns(num(3)).abs_diff(valid_until.as_nanos()) <= 1);
+                    let hex = owner.to_string();
+                    assert_eq!(slots.get(5), Some(&FlatValue::Text(hex.as_str().into())));
                 }
                 Event::Renewed { valid_until } => {
                     assert_eq!(num(0), 2.0);

@@ -26,7 +26,7 @@
 //!                 8 (kubernetes, with the `kubernetes` feature), method, path,
 //!                   body (JSON) | null, contentType, stamp.length, ...stamp
 //! acquired        1, lock, token (a u64: bigint), validUntilMs, previous (0 released,
-//!                 1 expired, 2 none, 3 unknown)
+//!                 1 expired, 2 none, 3 unknown), ownerId (32 hex digits) | null
 //! renewed         2, lock, validUntilMs
 //! lost            3, lock, reason (0 expired, 1 renew_rejected, 2 not_held_at_release,
 //!                 3 closed)
@@ -44,7 +44,7 @@
 use std::borrow::Cow;
 
 use crate::backends::{Operation, RedisScript, RequestBody};
-use crate::{AcquireFailedReason, Event, LostReason, Output};
+use crate::{AcquireFailedReason, Event, LostReason, Output, OwnerId};
 
 /// One slot of the flat layout.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,9 +68,12 @@ pub fn ns_to_ms(ns: u64) -> f64 {
 
 /// Appends `output`'s record (see the module docs) through `push`; `Timeout` and
 /// `Idle` append nothing (the host writes the next timeout into the first slot).
-/// Stops at the first error `push` returns.
+/// `owner` is the granted lock's owner id, for an `Acquired` record (the lease shows
+/// it; handing it over here saves the host a call per grant). Stops at the first error
+/// `push` returns.
 pub fn encode_output<'a, E>(
     output: &'a Output,
+    owner: Option<OwnerId>,
     push: &mut impl FnMut(FlatValue<'a>) -> Result<(), E>,
 ) -> Result<(), E> {
     use FlatValue::{Null, Number, Text, Token};
@@ -173,6 +176,7 @@ pub fn encode_output<'a, E>(
                         crate::Previous::None => 2.0,
                         crate::Previous::Unknown => 3.0,
                     }))?;
+                    push(owner.map_or(Null, |o| Text(Cow::Owned(o.to_string()))))?;
                 }
                 Event::Renewed { valid_until } => {
                     push(Number(2.0))?;
@@ -275,7 +279,7 @@ mod tests {
 
     fn flat(output: &Output) -> Vec<FlatValue<'_>> {
         let mut out = Vec::new();
-        let _ = encode_output(output, &mut |v| {
+        let _ = encode_output(output, Some(OwnerId([0xab; 16])), &mut |v| {
             out.push(v);
             Ok::<(), ()>(())
         });
@@ -362,7 +366,14 @@ mod tests {
         };
         assert_eq!(
             flat(&granted),
-            vec![Number(1.0), Number(2.0), Token(9), Number(1.0), Number(1.0)]
+            vec![
+                Number(1.0),
+                Number(2.0),
+                Token(9),
+                Number(1.0),
+                Number(1.0),
+                Text("ab".repeat(16).into())
+            ]
         );
         assert!(flat(&Output::Idle).is_empty());
     }

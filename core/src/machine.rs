@@ -187,6 +187,12 @@ impl Machine {
         self.observations.pop_front()
     }
 
+    /// How many observations wait to be drained ([`Machine::poll_observation`]): a
+    /// host may skip the drain, and the crossing into its language, when there are none.
+    pub fn observations_pending(&self) -> usize {
+        self.observations.len()
+    }
+
     /// The backend this machine phrases requests for.
     pub fn backend(&self) -> &Backend {
         &self.backend

@@ -463,6 +463,10 @@ class Acquired(Event):
     @property
     def previous(self) -> Literal["released", "expired", "none", "unknown"]:
         """How the previous holder ended, as the server saw it at this grant."""
+    @property
+    def owner_id(self) -> str:
+        """The acquisition's owner id: 32 lowercase hex digits, the value in the
+        server's lock key ("" if the machine had forgotten the lock when polled)."""
 
 @final
 class Renewed(Event):
@@ -510,6 +514,19 @@ class AcquireFailed(Event):
 Output = Union[Request, Acquired, Renewed, Lost, Released, AcquireFailed]
 
 @final
+class PreparedOptions:
+    """A :class:`LockOptionsSpec` read once, for :meth:`Machine.acquire` in the dict's
+    place: a lock acquired again and again skips reading the dict each time.
+    Immutable; checked against a backend only when acquiring, as the dict is.
+
+    Raises: ConfigError naming the bad option (an unknown key, a value of the wrong
+    type), as :meth:`Machine.acquire` raises it."""
+
+    def __new__(cls, options: LockOptionsSpec) -> PreparedOptions: ...
+    @property
+    def acquire_timeout(self) -> Optional[int]:
+        """The acquire timeout in nanoseconds, or None (wait until granted)."""
+
 @final
 class Machine:
     """The sans-IO lock machine for one backend: many locks, no I/O, no clock.
@@ -536,9 +553,12 @@ class Machine:
     @property
     def backend_kind(self) -> Literal["redis", "postgres", "etcd"]:
         """Which server this machine phrases requests for."""
-    def acquire(self, now_ns: int, name: str, options: LockOptionsSpec) -> int:
+    def acquire(
+        self, now_ns: int, name: str, options: Union[LockOptionsSpec, PreparedOptions]
+    ) -> int:
         """Starts acquiring ``name`` with ``options`` (:class:`LockOptionsSpec`,
-        nanoseconds); returns the new lock id.
+        nanoseconds, or a :class:`PreparedOptions` made from one); returns the new lock
+        id.
 
         Raises: ConfigError naming the bad option (an unknown key, a wrong type, the
         core's range rules, an unsafe purpose), ClockError."""

@@ -34,6 +34,7 @@ adapter with per-lock state (PostgreSQL's dedicated connections) keys it by both
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import functools
 import logging
@@ -234,14 +235,33 @@ def _lease_dropped(acquisition: Union["AsyncAcquisition", "SyncAcquisition"]) ->
     driver.release_soon(acquisition)
 
 
+#: Set at interpreter exit: a lease collected after it is left to ``backend.close()``
+#: (or its TTL), as no thread may start then.
+_exiting = False
+
+
+@atexit.register
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+def _lease_collected(
+    acquisition: Union["AsyncAcquisition", "SyncAcquisition"], _ref: "weakref.ReferenceType[Any]"
+) -> None:
+    if not _exiting:
+        _lease_dropped(acquisition)
+
+
 def _watch(acquisition: Union["AsyncAcquisition", "SyncAcquisition"], lease: Any) -> None:
     """Ties ``lease`` to ``acquisition`` with no reference back from the driver's side:
     the lease keeps its acquisition alive, the acquisition sees the lease weakly, and a
-    lease collected while held is released (:func:`_lease_dropped`)."""
+    lease collected while held is released (:func:`_lease_dropped`). The weak
+    reference's callback does it: the acquisition, and so the reference, lives while the
+    driver tracks it, which is as long as a collected lease needs releasing (a
+    ``weakref.finalize`` per lease cost more than the rest of the grant's Python)."""
     lease._acquisition = acquisition
-    acquisition._lease_ref = weakref.ref(lease)
-    finalizer = weakref.finalize(lease, _lease_dropped, acquisition)
-    finalizer.atexit = False  # at exit, backend.close() (or the TTL) ends it
+    acquisition._lease_ref = weakref.ref(lease, functools.partial(_lease_collected, acquisition))
 
 
 def settle_all(waiting: "list[Any]", error: Optional[BaseException]) -> None:
@@ -312,7 +332,7 @@ class AsyncAcquisition:
             lease = Lease(
                 name=self.name,
                 token=event.token,
-                owner_id=self.driver.owner(self.lock_id),
+                owner_id=event.owner_id,
                 valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
                 lost=asyncio.Event(),
@@ -325,7 +345,8 @@ class AsyncAcquisition:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
-            self._extended(None)
+            if self.extended:
+                self._extended(None)
         elif isinstance(event, _core.Lost):
             held = self.lease
             if held is not None:
@@ -338,7 +359,8 @@ class AsyncAcquisition:
         elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
-            self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
+            if self.extended:
+                self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
         elif isinstance(event, _core.AcquireFailed):
             if acquired is not None and not acquired.done():
                 acquired.set_exception(acquire_error(self.name, event))
@@ -498,7 +520,7 @@ class SyncAcquisition:
             lease = SyncLease(
                 name=self.name,
                 token=event.token,
-                owner_id=self.driver.owner(self.lock_id),
+                owner_id=event.owner_id,
                 valid_until_ns=event.valid_until_ns,
                 poke=self.driver.poke,
             )
@@ -510,7 +532,8 @@ class SyncAcquisition:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
-            self._extended(None)
+            if self.extended:
+                self._extended(None)
         elif isinstance(event, _core.Lost):
             held = self.lease
             if held is not None:
@@ -521,7 +544,8 @@ class SyncAcquisition:
         elif isinstance(event, _core.Released):
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
-            self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
+            if self.extended:
+                self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
         elif isinstance(event, _core.AcquireFailed):
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
@@ -589,7 +613,7 @@ class AsyncDriver:
 
     # -- inputs from the Lock API --
 
-    def start(self, acquisition: AsyncAcquisition, options: _core.LockOptionsSpec) -> None:
+    def start(self, acquisition: AsyncAcquisition, options: _core.PreparedOptions) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
         self._check_open()
         self._observing = self.backend._observer.sync(self._machine, self._observing)
@@ -598,7 +622,7 @@ class AsyncDriver:
         self._acquisitions[lock] = acquisition
         self._drain()
 
-    async def acquire(self, acquisition: AsyncAcquisition, options: _core.LockOptionsSpec) -> Lease:
+    async def acquire(self, acquisition: AsyncAcquisition, options: _core.PreparedOptions) -> Lease:
         """Starts acquiring and waits for the outcome, running the lock's requests
         (acquire, parked wait, retries) in this coroutine. If it is cancelled, the
         acquisition is cancelled (released if the server may have granted it) and
@@ -1064,7 +1088,7 @@ class ThreadDriver:
 
     # -- inputs from the Lock API --
 
-    def start(self, acquisition: SyncAcquisition, options: _core.LockOptionsSpec) -> None:
+    def start(self, acquisition: SyncAcquisition, options: _core.PreparedOptions) -> None:
         """Starts acquiring. Raises ConfigError (bad options) or ClockError."""
         with self._lock:
             if self._closed:
@@ -1073,13 +1097,13 @@ class ThreadDriver:
             now = time.monotonic_ns()
             lock = self._machine.acquire(now, acquisition.name, options)
             acquisition.lock_id = lock
-            acquire_timeout_ns = options.get("acquire_timeout")
+            acquire_timeout_ns = options.acquire_timeout
             if acquire_timeout_ns is not None:
                 acquisition.deadline_ns = now + acquire_timeout_ns
             self._acquisitions[lock] = acquisition
             self._drain()
 
-    def acquire(self, acquisition: SyncAcquisition, options: _core.LockOptionsSpec) -> SyncLease:
+    def acquire(self, acquisition: SyncAcquisition, options: _core.PreparedOptions) -> SyncLease:
         """Starts acquiring and blocks until the outcome, running the lock's requests on
         this thread where the backend allows (see the class docstring). If interrupted
         (``KeyboardInterrupt``), the acquisition is cancelled (released if the server

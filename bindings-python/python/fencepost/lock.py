@@ -206,6 +206,9 @@ class Lock:
         self._backend = backend
         self._name = name
         self._options = options
+        #: The options read once by the core, for every acquire without a timeout of
+        #: its own.
+        self._prepared = _core.PreparedOptions(options)
         #: Leases from ``acquire()`` not yet released, newest last: what ``release()``
         #: ends (from any task or thread, as with any explicit lock).
         self._explicit: List[Union[Lease, SyncLease]] = []
@@ -231,13 +234,13 @@ class Lock:
         stack = self._scoped.get(_caller()) or self._explicit
         return stack[-1] if stack else None
 
-    def _options_for(self, timeout: object) -> _core.LockOptionsSpec:
+    def _options_for(self, timeout: object) -> _core.PreparedOptions:
         if timeout is _LOCK_TIMEOUT:
-            return self._options
+            return self._prepared
         options = dict(self._options)
         options["acquire_timeout"] = _optional_seconds_to_ns("timeout", timeout)
         _core.check_lock_options(self._name, options, backend=self._backend._machine_spec())  # type: ignore[arg-type]
-        return options  # type: ignore[return-value]
+        return _core.PreparedOptions(options)  # type: ignore[arg-type]
 
     def _push_scoped(self, lease: Union[Lease, SyncLease]) -> None:
         self._scoped.setdefault(_caller(), []).append(lease)

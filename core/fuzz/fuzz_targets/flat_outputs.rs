@@ -15,7 +15,9 @@ use fencepost_core::backends::{
     SqlValue, ZkRequest,
 };
 use fencepost_core::js_outputs::{encode_output, ns_to_ms, FlatValue};
-use fencepost_core::{AcquireFailedReason, Event, LockId, LostReason, Output, Previous, Request};
+use fencepost_core::{
+    AcquireFailedReason, Event, LockId, LostReason, Output, OwnerId, Previous, Request,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -42,10 +44,20 @@ fuzz_target!(|data: &[u8]| {
 /// JavaScript numbers are exact up to 2^53.
 const EXACT: f64 = 9_007_199_254_740_992.0;
 
+/// The owner id handed over with a lock's grant: every other lock has none (a machine
+/// that forgot the lock), which the record carries as null.
+fn owner_of(lock: LockId) -> Option<OwnerId> {
+    (lock.0 % 2 == 0).then(|| OwnerId(lock.0.to_le_bytes().repeat(2).try_into().unwrap_or([0; 16])))
+}
+
 /// Encodes `output` and reads its record back; panics where the record is not `output`.
 fn check(output: &Output) {
     let mut slots = Vec::new();
-    let pushed: Result<(), ()> = encode_output(output, &mut |v| {
+    let owner = match output {
+        Output::Event { lock, .. } => owner_of(*lock),
+        _ => None,
+    };
+    let pushed: Result<(), ()> = encode_output(output, owner, &mut |v| {
         slots.push(v);
         Ok(())
     });
@@ -196,6 +208,8 @@ fn event(r: &mut Reader, lock: LockId, event: &Event) {
             assert_eq!(r.token(), token.get(), "token");
             assert_eq!(r.number(), ns_to_ms(valid_until.as_nanos()), "validUntilMs");
             assert_eq!(r.code(Previous::NAMES), previous.as_str(), "previous");
+            let hex = owner_of(lock).map(|o| o.to_string());
+            assert_eq!(r.text_or_null(), hex.as_deref(), "ownerId");
         }
         (2, Event::Renewed { valid_until }) => {
             assert_eq!(r.number(), ns_to_ms(valid_until.as_nanos()), "validUntilMs");
