@@ -28,7 +28,7 @@ export declare class Fence {
  * The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
  *
  * Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
- * earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
+ * earlier one than given before throws `ERR_CLOCK`. After every input call `pollJson()`.
  */
 export declare class Machine {
   /**
@@ -74,6 +74,13 @@ export declare class Machine {
    */
   reply(nowMs: number, request: number, value: unknown): void
   /**
+   * `reply`, then `pollJson()`, in one call (the driver's path: a call across the
+   * addon boundary costs more here than the machine's decision).
+   */
+  replyPoll(nowMs: number, request: number, value: unknown): string
+  /** `release`, then `pollJson()`, in one call. */
+  releasePoll(nowMs: number, lock: number): string
+  /**
    * Request `request` failed in transport (connection error, client timeout, no reply
    * by its deadline): it may or may not have reached the server.
    */
@@ -81,13 +88,13 @@ export declare class Machine {
   /** Time passed: fires due timers. Early and spurious calls are harmless. */
   timeout(nowMs: number): void
   /**
-   * Drains every pending output as one flat array of primitives, in the layout of
-   * `fencepost_core::js_outputs`: `[nextTimeoutMs | null, ...records]`. Requests and
-   * events come in order; `nextTimeoutMs` is when to call `timeout`, or `null` when no
-   * timer is set. js/machine.js decodes it (`LockMachine.poll()` returns
-   * `{ outputs, nextTimeoutMs }`).
+   * Drains every pending output as the text of one JSON array, in the layout of
+   * `fencepost_core::js_outputs` with a second host slot: `[nextTimeoutMs | null,
+   * observationsPending, ...records]`, tokens as decimal strings. Requests and events come in order; `nextTimeoutMs` is when to
+   * call `timeout`, or `null` when no timer is set. js/machine.js decodes it
+   * (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
    */
-  pollFlat(): Array<unknown>
+  pollJson(): string
   /**
    * Starts observing with `options`, `[events, warnings, lateRenewalFraction,
    * heldLongTtls, hotLockAttempts, hotLockWaiters, unreachableEveryMs]` (booleans as 0
@@ -111,8 +118,6 @@ export declare class Machine {
   get lockCount(): number
   /** How many requests await a reply or transport error. */
   get requestsInFlight(): number
-  /** How many observations wait for `observeFlat()` (0: nothing to drain). */
-  get observationsPending(): number
 }
 
 /**
@@ -165,7 +170,7 @@ export declare function advisoryKey(namespace: string, name: string): bigint
 export declare function checkAcquire(keyPrefix: string | undefined | null, fair: boolean | undefined | null, kind: string | undefined | null, name: string, options: object, masters?: Array<string> | undefined | null, settings?: object | undefined | null): void
 
 /**
- * The names of the codes in `pollFlat()`'s records, each list in code order, and the
+ * The names of the codes in `pollJson()`'s records, each list in code order, and the
  * loss reason hosts report when a backend is closed: `{ operation, lostReason,
  * acquireFailedReason, redisScript, purpose, closed }`.
  */

@@ -128,6 +128,8 @@ class Driver {
     this._onTimerBound = () => this._onTimer()
     this.draining = false
     this.redrain = false
+    /** polls taken by inputs fed during a drain (`_drain(polled)`), for it to handle next */
+    this.handed = []
     /** no more calls from the Lock API; requests still out are still followed */
     this.closed = false
     /** after close: who waits for the requests still out */
@@ -158,8 +160,7 @@ class Driver {
    * reported the acquisition finished (or the driver is closed). */
   release (acquisition) {
     if (!this.closed && this.acquisitions.get(acquisition.lockId) === acquisition) {
-      this.machine._release(now(), acquisition.lockId)
-      this._drain()
+      this._drain(this.machine._releasePoll(now(), acquisition.lockId))
     }
   }
 
@@ -237,12 +238,17 @@ class Driver {
     if (this.closed) throw new BackendError('this backend is closed; create a new one')
   }
 
-  /** Drains the machine's outputs. Events run user code synchronously (a lease's `abort`
-   * listeners), which may feed the machine again (release, acquire, check): such a nested
-   * drain only marks the outer one to poll once more, so outputs are handled in order and
-   * the timer is set from the machine's latest answer. */
-  _drain () {
+  /** Drains the machine's outputs; `polled` is a poll the input's own call already made
+   * (`_replyPoll`, `_releasePoll`), or null. Events run user code synchronously (a lease's
+   * `abort` listeners), which may feed the machine again (release, acquire, check): such
+   * a nested drain hands its poll (if its input made one) to the outer one and marks it to
+   * poll once more, so outputs are handled in order and the timer is set from the
+   * machine's latest answer. */
+  _drain (polled = null) {
     if (this.draining) {
+      // what this input's call polled goes to the outer drain, in order, before it
+      // polls the machine again
+      if (polled !== null) this.handed.push(polled)
       this.redrain = true
       return
     }
@@ -250,12 +256,15 @@ class Driver {
     try {
       do {
         this.redrain = false
+        let poll = polled
+        polled = null
+        if (poll === null) poll = this.handed.length > 0 ? this.handed.shift() : this.machine._poll()
+        const { outputs, nextTimeoutMs, observationsPending } = poll
         const observing = this.observing
-        if (observing !== null && (observing.events || observing.warnings)) {
+        if (observationsPending > 0 && observing !== null && (observing.events || observing.warnings)) {
           // before the outputs: a terminal event forgets the lock's callback
           this.backend._observer.deliver(this.machine, this._lockCallbackBound)
         }
-        const { outputs, nextTimeoutMs } = this.machine._poll()
         this.machineAt = nextTimeoutMs
         for (const output of outputs) {
           // Anything new for a lock parked on a blocking wait: the wait no longer matters.
@@ -276,7 +285,7 @@ class Driver {
             if (acquisition !== undefined) acquisition.onEvent(output)
           }
         }
-      } while (this.redrain)
+      } while (this.redrain || this.handed.length > 0)
     } finally {
       this.draining = false
     }
@@ -289,8 +298,7 @@ class Driver {
   _feedReply (id, value) {
     if (this.finished) return
     try {
-      this.machine._reply(now(), id, value)
-      this._drain()
+      this._drain(this.machine._replyPoll(now(), id, value))
     } catch (error) {
       reportBug(error)
     }

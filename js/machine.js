@@ -13,12 +13,14 @@ const CONNECTIONS = ['any', 'dedicated', 'listen']
 const PREVIOUS = ['released', 'expired', 'none', 'unknown']
 
 /**
- * The decoder of the addon's `pollFlat()`: one flat array of primitives (building an object
- * per output through napi cost more than the core's decisions; JavaScript builds them for a
- * fraction of that). The layout is the core's, written out in core/src/js_outputs.rs; every
- * code of a named enum is its index in the core's list of names (`native.coreNames()`).
- * Returns `{ outputs, nextTimeoutMs }`, the output objects as `LockMachine.poll()` always
- * gave them.
+ * The decoder of the addon's `pollJson()`: the JSON text of one flat array of primitives,
+ * tokens as decimal strings (building an object per output, or an array slot by slot,
+ * through the addon boundary cost more than the core's decisions; `JSON.parse` and
+ * JavaScript build them for a fraction of that). The layout is the core's, written out in
+ * core/src/js_outputs.rs; every code of a named enum is its index in the core's list of
+ * names (`native.coreNames()`). The addon adds a second slot after `nextTimeoutMs`: how
+ * many observations wait. Returns `{ outputs, nextTimeoutMs, observationsPending }`, the
+ * output objects as `LockMachine.poll()` always gave them.
  */
 function createDecoder (native) {
   const names = native.coreNames()
@@ -32,10 +34,11 @@ function createDecoder (native) {
     for (let k = 0; k < n; k++) out[k] = flat[i + k]
     return out
   }
-  return function decodeOutputs (flat) {
+  return function decodeOutputs (json) {
+    const flat = JSON.parse(json)
     const outputs = []
     const n = flat.length
-    let i = 1
+    let i = 2
     while (i < n) {
       const tag = flat[i]
       const lock = flat[i + 1 + (tag === 0 ? 1 : 0)]
@@ -101,7 +104,7 @@ function createDecoder (native) {
           break
         }
         case 1:
-          outputs.push({ lock, type: 'acquired', token: flat[i + 2], validUntilMs: flat[i + 3], previous: PREVIOUS[flat[i + 4]] ?? 'unknown', ownerId: flat[i + 5] })
+          outputs.push({ lock, type: 'acquired', token: BigInt(flat[i + 2]), validUntilMs: flat[i + 3], previous: PREVIOUS[flat[i + 4]] ?? 'unknown', ownerId: flat[i + 5] })
           i += 6
           break
         case 2:
@@ -124,7 +127,7 @@ function createDecoder (native) {
           throw new Error(`fencepost: unknown output record ${tag} from the addon (a JavaScript half and an addon of different versions?)`)
       }
     }
-    return { outputs, nextTimeoutMs: flat[0] }
+    return { outputs, nextTimeoutMs: flat[0], observationsPending: flat[1] }
   }
 }
 
@@ -268,7 +271,8 @@ function createLockMachine (native) {
 
     /** Drains every pending output: `{ outputs, nextTimeoutMs }`. */
     poll () {
-      return decodeOutputs(translate(() => this._m.pollFlat()))
+      const { outputs, nextTimeoutMs } = decodeOutputs(translate(() => this._m.pollJson()))
+      return { outputs, nextTimeoutMs }
     }
 
     // -- the driver's path: its inputs are well-formed by construction (times from
@@ -293,6 +297,20 @@ function createLockMachine (native) {
       try { this._m.release(nowMs, lock) } catch (error) { throw fromNative(error) }
     }
 
+    /** `_release`, then `_poll()`, in one call across the addon boundary. */
+    _releasePoll (nowMs, lock) {
+      let json
+      try { json = this._m.releasePoll(nowMs, lock) } catch (error) { throw fromNative(error) }
+      return decodeOutputs(json)
+    }
+
+    /** `_reply`, then `_poll()`, in one call across the addon boundary. */
+    _replyPoll (nowMs, request, value) {
+      let json
+      try { json = this._m.replyPoll(nowMs, request, value) } catch (error) { throw fromNative(error) }
+      return decodeOutputs(json)
+    }
+
     _extend (nowMs, lock) {
       try { this._m.extend(nowMs, lock) } catch (error) { throw fromNative(error) }
     }
@@ -311,7 +329,7 @@ function createLockMachine (native) {
 
     _poll () {
       let flat
-      try { flat = this._m.pollFlat() } catch (error) { throw fromNative(error) }
+      try { flat = this._m.pollJson() } catch (error) { throw fromNative(error) }
       return decodeOutputs(flat)
     }
 
@@ -340,9 +358,6 @@ function createLockMachine (native) {
     _observe (numbers) {
       try { this._m.observe(numbers) } catch (error) { throw fromNative(error) }
     }
-
-    /** Whether observations wait to be drained (a getter read: cheaper than a drain). */
-    _hasObservations () { return this._m.observationsPending > 0 }
 
     _observations () {
       let flat

@@ -170,7 +170,6 @@ class Observer {
    * the lock's own `onEvent`, if any. A callback that throws is reported as an uncaught
    * exception on a microtask; the lock goes on. */
   deliver (machine, lockCallback) {
-    if (!machine._hasObservations()) return
     for (const o of machine._observations()) {
       const channel = channelOf[o.event]
       if (channel !== undefined && channel.hasSubscribers) channel.publish(o)

@@ -922,6 +922,30 @@ impl JsMachine {
         }
     }
 
+    /// Drains every pending output as the text of one JSON array in the layout of
+    /// [`fencepost_core::js_outputs`] with a second host slot, `[nextTimeoutMs | null,
+    /// observationsPending, ...records]`, tokens as decimal strings
+    /// ([`js_outputs::push_json`]): the count tells the host whether to drain
+    /// observations, without a call to ask.
+    pub fn poll_json(&mut self) -> String {
+        let mut records = String::new();
+        let next = self.poll(&mut |value| {
+            js_outputs::push_json(&mut records, &value);
+            Ok::<(), core::convert::Infallible>(())
+        });
+        let mut out = String::with_capacity(records.len() + 24);
+        out.push('[');
+        match next {
+            Ok(Some(ms)) if ms.is_finite() => out.push_str(&ms.to_string()),
+            _ => out.push_str("null"),
+        }
+        out.push(',');
+        out.push_str(&self.inner.observations_pending().to_string());
+        out.push_str(&records);
+        out.push(']');
+        out
+    }
+
     /// Starts observing with `options`, `[events, warnings, lateRenewalFraction,
     /// heldLongTtls, hotLockAttempts, hotLockWaiters, unreachableEveryMs]` (booleans as
     /// 0 or 1), or stops with `None`. Counts must be integers in 0 ..= 2^32 − 1; the

@@ -453,7 +453,7 @@ impl PreparedOptions {
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
-/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
+/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollJson()`.
 #[napi(js_name = "Machine")]
 pub struct Machine {
     inner: JsMachine,
@@ -571,6 +571,27 @@ impl Machine {
         js(&env, self.inner.reply(now_ms, request, reply))
     }
 
+    /// `reply`, then `pollJson()`, in one call (the driver's path: a call across the
+    /// addon boundary costs more here than the machine's decision).
+    #[napi]
+    pub fn reply_poll(
+        &mut self,
+        env: Env,
+        now_ms: f64,
+        request: f64,
+        value: Unknown<'_>,
+    ) -> napi::Result<String> {
+        self.reply(env, now_ms, request, value)?;
+        Ok(self.inner.poll_json())
+    }
+
+    /// `release`, then `pollJson()`, in one call.
+    #[napi]
+    pub fn release_poll(&mut self, env: Env, now_ms: f64, lock: f64) -> napi::Result<String> {
+        js(&env, self.inner.release(now_ms, lock))?;
+        Ok(self.inner.poll_json())
+    }
+
     /// Request `request` failed in transport (connection error, client timeout, no reply
     /// by its deadline): it may or may not have reached the server.
     #[napi]
@@ -590,24 +611,17 @@ impl Machine {
         js(&env, self.inner.timeout(now_ms))
     }
 
-    /// Drains every pending output as one flat array of primitives, in the layout of
-    /// `fencepost_core::js_outputs`: `[nextTimeoutMs | null, ...records]`. Requests and
-    /// events come in order; `nextTimeoutMs` is when to call `timeout`, or `null` when no
-    /// timer is set. js/machine.js decodes it (`LockMachine.poll()` returns
-    /// `{ outputs, nextTimeoutMs }`).
-    // One flat array: building an object per output through napi (a named-property set
-    // per field) cost more than the core's whole decision.
-    #[napi(ts_return_type = "Array<unknown>")]
-    pub fn poll_flat<'env>(&mut self, env: &'env Env) -> napi::Result<Array<'env>> {
-        let mut out = env.create_array(1)?;
-        let next = self.inner.poll(&mut |value| match value {
-            FlatValue::Number(n) => out.insert(n),
-            FlatValue::Text(t) => out.insert(t.as_ref()),
-            FlatValue::Token(t) => out.insert(BigInt::from(t)),
-            FlatValue::Null => out.insert(Option::<f64>::None),
-        })?;
-        out.set(0, next)?;
-        Ok(out)
+    /// Drains every pending output as the text of one JSON array, in the layout of
+    /// `fencepost_core::js_outputs` with a second host slot: `[nextTimeoutMs | null,
+    /// observationsPending, ...records]`, tokens as decimal strings. Requests and events come in order; `nextTimeoutMs` is when to
+    /// call `timeout`, or `null` when no timer is set. js/machine.js decodes it
+    /// (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+    // One string: napi builds an array slot by slot (a call per slot, and one per
+    // string), which cost more than the core's whole decision; `JSON.parse` reads the
+    // text in a fraction of that.
+    #[napi]
+    pub fn poll_json(&mut self) -> String {
+        self.inner.poll_json()
     }
 
     /// Starts observing with `options`, `[events, warnings, lateRenewalFraction,
@@ -656,12 +670,6 @@ impl Machine {
     #[napi(getter)]
     pub fn requests_in_flight(&self) -> u32 {
         self.inner.requests_in_flight()
-    }
-
-    /// How many observations wait for `observeFlat()` (0: nothing to drain).
-    #[napi(getter)]
-    pub fn observations_pending(&self) -> u32 {
-        self.inner.observations_pending()
     }
 }
 
@@ -894,7 +902,7 @@ pub fn redis_scripts(env: &Env) -> napi::Result<Unknown<'_>> {
     to_js(env, &common::redis_scripts())
 }
 
-/// The names of the codes in `pollFlat()`'s records, each list in code order, and the
+/// The names of the codes in `pollJson()`'s records, each list in code order, and the
 /// loss reason hosts report when a backend is closed: `{ operation, lostReason,
 /// acquireFailedReason, redisScript, purpose, closed }`.
 #[napi(

@@ -461,7 +461,7 @@ impl PreparedOptions {
 /// The sans-IO lock machine for a Redis or etcd backend: many locks, no I/O, no clock.
 ///
 /// Every `nowMs` is the host's monotonic time in milliseconds (`performance.now()`); an
-/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollFlat()`.
+/// earlier one than given before throws `ERR_CLOCK`. After every input call `pollJson()`.
 #[wasm_bindgen(js_name = Machine)]
 pub struct Machine {
     inner: JsMachine,
@@ -568,6 +568,26 @@ impl Machine {
         js(self.inner.reply(now_ms, request, reply))
     }
 
+    /// `reply`, then `pollJson()`, in one call (the driver's path: a call across the
+    /// module boundary costs more than the machine's decision).
+    #[wasm_bindgen(js_name = replyPoll)]
+    pub fn reply_poll(
+        &mut self,
+        now_ms: JsValue,
+        request: JsValue,
+        value: JsValue,
+    ) -> Result<String, JsValue> {
+        self.reply(now_ms, request, value)?;
+        Ok(self.inner.poll_json())
+    }
+
+    /// `release`, then `pollJson()`, in one call.
+    #[wasm_bindgen(js_name = releasePoll)]
+    pub fn release_poll(&mut self, now_ms: JsValue, lock: JsValue) -> Result<String, JsValue> {
+        self.release(now_ms, lock)?;
+        Ok(self.inner.poll_json())
+    }
+
     /// Request `request` failed in transport (connection error, client timeout, no reply
     /// by its deadline): it may or may not have reached the server.
     #[wasm_bindgen(js_name = transportError)]
@@ -589,28 +609,15 @@ impl Machine {
         js(self.inner.timeout(now_ms))
     }
 
-    /// Drains every pending output as one flat array of primitives, in the layout of
-    /// `fencepost_core::js_outputs`: `[nextTimeoutMs | null, ...records]`. Requests and
-    /// events come in order; `nextTimeoutMs` is when to call `timeout`, or `null` when no
-    /// timer is set. js/machine.js decodes it (`LockMachine.poll()` returns
-    /// `{ outputs, nextTimeoutMs }`).
-    #[wasm_bindgen(js_name = pollFlat)]
-    pub fn poll_flat(&mut self) -> Array {
-        let out = Array::new();
-        out.push(&JsValue::NULL);
-        let next = self.inner.poll(&mut |value| {
-            out.push(&match value {
-                FlatValue::Number(n) => JsValue::from_f64(n),
-                FlatValue::Text(t) => JsValue::from_str(&t),
-                FlatValue::Token(t) => JsValue::from(t),
-                FlatValue::Null => JsValue::NULL,
-            });
-            Ok::<(), core::convert::Infallible>(())
-        });
-        if let Ok(Some(ms)) = next {
-            out.set(0, JsValue::from_f64(ms));
-        }
-        out
+    /// Drains every pending output as the text of one JSON array, in the layout of
+    /// `fencepost_core::js_outputs` with a second host slot: `[nextTimeoutMs | null,
+    /// observationsPending, ...records]`, tokens as decimal strings. Requests and events come in order; `nextTimeoutMs` is when to
+    /// call `timeout`, or `null` when no timer is set. js/machine.js decodes it
+    /// (`LockMachine.poll()` returns `{ outputs, nextTimeoutMs }`).
+    // One string crosses (one UTF-8 decode) instead of a call per slot and per string.
+    #[wasm_bindgen(js_name = pollJson)]
+    pub fn poll_json(&mut self) -> String {
+        self.inner.poll_json()
     }
 
     /// Starts observing with `options`, an array `[events, warnings,
@@ -670,12 +677,6 @@ impl Machine {
     #[wasm_bindgen(getter = requestsInFlight)]
     pub fn requests_in_flight(&self) -> u32 {
         self.inner.requests_in_flight()
-    }
-
-    /// How many observations wait for `observeFlat()` (0: nothing to drain).
-    #[wasm_bindgen(getter = observationsPending)]
-    pub fn observations_pending(&self) -> u32 {
-        self.inner.observations_pending()
     }
 }
 
@@ -1116,7 +1117,7 @@ pub fn redis_scripts() -> Result<JsValue, JsValue> {
     to_js(&common::redis_scripts())
 }
 
-/// The names of the codes in `pollFlat()`'s records, each list in code order, and the
+/// The names of the codes in `pollJson()`'s records, each list in code order, and the
 /// loss reason hosts report when a backend is closed: `{ operation, lostReason,
 /// acquireFailedReason, redisScript, purpose, closed }`.
 #[wasm_bindgen(js_name = coreNames)]

@@ -1,6 +1,6 @@
 //! Machine outputs as one flat sequence of primitives, for hosts where building an
 //! object per output costs more than the machine's whole decision: JavaScript, through
-//! napi-rs (`bindings-node`) and wasm-bindgen (`bindings-wasm`), whose `pollFlat()` both
+//! napi-rs (`bindings-node`) and wasm-bindgen (`bindings-wasm`), whose `pollJson()` both
 //! write this layout and whose shared JavaScript half (`js/machine.js`,
 //! `decodeOutputs`) turns it back into output objects.
 //!
@@ -34,6 +34,10 @@
 //! acquire_failed  5, lock, reason (0 timeout, 1 protocol), message | null
 //! ```
 //!
+//! The addons hand the layout over as the text of one JSON array (`pollJson()`,
+//! [`push_json`]), tokens as decimal strings, with a second host slot after the first:
+//! how many observations wait to be drained.
+//!
 //! Every code of a named enum is its index in that enum's `NAMES`
 //! ([`Operation::NAMES`], [`LostReason::NAMES`], [`AcquireFailedReason::NAMES`],
 //! [`RedisScript::NAMES`]), so a decoder reads the names from the core.
@@ -57,6 +61,35 @@ pub enum FlatValue<'a> {
     Token(u64),
     /// `null`.
     Null,
+}
+
+/// Appends `value` to `out`, the text of a JSON array being written (a comma first, as
+/// the host writes the first slot itself): the form `pollJson()` hands over, one string
+/// for the whole drain, which `JSON.parse` reads faster than an addon builds an array
+/// slot by slot. A token is a decimal string (JSON numbers are doubles; the decoder makes
+/// it a bigint), a number that is not finite is `null` (the layout has none).
+pub fn push_json(out: &mut String, value: &FlatValue<'_>) {
+    use core::fmt::Write;
+    out.push(',');
+    // Writing to a String cannot fail.
+    let _ = match value {
+        FlatValue::Number(n) if n.is_finite() => write!(out, "{n}"),
+        FlatValue::Number(_) | FlatValue::Null => {
+            out.push_str("null");
+            Ok(())
+        }
+        FlatValue::Token(t) => write!(out, "\"{t}\""),
+        FlatValue::Text(t) => match serde_json::to_string(t.as_ref()) {
+            Ok(quoted) => {
+                out.push_str(&quoted);
+                Ok(())
+            }
+            Err(_) => {
+                out.push_str("null");
+                Ok(())
+            }
+        },
+    };
 }
 
 /// Nanoseconds on the host's monotonic clock as the milliseconds JavaScript hosts use,
@@ -284,6 +317,36 @@ mod tests {
             Ok::<(), ()>(())
         });
         out
+    }
+
+    #[test]
+    fn json_slots_parse_back_as_the_flat_values() {
+        use FlatValue::{Null, Number, Text, Token};
+        let mut text = String::from("[null");
+        for v in [
+            Number(988.0),
+            Number(333.333333),
+            Number(f64::NAN),
+            Token(u64::MAX),
+            Text("a \"quoted\" {name}\n\u{1}é".into()),
+            Null,
+        ] {
+            push_json(&mut text, &v);
+        }
+        text.push(']');
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!([
+                null,
+                988,
+                333.333333,
+                null,
+                "18446744073709551615",
+                "a \"quoted\" {name}\n\u{1}é",
+                null
+            ])
+        );
     }
 
     /// A decoder names codes by their index in the enum's `NAMES`.

@@ -664,7 +664,7 @@ test('LockMachine emits requests and events as data', () => {
 })
 
 test('LockMachine.poll() gives every kind of output in one shape (keys in order), whatever the addon sends across', () => {
-  // The addons hand outputs over as one flat array (pollFlat); js/machine.js rebuilds these.
+  // The addons hand outputs over as the JSON text of one flat array (pollJson); js/machine.js rebuilds these.
   const keysOf = (outputs) => outputs.map((o) => Object.keys(o).join(','))
   const server = new MemoryServer()
   const a = new LockMachine({ seed: 11n })

@@ -75,11 +75,11 @@ test('the low-level interface is the napi addon\'s, less its PostgreSQL and ZooK
   // wasm-bindgen adds free() and __destroy_into_raw() to its classes (explicit release of
   // the Rust object; a FinalizationRegistry frees it otherwise)
   const WASM_ONLY = new Set(['free', '__destroy_into_raw'])
+  // (a class with no member but its constructor shows as a function, as napi's does)
+  const members = (f) => Object.getOwnPropertyNames(f.prototype ?? {}).filter((p) => !WASM_ONLY.has(p)).sort()
   const shape = (m) => Object.fromEntries(Object.keys(m).filter((k) => !k.startsWith('__')).sort().map((k) => [
     k,
-    typeof m[k] === 'function' && Object.getOwnPropertyNames(m[k].prototype ?? {}).length > 1
-      ? Object.getOwnPropertyNames(m[k].prototype).filter((p) => !WASM_ONLY.has(p)).sort()
-      : typeof m[k]
+    typeof m[k] === 'function' && members(m[k]).length > 1 ? members(m[k]) : typeof m[k]
   ]))
   const napiAll = shape(require(path.join(REPO, 'bindings-node', 'native.js')))
   for (const name of NODE_ONLY_NATIVE) assert.equal(napiAll[name], 'function', `the napi addon has ${name}`)
@@ -179,11 +179,11 @@ test('no input traps the module: every export refuses garbage with an error or a
     attempt(() => native.readRedisFencedSet(a, b, c))
     attempt(() => native.lockKey(a, b))
     attempt(() => native.tokenKey(a, b))
-    attempt(() => machine.pollFlat())
+    attempt(() => machine.pollJson())
     // etcd: a reply of any kind is text or a protocol error; the helpers check every argument
     attempt(() => etcdMachine.acquire(i, `e${i}`, { ttlMs: 1_000 }))
     attempt(() => etcdMachine.reply(i, i, a))
-    attempt(() => etcdMachine.pollFlat())
+    attempt(() => etcdMachine.pollJson())
     attempt(() => native.etcdHolderKey(a, b, c))
     attempt(() => native.etcdHolderKey('p/', 'n', a))
     attempt(() => native.etcdLeaseId(a))
@@ -197,15 +197,15 @@ test('no input traps the module: every export refuses garbage with an error or a
   const decode = require(path.join(DIST, 'js', 'machine.js')).createDecoder(native)
   const fresh = new native.Machine('after:', 9n, false)
   const lock = fresh.acquire(1e6, 'alive', { ttlMs: 1_000 })
-  const [request] = decode(fresh.pollFlat()).outputs
+  const [request] = decode(fresh.pollJson()).outputs
   fresh.reply(1e6, request.id, redis.execute(1e6, request))
-  const [acquired] = decode(fresh.pollFlat()).outputs
+  const [acquired] = decode(fresh.pollJson()).outputs
   assert.equal(acquired.type, 'acquired')
   assert.equal(typeof acquired.token, 'bigint')
   assert.equal(fresh.owner(lock).length, 32)
   const etcd = new native.Machine('after/', 9n, false, 'etcd')
   etcd.acquire(2e6, 'alive', { ttlMs: 1_000 })
-  const [grant] = decode(etcd.pollFlat()).outputs
+  const [grant] = decode(etcd.pollJson()).outputs
   assert.equal(grant.backend, 'etcd')
   assert.equal(native.etcdLeaseId(etcd.owner(1)).toString(), JSON.parse(grant.body).ID)
   assert.ok(n > values.length * 4 * 20)

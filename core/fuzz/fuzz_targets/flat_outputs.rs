@@ -14,7 +14,7 @@ use fencepost_core::backends::{
     KubeRequest, Operation, PgConnection, RedisCommand, RedisScript, RequestBody, SqlStatement,
     SqlValue, ZkRequest,
 };
-use fencepost_core::js_outputs::{encode_output, ns_to_ms, FlatValue};
+use fencepost_core::js_outputs::{encode_output, ns_to_ms, push_json, FlatValue};
 use fencepost_core::{
     AcquireFailedReason, Event, LockId, LostReason, Output, OwnerId, Previous, Request,
 };
@@ -62,6 +62,7 @@ fn check(output: &Output) {
         Ok(())
     });
     assert!(pushed.is_ok(), "{output:?}: a push that cannot fail failed");
+    json_form(output, &slots);
     let mut r = Reader {
         slots: &slots,
         at: 0,
@@ -231,6 +232,28 @@ fn event(r: &mut Reader, lock: LockId, event: &Event) {
             }
         }
         (code, event) => panic!("event tag {code} for a {} event", event.kind()),
+    }
+}
+
+/// The same slots as `pollJson()` writes them (`push_json`) parse back as JSON, slot for
+/// slot: numbers as the same double, strings the same, tokens as their decimal string.
+fn json_form(output: &Output, slots: &[FlatValue<'_>]) {
+    let mut text = String::from("[null");
+    for slot in slots {
+        push_json(&mut text, slot);
+    }
+    text.push(']');
+    let back = json(&text);
+    let back = back.as_array().expect("an array");
+    assert_eq!(back.len(), slots.len() + 1, "{output:?}: {text}");
+    for (slot, value) in slots.iter().zip(&back[1..]) {
+        let same = match slot {
+            FlatValue::Number(n) => value.as_f64() == Some(*n),
+            FlatValue::Text(t) => value.as_str() == Some(t.as_ref()),
+            FlatValue::Token(t) => value.as_str() == Some(t.to_string().as_str()),
+            FlatValue::Null => value.is_null(),
+        };
+        assert!(same, "{output:?}: slot {slot:?} reads back as {value}");
     }
 }
 
