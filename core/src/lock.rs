@@ -5,10 +5,11 @@
 
 use core::mem;
 use core::time::Duration;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
+use rustc_hash::FxHashMap;
 
 use crate::backends::{
     Ending, Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Shared, Step, StepCx,
@@ -60,7 +61,7 @@ pub(crate) struct Ctx<'a> {
     pub shared: &'a mut Shared,
     pub rng: &'a mut ChaCha20Rng,
     pub next_request: &'a mut u64,
-    pub requests: &'a mut HashMap<RequestId, InFlight>,
+    pub requests: &'a mut FxHashMap<RequestId, InFlight>,
     pub outputs: &'a mut VecDeque<Output>,
     /// `None`: nothing is observed (no observation is built).
     pub observe: Option<&'a ObserveOptions>,

@@ -542,7 +542,18 @@ impl RedisBackend {
     /// contain NUL, see `check_lock_name`).
     fn tagged(&self, name: &str, suffix: &str) -> String {
         let pad = if name.starts_with('}') { "\0" } else { "" };
-        format!("{}{{{pad}{name}}}:{suffix}", self.key_prefix)
+        // pushed piece by piece: a few keys per acquire and release, and `format!`
+        // costs several times as much here
+        let mut key = String::with_capacity(
+            self.key_prefix.len() + pad.len() + name.len() + suffix.len() + 3,
+        );
+        key.push_str(&self.key_prefix);
+        key.push('{');
+        key.push_str(pad);
+        key.push_str(name);
+        key.push_str("}:");
+        key.push_str(suffix);
+        key
     }
 
     /// The operator query "is `name` locked?" ([`RedisScript::IsLocked`]); read its
