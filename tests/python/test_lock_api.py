@@ -258,6 +258,69 @@ def test_a_dropped_sync_lease_warns_and_is_released() -> None:
     backend.close()
 
 
+async def test_leases_released_by_hand_are_not_kept_by_their_lock() -> None:
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "job", ttl=5.0)
+    first = await lock.acquire()
+    await first.release()
+    for _ in range(200):  # the README's "leases by hand" loop
+        lease = await lock.acquire()
+        await lease.release()
+    assert len(lock._explicit) <= 1  # at most the newest, released, until the next call
+    assert lock.lease is None  # a released lease is nobody's current one
+    with pytest.raises(ConfigError, match="holds no async lease"):
+        await lock.release()  # nothing left to release: said, not silently skipped
+    assert lock._explicit == []
+    # a lease released by hand is collectable: the lock object keeps no reference
+    import weakref
+
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    # lock.release() still ends the newest lease nobody released
+    older = await lock.acquire()
+    await older.release()
+    newest = await lock.acquire()
+    await lock.release()
+    assert newest.released and backend.server.lock_owner("job") is None
+
+
+def test_sync_leases_released_by_hand_are_not_kept_by_their_lock() -> None:
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "job", ttl=5.0)
+    for _ in range(200):
+        lease = lock.acquire_sync()
+        lease.release()
+    assert len(lock._explicit) <= 1
+    assert lock.lease is None
+    with pytest.raises(ConfigError, match="holds no blocking lease"):
+        lock.release_sync()
+    backend.close()
+
+
+def test_a_lease_released_on_another_event_loop_is_refused_and_nothing_changes() -> None:
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "across", ttl=5.0)
+
+    async def hold() -> fencepost.Lease:
+        return await lock.acquire()
+
+    async def release_it(lease: fencepost.Lease) -> None:
+        with pytest.raises(ConfigError, match="acquired on an event loop that has ended"):
+            await lease.release()
+        with pytest.raises(ConfigError, match="acquired on an event loop that has ended"):
+            await lease.extend()
+        with pytest.raises(ConfigError, match="acquired on an event loop that has ended"):
+            await lock.release()
+
+    lease = asyncio.run(hold())
+    asyncio.run(release_it(lease))
+    assert not lease.released  # refused before anything changed
+    assert lock.lease is lease  # still this object's to release
+    assert backend.server.lock_owner("across") is not None
+
+
 class warnings_as_errors:
     def __enter__(self) -> None:
         import warnings

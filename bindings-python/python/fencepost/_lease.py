@@ -218,11 +218,28 @@ class Lease(_LeaseBase):
             LockLost: the lease was lost, or is lost meanwhile (the server refused the
                 renewal: ``"renew_rejected"``; no confirmation before the deadline:
                 ``"expired"``).
-            ConfigError: the lease was released.
+            ConfigError: the lease was released, or this is an event loop other than
+                the one that acquired it.
         """
         self._extend_check()
         acquisition: Any = self._acquisition
+        self._loop_check("extend")
         await acquisition.driver.extend_and_wait(acquisition)
+
+    def _loop_check(self, call: str) -> None:
+        """Refuses, before anything changes, a call from an event loop other than the
+        one that acquired the lease: its renewals and its release run on that loop
+        (their futures belong to it), and a loop that has ended runs nothing more."""
+        acquisition: Any = self._acquisition
+        loop = acquisition.driver.loop
+        if asyncio.get_running_loop() is loop:
+            return
+        where = "an event loop that has ended" if loop.is_closed() else "another event loop"
+        raise ConfigError(
+            f"{call}(): the lease of {self._name!r} (token {self._token}) was acquired on"
+            f" {where}, which renews and releases it; call {call}() on that loop (a lease"
+            " outlives no asyncio.run()). An unreleased lease ends when its TTL runs out"
+        )
 
     async def release(self) -> None:
         """Releases the lock (owner-checked on the server); what ``async with`` does on
@@ -232,14 +249,18 @@ class Lease(_LeaseBase):
         Raises:
             LockLost: the lease was lost while held, or the server no longer held it
                 for this owner at release (reason ``"not_held_at_release"``).
+            ConfigError: called on an event loop other than the one that acquired the
+                lease (nothing changes: release it on that loop).
         """
         if not self._release_check():
             return
         acquisition: Any = self._acquisition
-        acquisition.body_task = None
         if self._lost_reason is not None:
+            acquisition.body_task = None
             acquisition.driver.mark_released(acquisition)
             raise self._lost_error()
+        self._loop_check("release")
+        acquisition.body_task = None
         # The release completes in the driver whatever happens to this await.
         await acquisition.driver.release_lease(acquisition)
 

@@ -52,6 +52,31 @@ def _caller() -> object:
     return task if task is not None else threading.get_ident()
 
 
+#: The client libraries each backend wraps, by top-level module: a client passed as the
+#: backend itself gets told which wrapper it needs.
+_WRAPPERS = {
+    "redis": "fencepost.redis.RedisBackend(client)",
+    "psycopg": "fencepost.postgres.PostgresBackend(conn_or_pool)",
+    "psycopg_pool": "fencepost.postgres.PostgresBackend(conn_or_pool)",
+    "httpx": "fencepost.etcd.EtcdBackend(client, endpoints) (etcd) or "
+    "fencepost.kubernetes.KubernetesLeaseBackend(client, server) (Kubernetes)",
+    "kazoo": "fencepost.zookeeper.ZooKeeperBackend(client)",
+}
+
+
+def _not_a_backend(backend: object) -> str:
+    kind = type(backend)
+    message = (
+        "backend must be a fencepost backend (MemoryBackend, or the RedisBackend, "
+        "RedlockBackend, PostgresBackend, EtcdBackend, ZooKeeperBackend or "
+        f"KubernetesLeaseBackend of fencepost's modules), got a {kind.__module__}.{kind.__qualname__}"
+    )
+    wrapper = _WRAPPERS.get(kind.__module__.partition(".")[0])
+    if wrapper is not None:
+        message += f": wrap the client, as in {wrapper}"
+    return message
+
+
 class Lock:
     """A distributed lock named ``name`` on ``backend``.
 
@@ -65,8 +90,12 @@ class Lock:
     ``lock.acquire_sync()`` / ``lock.release_sync()``.
 
     Args:
-        backend: a :class:`fencepost.redis.RedisBackend`,
-            :class:`fencepost.postgres.PostgresBackend` or :class:`fencepost.MemoryBackend`.
+        backend: a fencepost backend: :class:`fencepost.MemoryBackend`,
+            :class:`fencepost.redis.RedisBackend`, :class:`fencepost.redlock.RedlockBackend`,
+            :class:`fencepost.postgres.PostgresBackend`, :class:`fencepost.etcd.EtcdBackend`,
+            :class:`fencepost.zookeeper.ZooKeeperBackend` or
+            :class:`fencepost.kubernetes.KubernetesLeaseBackend` (each wraps the client
+            library it names).
         name: the lock name, a non-empty str (1 to 1024 bytes of UTF-8, no NUL).
         ttl: lease length the server enforces, seconds, at most 2^31 ms (~24.8 days).
             At least 1 ms, and long enough that the validity ``ttl * (1 -
@@ -129,10 +158,12 @@ class Lock:
             mapping of str to str, at most 4096 bytes as compact JSON;
             :func:`fencepost.standard_metadata` fills host, pid, process, acquired_at
             and a label. Display only: nothing decides on it. Plain Redis,
-            :class:`~fencepost.MemoryBackend`, ZooKeeper (the lock node's data) and
-            Kubernetes (the Lease's ``fencepost.dev/holder-metadata`` annotation) only
-            (``ConfigError`` on fair Redis, whose hand-off grants are written by the
-            releasing holder, and on the other backends). On Redis it is the key ``{prefix}{name}:meta``, set by the
+            :class:`~fencepost.MemoryBackend`, PostgreSQL lease rows (the row's
+            ``metadata`` column), etcd (the lock key's value), ZooKeeper (the lock node's
+            data) and Kubernetes (the Lease's ``fencepost.dev/holder-metadata``
+            annotation) only (``ConfigError`` on fair Redis, whose hand-off grants are
+            written by the releasing holder, on PostgreSQL advisory locks, which keep no
+            row, and on Redlock). On Redis it is the key ``{prefix}{name}:meta``, set by the
             acquire script with the lease's TTL, extended by each renewal, deleted by the
             release and by ``force_release``.
         on_event: called with each :class:`fencepost.observe.Observation` (event or
@@ -172,10 +203,7 @@ class Lock:
         on_event: Optional[ObserveCallback] = None,
     ) -> None:
         if not isinstance(backend, Backend):
-            raise ConfigError(
-                "backend must be a fencepost backend (fencepost.redis.RedisBackend, "
-                f"fencepost.postgres.PostgresBackend or fencepost.MemoryBackend), got {backend!r}"
-            )
+            raise ConfigError(_not_a_backend(backend))
         if not isinstance(name, str):
             raise ConfigError(f"lock name must be a str, got {name!r}")
         # The core's LockOptions, keyed by its own field names (the keywords above).
@@ -209,8 +237,9 @@ class Lock:
         #: The options read once by the core, for every acquire without a timeout of
         #: its own.
         self._prepared = _core.PreparedOptions(options)
-        #: Leases from ``acquire()`` not yet released, newest last: what ``release()``
-        #: ends (from any task or thread, as with any explicit lock).
+        #: Leases from ``acquire()``, newest last: what ``release()`` ends (from any
+        #: task or thread, as with any explicit lock). Entries released with
+        #: ``lease.release()`` are dropped on the next acquire or release.
         self._explicit: List[Union[Lease, SyncLease]] = []
         #: Leases of ``with`` blocks in progress, per caller (its asyncio task, or its
         #: thread), newest last: each exit ends its own.
@@ -231,8 +260,13 @@ class Lock:
         """The newest lease of the calling task's (or thread's) ``with`` block on this
         object, else the newest from :meth:`acquire` / :meth:`acquire_sync` not yet
         released (possibly lost), else None."""
-        stack = self._scoped.get(_caller()) or self._explicit
-        return stack[-1] if stack else None
+        scoped = self._scoped.get(_caller())
+        if scoped:
+            return scoped[-1]
+        for lease in reversed(self._explicit):
+            if not lease.released:  # released by lease.release(): not ours to report
+                return lease
+        return None
 
     def _options_for(self, timeout: object) -> _core.PreparedOptions:
         if timeout is _LOCK_TIMEOUT:
@@ -256,11 +290,26 @@ class Lock:
             del self._scoped[key]
         return lease
 
+    def _keep_explicit(self, lease: Union[Lease, SyncLease]) -> None:
+        """Keeps ``lease`` for :meth:`release`, first dropping the leases released
+        meanwhile with ``lease.release()`` (nothing else takes them off the list): the
+        list holds only what is still to be released, so a loop of ``acquire()`` and
+        ``lease.release()`` keeps it at one entry."""
+        explicit = self._explicit
+        if explicit:
+            explicit[:] = [held for held in explicit if not held.released]
+        explicit.append(lease)
+
     def _pop_explicit(self, kind: type) -> Optional[Any]:
-        """The newest lease of ``kind`` from ``acquire()``, taken off the list."""
-        for i in range(len(self._explicit) - 1, -1, -1):
-            if isinstance(self._explicit[i], kind):
-                return self._explicit.pop(i)
+        """The newest lease of ``kind`` from ``acquire()`` not released yet, taken off
+        the list (None if there is none)."""
+        explicit = self._explicit
+        for i in range(len(explicit) - 1, -1, -1):
+            lease = explicit[i]
+            if lease.released:
+                del explicit[i]  # released with lease.release(): nothing left to do
+            elif isinstance(lease, kind):
+                return explicit.pop(i)
         return None
 
     # -- asyncio --
@@ -290,7 +339,7 @@ class Lock:
                 (e.g. a sync ``redis.Redis`` client).
         """
         lease = await self._acquire(timeout)
-        self._explicit.append(lease)
+        self._keep_explicit(lease)
         return lease
 
     async def _acquire(self, timeout: object) -> Lease:
@@ -321,12 +370,17 @@ class Lock:
         Raises:
             LockLost: the lease was lost while held, or the server no longer held it
                 for this owner at release (reason ``"not_held_at_release"``).
-            ConfigError: no such lease.
+            ConfigError: no such lease, or it was acquired on another event loop (it
+                stays this object's to release on that loop).
         """
         lease = self._pop_explicit(Lease)
         if lease is None:
             raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}")
-        await lease.release()
+        try:
+            await lease.release()
+        except ConfigError:
+            self._explicit.append(lease)  # refused before anything changed (another loop)
+            raise
 
     async def __aenter__(self) -> Lease:
         """``async with lock as lease``: acquires (as :meth:`acquire`) and arranges for
@@ -387,7 +441,7 @@ class Lock:
                 use (e.g. a ``redis.asyncio.Redis`` client).
         """
         lease = self._acquire_sync(timeout)
-        self._explicit.append(lease)
+        self._keep_explicit(lease)
         return lease
 
     def _acquire_sync(self, timeout: object) -> SyncLease:
