@@ -90,11 +90,12 @@ export interface LockOptions {
    * Holder metadata stored with each grant, for operators (`backend.inspect`,
    * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
    * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
-   * only: nothing decides on it. Plain Redis, MemoryBackend, KubernetesLeaseBackend (the
+   * only: nothing decides on it. Plain Redis, MemoryBackend, PostgreSQL lease rows (the
+   * row's `metadata` column), etcd (the lock key's value), KubernetesLeaseBackend (the
    * Lease's `fencepost.dev/holder-metadata` annotation) and the Node-only
    * ZooKeeperBackend (the lock node's data) only: ConfigError (`option: 'metadata'`)
-   * on fair Redis (a hand-off grant is written by the releasing holder), etcd, Redlock
-   * and PostgreSQL. On Redis it is the key
+   * on fair Redis (a hand-off grant is written by the releasing holder), PostgreSQL
+   * session and transaction locks (no row to keep it in) and Redlock. On Redis it is the key
    * `{prefix}{name}:meta`, set by the acquire script with the lease's TTL, extended by
    * each renewal, deleted by the release and by `forceRelease`.
    */
@@ -394,8 +395,9 @@ export declare class Leadership {
  * Where locks live. Every `Lock` on one backend shares its lock machine and driver.
  * Backends: `MemoryBackend` (in process), `RedisBackend` (ioredis, node-redis),
  * `UpstashRedisBackend` (Redis over HTTP, fetch), `RedlockBackend` (a majority of
- * independent Redis masters), `EtcdBackend` (etcd v3, fetch). A PostgreSQL (pg) backend
- * follows.
+ * independent Redis masters), `EtcdBackend` (etcd v3, fetch), `KubernetesLeaseBackend`
+ * (coordination.k8s.io Leases, fetch); in Node also `PostgresBackend` (pg, postgres.js)
+ * and `ZooKeeperBackend` (see postgres.d.ts and zookeeper.d.ts).
  */
 export declare abstract class Backend {
   /**

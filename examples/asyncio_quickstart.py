@@ -39,7 +39,7 @@ async def main(url: str | None) -> None:
         # the body was cancelled the moment the lease was lost
         print(f"lost the lock mid-work: {e}")
     finally:
-        backend.close()  # the client is yours to close
+        await backend.aclose()  # waits for its releases in flight; the client is yours to close
         if url:
             await client.aclose()
 

@@ -294,7 +294,7 @@ function createLock (isBackend) {
   class Lock {
     constructor (backend, name, options) {
       if (!isBackend(backend)) {
-        throw new ConfigError(`backend must be a fencepost backend (MemoryBackend, RedisBackend), got ${check.describe(backend)}`)
+        throw new ConfigError(`backend must be a fencepost backend (MemoryBackend, RedisBackend, UpstashRedisBackend, RedlockBackend, EtcdBackend, KubernetesLeaseBackend, or in Node PostgresBackend and ZooKeeperBackend: each wraps its client, as in new RedisBackend(client)), got ${check.describe(backend)}`)
       }
       check.string(name, 'lock name')
       let onEvent = null
