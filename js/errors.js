@@ -17,6 +17,9 @@ class FencepostError extends Error {
   constructor (message, options) {
     super(message, options)
     this.name = new.target.name
+    // an own property, as on Node's own errors, so that util.inspect and console.error
+    // show it; each class's prototype keeps its code too
+    this.code = new.target.prototype.code
   }
 }
 FencepostError.prototype.code = 'ERR_FENCEPOST'

@@ -39,8 +39,18 @@ def _min_replicas(value: object) -> int:
     return value
 
 
+class _LockTimeout:
+    """The default of every ``timeout=`` parameter: the lock's own ``acquire_timeout``
+    (``help()`` shows this repr, not an ``object`` at some address)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the lock's acquire_timeout>"
+
+
 #: ``timeout`` left out: the lock's own ``acquire_timeout``.
-_LOCK_TIMEOUT: Any = object()
+_LOCK_TIMEOUT: Any = _LockTimeout()
 
 
 def _caller() -> object:
@@ -375,7 +385,10 @@ class Lock:
         """
         lease = self._pop_explicit(Lease)
         if lease is None:
-            raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}")
+            hint = ""
+            if any(isinstance(held, SyncLease) and not held.released for held in self._explicit):
+                hint = " (it holds one from lock.acquire_sync(): end that with lock.release_sync())"
+            raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}{hint}")
         try:
             await lease.release()
         except ConfigError:
@@ -468,8 +481,11 @@ class Lock:
         out); same errors."""
         lease = self._pop_explicit(SyncLease)
         if lease is None:
+            hint = ""
+            if any(isinstance(held, Lease) and not held.released for held in self._explicit):
+                hint = " (it holds one from await lock.acquire(): end that with await lock.release())"
             raise ConfigError(
-                f"release_sync(): this Lock object holds no blocking lease of {self._name!r}"
+                f"release_sync(): this Lock object holds no blocking lease of {self._name!r}{hint}"
             )
         lease.release()
 
