@@ -936,7 +936,7 @@ impl JsMachine {
         let mut out = String::with_capacity(records.len() + 24);
         out.push('[');
         match next {
-            Ok(Some(ms)) if ms.is_finite() => out.push_str(&ms.to_string()),
+            Ok(Some(ms)) if ms.is_finite() => out.push_str(&number(ms)),
             _ => out.push_str("null"),
         }
         out.push(',');

@@ -73,7 +73,11 @@ pub fn push_json(out: &mut String, value: &FlatValue<'_>) {
     out.push(',');
     // Writing to a String cannot fail.
     let _ = match value {
-        FlatValue::Number(n) if n.is_finite() => write!(out, "{n}"),
+        FlatValue::Number(n) if n.is_finite() => {
+            // zmij's digits, as everywhere in the module: one float formatter in it
+            out.push_str(&crate::text::number(*n));
+            Ok(())
+        }
         FlatValue::Number(_) | FlatValue::Null => {
             out.push_str("null");
             Ok(())
