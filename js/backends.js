@@ -775,6 +775,21 @@ function createBackends (native, LockMachine, fence) {
     /** 'ioredis' or 'node-redis'. */
     get clientKind () { return this._runner.kind }
 
+    _driver () {
+      // A client that will send nothing (never connected, or closed by its owner) is a
+      // mistake to say now: its commands would fail as an outage, retried until the
+      // acquire timeout, and forever without one.
+      const client = this._client
+      if (this._runner.kind === 'node-redis') {
+        if (client.isOpen === false) {
+          throw new ConfigError('this node-redis client is not connected: await client.connect() before acquiring (a client closed with quit() or disconnect() cannot be reopened: create another)')
+        }
+      } else if (client.status === 'end') {
+        throw new ConfigError('this ioredis client was closed (quit() or disconnect()) and sends nothing more: pass RedisBackend a client that is connected or connecting')
+      }
+      return super._driver()
+    }
+
     execute (command, options) {
       // Not `async`, and one promise chain rather than nested awaits: fewer microtask
       // turns between the reply and the machine (a throw still becomes a rejection).
