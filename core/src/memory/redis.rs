@@ -135,6 +135,8 @@ impl MemoryRedis {
     /// Runs one script call at `now`.
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
+        // Hosts send commands they build: every `keys[i]` and `args[i]` below is within
+        // the arity checked here.
         let arity_ok = match cmd.script {
             RedisScript::Acquire => {
                 (keys.len() == 2 && (args.len() == 2 || args.len() == 3))
@@ -898,5 +900,32 @@ mod tests {
         // a million stars, one stack frame
         let found = list(&mut r, &"*".repeat(1_000_000));
         assert!(matches!(&found, RedisValue::Array(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn a_host_command_with_too_few_keys_or_arguments_is_an_error_reply() {
+        let mut r = MemoryRedis::new();
+        let wrong =
+            RedisValue::Error("ERR wrong number of keys or arguments for script".to_owned());
+        let short = |script, keys: &[&str], args: &[&str]| RedisCommand {
+            script,
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            wait: None,
+        };
+        for script in RedisScript::ALL {
+            assert_eq!(
+                r.eval(Instant::ZERO, &short(script, &["k"; 7], &[])),
+                wrong,
+                "{script:?}"
+            );
+            let nothing = short(script, &[], &[]);
+            if script != RedisScript::List {
+                assert_eq!(r.eval(Instant::ZERO, &nothing), wrong, "{script:?}");
+            }
+        }
+        // a batch renewal with one argument short of a pair per key
+        let odd = short(RedisScript::RenewMany, &["a", "b"], &["o", "1000", "o"]);
+        assert_eq!(r.eval(Instant::ZERO, &odd), wrong);
     }
 }
