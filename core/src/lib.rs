@@ -236,7 +236,8 @@ impl OwnerId {
     /// Parses the 32-hex-digit form [`OwnerId`]'s `Display` writes (either case).
     /// `None` for anything else: another length, a non-hex character.
     pub fn from_hex(hex: &str) -> Option<Self> {
-        if hex.len() != 32 || !hex.is_ascii() {
+        // `from_str_radix` alone would also take a sign: "+f" reads as 15
+        if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         let mut bytes = [0u8; 16];
@@ -273,6 +274,8 @@ mod tests {
             &"0".repeat(33),
             &"g".repeat(32),
             &"é".repeat(16),
+            &"+f".repeat(16),
+            &format!("-{}", "0".repeat(31)),
         ] {
             assert_eq!(OwnerId::from_hex(bad), None, "{bad:?}");
         }

@@ -456,9 +456,10 @@ impl Machine {
         if groups.iter().all(|(_, members)| members.len() < 2) {
             return;
         }
+        // `members` index the outputs from `sent_before` on, which `sent` now holds
         let mut sent: Vec<Option<Output>> = self.outputs.drain(sent_before..).map(Some).collect();
         for (_, members) in groups {
-            for chunk in members.chunks(recipe.renew_batch_limit()) {
+            for chunk in members.chunks(recipe.renew_batch_limit().max(1)) {
                 let renewals: Vec<&Request> = (chunk.iter())
                     .filter_map(|&at| match &sent[at] {
                         Some(Output::Request(r)) => Some(r),
@@ -488,6 +489,7 @@ impl Machine {
                 for &at in chunk {
                     sent[at] = None;
                 }
+                // a chunk is never empty
                 sent[chunk[0]] = Some(Output::Request(batch));
             }
         }

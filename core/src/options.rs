@@ -153,7 +153,9 @@ impl LockOptions {
     /// How long after a request is *sent* the holder may believe the lease it asked for
     /// is held: `ttl · (1 − drift) − margin` (the Redlock validity analysis).
     pub fn validity(&self) -> Duration {
-        // `f64::max`/`min` drop NaN (unlike `clamp`): never a panic, even unvalidated.
+        // `f64::max`/`min` drop NaN (unlike `clamp`, whose NaN would make `mul_f64`
+        // panic): never a panic, even unvalidated.
+        #[allow(clippy::manual_clamp)]
         let drift = self.ttl.mul_f64(self.drift_factor.max(0.0).min(0.5));
         self.ttl
             .saturating_sub(drift)

@@ -435,7 +435,9 @@ impl KubernetesBackend {
             };
         }
         // the object as read, so labels and annotations others set are kept, with
-        // its resourceVersion as the update's precondition
+        // its resourceVersion as the update's precondition. `answer` admits a Lease
+        // only as an object whose metadata is an object: the writes below cannot meet
+        // a value that is not one.
         let mut body = old;
         body["spec"] = spec;
         if matches!(w, Write::Take) {
@@ -1021,5 +1023,20 @@ mod tests {
         let last = json!({"kind": "LeaseList", "metadata": {}, "items": []});
         assert_eq!(read_kube_list("", &last.to_string()), Ok((None, vec![])));
         assert!(read_kube_list("", r#"{"kind":"Status","code":500}"#).is_err());
+    }
+
+    #[test]
+    fn a_lease_reply_whose_metadata_is_no_object_is_a_protocol_error() {
+        for reply in [
+            r#"{"kind":"Lease","metadata":"r","spec":{}}"#,
+            r#"{"kind":"Lease","metadata":[1],"spec":{}}"#,
+            r#"{"kind":"Lease","spec":{}}"#,
+            r#"["kind","Lease"]"#,
+        ] {
+            assert!(
+                matches!(answer(reply), Err(ReadError::Protocol(_))),
+                "{reply}"
+            );
+        }
     }
 }

@@ -150,6 +150,7 @@ pub fn advisory_key(namespace: &str, name: &str) -> i64 {
     h.update(namespace.as_bytes());
     h.update(b"\0");
     h.update(name.as_bytes());
+    // a SHA-1 digest is 20 bytes
     let d = h.digest().bytes();
     i64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }

@@ -446,6 +446,7 @@ impl RedisScript {
 
     /// The SHA-1 of the source as 40 lowercase hex digits, for `EVALSHA`.
     pub fn sha1(self) -> &'static str {
+        // one slot per variant, indexed by its declaration order (`ALL` lists the 11)
         static SHAS: [OnceLock<String>; 11] = [const { OnceLock::new() }; 11];
         SHAS[self as usize]
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
@@ -962,6 +963,7 @@ pub fn redis_cluster_slot(key: &str) -> u16 {
         .iter()
         .position(|&b| b == b'{')
         .and_then(|open| {
+            // `open` is a byte's index, so `open + 1` is at most the length
             let rest = &bytes[open + 1..];
             rest.iter()
                 .position(|&b| b == b'}')

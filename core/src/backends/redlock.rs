@@ -307,6 +307,8 @@ fn decide(step: Step, tally: &Tally, quorum: usize) -> Result<Read, ReadError> {
     let yes = tally.count(|p| matches!(p, Part::Yes(_)));
     let no = tally.count(|p| matches!(p, Part::No(_)));
     let failed = tally.count(|p| *p == Part::Failed);
+    // the parts are one per master (so `n` is at least 1 once a reply is counted, and
+    // `quorum` at most `n`), each in one of the four states
     let waiting = n - yes - no - failed;
     let unreachable = yes + waiting < quorum;
     let why = || {

@@ -229,6 +229,7 @@ impl ZooKeeperBackend {
     /// The name `owner`'s node starts with, before the server's sequence: kazoo's
     /// `{owner hex}__lock__` or Curator's `_c_{owner as a UUID}-lock-`.
     pub fn node_prefix(&self, owner: &OwnerId) -> String {
+        // always 32 ASCII hex digits, so the slices below are in bounds
         let hex = owner.to_string();
         match self.naming {
             ZkNaming::Kazoo => format!("{hex}__lock__"),
@@ -305,7 +306,8 @@ fn contender_key(naming: ZkNaming, child: &str) -> Option<&str> {
         }
         ZkNaming::Curator => child[..end].ends_with("lock-"),
     };
-    // a wrapped (negative) sequence is printed with its sign
+    // a wrapped (negative) sequence is printed with its sign; that byte is an ASCII
+    // `-`, so `digits - 1` is a char boundary too
     if digits > 0 && child.as_bytes()[digits - 1] == b'-' && marked(digits - 1) {
         return Some(&child[digits - 1..]);
     }

@@ -314,6 +314,7 @@ impl MemoryKubernetes {
     /// `creationTimestamp` of the object it replaces.
     fn store(&mut self, now: Instant, ns: &str, obj: Value, old: Option<&Value>) -> Value {
         self.revision += 1;
+        // `validate` let only an object with an object `metadata` through
         let mut meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let name = meta
             .get("name")
@@ -729,5 +730,31 @@ mod tests {
         assert!(micro_time_ok("2026-12-01T16:02:29.1+01:00"));
         assert!(!micro_time_ok("2026-12-01 16:02:29Z"));
         assert!(!micro_time_ok("2026-12-01T16:02:29."));
+    }
+
+    #[test]
+    fn a_lease_body_whose_metadata_or_spec_is_no_object_is_refused() {
+        let mut k = MemoryKubernetes::new();
+        let collection = KubernetesBackend::default().collection_path();
+        let made = call(
+            &mut k,
+            0,
+            &req("POST", &collection, Some(lease("a", 1)), &[]),
+        );
+        assert_eq!(made["kind"], "Lease");
+        let mut bad_meta = lease("b", 2);
+        bad_meta["metadata"] = json!("r");
+        let mut bad_spec = lease("b", 2);
+        bad_spec["spec"] = json!([1]);
+        for body in [bad_meta, bad_spec, json!([1]), json!("lease")] {
+            for (method, path) in [("POST", collection.as_str()), ("PUT", PATH)] {
+                let got = call(&mut k, 10, &req(method, path, Some(body.clone()), &[]));
+                assert_eq!(got["kind"], "Status", "{method} {body}");
+                assert!(
+                    got["code"] == 400 || got["code"] == 422,
+                    "{method} {body}: {got}"
+                );
+            }
+        }
     }
 }

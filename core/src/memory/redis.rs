@@ -98,7 +98,9 @@ impl MemoryRedis {
                     return Err(RedisValue::Error("ERR invalid expire time".to_owned()));
                 };
                 self.set(lock, &head, Some(now + ttl));
-                let token = self.incr(now, token_key);
+                let Some(token) = self.incr(now, token_key) else {
+                    return Err(overflow());
+                };
                 self.set(&last_key(lock), &format!("{head} {token}"), None);
                 self.keys.remove(&alive_key);
                 let list = self.lists.entry(wake).or_default();
@@ -133,6 +135,8 @@ impl MemoryRedis {
     /// Runs one script call at `now`.
     pub fn eval(&mut self, now: Instant, cmd: &RedisCommand) -> RedisValue {
         let (keys, args) = (&cmd.keys, &cmd.args);
+        // Hosts send commands they build: every `keys[i]` and `args[i]` below is within
+        // the arity checked here.
         let arity_ok = match cmd.script {
             RedisScript::Acquire => {
                 (keys.len() == 2 && (args.len() == 2 || args.len() == 3))
@@ -187,8 +191,11 @@ impl MemoryRedis {
                     Some(holder) if holder == args[0] => {
                         self.set_expiry(&keys[0], now + ttl);
                         let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
-                            Some(t) => t,
+                            Some(t) => Some(t),
                             None => self.next_token(now, &keys[1], floor),
+                        };
+                        let Some(token) = token else {
+                            return overflow();
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
@@ -199,7 +206,9 @@ impl MemoryRedis {
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
                         let previous = self.previous(now, &keys[1], &keys[0]);
-                        let token = self.next_token(now, &keys[1], floor);
+                        let Some(token) = self.next_token(now, &keys[1], floor) else {
+                            return overflow();
+                        };
                         self.record_grant(&keys[0], &args[0], token);
                         granted(token, previous)
                     }
@@ -236,8 +245,11 @@ impl MemoryRedis {
                 if holder.as_deref() == Some(owner.as_str()) {
                     self.set_expiry(&keys[0], now + ttl);
                     let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
-                        Some(t) => t,
+                        Some(t) => Some(t),
                         None => self.next_token(now, &keys[1], floor),
+                    };
+                    let Some(token) = token else {
+                        return overflow();
                     };
                     // a hand-off grant this acquire overtook says how the holder ended
                     let overtaken = self
@@ -261,7 +273,9 @@ impl MemoryRedis {
                     self.keys.remove(&keys[4]);
                     self.lists.remove(&keys[5]);
                     let previous = self.previous(now, &keys[1], &keys[0]);
-                    let token = self.next_token(now, &keys[1], floor);
+                    let Some(token) = self.next_token(now, &keys[1], floor) else {
+                        return overflow();
+                    };
                     self.record_grant(&keys[0], owner, token);
                     return granted(token, previous);
                 }
@@ -270,7 +284,9 @@ impl MemoryRedis {
                     .get(&keys[2])
                     .is_some_and(|z| z.iter().any(|(_, m)| m == owner))
                 {
-                    let seq = self.incr(now, &keys[3]);
+                    let Some(seq) = self.incr(now, &keys[3]) else {
+                        return overflow();
+                    };
                     let z = self.zsets.entry(keys[2].clone()).or_default();
                     // ZADD's order, by score then member.
                     let entry = (seq, owner.clone());
@@ -557,18 +573,32 @@ impl MemoryRedis {
             .unwrap_or(0)
     }
 
-    fn incr(&mut self, now: Instant, key: &str) -> i64 {
-        let next = self.counter(now, key) + 1;
+    /// `INCR key`: the new value, or `None` (the key unchanged) where Redis refuses an
+    /// increment past `i64::MAX`.
+    fn incr(&mut self, now: Instant, key: &str) -> Option<i64> {
+        let next = self.counter(now, key).checked_add(1)?;
         self.set(key, &next.to_string(), None);
-        next
+        Some(next)
     }
 
-    /// A grant's token: `max(counter + 1, floor)`, as the acquire scripts count it.
-    fn next_token(&mut self, now: Instant, key: &str, floor: Option<i64>) -> i64 {
-        let next = (self.counter(now, key) + 1).max(floor.unwrap_or(0));
-        self.set(key, &next.to_string(), None);
-        next
+    /// A grant's token: `max(counter + 1, floor)`, as the acquire scripts count it (a
+    /// `SET` of the floor when the counter is below it, else an `INCR`, which refuses
+    /// to pass `i64::MAX`: `None`).
+    fn next_token(&mut self, now: Instant, key: &str, floor: Option<i64>) -> Option<i64> {
+        let (counter, floor) = (self.counter(now, key), floor.unwrap_or(0));
+        if counter < floor {
+            self.set(key, &floor.to_string(), None);
+            return Some(floor);
+        }
+        self.incr(now, key)
     }
+}
+
+/// Redis's error for an `INCR` past `i64::MAX` (a counter at `2^63 - 1`, raised there by
+/// a token floor or a write of the key). Like a Lua error, it ends the script where it
+/// stands.
+fn overflow() -> RedisValue {
+    RedisValue::Error("ERR increment or decrement would overflow".to_owned())
 }
 
 /// The metadata key the scripts derive from a lease key (`…:lock` → `…:meta`).
@@ -577,16 +607,44 @@ fn meta_key(lock: &str) -> String {
 }
 
 /// Redis glob matching as `SCAN … MATCH` does it, for `*`, `?` and `\` escapes (the
-/// listing pattern uses no classes).
+/// listing pattern uses no classes). A loop that backtracks to the last `*` only: a
+/// host's pattern costs at most pattern × key steps and no stack, however many stars
+/// it holds.
 fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
-        Some((b'?', rest)) => !s.is_empty() && glob_match(rest, &s[1..]),
-        Some((b'\\', rest)) if !rest.is_empty() => {
-            s.first() == Some(&rest[0]) && glob_match(&rest[1..], &s[1..])
+    let (mut p, mut i) = (0, 0);
+    // after the last `*`: where its rest starts in the pattern, and the key position
+    // that rest is tried from
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        match pattern.get(p) {
+            Some(b'*') => {
+                p += 1;
+                star = Some((p, i));
+                continue;
+            }
+            Some(c) => {
+                let (width, matches) = match c {
+                    b'?' => (1, i < s.len()),
+                    b'\\' if p + 1 < pattern.len() => (2, s.get(i) == pattern.get(p + 1)),
+                    c => (1, s.get(i) == Some(c)),
+                };
+                if matches {
+                    p += width;
+                    i += 1;
+                    continue;
+                }
+            }
+            None if i == s.len() => return true,
+            None => {}
         }
-        Some((c, rest)) => s.first() == Some(c) && glob_match(rest, &s[1..]),
+        // a mismatch: the last `*` swallows one more byte, or nothing matches
+        match star {
+            Some((rest, from)) if from < s.len() => {
+                star = Some((rest, from + 1));
+                (p, i) = (rest, from + 1);
+            }
+            _ => return false,
+        }
     }
 }
 
@@ -744,5 +802,130 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_counter_at_i64_max_is_an_overflow_error_reply() {
+        let (mut r, b, now) = (MemoryRedis::new(), RedisBackend::default(), Instant::ZERO);
+        let (a, c) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        // the highest floor the options accept, 2^63 - 1, puts the counter at i64::MAX
+        let top = FencingToken(i64::MAX as u64);
+        let grant = r.eval(now, &b.acquire("x", &a, 1_000, 500, Some(top)));
+        assert_eq!(token(&grant), i64::MAX);
+        r.eval(now, &b.release("x", &a, 500, true));
+        // the next grant's INCR would pass i64::MAX: refused, the counter kept
+        let next = r.eval(now, &b.acquire("x", &c, 1_000, 500, None));
+        assert_eq!(
+            next,
+            RedisValue::Error("ERR increment or decrement would overflow".to_owned())
+        );
+        assert_eq!(r.get(now, &b.token_key("x")), Some("9223372036854775807"));
+    }
+
+    #[test]
+    fn a_fair_hand_off_past_i64_max_is_an_overflow_error_reply() {
+        let (mut r, now) = (MemoryRedis::new(), Instant::ZERO);
+        let b = RedisBackend {
+            fair: true,
+            ..RedisBackend::default()
+        };
+        let (holder, waiter) = (OwnerId([1; 16]), OwnerId([2; 16]));
+        let top = FencingToken(i64::MAX as u64);
+        assert_eq!(
+            token(&r.eval(now, &b.acquire("x", &holder, 1_000, 500, Some(top)))),
+            i64::MAX
+        );
+        r.eval(now, &b.acquire("x", &waiter, 1_000, 500, None));
+        // the release hands the lock to the waiter with an INCR of the counter
+        assert!(matches!(
+            r.eval(now, &b.release("x", &holder, 500, true)),
+            RedisValue::Error(e) if e.contains("overflow")
+        ));
+    }
+
+    fn list(r: &mut MemoryRedis, pattern: &str) -> RedisValue {
+        let cmd = RedisCommand {
+            script: RedisScript::List,
+            keys: vec![],
+            args: ["0", pattern, "100", "0"].map(str::to_owned).to_vec(),
+            wait: None,
+        };
+        r.eval(Instant::ZERO, &cmd)
+    }
+
+    #[test]
+    fn glob_matching_follows_scan_match() {
+        let yes = [
+            ("", ""),
+            ("*", ""),
+            ("*", "abc"),
+            ("a*c", "abbbc"),
+            ("a?c", "abc"),
+            ("*b*", "abc"),
+            ("a\\*", "a*"),
+            ("a\\", "a\\"),
+            ("f{x}:*", "f{x}:lock"),
+        ];
+        let no = [
+            ("", "a"),
+            ("a", ""),
+            ("a?c", "ac"),
+            ("a*c", "abcd"),
+            ("a\\*", "ab"),
+            ("*x*", "abc"),
+        ];
+        for (p, s) in yes {
+            assert!(glob_match(p.as_bytes(), s.as_bytes()), "{p:?} {s:?}");
+        }
+        for (p, s) in no {
+            assert!(!glob_match(p.as_bytes(), s.as_bytes()), "{p:?} {s:?}");
+        }
+    }
+
+    #[test]
+    fn a_listing_pattern_of_many_stars_neither_overflows_the_stack_nor_backtracks_forever() {
+        let (mut r, b) = (MemoryRedis::new(), RedisBackend::default());
+        let key = format!("{}{}", "a".repeat(60), "lock");
+        r.set(&key, "owner", None);
+        r.set(&b.token_key("x"), "1", None);
+        // 30 stars that each could take any run of the a's: no match, and no 2^30 paths
+        let many = format!("{}b", "a*".repeat(30));
+        assert_eq!(
+            list(&mut r, &many),
+            RedisValue::Array(vec![
+                RedisValue::Data("0".to_owned()),
+                RedisValue::Array(vec![])
+            ])
+        );
+        // a million stars, one stack frame
+        let found = list(&mut r, &"*".repeat(1_000_000));
+        assert!(matches!(&found, RedisValue::Array(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn a_host_command_with_too_few_keys_or_arguments_is_an_error_reply() {
+        let mut r = MemoryRedis::new();
+        let wrong =
+            RedisValue::Error("ERR wrong number of keys or arguments for script".to_owned());
+        let short = |script, keys: &[&str], args: &[&str]| RedisCommand {
+            script,
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            wait: None,
+        };
+        for script in RedisScript::ALL {
+            assert_eq!(
+                r.eval(Instant::ZERO, &short(script, &["k"; 7], &[])),
+                wrong,
+                "{script:?}"
+            );
+            let nothing = short(script, &[], &[]);
+            if script != RedisScript::List {
+                assert_eq!(r.eval(Instant::ZERO, &nothing), wrong, "{script:?}");
+            }
+        }
+        // a batch renewal with one argument short of a pair per key
+        let odd = short(RedisScript::RenewMany, &["a", "b"], &["o", "1000", "o"]);
+        assert_eq!(r.eval(Instant::ZERO, &odd), wrong);
     }
 }

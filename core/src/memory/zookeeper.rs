@@ -197,6 +197,7 @@ impl MemoryZooKeeper {
         let mut v = match req {
             ZkRequest::Create { path, data } => {
                 let name = self.create(path, data, session, true);
+                // `create` has just inserted it
                 let node = &self.nodes[&name];
                 // with the listing an adapter sends right behind the create
                 let parent = name.rsplit_once('/').map_or("", |(p, _)| p);
