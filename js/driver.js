@@ -198,12 +198,15 @@ class Driver {
   close () {
     if (this.closed) return this.afterClose === null ? Promise.resolve() : this.afterClose.done
     const t = now()
-    for (const lock of this.acquisitions.keys()) {
-      try { this.machine._release(t, lock) } catch (error) { reportBug(error) }
+    // Snapshot first: cancelling a waiting acquisition ends it at once (a 'released'
+    // event, which the drain below forgets), and its caller must still hear that the
+    // backend was closed.
+    const acquisitions = [...this.acquisitions.values()]
+    for (const acquisition of acquisitions) {
+      try { this.machine._release(t, acquisition.lockId) } catch (error) { reportBug(error) }
     }
     this._drain()
     this.closed = true
-    const acquisitions = [...this.acquisitions.values()]
     this.acquisitions.clear()
     for (const entry of this.waits.values()) entry.wait.abort()
     this.waits.clear()

@@ -26,7 +26,9 @@ function warn (message) {
 }
 
 /** Leases collected while held: the registry holds only the acquisition (which sees its
- * lease weakly), so a lease nobody references can be collected; it is then released. */
+ * lease weakly), so a lease nobody references can be collected; it is then released. The
+ * registry holds the acquisition strongly, and the acquisition may hold its lease (see
+ * `pinned`): a finished acquisition unregisters, so nothing keeps a finished lease. */
 const dropped = typeof FinalizationRegistry === 'function'
   ? new FinalizationRegistry((acquisition) => {
     if (acquisition.released !== null || !acquisition.driver.tracks(acquisition)) return
@@ -55,7 +57,8 @@ class Acquisition {
     this.released = null
     /** extend() calls waiting for the next renewal's outcome */
     this.extended = []
-    /** the lease, strongly, once its signal was taken (see Lease.signal) */
+    /** the lease, strongly, from the first read of its signal until the lock finished
+     * (see Lease.signal and finished()) */
     this.pinned = null
   }
 
@@ -78,13 +81,21 @@ class Acquisition {
     else d.reject(value)
   }
 
+  /** The machine is done with this lock (released, lost or closed): the lease needs
+   * no pin and no release if it is dropped, so nothing here may keep it alive. */
+  finished () {
+    this.pinned = null
+    if (dropped !== null) dropped.unregister(this)
+  }
+
   onEvent (event) {
     switch (event.type) {
       case 'acquired': {
         const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId ?? this.driver.owner(this.lockId))
         lease._previous = event.previous
         this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
-        if (dropped !== null) dropped.register(lease, this)
+        // the acquisition is its own unregister token (see finished())
+        if (dropped !== null) dropped.register(lease, this, this)
         this.settle(this.acquired, 'resolve', lease)
         // the settled deferred must not keep the lease alive
         this.acquired = { promise: null, settled: true }
@@ -105,9 +116,11 @@ class Acquisition {
         } else {
           this._extended(new LockLostError(this.name, 0n, event.reason))
         }
+        this.finished()
         break
       }
       case 'released':
+        this.finished()
         this.settle(this.released, 'resolve', undefined)
         // an Error captures a stack trace: made only for a waiting extend()
         if (this.extended.length > 0) this._extended(new ConfigError(`lock ${JSON.stringify(this.name)} was released while extending`))
@@ -127,6 +140,7 @@ class Acquisition {
     this._extended(lease !== null ? lease._lostError : new LockLostError(this.name, 0n, reason))
     this.settle(this.acquired, 'reject', new BackendError(`the backend was closed while acquiring lock ${JSON.stringify(this.name)}`))
     this.settle(this.released, 'resolve', undefined)
+    this.finished()
   }
 }
 
@@ -171,8 +185,8 @@ class Lease {
     if (this._controller === null) {
       this._controller = new AbortController()
       if (this._lostError !== null) this._controller.abort(this._lostError)
-      // the driver holds the acquisition while the lock is live
-      this._acquisition.pinned = this
+      // the driver holds the acquisition while the lock is live; finished() unpins
+      else if (this._acquisition.driver.tracks(this._acquisition)) this._acquisition.pinned = this
     }
     return this._controller.signal
   }

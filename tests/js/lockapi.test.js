@@ -175,6 +175,49 @@ test('a lease whose signal was taken is never collected while held (node --expos
   assert.deepEqual(out, { warnings: [], held: true, heard: 'ERR_LOCK_LOST' }) // lost only at close()
 })
 
+test('a finished lease is collected: after using(), after release() of a lease whose signal was taken, after a loss (node --expose-gc)', () => {
+  const script = `
+    const { fencepost } = require(${JSON.stringify(path.join(__dirname, 'impl.js'))})
+    const warnings = []
+    process.on('warning', (w) => warnings.push(w))
+    ;(async () => {
+      const backend = new fencepost.MemoryBackend()
+      const lock = new fencepost.Lock(backend, 'job', { ttlMs: 5000 })
+      const refs = { using: [], signal: [], lost: [] }
+      for (let i = 0; i < 200; i++) {
+        await lock.using(async (signal, lease) => { refs.using.push(new WeakRef(lease)) })
+      }
+      // each lease in a call of its own, so no frame of this function still holds one
+      const taken = async () => {
+        const lease = await lock.acquire()
+        lease.signal.addEventListener('abort', () => {})
+        refs.signal.push(new WeakRef(lease))
+        await lease.release()
+      }
+      for (let i = 0; i < 200; i++) await taken()
+      // lost (expired, never released): the loss ends it as a release would
+      const lost = async () => {
+        const lease = await new fencepost.Lock(backend, 'short', { ttlMs: 30, autoRenew: false }).acquire()
+        await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }))
+        refs.lost.push(new WeakRef(lease))
+      }
+      for (let i = 0; i < 3; i++) await lost()
+      for (let i = 0; i < 10; i++) {
+        global.gc()
+        await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      // the indices of the leases still alive
+      const alive = Object.fromEntries(Object.entries(refs).map(([k, v]) => [k, v.flatMap((r, i) => r.deref() !== undefined ? [i] : [])]))
+      backend.close()
+      console.log(JSON.stringify({ alive, warnings: warnings.map((w) => w.code) }))
+    })().catch((e) => { console.error(e); process.exit(1) })
+  `
+  const child = spawnSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 20_000, env: process.env })
+  assert.equal(child.status, 0, child.stderr)
+  const out = JSON.parse(child.stdout.trim().split('\n').pop())
+  assert.deepEqual(out, { alive: { using: [], signal: [], lost: [] }, warnings: [] })
+})
+
 test('a Lock is a shareable description: concurrent using() calls each get their own lease', async () => {
   const backend = new MemoryBackend()
   const lock = new Lock(backend, 'job', { ttlMs: 5_000, retryBaseMs: 1, retryMaxMs: 5 })

@@ -588,6 +588,26 @@ test('close() loses held leases, fails pending acquisitions, frees the server', 
   backend.close() // idempotent
 })
 
+test('close() rejects a waiter sleeping in backoff with BackendError at once', async () => {
+  const backend = new MemoryBackend()
+  const held = await new Lock(backend, 'backoff', { ttlMs: 30_000 }).acquire()
+  // 10 s to wait, backoff steps up to 2 s: without the close it would still be waiting
+  const waiting = new Lock(backend, 'backoff', { ttlMs: 30_000, acquireTimeoutMs: 10_000, retryBaseMs: 2_000, retryMaxMs: 2_000 }).acquire()
+  const outcome = waiting.then(() => 'granted', (error) => error)
+  // asleep between attempts: its first attempt (out since acquire()) was answered, and
+  // no request of the driver's is out
+  const driver = backend._driver()
+  assert.ok(await waitUntil(() => driver.pending.size === 0 && driver.acquisitions.size === 2, 1_000))
+  const closedAt = performance.now()
+  backend.close()
+  const error = await Promise.race([outcome, sleep(1_000).then(() => 'still pending 1 s after close()')])
+  assert.ok(error instanceof BackendError, String(error))
+  assert.equal(error.code, 'ERR_BACKEND')
+  assert.ok(performance.now() - closedAt < 1_000)
+  assert.equal(held.lostReason, 'closed')
+  await assert.rejects(held.release(), { code: 'ERR_LOCK_LOST', reason: 'closed' })
+})
+
 function runNode (args, timeoutMs = 10_000) {
   const started = performance.now()
   const out = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: timeoutMs, env: { ...process.env } })

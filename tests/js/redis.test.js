@@ -189,6 +189,33 @@ test('release of a key re-owned behind the holder\'s back is refused by the serv
   }
 })
 
+test('close() rejects a waiter sleeping in backoff with BackendError at once, and frees the held key', { skip }, async () => {
+  const { redis, prefix, done } = await admin()
+  try {
+    await withClient('ioredis', async (client) => {
+      const backend = new RedisBackend(client, { keyPrefix: prefix })
+      const held = await new Lock(backend, 'backoff', { ttlMs: 30_000 }).acquire()
+      // 10 s to wait, backoff steps up to 2 s: without the close it would still be waiting
+      const waiting = new Lock(backend, 'backoff', { ttlMs: 30_000, acquireTimeoutMs: 10_000, retryBaseMs: 2_000, retryMaxMs: 2_000 }).acquire()
+      const outcome = waiting.then(() => 'granted', (error) => error)
+      // asleep between attempts: its first attempt was answered, no request is out
+      const driver = backend._driver()
+      assert.ok(await waitUntil(() => driver.pending.size === 0 && driver.acquisitions.size === 2, 2_000))
+      const closedAt = performance.now()
+      const closing = backend.close()
+      const error = await Promise.race([outcome, sleep(1_000).then(() => 'still pending 1 s after close()')])
+      assert.ok(error instanceof BackendError, String(error))
+      assert.equal(error.code, 'ERR_BACKEND')
+      assert.ok(performance.now() - closedAt < 1_000)
+      assert.equal(held.lostReason, 'closed')
+      await closing // the close's release of the held key has landed
+      assert.equal(await redis.get(backend.lockKey('backoff')), null)
+    })
+  } finally {
+    await done()
+  }
+})
+
 // ---- scripts and replies --------------------------------------------------------------------
 
 for (const kind of Object.keys(CLIENTS)) {
