@@ -322,6 +322,13 @@ class Lock:
                 return explicit.pop(i)
         return None
 
+    def _held_hint(self, kind: type, acquire: str, release: str) -> str:
+        """For a release that found no lease of its kind: the hint naming the call that
+        ends an unreleased lease of the other ``kind``, if this object holds one."""
+        if any(isinstance(held, kind) and not held.released for held in self._explicit):
+            return f" (it holds one from {acquire}: end that with {release})"
+        return ""
+
     # -- asyncio --
 
     async def acquire(self, *, timeout: Optional[Seconds] = _LOCK_TIMEOUT) -> Lease:
@@ -385,9 +392,7 @@ class Lock:
         """
         lease = self._pop_explicit(Lease)
         if lease is None:
-            hint = ""
-            if any(isinstance(held, SyncLease) and not held.released for held in self._explicit):
-                hint = " (it holds one from lock.acquire_sync(): end that with lock.release_sync())"
+            hint = self._held_hint(SyncLease, "lock.acquire_sync()", "lock.release_sync()")
             raise ConfigError(f"release(): this Lock object holds no async lease of {self._name!r}{hint}")
         try:
             await lease.release()
@@ -481,9 +486,7 @@ class Lock:
         out); same errors."""
         lease = self._pop_explicit(SyncLease)
         if lease is None:
-            hint = ""
-            if any(isinstance(held, Lease) and not held.released for held in self._explicit):
-                hint = " (it holds one from await lock.acquire(): end that with await lock.release())"
+            hint = self._held_hint(Lease, "await lock.acquire()", "await lock.release()")
             raise ConfigError(
                 f"release_sync(): this Lock object holds no blocking lease of {self._name!r}{hint}"
             )

@@ -190,11 +190,9 @@ impl MemoryRedis {
                 match self.get(now, &keys[0]).map(str::to_owned) {
                     Some(holder) if holder == args[0] => {
                         self.set_expiry(&keys[0], now + ttl);
-                        let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
-                            Some(t) => Some(t),
-                            None => self.next_token(now, &keys[1], floor),
-                        };
-                        let Some(token) = token else {
+                        let held = self.get(now, &keys[1]).and_then(|t| t.parse().ok());
+                        let Some(token) = held.or_else(|| self.next_token(now, &keys[1], floor))
+                        else {
                             return overflow();
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
@@ -244,11 +242,8 @@ impl MemoryRedis {
                 let owner = &args[0];
                 if holder.as_deref() == Some(owner.as_str()) {
                     self.set_expiry(&keys[0], now + ttl);
-                    let token = match self.get(now, &keys[1]).and_then(|t| t.parse().ok()) {
-                        Some(t) => Some(t),
-                        None => self.next_token(now, &keys[1], floor),
-                    };
-                    let Some(token) = token else {
+                    let held = self.get(now, &keys[1]).and_then(|t| t.parse().ok());
+                    let Some(token) = held.or_else(|| self.next_token(now, &keys[1], floor)) else {
                         return overflow();
                     };
                     // a hand-off grant this acquire overtook says how the holder ended
