@@ -2047,6 +2047,12 @@ impl Machine {
         Ok(out)
     }
 
+    /// How many observations wait for [`observations`](Self::observations): a driver
+    /// skips the drain, and the list it builds, when there are none.
+    fn observations_pending(&self) -> usize {
+        self.inner.observations_pending()
+    }
+
     /// The owner id of `lock` (32 lowercase hex digits, the value in the lock key), or
     /// None once the machine has forgotten the lock.
     fn owner(&self, lock: &Bound<'_, PyAny>) -> PyResult<Option<String>> {

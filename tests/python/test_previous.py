@@ -112,6 +112,27 @@ def test_a_grant_that_left_no_record_makes_the_next_one_unknown(name: str) -> No
         raw.close()
 
 
+@pytest.mark.skipif(not REDIS_URL, reason="FENCEPOST_REDIS_URL is not set (scripts/test sets it)")
+def test_a_fair_release_past_dead_waiters_records_the_release(name: str) -> None:
+    import redis
+
+    backend = fencepost.backend_from_url(REDIS_URL or "", fair=True)
+    raw = redis.Redis.from_url(REDIS_URL or "")
+    try:
+        first = fencepost.Lock(backend, name, ttl=5.0).acquire_sync()
+        # waiters that vanished: queued, with no presence key left, so the release
+        # pops them all and grants nobody
+        raw.zadd(f"fencepost:{{{name}}}:queue", {"a" * 32: 1, "b" * 32: 2})
+        first.release()
+        assert raw.zcard(f"fencepost:{{{name}}}:queue") == 0
+        with fencepost.Lock(backend, name, ttl=5.0) as lease:
+            assert lease.previous == "released"
+            assert lease.token == first.token + 1
+    finally:
+        backend.close()
+        raw.close()
+
+
 @pytest.mark.skipif(not ETCD_URL, reason="FENCEPOST_ETCD_URL is not set (scripts/test sets it)")
 def test_etcd_waiters_hear_it_from_the_holder_they_queued_behind(name: str) -> None:
     backend = fencepost.backend_from_url(ETCD_URL or "")

@@ -604,6 +604,8 @@ class Machine:
         """Drains the observations: ``(lock_id, lock_name, event, level, fields,
         message)``, oldest first; ``level`` is ``"debug"``, ``"info"`` or ``"warning"``;
         durations in ``fields`` are float seconds."""
+    def observations_pending(self) -> int:
+        """How many observations :meth:`observations` would return now."""
     def owner(self, lock: int) -> Optional[str]:
         """Owner id of ``lock`` (32 lowercase hex digits) while the machine knows it."""
     def valid_until_ns(self, lock: int) -> Optional[int]:

@@ -805,7 +805,8 @@ class AsyncDriver:
         observing = self._observing
         if observing is not None and (observing[0] or observing[1]):
             # before the outputs: a terminal event forgets the lock's callback
-            self.backend._observer.deliver(self._machine, self._lock_callback)
+            if self._machine.observations_pending():
+                self.backend._observer.deliver(self._machine, self._lock_callback)
         outputs, next_ns = self._machine.poll()
         orphaned = self.loop.is_closed()
         for output in outputs:
@@ -1218,7 +1219,8 @@ class ThreadDriver:
         observing = self._observing
         if observing is not None and (observing[0] or observing[1]):
             # before the outputs: a terminal event forgets the lock's callback
-            self.backend._observer.deliver(self._machine, self._lock_callback)
+            if self._machine.observations_pending():
+                self.backend._observer.deliver(self._machine, self._lock_callback)
         outputs, next_ns = self._machine.poll()
         acquisitions = self._acquisitions
         for output in outputs:

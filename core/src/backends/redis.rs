@@ -154,26 +154,28 @@ pub const RENEW_BATCH_LIMIT: usize = 500;
 // the counter is raised with `SET`, never through a Lua number. A queued fair waiter
 // raises the counter to `floor - 1` at once, so the `INCR` of a hand-off grant reaches
 // the floor; raising a counter is always safe (tokens only move up).
+//
+// `previous(counter)` tells how the previous holder ended, before this grant moves the
+// counter (`counter`: its string, read once per grant; nil: no counter yet, the first
+// grant): `p{name}:last` holds the latest grant's `<owner> <token>`, with " released"
+// once its holder's own release ran (never a cleanup's); a record of another token (a
+// grant that wrote none, or a floor) gives "unknown". The Lua carries no comments: it is
+// compiled into every binary and sent whole on every `EVAL` fallback.
 const ACQUIRE_LUA: &str = r#"local floor = ARGV[3]
 if floor == '' then floor = nil end
 if floor and not string.match(floor, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR token floor must be a positive integer')
 end
-local function next_token()
-  local counter = redis.call('GET', KEYS[2]) or '0'
+local function next_token(counter)
+  counter = counter or '0'
   if floor and (#counter < #floor or (#counter == #floor and counter < floor)) then
     redis.call('SET', KEYS[2], floor)
-  else
-    redis.call('INCR', KEYS[2])
+    return floor
   end
+  redis.call('INCR', KEYS[2])
   return redis.call('GET', KEYS[2])
 end
--- how the previous holder ended, before this grant moves the counter: `p{name}:last`
--- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
--- release ran (never a cleanup's). No counter yet: the first grant; a record of another
--- token (a grant that wrote none, or a floor): unknown
-local function previous()
-  local counter = redis.call('GET', KEYS[2])
+local function previous(counter)
   if not counter then return 'none' end
   local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
   local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
@@ -181,20 +183,22 @@ local function previous()
   if mark == ' released' then return 'released' end
   return 'expired'
 end
-local function granted(before)
-  local token = next_token()
+local function granted()
+  local counter = redis.call('GET', KEYS[2])
+  local before = previous(counter)
+  local token = next_token(counter)
   redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
   return {1, token, before}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
-  return granted(previous())
+  return granted()
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
-  return {1, redis.call('GET', KEYS[2]) or next_token()}
+  return {1, redis.call('GET', KEYS[2]) or next_token(nil)}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
@@ -235,24 +239,26 @@ end
 return 0
 "#;
 
+// As `ACQUIRE_LUA`, with the queue. The holder's own re-acquire answers with the fate
+// in a hand-off grant it overtook (the head of its wake-up list), which says how the
+// releasing holder ended.
 const ACQUIRE_FAIR_LUA: &str = r#"local floor = ARGV[4]
 if floor and not string.match(floor, '^[1-9][0-9]*$') then
   return redis.error_reply('ERR token floor must be a positive integer')
 end
-local function below_floor()
-  local counter = redis.call('GET', KEYS[2]) or '0'
+local function below_floor(counter)
+  counter = counter or '0'
   return floor and (#counter < #floor or (#counter == #floor and counter < floor))
 end
-local function next_token()
-  if below_floor() then redis.call('SET', KEYS[2], floor) else redis.call('INCR', KEYS[2]) end
+local function next_token(counter)
+  if below_floor(counter) then
+    redis.call('SET', KEYS[2], floor)
+    return floor
+  end
+  redis.call('INCR', KEYS[2])
   return redis.call('GET', KEYS[2])
 end
--- how the previous holder ended, before this grant moves the counter: `p{name}:last`
--- holds the latest grant's `<owner> <token>`, with " released" once its holder's own
--- release ran (never a cleanup's). No counter yet: the first grant; a record of another
--- token (a grant that wrote none, or a floor): unknown
-local function previous()
-  local counter = redis.call('GET', KEYS[2])
+local function previous(counter)
   if not counter then return 'none' end
   local last = redis.call('GET', string.sub(KEYS[1], 1, -5) .. 'last')
   local token, mark = string.match(last or '', '^%S+ (%d+)(.*)$')
@@ -260,30 +266,31 @@ local function previous()
   if mark == ' released' then return 'released' end
   return 'expired'
 end
-local function granted(before)
-  local token = next_token()
+local function granted()
+  local counter = redis.call('GET', KEYS[2])
+  local before = previous(counter)
+  local token = next_token(counter)
   redis.call('SET', string.sub(KEYS[1], 1, -5) .. 'last', ARGV[1] .. ' ' .. token)
   return {1, token, before}
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  -- a hand-off grant this acquire overtook says how the releasing holder ended
   local grant = redis.call('LINDEX', KEYS[6], 0)
   local fate = grant and string.match(grant, '^g:%d+ (%a+)$')
-  if fate then return {1, redis.call('GET', KEYS[2]) or next_token(), fate} end
-  return {1, redis.call('GET', KEYS[2]) or next_token()}
+  if fate then return {1, redis.call('GET', KEYS[2]) or next_token(nil), fate} end
+  return {1, redis.call('GET', KEYS[2]) or next_token(nil)}
 end
 if (not holder) or holder == 'r:' .. ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('DEL', KEYS[5], KEYS[6])
-  return granted(previous())
+  return granted()
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
 end
-if below_floor() then
+if floor and below_floor(redis.call('GET', KEYS[2])) then
   redis.call('SET', KEYS[2], floor)
   redis.call('DECR', KEYS[2])
 end
@@ -292,6 +299,9 @@ redis.call('DEL', KEYS[6])
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
+// The release, then the hand-off to the first live waiter. The release's own
+// " released" mark on `…:last` is written last, and only when no grant wrote that
+// waiter's record over it.
 const RELEASE_FAIR_LUA: &str = r#"redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
 local holder = redis.call('GET', KEYS[1])
@@ -302,10 +312,10 @@ local last_key = string.sub(KEYS[1], 1, -5) .. 'last'
 local last = redis.call('GET', last_key)
 local fate = 'expired'
 if ARGV[5] ~= 'cleanup' and last and string.match(last, '^(%S+) %d+$') == ARGV[1] then
-  redis.call('SET', last_key, last .. ' released')
   fate = 'released'
 end
 redis.call('DEL', KEYS[1])
+local recorded = false
 while true do
   local head = redis.call('ZPOPMIN', KEYS[2])
   if #head == 0 then break end
@@ -317,6 +327,7 @@ while true do
     redis.call('INCR', KEYS[4])
     local token = redis.call('GET', KEYS[4])
     redis.call('SET', last_key, waiter .. ' ' .. token)
+    recorded = true
     redis.call('DEL', ARGV[3] .. waiter)
     redis.call('RPUSH', ARGV[4] .. waiter, 'g:' .. token .. ' ' .. fate)
     redis.call('PEXPIRE', ARGV[4] .. waiter, ttl)
@@ -327,6 +338,9 @@ while true do
     redis.call('PEXPIRE', ARGV[4] .. waiter, ARGV[2])
     break
   end
+end
+if fate == 'released' and not recorded then
+  redis.call('SET', last_key, last .. ' released')
 end
 return 1
 "#;
