@@ -521,7 +521,8 @@ export interface ObserveOptions {
   /** `held_long` once one lease has been held this many TTLs: default 10 (0: never). */
   heldLongTtls?: number
   /** `hot_lock` when one acquisition found the lock held this many times before its grant
-   * or timeout: default 10 (0: never). */
+   * or timeout: default 10 (0: never). On Redis, memory and etcd only a new holder counts,
+   * so one long hold is never hot; elsewhere every attempt that finds the lock held. */
   hotLockAttempts?: number
   /** `hot_lock` when this many acquisitions of one name are pending on this backend:
    * default 10 (0: never). */

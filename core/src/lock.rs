@@ -300,8 +300,11 @@ struct Seen {
     started: Instant,
     /// Attempts that did not get the lock.
     misses: u32,
-    /// Of those, the ones that found it held by another.
+    /// Of those, the ones that found it held by another holder than the attempt before
+    /// (every one on a backend that does not mark its grants: `Read::Contended::holder`).
     found_held: u32,
+    /// The grant mark the last contended attempt found.
+    last_holder: Option<u64>,
     /// When the lease was granted.
     held_since: Option<Instant>,
     held_long_reported: bool,
@@ -490,6 +493,7 @@ impl Lock {
                     started: now,
                     misses: 0,
                     found_held: 0,
+                    last_holder: None,
                     held_since: None,
                     held_long_reported: false,
                     failing_since: None,
@@ -641,8 +645,13 @@ impl Lock {
         let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
         let seen = &mut self.acq.seen;
         seen.misses = seen.misses.saturating_add(1);
-        if let Miss::Contended { .. } = miss {
-            seen.found_held = seen.found_held.saturating_add(1);
+        if let Miss::Contended { holder, .. } = miss {
+            // One holder found again and again is a long hold, not contention: where the
+            // backend marks each grant, count the holders found, else the attempts.
+            if holder.is_none() || holder != seen.last_holder {
+                seen.found_held = seen.found_held.saturating_add(1);
+            }
+            seen.last_holder = holder;
             seen.failing_since = None;
             seen.unreachable_reported = None;
         } else if matches!(miss, Miss::Ambiguous) && ctx.observe.is_some() {
@@ -1031,7 +1040,11 @@ impl Lock {
                 let base = base.map_or(sent_at, |b| b.min(sent_at));
                 self.on_granted(ctx, trying, token, base, previous);
             }
-            Ok(Read::Contended { remaining, queued }) => {
+            Ok(Read::Contended {
+                remaining,
+                queued,
+                holder,
+            }) => {
                 trying.last_error = None;
                 self.attempt_failed(
                     ctx,
@@ -1039,6 +1052,7 @@ impl Lock {
                     Miss::Contended {
                         remaining,
                         queued,
+                        holder,
                         sent_at,
                     },
                 );
@@ -1057,6 +1071,7 @@ impl Lock {
                     Miss::Contended {
                         remaining,
                         queued: false,
+                        holder: None,
                         sent_at,
                     },
                 );
@@ -1387,10 +1402,12 @@ impl Lock {
 /// Why an attempt did not get the lock.
 #[derive(Clone, Copy, Debug)]
 enum Miss {
-    /// Another owner holds it (the acquire sent at `sent_at` found it so).
+    /// Another owner holds it (the acquire sent at `sent_at` found it so); `holder` as
+    /// `Read::Contended` has it.
     Contended {
         remaining: Option<Duration>,
         queued: bool,
+        holder: Option<u64>,
         sent_at: Instant,
     },
     /// The outcome is unknown: the server may hold the lock for this owner id.

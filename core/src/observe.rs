@@ -36,7 +36,10 @@ pub struct ObserveOptions {
     /// `held_long` once a lease has been held this many TTLs; default 10 (0: never).
     pub held_long_ttls: u32,
     /// `hot_lock` when one acquisition found the lock held by others this many times
-    /// before it was granted or timed out; default 10 (0: never).
+    /// before it was granted or timed out; default 10 (0: never). On Redis (and the
+    /// in-memory backend) and etcd a time counts only when the holder is another than
+    /// the attempt before found (the reply names the holder's grant), so one long hold
+    /// is never hot; on the other backends every attempt that finds the lock held counts.
     pub hot_lock_attempts: u32,
     /// `hot_lock` when this many acquisitions of one name are pending in this machine
     /// at once; default 10 (0: never).
@@ -138,8 +141,9 @@ pub enum Observation {
     /// or more (once per lease): the lock is held across slow calls.
     HeldLong { held_for: Duration, ttl: Duration },
     /// Warning: the lock is contended. `found_held`: times this acquisition found it
-    /// held by another before its grant or timeout (`hot_lock_attempts`); `waiters`:
-    /// acquisitions of the name pending in this machine (`hot_lock_waiters`).
+    /// held by another before its grant or timeout, a new holder each time where the
+    /// backend names the holder's grant (`hot_lock_attempts`); `waiters`: acquisitions
+    /// of the name pending in this machine (`hot_lock_waiters`).
     HotLock {
         found_held: Option<u32>,
         waiters: Option<u32>,

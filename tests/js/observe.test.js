@@ -180,7 +180,7 @@ test('a lease held many TTLs is a warning once; processWarnings: false keeps it 
   backend.close()
 })
 
-test('a hot lock is a warning for many waiters and for many failed attempts', async () => {
+test('a hot lock is a warning for many waiters, never for one long hold', async () => {
   const backend = new MemoryBackend()
   const seen = []
   backend.observe({ onEvent: (o) => seen.push(o), hotLockWaiters: 3, hotLockAttempts: 4, processWarnings: false })
@@ -191,9 +191,12 @@ test('a hot lock is a warning for many waiters and for many failed attempts', as
   assert.ok(results.every((r) => r.status === 'rejected' && r.reason instanceof AcquireTimeoutError))
   const hot = named(seen, 'hot_lock')
   assert.deepEqual(hot.filter((o) => 'waiters' in o.fields).map((o) => o.fields), [{ waiters: 3 }])
-  const byAttempts = hot.filter((o) => 'foundHeld' in o.fields)
-  assert.equal(byAttempts.length, 3)
-  for (const o of byAttempts) assert.ok(o.fields.foundHeld >= 4, o.fields.foundHeld)
+  // each waiter tried about ten times and found one holder: a long hold, not a hot lock
+  // (the core's tests count holders passing the lock along)
+  assert.deepEqual(hot.filter((o) => 'foundHeld' in o.fields), [])
+  const timedOut = named(seen, 'acquire_timed_out')
+  assert.equal(timedOut.length, 3)
+  for (const o of timedOut) assert.ok(o.fields.attempts >= 4, o.fields.attempts)
   assert.match(hot[0].message, /SKIP LOCKED/)
   backend.close()
 })

@@ -184,7 +184,7 @@ async def test_a_lease_held_many_ttls_is_a_warning_once(backend: fencepost.Memor
     assert "keep only the short protected step" in held[0].message
 
 
-async def test_a_hot_lock_is_a_warning_for_many_waiters_and_for_many_failed_attempts(
+async def test_a_hot_lock_is_a_warning_for_many_waiters_never_for_one_long_hold(
     backend: fencepost.MemoryBackend,
 ) -> None:
     seen = Recorder()
@@ -200,9 +200,11 @@ async def test_a_hot_lock_is_a_warning_for_many_waiters_and_for_many_failed_atte
     assert all(isinstance(r, AcquireTimeout) for r in results)
     hot = seen.named("hot_lock")
     assert [o.fields for o in hot if "waiters" in o.fields] == [{"waiters": 3}]
-    by_attempts = [o for o in hot if "found_held" in o.fields]
-    assert len(by_attempts) == 3  # each waiter, at its timeout
-    assert all(o.fields["found_held"] >= 4 for o in by_attempts)  # type: ignore[operator]
+    # each waiter tried about ten times and found one holder: a long hold, not a hot
+    # lock (the core's tests count holders passing the lock along)
+    assert [o for o in hot if "found_held" in o.fields] == []
+    timed_out = seen.named("acquire_timed_out")
+    assert len(timed_out) == 3 and all(o.fields["attempts"] >= 4 for o in timed_out)  # type: ignore[operator]
     assert "SKIP LOCKED" in hot[0].message
 
 

@@ -1217,9 +1217,11 @@ impl EtcdBackend {
                 match kvs.and_then(|k| k.first()) {
                     Some(kv) => {
                         progress.predecessor = Some(watch_target(kv, &v)?);
+                        // the holder is not in this reply: the next acquire txn says
                         Ok(Read::Contended {
                             remaining: None,
                             queued: true,
+                            holder: None,
                         })
                     }
                     // No predecessor left: check again.
@@ -1331,6 +1333,8 @@ impl EtcdBackend {
         Ok(Read::Contended {
             remaining: None,
             queued: true,
+            // the holder's key's create revision: its fencing token
+            holder: holder_rev.and_then(|r| u64::try_from(r).ok()),
         })
     }
 

@@ -483,6 +483,7 @@ impl KubernetesBackend {
                 return Ok(Read::Contended {
                     remaining: None,
                     queued: false,
+                    holder: None,
                 })
             }
             Answer::Status(code, reason) => return Err(status_error(code, &reason, reply)),
@@ -547,6 +548,7 @@ impl KubernetesBackend {
                 return Ok(Read::Contended {
                     remaining: Some(expires.saturating_duration_since(cx.now)),
                     queued: false,
+                    holder: None,
                 });
             }
             Write::Take

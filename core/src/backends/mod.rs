@@ -335,10 +335,13 @@ pub(crate) enum Read {
     Continue,
     /// Another owner holds the lock; it expires in about `remaining` if not renewed.
     /// `queued`: this owner now holds a place in a server-side queue, which giving up
-    /// must free.
+    /// must free. `holder`: a mark of the current grant that changes whenever the lock
+    /// changes hands (Redis: the token counter), where the backend reports one; it
+    /// tells a lock passed among many holders from one held long.
     Contended {
         remaining: Option<Duration>,
         queued: bool,
+        holder: Option<u64>,
     },
     /// A renew or release took effect; a wait ended without a grant (try now).
     Done,

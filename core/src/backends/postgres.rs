@@ -1048,10 +1048,12 @@ fn read_acquire_row(row: &[SqlValue]) -> Result<Read, ReadError> {
                 .ok()
                 .filter(|&m| m > 0)
                 .map(Duration::from_millis),
+            holder: None,
         }),
         [SqlValue::Null, SqlValue::Null] => Ok(Read::Contended {
             remaining: None,
             queued: false,
+            holder: None,
         }),
         _ => Err(protocol(format!(
             "acquire: expected one row (token or NULL, remaining ms or NULL), got {row:?}"
@@ -1283,7 +1285,8 @@ mod tests {
             read_acquire(&rows(vec![vec![Null, Int(250)]])),
             Ok(Read::Contended {
                 queued: false,
-                remaining: Some(Duration::from_millis(250))
+                remaining: Some(Duration::from_millis(250)),
+                holder: None,
             })
         );
         assert!(read_acquire(&rows(vec![])).is_err());
@@ -1320,7 +1323,8 @@ mod tests {
             read_acquire(&rows(vec![vec![Null, Int(250), Bool(false)]])),
             Ok(Read::Contended {
                 queued: false,
-                remaining: Some(Duration::from_millis(250))
+                remaining: Some(Duration::from_millis(250)),
+                holder: None,
             })
         );
         match read_acquire(&rows(vec![vec![Null, Null, Bool(true)]])) {

@@ -71,7 +71,8 @@ pub enum RedisScript {
     /// Free: `SET lock owner NX PX ttl_ms`, then the token counter becomes
     /// `max(counter + 1, floor)` (plain `INCR` without a floor), return `{1, token}`.
     /// Already ours: `PEXPIRE`, return `{1, token}` (idempotent retry). Held by
-    /// another: `{0, pttl}`. A floor that is not a positive decimal integer is an
+    /// another: `{0, pttl, counter}`, the counter's string (`""` before any grant)
+    /// marking the holder's grant (`Read::Contended::holder`). A floor that is not a positive decimal integer is an
     /// error reply. A new grant's reply has a third item saying how the previous
     /// holder ended (`released`, `expired`, `none`, `unknown`), from the `last` key
     /// beside the lock's (`p{name}:last`: the latest grant's `<owner> <token>`, with
@@ -100,7 +101,7 @@ pub enum RedisScript {
     /// the counter to at least `floor - 1` (so a hand-off's `INCR` reaches the floor),
     /// join the queue (once, FIFO), refresh presence (`alive` = `t:<ttl_ms>`,
     /// the TTL a release grants this waiter), clear the wake list (anything in it
-    /// predates this moment: a grant it carried has expired), `{0, pttl}`.
+    /// predates this moment: a grant it carried has expired), `{0, pttl, counter}`.
     AcquireFair,
     /// Fair release. `KEYS = [lock, queue, alive, token]`, `ARGV = [owner, claim_ms,
     /// alive_prefix, wake_prefix]`, with `"cleanup"` added for a cleanup (as
@@ -200,7 +201,7 @@ if holder == ARGV[1] then
   if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
   return {1, redis.call('GET', KEYS[2]) or next_token(nil)}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
 "#;
 
 // The metadata key (`…:meta`, see `RedisBackend::meta_key`) is reached from the lease
@@ -296,7 +297,7 @@ if floor and below_floor(redis.call('GET', KEYS[2])) then
 end
 redis.call('SET', KEYS[5], 't:' .. ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[6])
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
 "#;
 
 // The release, then the hand-off to the first live waiter. The release's own
@@ -876,9 +877,12 @@ impl Recipe for RedisBackend {
         };
         let read = match step {
             Step::Acquire => read_acquire(v).map(|read| match read {
-                Read::Contended { remaining, .. } => Read::Contended {
+                Read::Contended {
+                    remaining, holder, ..
+                } => Read::Contended {
                     remaining,
                     queued: self.fair,
+                    holder,
                 },
                 other => other,
             }),
@@ -1056,17 +1060,32 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
         return Err(server_error(e));
     }
     // a grant's third item: how the previous holder ended (a text; a name this
-    // reader does not know, from a newer script, reads as unknown)
-    let (pair, previous) = match v {
+    // reader does not know, from a newer script, reads as unknown); a refusal's: the
+    // token counter, which marks the holder's grant ("" before any grant)
+    let (pair, previous, holder) = match v {
         RedisValue::Array(items) => match items.as_slice() {
-            [a, b] => ((as_int(a), as_int(b)), Previous::Unknown),
+            [a, b] => ((as_int(a), as_int(b)), Previous::Unknown, None),
             [a, b, RedisValue::Data(p) | RedisValue::Status(p)] if as_int(a) == Some(1) => (
                 (as_int(a), as_int(b)),
                 p.parse().unwrap_or(Previous::Unknown),
+                None,
             ),
-            _ => ((None, None), Previous::Unknown),
+            [a, b, RedisValue::Data(c) | RedisValue::Status(c)] if as_int(a) == Some(0) => {
+                let counter = if c.is_empty() {
+                    Some(0)
+                } else {
+                    c.parse().ok()
+                };
+                // a counter not of digits fails the reply as a whole, below
+                (
+                    (as_int(a), as_int(b).filter(|_| counter.is_some())),
+                    Previous::Unknown,
+                    counter,
+                )
+            }
+            _ => ((None, None), Previous::Unknown, None),
         },
-        _ => ((None, None), Previous::Unknown),
+        _ => ((None, None), Previous::Unknown, None),
     };
     match pair {
         (Some(1), Some(token)) if token > 0 => Ok(Read::Granted {
@@ -1080,9 +1099,10 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
                 .ok()
                 .filter(|&ms| ms > 0)
                 .map(core::time::Duration::from_millis),
+            holder,
         }),
         _ => Err(protocol(format!(
-            "acquire script: expected [1, token > 0] or [0, pttl], got {v:?}"
+            "acquire script: expected [1, token > 0] or [0, pttl] (a counter third), got {v:?}"
         ))),
     }
 }
@@ -1315,13 +1335,23 @@ mod tests {
                 previous: crate::Previous::Unknown
             })
         );
-        assert_eq!(
-            read_acquire(&Array(vec![Int(0), Int(250)])),
+        // a refusal names the holder's grant by the token counter ("" before any grant);
+        // an older script's, without it, names none
+        let refused = |holder| {
             Ok(Read::Contended {
                 queued: false,
-                remaining: Some(core::time::Duration::from_millis(250))
+                remaining: Some(core::time::Duration::from_millis(250)),
+                holder,
             })
-        );
+        };
+        let counter = |c: &str| Array(vec![Int(0), Int(250), Data(c.into())]);
+        assert_eq!(read_acquire(&counter("17")), refused(Some(17)));
+        assert_eq!(read_acquire(&counter("")), refused(Some(0)));
+        assert_eq!(read_acquire(&Array(vec![Int(0), Int(250)])), refused(None));
+        assert!(matches!(
+            read_acquire(&counter("x")),
+            Err(ReadError::Protocol(_))
+        ));
         assert!(matches!(
             read_acquire(&Array(vec![Int(1), Int(0)])),
             Err(ReadError::Protocol(_))

@@ -572,6 +572,7 @@ impl ZooKeeperBackend {
                         Ok(Read::Contended {
                             remaining: None,
                             queued: true,
+                            holder: None,
                         })
                     }
                 }

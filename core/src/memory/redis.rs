@@ -197,10 +197,7 @@ impl MemoryRedis {
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
-                    Some(_) => {
-                        let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
-                        RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
-                    }
+                    Some(_) => self.refused(now, keys),
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
                         let previous = self.previous(now, &keys[1], &keys[0]);
@@ -300,8 +297,7 @@ impl MemoryRedis {
                     Some(now + presence),
                 );
                 self.lists.remove(&keys[5]);
-                let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
-                RedisValue::Array(vec![RedisValue::Int(0), RedisValue::Int(pttl)])
+                self.refused(now, keys)
             }
             RedisScript::ReleaseFair => {
                 let Some(claim) = parse_ms(&args[1]) else {
@@ -408,6 +404,17 @@ impl MemoryRedis {
             .get(key)
             .filter(|e| e.expires_at.is_none_or(|at| now < at))
             .map(|e| e.value.as_str())
+    }
+
+    /// An acquire's refusal: `[0, PTTL lock, the token counter or ""]`.
+    fn refused(&self, now: Instant, keys: &[String]) -> RedisValue {
+        let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
+        let counter = self.get(now, &keys[1]).unwrap_or_default().to_owned();
+        RedisValue::Array(vec![
+            RedisValue::Int(0),
+            RedisValue::Int(pttl),
+            RedisValue::Data(counter),
+        ])
     }
 
     /// `PTTL key` in ms: `None` when the key is missing, `-1` when it has no expiry.
