@@ -232,7 +232,7 @@ mod tests {
             read_xact_lock(&granted),
             JsOut::Object(vec![("ok", JsOut::Bool(true)), ("token", JsOut::Token(4))])
         );
-        assert!(matches!(sql_number(1.5), Err(_)));
+        assert!(sql_number(1.5).is_err());
         assert_eq!(sql_number(-3.0), Ok(SqlValue::Int(-3)));
     }
 }

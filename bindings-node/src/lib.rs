@@ -677,6 +677,8 @@ impl Machine {
 /// `kind` and `masters` would (`Machine.check`), without building one: no owner-id
 /// randomness is needed.
 #[napi]
+// one argument per machine setting, as JavaScript passes them (js/check.js)
+#[allow(clippy::too_many_arguments)]
 pub fn check_acquire(
     env: Env,
     key_prefix: Option<String>,

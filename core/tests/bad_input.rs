@@ -72,11 +72,17 @@ fn apply(o: &mut LockOptions, key: &str, v: &Value) -> Result<bool, Refusal> {
         "clock_margin" => duration().map(|d| o.clock_margin = d),
         "drift_factor" => match v {
             Value::Number(n) => n.as_f64().map(|f| o.drift_factor = f),
-            Value::Object(t) if t.contains_key("$nan") => Some(o.drift_factor = f64::NAN),
+            Value::Object(t) if t.contains_key("$nan") => {
+                o.drift_factor = f64::NAN;
+                Some(())
+            }
             _ => None,
         },
         "purpose" => match v.as_str() {
-            Some(p) => Some(o.purpose = p.parse::<Purpose>().map_err(|_| argument(Some(key)))?),
+            Some(p) => {
+                o.purpose = p.parse::<Purpose>().map_err(|_| argument(Some(key)))?;
+                Some(())
+            }
             None => None,
         },
         _ => None,

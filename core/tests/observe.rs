@@ -288,8 +288,10 @@ fn no_renewal_late_with_the_default_schedule() {
     let reply = t.apply(&renew);
     t.at(600).reply(0, &renew, reply); // 988 − 600 = 388 left, above 329.3
     assert_eq!(warnings(&mut t, 0), vec![]);
-    let mut strict = ObserveOptions::default();
-    strict.late_renewal_fraction = 0.5; // 494: 388 is late now
+    let strict = ObserveOptions {
+        late_renewal_fraction: 0.5, // 494: 388 is late now
+        ..ObserveOptions::default()
+    };
     t.clients[0].machine.observe(Some(strict)).unwrap();
     let renew = t.at(934).take(0, Renew);
     let reply = t.apply(&renew);
@@ -326,8 +328,10 @@ fn held_long_once_a_lease_is_held_ten_ttls() {
 
 #[test]
 fn held_long_follows_its_threshold_and_zero_turns_it_off() {
-    let mut three = ObserveOptions::default();
-    three.held_long_ttls = 3;
+    let three = ObserveOptions {
+        held_long_ttls: 3,
+        ..ObserveOptions::default()
+    };
     let mut t = observing(1, three);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
@@ -336,8 +340,10 @@ fn held_long_follows_its_threshold_and_zero_turns_it_off() {
         warnings(&mut t, 0).as_slice(),
         [Observation::HeldLong { .. }]
     ));
-    let mut off = ObserveOptions::default();
-    off.held_long_ttls = 0;
+    let off = ObserveOptions {
+        held_long_ttls: 0,
+        ..ObserveOptions::default()
+    };
     let mut t = observing(1, off);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
@@ -490,9 +496,11 @@ fn server_unreachable_every_thirty_seconds_while_acquire_timeout_is_unlimited() 
 
 #[test]
 fn warnings_and_events_switch_off_separately_and_thresholds_are_checked() {
-    let mut only_warnings = ObserveOptions::default();
-    only_warnings.events = false;
-    only_warnings.held_long_ttls = 2;
+    let only_warnings = ObserveOptions {
+        events: false,
+        held_long_ttls: 2,
+        ..ObserveOptions::default()
+    };
     let mut t = observing(1, only_warnings);
     t.at(0);
     t.acquire(0, "report", opts(1_000));
@@ -505,15 +513,19 @@ fn warnings_and_events_switch_off_separately_and_thresholds_are_checked() {
 
     let mut t = Timeline::redis(1);
     let m = &mut t.clients[0].machine;
-    let mut bad = ObserveOptions::default();
-    bad.late_renewal_fraction = 1.5;
+    let bad = ObserveOptions {
+        late_renewal_fraction: 1.5,
+        ..ObserveOptions::default()
+    };
     let err = m.observe(Some(bad)).unwrap_err();
     assert!(
         matches!(&err, UsageError::InvalidOption { option, .. } if option == "late_renewal_fraction"),
         "{err}"
     );
-    let mut bad = ObserveOptions::default();
-    bad.unreachable_every = Duration::ZERO;
+    let bad = ObserveOptions {
+        unreachable_every: Duration::ZERO,
+        ..ObserveOptions::default()
+    };
     assert!(m.observe(Some(bad)).is_err());
     // the events are the machine's own, observed or not
     t.at(0);

@@ -19,10 +19,13 @@ struct Seen {
     fields: HashMap<String, String>,
 }
 
+/// A span's name and fields.
+type SpanRecord = (String, HashMap<String, String>);
+
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<Seen>>,
-    spans: Mutex<HashMap<u64, (String, HashMap<String, String>)>>,
+    spans: Mutex<HashMap<u64, SpanRecord>>,
     current: Mutex<Vec<u64>>,
     next: AtomicU64,
 }

@@ -555,7 +555,7 @@ mod tests {
         let r = pg.run(ms(600), &b.release("r", &A, true));
         assert_eq!(r, row(&[Int(1), text("")]));
         let channel = crate::backends::postgres::notify_channel("fencepost", "r");
-        assert_eq!(pg.take_notifications(), [channel.clone()]);
+        assert_eq!(pg.take_notifications(), std::slice::from_ref(&channel));
         assert_eq!(pg.last_notify(&channel), Some(ms(600)));
         assert_eq!(pg.run(ms(601), &b.release("r", &A, true)), rows(vec![]));
         let r = pg.run(ms(700), &b.acquire("r", &B, 1_000, None, None));
