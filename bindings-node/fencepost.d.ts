@@ -20,6 +20,9 @@ export type Purpose = 'efficiency' | 'correctness'
 /**
  * Options of a lock. Types are checked when the `Lock` is built, ranges by the core: a bad
  * value throws `ConfigError` (code `ERR_CONFIG`) naming the option, before any request.
+ * An option left out (or `undefined`) takes its default; `null` does so only where the
+ * option says so (`acquireTimeoutMs`, `retryCount`, `renewEveryMs`, `tokenFloor`,
+ * `metadata`) and is a value of the wrong type elsewhere (`ttlMs: null` throws).
  */
 export interface LockOptions {
   /** Lease length the server enforces, ms: 1 ..= 2^31 (about 24.8 days). Default 30 000. */
@@ -89,7 +92,8 @@ export interface LockOptions {
   /**
    * Holder metadata stored with each grant, for operators (`backend.inspect`,
    * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
-   * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
+   * (`standardMetadata()` fills host, pid, process, acquired_at and a label);
+   * `null`/`undefined` = none (default). Display
    * only: nothing decides on it. Plain Redis, MemoryBackend, PostgreSQL lease rows (the
    * row's `metadata` column), etcd (the lock key's value), KubernetesLeaseBackend (the
    * Lease's `fencepost.dev/holder-metadata` annotation) and the Node-only
