@@ -1272,7 +1272,11 @@ export declare class AcquireTimeoutError extends FencepostError {
   readonly code: 'ERR_ACQUIRE_TIMEOUT'
   readonly lockName: string
   /** The last transport or server error seen while trying, or `null` when the lock was
-   * simply held by someone else. */
+   * simply held by someone else. When the server is still unreachable and the client
+   * reported why only as an event (ioredis holds commands in its offline queue while it
+   * cannot connect, so they get no reply rather than an error), that error comes first:
+   * "Error: connect ECONNREFUSED 127.0.0.1:6379 (reported by the client while the server
+   * was unreachable; the lock saw: the acquire request got no reply in time)". */
   readonly lastError: string | null
 }
 

@@ -72,9 +72,19 @@ class Reachability {
     this.reportEveryMs = 5000
     /** transport failures in a row, since the last request that got a reply */
     this.failures = 0
+    /** the last connection error the client reported on its own (`clientFailed`), not
+     * through a request: null until then, and once the server answers again */
+    this.clientError = null
     this._since = 0
     this._reportedAt = 0
     this._reportedFailures = 0
+  }
+
+  /** The client reported a connection error (an 'error' event): a failure, which no
+   * request's outcome may tell the machine. */
+  clientFailed (message) {
+    this.clientError = message
+    this.failed(message)
   }
 
   failed (message) {
@@ -96,6 +106,7 @@ class Reachability {
     if (this.failures === 0) return
     const failures = this.failures
     this.failures = 0
+    this.clientError = null
     emitWarning(`${this.label} reaches its server again, after ${failures} failed requests in ${((now() - this._since) / 1000).toFixed(1)} s`, 'FENCEPOST_REACHABLE')
   }
 }
@@ -186,6 +197,18 @@ class Driver {
 
   owner (lock) {
     return this.machine.owner(lock) ?? ''
+  }
+
+  /** The `lastError` of an acquisition that timed out: the machine's last error
+   * (`message`, null when the lock was held by another owner), led by the error the
+   * backend's client reported if its server is unreachable right now and the machine
+   * never saw that error. A client that holds commands while it cannot connect
+   * (ioredis's offline queue) fails none of them: the machine saw its requests get no
+   * reply in time, and the cause ("connect ECONNREFUSED …") came as a client event. */
+  timeoutError (message) {
+    const client = this.backend._reachability?.clientError ?? null
+    if (message === null || client === null || message.includes(client)) return message
+    return `${client} (reported by the client while the server was unreachable; the lock saw: ${message})`
   }
 
   /** Releases every lock (best effort: the requests still run), then marks held leases

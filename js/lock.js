@@ -128,7 +128,7 @@ class Acquisition {
       case 'acquire_failed':
         this.settle(this.acquired, 'reject', event.reason === 'protocol'
           ? new ProtocolError(`acquiring lock ${JSON.stringify(this.name)} failed: ${event.message}`)
-          : new AcquireTimeoutError(this.name, event.message))
+          : new AcquireTimeoutError(this.name, this.driver.timeoutError(event.message)))
         break
     }
   }
