@@ -381,6 +381,10 @@ function createLock (isBackend) {
         acquisition.settle(acquisition.acquired, 'reject', signal.reason)
       }
       signal.addEventListener('abort', onAbort, { once: true })
+      // Aborted while the acquisition started: by user code the start ran (an
+      // observation callback, the abort listeners of a lease whose loss the start
+      // delivered), before the listener was there to hear it.
+      if (signal.aborted) onAbort()
       try {
         return await acquired
       } finally {

@@ -193,6 +193,39 @@ test('an abort signal cancels a waiting acquire and leaves the lock free', async
   backend.close()
 })
 
+test('a signal aborted while acquire() starts cancels it: by an observation callback, or by a loss the start delivers', async () => {
+  const backend = new MemoryBackend()
+  const holder = await new Lock(backend, 'c', { ttlMs: 5_000 }).acquire()
+  const within = (promise) => Promise.race([promise, sleep(1_000).then(() => { throw new Error('still pending after 1 s') })])
+  // the lock's own callback hears 'acquiring' inside acquire(), and aborts
+  const controller = new AbortController()
+  const seen = []
+  const observed = new Lock(backend, 'c', {
+    ttlMs: 5_000,
+    onEvent: (o) => {
+      seen.push(o.event)
+      if (o.event === 'acquiring') controller.abort(new Error('shutting down'))
+    }
+  })
+  await assert.rejects(within(observed.acquire({ signal: controller.signal })), { message: 'shutting down' })
+  assert.deepEqual(seen, ['acquiring', 'released']) // cancelled before a grant
+  // acquiring under another lease's signal, that lease already past its validity: the
+  // start's own input delivers the loss, which aborts the signal
+  const first = await new Lock(backend, 'first', { ttlMs: 50, autoRenew: false }).acquire()
+  const signal = first.signal
+  const until = performance.now() + 80
+  while (performance.now() < until) {} // eslint-disable-line no-empty -- busy past the validity: no timer runs
+  const error = await within(new Lock(backend, 'c', { ttlMs: 5_000 }).acquire({ signal })).then(() => null, (e) => e)
+  assert.ok(error instanceof LockLostError, String(error))
+  assert.equal(error, first.signal.reason)
+  assert.equal(error.reason, 'expired')
+  // neither cancelled acquisition waits on: the holder's release frees the lock
+  await holder.release()
+  await sleep(10)
+  assert.equal(backend.server.lockOwner('c'), null)
+  backend.close()
+})
+
 /** A memory backend whose replies are held back until released. */
 class SlowBackend extends MemoryBackend {
   constructor (delayMs) {
