@@ -195,10 +195,6 @@ class Driver {
     if (!this.closed) this._feedTimeout()
   }
 
-  owner (lock) {
-    return this.machine.owner(lock) ?? ''
-  }
-
   /** The `lastError` of an acquisition that timed out: the machine's last error
    * (`message`, null when the lock was held by another owner), led by the error the
    * backend's client reported if its server is unreachable right now and the machine

@@ -91,7 +91,7 @@ class Acquisition {
   onEvent (event) {
     switch (event.type) {
       case 'acquired': {
-        const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId ?? this.driver.owner(this.lockId))
+        const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId)
         lease._previous = event.previous
         this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
         // the acquisition is its own unregister token (see finished())
