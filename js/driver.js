@@ -160,11 +160,18 @@ class Driver {
     this._checkOpen()
     const observer = this.backend._observer
     if (observer !== undefined) this.observing = observer.sync(this.machine, this.observing)
-    acquisition.lockId = prepared === null
-      ? this.machine._acquire(now(), acquisition.name, options)
-      : this.machine._acquirePrepared(now(), acquisition.name, prepared)
+    if (prepared === null) {
+      acquisition.lockId = this.machine._acquire(now(), acquisition.name, options)
+      this.acquisitions.set(acquisition.lockId, acquisition)
+      this._drain()
+      return
+    }
+    // the acquire and its poll in one call across the addon boundary, as replies and
+    // releases are fed
+    const polled = this.machine._acquirePreparedPoll(now(), acquisition.name, prepared)
+    acquisition.lockId = polled.lock
     this.acquisitions.set(acquisition.lockId, acquisition)
-    this._drain()
+    this._drain(polled)
   }
 
   /** Releases the lock, or cancels its acquisition; a no-op once the machine has
@@ -261,11 +268,11 @@ class Driver {
   }
 
   /** Drains the machine's outputs; `polled` is a poll the input's own call already made
-   * (`_replyPoll`, `_releasePoll`), or null. Events run user code synchronously (a lease's
-   * `abort` listeners), which may feed the machine again (release, acquire, check): such
-   * a nested drain hands its poll (if its input made one) to the outer one and marks it to
-   * poll once more, so outputs are handled in order and the timer is set from the
-   * machine's latest answer. */
+   * (`_acquirePreparedPoll`, `_replyPoll`, `_releasePoll`), or null. Events run user code
+   * synchronously (a lease's `abort` listeners), which may feed the machine again
+   * (release, acquire, check): such a nested drain hands its poll (if its input made one)
+   * to the outer one and marks it to poll once more, so outputs are handled in order and
+   * the timer is set from the machine's latest answer. */
   _drain (polled = null) {
     if (this.draining) {
       // what this input's call polled goes to the outer drain, in order, before it

@@ -373,7 +373,13 @@ function createLock (isBackend) {
       const driver = this._backend._driver()
       const acquisition = new Acquisition(this, driver)
       const acquired = acquisition.acquired.promise
-      driver.start(acquisition, lockOptions)
+      if (lockOptions === this._options) {
+        // the lock's own options (a signal only): read once, as acquire() reads them
+        if (this._prepared === null) this._prepared = driver.machine._prepare(this._options)
+        driver.start(acquisition, lockOptions, this._prepared)
+      } else {
+        driver.start(acquisition, lockOptions)
+      }
       if (signal === null) return acquired
       const onAbort = () => {
         if (acquisition.acquired.settled) return
