@@ -20,6 +20,9 @@ export type Purpose = 'efficiency' | 'correctness'
 /**
  * Options of a lock. Types are checked when the `Lock` is built, ranges by the core: a bad
  * value throws `ConfigError` (code `ERR_CONFIG`) naming the option, before any request.
+ * An option left out (or `undefined`) takes its default; `null` does so only where the
+ * option says so (`acquireTimeoutMs`, `retryCount`, `renewEveryMs`, `tokenFloor`,
+ * `metadata`) and is a value of the wrong type elsewhere (`ttlMs: null` throws).
  */
 export interface LockOptions {
   /** Lease length the server enforces, ms: 1 ..= 2^31 (about 24.8 days). Default 30 000. */
@@ -89,7 +92,8 @@ export interface LockOptions {
   /**
    * Holder metadata stored with each grant, for operators (`backend.inspect`,
    * `backend.list`): a plain object of strings, at most 4096 bytes as JSON
-   * (`standardMetadata()` fills host, pid, process, acquired_at and a label). Display
+   * (`standardMetadata()` fills host, pid, process, acquired_at and a label);
+   * `null`/`undefined` = none (default). Display
    * only: nothing decides on it. Plain Redis, MemoryBackend, PostgreSQL lease rows (the
    * row's `metadata` column), etcd (the lock key's value), KubernetesLeaseBackend (the
    * Lease's `fencepost.dev/holder-metadata` annotation) and the Node-only
@@ -502,7 +506,8 @@ export interface Observation {
   /** Whether it is a warning (a pitfall to fix) rather than an event. */
   warning: boolean
   fields: { [field: string]: number | bigint | string }
-  /** A one-line text; a warning's names what to change (the core's option names). */
+  /** A one-line text, durations in ms (`lock "report": acquired with token 3 after
+   * 1.25 ms (1 attempt)`); a warning's names what to change (the core's option names). */
   message: string
 }
 
@@ -1269,7 +1274,11 @@ export declare class AcquireTimeoutError extends FencepostError {
   readonly code: 'ERR_ACQUIRE_TIMEOUT'
   readonly lockName: string
   /** The last transport or server error seen while trying, or `null` when the lock was
-   * simply held by someone else. */
+   * simply held by someone else. When the server is still unreachable and the client
+   * reported why only as an event (ioredis holds commands in its offline queue while it
+   * cannot connect, so they get no reply rather than an error), that error comes first:
+   * "Error: connect ECONNREFUSED 127.0.0.1:6379 (reported by the client while the server
+   * was unreachable; the lock saw: the acquire request got no reply in time)". */
   readonly lastError: string | null
 }
 

@@ -55,8 +55,12 @@ export declare class Machine {
   check(name: string, options: object): void
   /** Starts acquiring `name`; returns the new lock id. */
   acquire(nowMs: number, name: string, options: object): number
-  /** `acquire` with options read beforehand (`PreparedOptions`). */
-  acquirePrepared(nowMs: number, name: string, options: PreparedOptions): number
+  /**
+   * `acquire` with options read beforehand (`PreparedOptions`), then `pollJson()`, in
+   * one call (the driver's path): the poll's JSON text with the new lock id in front,
+   * `[lock, nextTimeoutMs | null, observationsPending, ...records]`.
+   */
+  acquirePreparedPoll(nowMs: number, name: string, options: PreparedOptions): string
   /** Releases `lock`, or cancels its acquisition. A finished lock ignores it. */
   release(nowMs: number, lock: number): void
   /**
@@ -151,7 +155,7 @@ export declare class MemoryRedis {
 
 /**
  * Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
- * for `acquirePrepared`: a lock acquired again and again skips reading the object's
+ * for `acquirePreparedPoll`: a lock acquired again and again skips reading the object's
  * properties each time. Immutable; checked against a backend only when acquiring.
  * Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
  */

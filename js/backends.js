@@ -762,7 +762,7 @@ function createBackends (native, LockMachine, fence) {
       // A client that cannot connect holds commands in its offline queue (ioredis) or
       // fails them only at their deadline: its own events tell an outage at once.
       this._clientEvents = typeof client.on === 'function'
-        ? { error: (error) => this._reachability.failed(describeError(error)), ready: () => this._reachability.succeeded() }
+        ? { error: (error) => this._reachability.clientFailed(describeError(error)), ready: () => this._reachability.succeeded() }
         : null
       if (this._clientEvents !== null) {
         client.on('error', this._clientEvents.error)

@@ -92,9 +92,12 @@ function suggestion (key) {
 
 /**
  * Lock options as the user gave them → the native shape: the same names, types checked,
- * absent (or `null`) options left out so the core's defaults apply. `acquireTimeoutMs`
+ * absent (`undefined`) options left out so the core's defaults apply. `null` is a value
+ * of the wrong type (ConfigError naming the option), except for the options whose `null`
+ * fencepost.d.ts documents as their default: `acquireTimeoutMs`
  * `null`, `undefined` or `Infinity` means wait forever; `renewEveryMs` `null` or
- * `undefined` means ttl / 3.
+ * `undefined` means ttl / 3; `retryCount` `null` no limit; `tokenFloor` and `metadata`
+ * `null` none.
  */
 function lockOptions (options) {
   const given = plainObject(options, 'lock options')
@@ -110,7 +113,7 @@ function lockOptions (options) {
     }
   }
   for (const key of DURATION_OPTIONS) {
-    if (given[key] !== undefined && given[key] !== null) out[key] = optionMillis(given[key], key)
+    if (given[key] !== undefined) out[key] = optionMillis(given[key], key)
   }
   if (given.acquireTimeoutMs !== undefined && given.acquireTimeoutMs !== null && given.acquireTimeoutMs !== Infinity) {
     out.acquireTimeoutMs = optionMillis(given.acquireTimeoutMs, 'acquireTimeoutMs')
@@ -119,15 +122,19 @@ function lockOptions (options) {
     out.renewEveryMs = optionMillis(given.renewEveryMs, 'renewEveryMs')
   }
   for (const key of BOOLEAN_OPTIONS) {
-    if (given[key] !== undefined && given[key] !== null) {
+    if (given[key] !== undefined) {
       if (typeof given[key] !== 'boolean') {
         throw new ConfigError(`${key} must be true or false, got ${describe(given[key])}`, { option: key })
       }
       out[key] = given[key]
     }
   }
-  if (given.purpose !== undefined && given.purpose !== null) {
-    // Its names are the core's: the addon refuses an unknown one, listing them.
+  if (given.purpose !== undefined) {
+    // Its names are the core's: the addon refuses an unknown one, listing them (it
+    // would take a null for an absent option).
+    if (given.purpose === null) {
+      throw new ConfigError('purpose must be the name of a purpose (leave it out for the default), got null', { option: 'purpose' })
+    }
     out.purpose = given.purpose
   }
   if (given.retryCount !== undefined && given.retryCount !== null && given.retryCount !== Infinity) {
@@ -136,13 +143,13 @@ function lockOptions (options) {
     }
     out.retryCount = given.retryCount
   }
-  if (given.minReplicas !== undefined && given.minReplicas !== null) {
+  if (given.minReplicas !== undefined) {
     if (!Number.isInteger(given.minReplicas) || given.minReplicas < 0 || given.minReplicas > 2 ** 32 - 1) {
       throw new ConfigError(`minReplicas must be an integer in 0 ..= 2**32 - 1 (replicas that must confirm each grant and renewal), got ${describe(given.minReplicas)}`, { option: 'minReplicas' })
     }
     out.minReplicas = given.minReplicas
   }
-  if (given.driftFactor !== undefined && given.driftFactor !== null) {
+  if (given.driftFactor !== undefined) {
     // NaN passes the type check: the core refuses it naming the allowed range.
     if (typeof given.driftFactor !== 'number') {
       throw new ConfigError(`driftFactor must be a number (a fraction, 0.01 = 1 %), got ${describe(given.driftFactor)}`, { option: 'driftFactor' })

@@ -72,9 +72,19 @@ class Reachability {
     this.reportEveryMs = 5000
     /** transport failures in a row, since the last request that got a reply */
     this.failures = 0
+    /** the last connection error the client reported on its own (`clientFailed`), not
+     * through a request: null until then, and once the server answers again */
+    this.clientError = null
     this._since = 0
     this._reportedAt = 0
     this._reportedFailures = 0
+  }
+
+  /** The client reported a connection error (an 'error' event): a failure, which no
+   * request's outcome may tell the machine. */
+  clientFailed (message) {
+    this.clientError = message
+    this.failed(message)
   }
 
   failed (message) {
@@ -96,6 +106,7 @@ class Reachability {
     if (this.failures === 0) return
     const failures = this.failures
     this.failures = 0
+    this.clientError = null
     emitWarning(`${this.label} reaches its server again, after ${failures} failed requests in ${((now() - this._since) / 1000).toFixed(1)} s`, 'FENCEPOST_REACHABLE')
   }
 }
@@ -149,11 +160,18 @@ class Driver {
     this._checkOpen()
     const observer = this.backend._observer
     if (observer !== undefined) this.observing = observer.sync(this.machine, this.observing)
-    acquisition.lockId = prepared === null
-      ? this.machine._acquire(now(), acquisition.name, options)
-      : this.machine._acquirePrepared(now(), acquisition.name, prepared)
+    if (prepared === null) {
+      acquisition.lockId = this.machine._acquire(now(), acquisition.name, options)
+      this.acquisitions.set(acquisition.lockId, acquisition)
+      this._drain()
+      return
+    }
+    // the acquire and its poll in one call across the addon boundary, as replies and
+    // releases are fed
+    const polled = this.machine._acquirePreparedPoll(now(), acquisition.name, prepared)
+    acquisition.lockId = polled.lock
     this.acquisitions.set(acquisition.lockId, acquisition)
-    this._drain()
+    this._drain(polled)
   }
 
   /** Releases the lock, or cancels its acquisition; a no-op once the machine has
@@ -184,8 +202,16 @@ class Driver {
     if (!this.closed) this._feedTimeout()
   }
 
-  owner (lock) {
-    return this.machine.owner(lock) ?? ''
+  /** The `lastError` of an acquisition that timed out: the machine's last error
+   * (`message`, null when the lock was held by another owner), led by the error the
+   * backend's client reported if its server is unreachable right now and the machine
+   * never saw that error. A client that holds commands while it cannot connect
+   * (ioredis's offline queue) fails none of them: the machine saw its requests get no
+   * reply in time, and the cause ("connect ECONNREFUSED …") came as a client event. */
+  timeoutError (message) {
+    const client = this.backend._reachability?.clientError ?? null
+    if (message === null || client === null || message.includes(client)) return message
+    return `${client} (reported by the client while the server was unreachable; the lock saw: ${message})`
   }
 
   /** Releases every lock (best effort: the requests still run), then marks held leases
@@ -242,11 +268,11 @@ class Driver {
   }
 
   /** Drains the machine's outputs; `polled` is a poll the input's own call already made
-   * (`_replyPoll`, `_releasePoll`), or null. Events run user code synchronously (a lease's
-   * `abort` listeners), which may feed the machine again (release, acquire, check): such
-   * a nested drain hands its poll (if its input made one) to the outer one and marks it to
-   * poll once more, so outputs are handled in order and the timer is set from the
-   * machine's latest answer. */
+   * (`_acquirePreparedPoll`, `_replyPoll`, `_releasePoll`), or null. Events run user code
+   * synchronously (a lease's `abort` listeners), which may feed the machine again
+   * (release, acquire, check): such a nested drain hands its poll (if its input made one)
+   * to the outer one and marks it to poll once more, so outputs are handled in order and
+   * the timer is set from the machine's latest answer. */
   _drain (polled = null) {
     if (this.draining) {
       // what this input's call polled goes to the outer drain, in order, before it

@@ -117,6 +117,34 @@ function jsWords (text) {
     .replace(/\b(accept_failover_risk|auto_renew|renew_every|retry_base|retry_max|acquire_timeout|clock_margin|drift_factor|token_floor|min_replicas|replica_timeout)\b/g, (name) => JS_OPTION[name])
 }
 
+/** A duration as Rust's `Debug` prints it in core messages: `0ns`, `500µs`, `1.5ms`,
+ * `29.698s` (digits, then the unit, nothing around them that is part of a word). */
+const RUST_DURATION = /(?<![\w.])(\d+)(?:\.(\d+))?(ns|[\u00b5\u03bc]s|ms|s)(?![\w\u00b5\u03bc])/g
+/** Where each unit puts the decimal point of milliseconds. */
+const MS_SHIFT = { s: 3, ms: 0, ns: -6 }
+
+/** The decimal `whole.frac` times 10 ** `shift`, exactly (the point moved, no floats). */
+function shiftPoint (whole, frac, shift) {
+  let digits = whole + frac
+  let point = whole.length + shift
+  if (point < 1) {
+    digits = '0'.repeat(1 - point) + digits
+    point = 1
+  }
+  if (point > digits.length) digits += '0'.repeat(point - digits.length)
+  const int = digits.slice(0, point).replace(/^0+(?=\d)/, '')
+  const rest = digits.slice(point).replace(/0+$/, '')
+  return rest === '' ? int : `${int}.${rest}`
+}
+
+/** Core messages print durations as Rust's `Debug` does (`0ns`, `1.5s`); say them in
+ * milliseconds, as JavaScript's options and fields are (`0 ms`, `1500 ms`). Only for
+ * the core's own words: never on text a message quotes (a lock name, a server's error). */
+function durationsInMs (text) {
+  return String(text).replace(RUST_DURATION, (_, whole, frac, unit) =>
+    `${shiftPoint(whole, frac ?? '', MS_SHIFT[unit] ?? -3)} ms`)
+}
+
 // napi-rs's own codes for an argument of the wrong type (the JavaScript half checks types
 // first, so these mean a bug or a value that changed under us).
 const NAPI_TYPE_CODES = new Set([
@@ -131,8 +159,10 @@ function fromNative (error) {
   switch (error.code) {
     case 'ERR_CONFIG': {
       const option = error.option ? (JS_OPTION[error.option] ?? error.option) : null
+      // an option in milliseconds is told in milliseconds (its detail is the core's
+      // words and numbers; other messages may quote a name or a server's text)
       const message = error.kind === 'invalid_option' && option
-        ? `${option}: ${jsWords(error.detail ?? error.message)}`
+        ? `${option}: ${jsWords(option.endsWith('Ms') ? durationsInMs(error.detail ?? error.message) : error.detail ?? error.message)}`
         : jsWords(error.message)
       return new ConfigError(message, { kind: error.kind, option })
     }
@@ -167,6 +197,7 @@ module.exports = {
   ProtocolError,
   BackendError,
   JS_OPTION,
+  durationsInMs,
   fromNative,
   translate
 }

@@ -91,7 +91,7 @@ class Acquisition {
   onEvent (event) {
     switch (event.type) {
       case 'acquired': {
-        const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId ?? this.driver.owner(this.lockId))
+        const lease = new Lease(this, event.token, event.validUntilMs, event.ownerId)
         lease._previous = event.previous
         this._leaseRef = typeof WeakRef === 'function' ? new WeakRef(lease) : lease
         // the acquisition is its own unregister token (see finished())
@@ -128,7 +128,7 @@ class Acquisition {
       case 'acquire_failed':
         this.settle(this.acquired, 'reject', event.reason === 'protocol'
           ? new ProtocolError(`acquiring lock ${JSON.stringify(this.name)} failed: ${event.message}`)
-          : new AcquireTimeoutError(this.name, event.message))
+          : new AcquireTimeoutError(this.name, this.driver.timeoutError(event.message)))
         break
     }
   }
@@ -373,7 +373,13 @@ function createLock (isBackend) {
       const driver = this._backend._driver()
       const acquisition = new Acquisition(this, driver)
       const acquired = acquisition.acquired.promise
-      driver.start(acquisition, lockOptions)
+      if (lockOptions === this._options) {
+        // the lock's own options (a signal only): read once, as acquire() reads them
+        if (this._prepared === null) this._prepared = driver.machine._prepare(this._options)
+        driver.start(acquisition, lockOptions, this._prepared)
+      } else {
+        driver.start(acquisition, lockOptions)
+      }
       if (signal === null) return acquired
       const onAbort = () => {
         if (acquisition.acquired.settled) return
@@ -381,6 +387,10 @@ function createLock (isBackend) {
         acquisition.settle(acquisition.acquired, 'reject', signal.reason)
       }
       signal.addEventListener('abort', onAbort, { once: true })
+      // Aborted while the acquisition started: by user code the start ran (an
+      // observation callback, the abort listeners of a lease whose loss the start
+      // delivered), before the listener was there to hear it.
+      if (signal.aborted) onAbort()
       try {
         return await acquired
       } finally {

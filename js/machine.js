@@ -19,8 +19,9 @@ const PREVIOUS = ['released', 'expired', 'none', 'unknown']
  * JavaScript build them for a fraction of that). The layout is the core's, written out in
  * core/src/js_outputs.rs; every code of a named enum is its index in the core's list of
  * names (`native.coreNames()`). The addon adds a second slot after `nextTimeoutMs`: how
- * many observations wait. Returns `{ outputs, nextTimeoutMs, observationsPending }`, the
- * output objects as `LockMachine.poll()` always gave them.
+ * many observations wait. Returns `{ outputs, nextTimeoutMs, observationsPending, lock }`,
+ * the output objects as `LockMachine.poll()` always gave them; `lock` is the new lock id
+ * an `acquirePreparedPoll` text carries in front (`withLock`), else -1.
  */
 function createDecoder (native) {
   const names = native.coreNames()
@@ -34,11 +35,12 @@ function createDecoder (native) {
     for (let k = 0; k < n; k++) out[k] = flat[i + k]
     return out
   }
-  return function decodeOutputs (json) {
+  return function decodeOutputs (json, withLock = false) {
     const flat = JSON.parse(json)
     const outputs = []
     const n = flat.length
-    let i = 2
+    const head = withLock ? 1 : 0
+    let i = head + 2
     while (i < n) {
       const tag = flat[i]
       const lock = flat[i + 1 + (tag === 0 ? 1 : 0)]
@@ -127,7 +129,7 @@ function createDecoder (native) {
           throw new Error(`fencepost: unknown output record ${tag} from the addon (a JavaScript half and an addon of different versions?)`)
       }
     }
-    return { outputs, nextTimeoutMs: flat[0], observationsPending: flat[1] }
+    return { outputs, nextTimeoutMs: flat[head], observationsPending: flat[head + 1], lock: withLock ? flat[0] : -1 }
   }
 }
 
@@ -283,14 +285,19 @@ function createLockMachine (native) {
       try { return this._m.acquire(nowMs, name, normalizedOptions) } catch (error) { throw fromNative(error) }
     }
 
-    /** The addon's reading of `normalizedOptions`, made once for `_acquirePrepared` (the
-     * addon reads an options object property by property: dearer than the acquire). */
+    /** The addon's reading of `normalizedOptions`, made once for `_acquirePreparedPoll`
+     * (the addon reads an options object property by property: dearer than the acquire). */
     _prepare (normalizedOptions) {
       try { return new native.PreparedOptions(normalizedOptions) } catch (error) { throw fromNative(error) }
     }
 
-    _acquirePrepared (nowMs, name, prepared) {
-      try { return this._m.acquirePrepared(nowMs, name, prepared) } catch (error) { throw fromNative(error) }
+    /** Starts acquiring `name` with options read beforehand (`_prepare`), then
+     * `_poll()`, in one call across the addon boundary: the poll, with the new lock id as
+     * its `lock`. */
+    _acquirePreparedPoll (nowMs, name, prepared) {
+      let json
+      try { json = this._m.acquirePreparedPoll(nowMs, name, prepared) } catch (error) { throw fromNative(error) }
+      return decodeOutputs(json, true)
     }
 
     _release (nowMs, lock) {

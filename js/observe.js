@@ -17,7 +17,7 @@
 //
 // Shared word for word by the napi and WASM packages.
 
-const { ConfigError } = require('./errors')
+const { ConfigError, durationsInMs } = require('./errors')
 
 const EVENTS = Object.freeze([
   'acquiring', 'acquired', 'renewed', 'renewal_failing', 'lost', 'released',
@@ -83,6 +83,24 @@ const allChannel = diagnosticsChannel.channel(ALL_CHANNEL)
 /** `FENCEPOST_RENEWAL_LATE` for 'renewal_late'. */
 const warningCode = (event) => `FENCEPOST_${event.toUpperCase()}`
 
+/** An observation's message (the core's: `lock "name": …`, durations as Rust prints
+ * them) with its durations in milliseconds, as its fields are. The lock name and the
+ * errors it quotes (`error`, `lastError`: a server's or a client's text) stay as they
+ * are; a message of another shape too. */
+function messageInMs (message, name, fields) {
+  const prefix = `lock ${JSON.stringify(name)}: `
+  if (!message.startsWith(prefix)) return message
+  let out = prefix
+  let at = prefix.length
+  for (const quoted of [fields.error, fields.lastError]) {
+    const i = typeof quoted === 'string' && quoted !== '' ? message.indexOf(quoted, at) : -1
+    if (i < 0) continue
+    out += durationsInMs(message.slice(at, i)) + quoted
+    at = i + quoted.length
+  }
+  return out + durationsInMs(message.slice(at))
+}
+
 /** The observeFlat() layout → observation objects. */
 function decodeObservations (flat) {
   const out = []
@@ -92,7 +110,8 @@ function decodeObservations (flat) {
     const n = flat[i + 5]
     const fields = {}
     for (let k = 0; k < n; k++) fields[flat[i + 6 + 2 * k]] = flat[i + 7 + 2 * k]
-    out.push({ event, lock: flat[i + 1], lockId: flat[i], level: flat[i + 3], warning: WARNING_SET.has(event), fields, message: flat[i + 4] })
+    const lock = flat[i + 1]
+    out.push({ event, lock, lockId: flat[i], level: flat[i + 3], warning: WARNING_SET.has(event), fields, message: messageInMs(flat[i + 4], lock, fields) })
     i += 6 + 2 * n
   }
   return out

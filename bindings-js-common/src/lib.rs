@@ -847,6 +847,19 @@ impl JsMachine {
         Ok(lock.0 as f64)
     }
 
+    /// [`Self::acquire`], then [`Self::poll_json`], for the drivers' one call across the
+    /// addon boundary: the poll's JSON text with the new lock id in front, `[lock,
+    /// nextTimeoutMs | null, observationsPending, ...records]`.
+    pub fn acquire_poll_json(
+        &mut self,
+        now_ms: f64,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<String> {
+        let lock = self.acquire(now_ms, name, options)?;
+        Ok(self.poll_json_after(Some(lock)))
+    }
+
     /// Releases `lock`, or cancels its acquisition.
     pub fn release(&mut self, now_ms: f64, lock: f64) -> Result<()> {
         let input = Input::Release {
@@ -928,6 +941,11 @@ impl JsMachine {
     /// ([`js_outputs::push_json`]): the count tells the host whether to drain
     /// observations, without a call to ask.
     pub fn poll_json(&mut self) -> String {
+        self.poll_json_after(None)
+    }
+
+    /// [`Self::poll_json`], with `head` (a lock id) as the array's first slot when given.
+    fn poll_json_after(&mut self, head: Option<f64>) -> String {
         let mut records = String::new();
         let next = self.poll(&mut |value| {
             js_outputs::push_json(&mut records, &value);
@@ -935,6 +953,10 @@ impl JsMachine {
         });
         let mut out = String::with_capacity(records.len() + 24);
         out.push('[');
+        if let Some(lock) = head {
+            out.push_str(&number(lock));
+            out.push(',');
+        }
         match next {
             Ok(Some(ms)) if ms.is_finite() => out.push_str(&number(ms)),
             _ => out.push_str("null"),

@@ -429,7 +429,7 @@ fn read_sql_reply(
 // ---- Machine --------------------------------------------------------------------------------
 
 /// Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
-/// for `acquirePrepared`: a lock acquired again and again skips reading the object's
+/// for `acquirePreparedPoll`: a lock acquired again and again skips reading the object's
 /// properties each time. Immutable; checked against a backend only when acquiring.
 /// Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
 #[napi]
@@ -519,18 +519,21 @@ impl Machine {
         js(&env, self.inner.acquire(now_ms, &name, options))
     }
 
-    /// `acquire` with options read beforehand (`PreparedOptions`).
+    /// `acquire` with options read beforehand (`PreparedOptions`), then `pollJson()`, in
+    /// one call (the driver's path): the poll's JSON text with the new lock id in front,
+    /// `[lock, nextTimeoutMs | null, observationsPending, ...records]`.
     #[napi]
-    pub fn acquire_prepared(
+    pub fn acquire_prepared_poll(
         &mut self,
         env: Env,
         now_ms: f64,
         name: String,
         options: &PreparedOptions,
-    ) -> napi::Result<f64> {
+    ) -> napi::Result<String> {
         js(
             &env,
-            self.inner.acquire(now_ms, &name, options.inner.clone()),
+            self.inner
+                .acquire_poll_json(now_ms, &name, options.inner.clone()),
         )
     }
 

@@ -440,7 +440,7 @@ fn etcd_reply_text(value: &JsValue) -> String {
 // ---- Machine --------------------------------------------------------------------------------
 
 /// Lock options read once (`new PreparedOptions(options)`, the object `acquire` takes),
-/// for `acquirePrepared`: a lock acquired again and again skips reading the object's
+/// for `acquirePreparedPoll`: a lock acquired again and again skips reading the object's
 /// properties each time. Immutable; checked against a backend only when acquiring.
 /// Throws `ERR_CONFIG` naming a bad option, as `acquire` does.
 #[wasm_bindgen]
@@ -522,15 +522,19 @@ impl Machine {
         js(self.inner.acquire(now_ms, &name, options))
     }
 
-    /// `acquire` with options read beforehand (`PreparedOptions`).
-    #[wasm_bindgen(js_name = acquirePrepared)]
-    pub fn acquire_prepared(
+    /// `acquire` with options read beforehand (`PreparedOptions`), then `pollJson()`, in
+    /// one call (the driver's path): the poll's JSON text with the new lock id in front,
+    /// `[lock, nextTimeoutMs | null, observationsPending, ...records]`.
+    #[wasm_bindgen(js_name = acquirePreparedPoll)]
+    pub fn acquire_prepared_poll(
         &mut self,
         now_ms: f64,
         name: &str,
         options: &PreparedOptions,
-    ) -> Result<f64, JsValue> {
-        js(self.inner.acquire(now_ms, name, options.inner.clone()))
+    ) -> Result<String, JsValue> {
+        js(self
+            .inner
+            .acquire_poll_json(now_ms, name, options.inner.clone()))
     }
 
     /// Releases `lock`, or cancels its acquisition. A finished lock ignores it.

@@ -106,3 +106,30 @@ test('the bad-input table covers every call and its row ids are unique', () => {
   assert.deepEqual(new Set(TABLE.rows.map((r) => r.call)), new Set(['lock', 'fence_check', 'sql_fenced_update', 'backend_from_url']))
   assert.equal(new Set(TABLE.rows.map((r) => r.id)).size, TABLE.rows.length)
 })
+
+// JavaScript has two absent values: `undefined` is an option left out, and `null` is
+// refused like any value of the wrong type, except where fencepost.d.ts says an option's
+// `null` is its default. The table's rows say values every language can; these are
+// JavaScript's own.
+const NULL_REFUSED = ['ttlMs', 'retryBaseMs', 'retryMaxMs', 'clockMarginMs', 'replicaTimeoutMs', 'purpose', 'acceptFailoverRisk', 'autoRenew', 'driftFactor', 'minReplicas']
+const NULL_MEANS_DEFAULT = ['acquireTimeoutMs', 'retryCount', 'renewEveryMs', 'tokenFloor', 'metadata']
+
+for (const option of NULL_REFUSED) {
+  test(`bad input ${option}: null is refused naming the option, not taken for the default`, () => {
+    const backend = new CountingBackend()
+    assert.throws(() => new Lock(backend, 'job', { [option]: null }), (error) => {
+      assert.ok(error instanceof ConfigError, `${error.constructor.name}: ${error.message}`)
+      assert.deepEqual([error.code, error.kind, error.option], ['ERR_CONFIG', 'invalid_argument', option], error.message)
+      assert.ok(error.message.startsWith(`${option} must be`) && error.message.endsWith('got null'), error.message)
+      return true
+    })
+    assert.equal(backend.calls, 0)
+  })
+}
+
+test('null means the default for the options documented so, and undefined for every option', () => {
+  const backend = new CountingBackend()
+  for (const option of NULL_MEANS_DEFAULT) new Lock(backend, 'job', { [option]: null }) // eslint-disable-line no-new
+  for (const option of [...NULL_REFUSED, ...NULL_MEANS_DEFAULT]) new Lock(backend, 'job', { [option]: undefined }) // eslint-disable-line no-new
+  assert.equal(backend.calls, 0)
+})

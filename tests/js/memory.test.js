@@ -193,6 +193,39 @@ test('an abort signal cancels a waiting acquire and leaves the lock free', async
   backend.close()
 })
 
+test('a signal aborted while acquire() starts cancels it: by an observation callback, or by a loss the start delivers', async () => {
+  const backend = new MemoryBackend()
+  const holder = await new Lock(backend, 'c', { ttlMs: 5_000 }).acquire()
+  const within = (promise) => Promise.race([promise, sleep(1_000).then(() => { throw new Error('still pending after 1 s') })])
+  // the lock's own callback hears 'acquiring' inside acquire(), and aborts
+  const controller = new AbortController()
+  const seen = []
+  const observed = new Lock(backend, 'c', {
+    ttlMs: 5_000,
+    onEvent: (o) => {
+      seen.push(o.event)
+      if (o.event === 'acquiring') controller.abort(new Error('shutting down'))
+    }
+  })
+  await assert.rejects(within(observed.acquire({ signal: controller.signal })), { message: 'shutting down' })
+  assert.deepEqual(seen, ['acquiring', 'released']) // cancelled before a grant
+  // acquiring under another lease's signal, that lease already past its validity: the
+  // start's own input delivers the loss, which aborts the signal
+  const first = await new Lock(backend, 'first', { ttlMs: 50, autoRenew: false }).acquire()
+  const signal = first.signal
+  const until = performance.now() + 80
+  while (performance.now() < until) {} // eslint-disable-line no-empty -- busy past the validity: no timer runs
+  const error = await within(new Lock(backend, 'c', { ttlMs: 5_000 }).acquire({ signal })).then(() => null, (e) => e)
+  assert.ok(error instanceof LockLostError, String(error))
+  assert.equal(error, first.signal.reason)
+  assert.equal(error.reason, 'expired')
+  // neither cancelled acquisition waits on: the holder's release frees the lock
+  await holder.release()
+  await sleep(10)
+  assert.equal(backend.server.lockOwner('c'), null)
+  backend.close()
+})
+
 /** A memory backend whose replies are held back until released. */
 class SlowBackend extends MemoryBackend {
   constructor (delayMs) {
@@ -392,24 +425,24 @@ test('transport errors are retried until the acquire timeout and reported', asyn
 // ---- bad input ------------------------------------------------------------------------------
 
 const BAD_OPTIONS = [
-  [{ ttlMs: 0 }, 'ttlMs', 'ttlMs: must be at least 1 ms'],
-  [{ ttlMs: 0.5 }, 'ttlMs', 'ttlMs: must be at least 1 ms'],
+  [{ ttlMs: 0 }, 'ttlMs', 'ttlMs: must be at least 1 ms, got 0 ms'], // the core's durations in ms, not Rust's `0ns`
+  [{ ttlMs: 0.5 }, 'ttlMs', 'ttlMs: must be at least 1 ms, got 0.5 ms'],
   [{ ttlMs: -1 }, 'ttlMs', 'ttlMs must be a finite number of milliseconds ≥ 0, got -1'],
   [{ ttlMs: NaN }, 'ttlMs', 'got NaN'],
   [{ ttlMs: Infinity }, 'ttlMs', 'got Infinity'],
   [{ ttlMs: '30000' }, 'ttlMs', 'got "30000" (string)'],
   [{ ttlMs: 30000n }, 'ttlMs', 'got 30000n (bigint)'],
   [{ ttlMs: true }, 'ttlMs', 'got true (boolean)'],
-  [{ ttlMs: 1e12 }, 'ttlMs', 'ttlMs: must be at most 2^31 ms'],
+  [{ ttlMs: 1e12 }, 'ttlMs', 'ttlMs: must be at most 2^31 ms (~24.8 days), got 1000000000000 ms'],
   [{ ttlMs: 1e30 }, 'ttlMs', 'ttlMs is too long: durations must be below 2^64 ns (about 584 years), got 1e+30 ms'],
   [{ acquireTimeoutMs: 2 ** 70 }, 'acquireTimeoutMs', 'got 1.1805916207174113e+21 ms'],
-  [{ ttlMs: 3 }, 'ttlMs', 'too short to renew automatically'],
-  [{ ttlMs: 1000, renewEveryMs: 1000 }, 'renewEveryMs', 'renewEveryMs: must be above 0 and below the validity'],
+  [{ ttlMs: 3 }, 'ttlMs', 'ttlMs: 3 ms is too short to renew automatically: the default renew interval ttl/3 (1 ms) is not below the validity 0.97 ms'],
+  [{ ttlMs: 1000, renewEveryMs: 1000 }, 'renewEveryMs', 'renewEveryMs: must be above 0 and below the validity 988 ms (ttl 1000 ms less drift and margin), got 1000 ms'],
   [{ ttlMs: 1000, renewEveryMs: 0 }, 'renewEveryMs', 'renewEveryMs: must be above 0'],
   [{ acquireTimeoutMs: -0.5 }, 'acquireTimeoutMs', 'acquireTimeoutMs must be a finite number'],
   [{ acquireTimeoutMs: NaN }, 'acquireTimeoutMs', 'got NaN'],
   [{ retryBaseMs: 0 }, 'retryBaseMs', 'retryBaseMs: must be above 0'],
-  [{ retryBaseMs: 500, retryMaxMs: 100 }, 'retryMaxMs', 'retryMaxMs: must be at least retryBaseMs 500ms, got 100ms'],
+  [{ retryBaseMs: 500, retryMaxMs: 100 }, 'retryMaxMs', 'retryMaxMs: must be at least retryBaseMs 500 ms, got 100 ms'],
   [{ driftFactor: 0.5 }, 'driftFactor', 'driftFactor: must be in 0 ..< 0.5'],
   [{ driftFactor: NaN }, 'driftFactor', 'driftFactor: must be in 0 ..< 0.5, got NaN'],
   [{ driftFactor: '0.1' }, 'driftFactor', 'driftFactor must be a number'],

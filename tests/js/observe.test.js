@@ -61,13 +61,38 @@ test('a cycle reports each event with its fields to the backend onEvent', async 
   assert.equal(acquired.fields.token, token)
   assert.equal(acquired.fields.attempts, 1)
   assert.ok(acquired.fields.waitedMs >= 0 && acquired.fields.waitedMs < 100, acquired.fields.waitedMs)
-  assert.match(acquired.message, /^lock "report": acquired with token \d+ after/)
+  // durations in milliseconds, as the fields: never Rust's `1.5ms` or `0ns`
+  assert.match(acquired.message, /^lock "report": acquired with token \d+ after \d+(\.\d+)? ms \(1 attempt\)$/)
   const renewed = named(seen, 'renewed')
   assert.ok(renewed.length >= 2)
   // confirmed at once: about the whole validity (300 · 0.99 − 2 = 295 ms) left
   for (const o of renewed) assert.ok(o.fields.validityLeftMs > 200 && o.fields.validityLeftMs <= 295, o.fields.validityLeftMs)
   const heldFor = named(seen, 'released')[0].fields.heldForMs
   assert.ok(heldFor > 240 && heldFor < 500, heldFor)
+  backend.close()
+})
+
+test('messages say durations in milliseconds; the lock name and the errors they quote stay as they are', async () => {
+  class SaysSeconds extends MemoryBackend {
+    execute (request, options) {
+      if (request.operation === 'acquire') throw new Error('gave up after 5s (2.5ms idle)')
+      return super.execute(request, options)
+    }
+  }
+  const backend = new SaysSeconds()
+  backend._reachability.reportEveryMs = 60_000
+  const seen = []
+  backend.observe({ onEvent: (o) => seen.push(o), processWarnings: false })
+  await assert.rejects(new Lock(backend, 'job 2s', { ttlMs: 1000, acquireTimeoutMs: 50, retryMaxMs: 10 }).acquire(), AcquireTimeoutError)
+  const [timedOut] = named(seen, 'acquire_timed_out')
+  assert.equal(timedOut.fields.lastError, 'Error: gave up after 5s (2.5ms idle)')
+  const said = /^lock "job 2s": acquire timed out after (\d+(?:\.\d{1,6})?) ms \((\d+) attempts\); last error: Error: gave up after 5s \(2\.5ms idle\)$/.exec(timedOut.message)
+  assert.ok(said !== null, timedOut.message)
+  assert.ok(Math.abs(Number(said[1]) - timedOut.fields.waitedMs) < 1e-6, `${said[1]} ms, waitedMs ${timedOut.fields.waitedMs}`)
+  assert.equal(Number(said[2]), timedOut.fields.attempts)
+  const errors = named(seen, 'backend_error')
+  assert.ok(errors.length >= 1)
+  for (const o of errors) assert.equal(o.message, 'lock "job 2s": acquire request failed: Error: gave up after 5s (2.5ms idle)')
   backend.close()
 })
 

@@ -399,6 +399,31 @@ test('an unreachable server times out with the transport error', { skip }, async
   io.disconnect()
 })
 
+test('an unreachable server behind ioredis\'s offline queue: lastError is the connection error, not the timeout', async () => {
+  const port = await freePort()
+  // ioredis's defaults: its commands wait in the offline queue while it reconnects, so
+  // the acquire request fails by no reply in time; the cause comes as 'error' events
+  const io = new IORedis({ host: '127.0.0.1', port, retryStrategy: () => 20 })
+  const backend = new RedisBackend(io, { keyPrefix: 'fptest:queued:' })
+  const warned = []
+  const onWarning = (w) => warned.push(w)
+  process.on('warning', onWarning)
+  try {
+    const error = await new Lock(backend, 'x', { ttlMs: 1_000, acquireTimeoutMs: 300 }).acquire().then(() => null, (e) => e)
+    assert.ok(error instanceof AcquireTimeoutError, String(error))
+    assert.match(error.lastError, /^Error: connect ECONNREFUSED 127\.0\.0\.1:\d+ \(reported by the client while the server was unreachable; the lock saw: .*no reply/, error.lastError)
+    assert.equal(error.message, `could not acquire lock "x" before the acquire timeout; last error: ${error.lastError}`)
+    // a lock held by another owner is no outage, whatever the client said before
+    backend._reachability.succeeded()
+    assert.equal(backend._driver().timeoutError(null), null)
+  } finally {
+    process.off('warning', onWarning)
+    backend.close()
+    io.disconnect()
+  }
+  assert.ok(warned.some((w) => w.code === 'FENCEPOST_UNREACHABLE'))
+})
+
 // ---- renewal, fenced writes, bad input ----------------------------------------------------------
 
 for (const kind of Object.keys(CLIENTS)) {
