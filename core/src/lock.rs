@@ -1010,11 +1010,22 @@ impl Lock {
     }
 
     fn on_acquire_ambiguous(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, error: String) {
-        // Keep the first real error: "no reply in time" after a connection error says
-        // less than the connection error did.
+        // Keep the first real error beside the latest: "no reply in time" after a
+        // connection error says less than the connection error did. The first only, not
+        // each one between: an outage alternating two errors for hours stays two long.
+        const EARLIER: &str = " (earlier: ";
         trying.last_error = Some(match trying.last_error.take() {
-            Some(earlier) if earlier != error => format!("{error} (earlier: {earlier})"),
-            _ => error,
+            Some(earlier) => {
+                let first = earlier
+                    .split_once(EARLIER)
+                    .map_or(earlier.as_str(), |(_, f)| f.strip_suffix(')').unwrap_or(f));
+                if first == error {
+                    error
+                } else {
+                    format!("{error}{EARLIER}{first})")
+                }
+            }
+            None => error,
         });
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
         self.attempt_failed(ctx, trying, Miss::Ambiguous);

@@ -533,3 +533,45 @@ fn warnings_and_events_switch_off_separately_and_thresholds_are_checked() {
     t.at(2).serve(0, Acquire);
     assert!(matches!(t.events(0).as_slice(), [Event::Acquired { .. }]));
 }
+
+#[test]
+fn an_outage_alternating_two_errors_reports_the_latest_and_the_first_only() {
+    let mut t = observing(1, ObserveOptions::default());
+    t.at(0);
+    let mut o = opts(1_000);
+    o.acquire_timeout = Some(ms(60_000));
+    o.retry_max = ms(20);
+    t.acquire(0, "report", o);
+    let mut failures = 0;
+    while t.now < at(61_000) {
+        while let Some(r) = t.clients[0]
+            .pending
+            .iter()
+            .position(|r| r.operation == Acquire)
+        {
+            let r = t.clients[0].pending.remove(r);
+            let error = if failures % 2 == 0 {
+                "connection refused"
+            } else {
+                "no reply in time"
+            };
+            t.fail_with(0, &r, error);
+            failures += 1;
+        }
+        let Some(next) = t.clients[0].next_timeout else {
+            break;
+        };
+        t.at_instant(next);
+    }
+    assert!(failures > 100, "{failures}");
+    let last = observed(&mut t, 0).into_iter().find_map(|o| match o {
+        Observation::AcquireTimedOut { last_error, .. } => last_error,
+        _ => None,
+    });
+    let last = last.expect("timed out with the errors");
+    // the latest, and the first: never the chain of every alternation
+    assert!(
+        last == "no reply in time (earlier: connection refused)" || last == "connection refused",
+        "{last}"
+    );
+}
