@@ -285,6 +285,30 @@ async def test_deleted_key_is_lost_within_a_renew_interval_and_the_body_is_cance
     await asyncio.sleep(0)  # and no cancellation is left pending on this task
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="asyncio.wait_for drops no cancellation from 3.12 on")
+async def test_a_body_whose_cancellation_was_dropped_is_cancelled_again(
+    backend: fencepost.MemoryBackend,
+) -> None:
+    # Before 3.12, asyncio.wait_for (redis-py's asyncio client awaits every reply through
+    # it) drops a cancellation that arrives as the awaited call completes; the body here
+    # drops the first one itself, as wait_for would, and goes on awaiting.
+    started = time.monotonic()
+    dropped = 0
+    with pytest.raises(LockLost) as info:
+        async with fencepost.Lock(backend, "dropped", ttl=0.2, auto_renew=False):
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                dropped += 1
+            await asyncio.sleep(5)  # cancelled again within 0.1 s
+    assert dropped == 1
+    assert time.monotonic() - started < 0.196 + 0.1 + 0.15
+    assert info.value.reason == "expired"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # both cancels were undone
+    await asyncio.sleep(0.3)  # no stray re-cancel reaches this task after the block
+
+
 def test_sync_deleted_key_is_reported_by_check_and_exit(backend: fencepost.MemoryBackend) -> None:
     lock = fencepost.Lock(backend, "doomed", ttl=0.3)
     with pytest.raises(LockLost) as info:

@@ -39,6 +39,7 @@ import collections
 import functools
 import logging
 import threading
+import sys
 import time
 import warnings
 import weakref
@@ -193,6 +194,13 @@ class DriverHost(Protocol):
 #: coroutine (needs ``asyncio.timeout``, Python 3.11+); else every request is a task.
 _INLINE = hasattr(asyncio, "timeout")
 
+#: Before Python 3.12, ``asyncio.wait_for`` (which redis-py's asyncio client awaits
+#: every reply through) drops a cancellation that arrives as the awaited call
+#: completes: the body of a lost lease would run on. Its cancellation is then repeated,
+#: this many times at most, this far apart, while the body stays inside the block.
+_RECANCELS = 3 if sys.version_info < (3, 12) else 0
+_RECANCEL_S = 0.1
+
 #: Longest single sleep of the thread driver (seconds).
 _NAP_S = 0.25
 
@@ -305,8 +313,9 @@ class AsyncAcquisition:
         self.extended: List[asyncio.Future[None]] = []
         #: The task running the ``async with`` body; cancelled when the lease is lost.
         self.body_task: Optional[asyncio.Task[Any]] = None
-        #: Whether this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo it).
-        self.cancelled_body = False
+        #: How often this acquisition cancelled ``body_task`` (so ``__aexit__`` can undo
+        #: each).
+        self.body_cancels = 0
         # -- the caller serving its own requests (see AsyncDriver.acquire) --
         #: The future the caller waits on while it runs this lock's requests itself
         #: (``acquired`` or ``released``), else None.
@@ -406,15 +415,19 @@ class AsyncAcquisition:
         else:
             self._cancel_body()
 
-    def _cancel_body(self) -> None:
+    def _cancel_body(self, again: bool = False) -> None:
         """Interrupts the ``async with`` body at its current await (the exit turns the
-        CancelledError into LockLost)."""
+        CancelledError into LockLost); with ``again``, once more if the body is still
+        inside the block (see ``_RECANCELS``)."""
         task = self.body_task
-        if task is not None and not task.done() and not self.cancelled_body:
-            lease = self.lease
-            reason = lease.lost_reason if lease is not None else None
-            task.cancel(msg=f"fencepost: lock {self.name!r} was lost ({reason})")
-            self.cancelled_body = True
+        if task is None or task.done() or (self.body_cancels > 0) != again:
+            return
+        lease = self.lease
+        reason = lease.lost_reason if lease is not None else None
+        task.cancel(msg=f"fencepost: lock {self.name!r} was lost ({reason})")
+        self.body_cancels += 1
+        if self.body_cancels <= _RECANCELS:
+            self.driver.loop.call_later(_RECANCEL_S, self._cancel_body, True)
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""

@@ -402,8 +402,12 @@ class Lock:
 
     async def __aenter__(self) -> Lease:
         """``async with lock as lease``: acquires (as :meth:`acquire`) and arranges for
-        the body task to be cancelled if the lease is lost. Raises as :meth:`acquire`,
-        and LockLost if the lease was lost before the body started."""
+        the body task to be cancelled if the lease is lost. Before Python 3.12 the
+        cancellation is repeated, up to 3 times 0.1 s apart, while the body stays in the
+        block: ``asyncio.wait_for`` there (redis-py's asyncio client awaits each reply
+        through it) drops a cancellation that arrives as the awaited call completes.
+        Raises as :meth:`acquire`, and LockLost if the lease was lost before the body
+        started."""
         lease = await self._acquire(_LOCK_TIMEOUT)
         if lease.lost_reason is not None:  # lost before the body could start
             raise lease._lost_error()
@@ -433,11 +437,11 @@ class Lock:
             acquisition.driver.mark_released(acquisition)
             if isinstance(exc, LockLost):
                 return None  # the body saw it first (lease.check())
-            ours = acquisition.cancelled_body and task is not None
+            ours = acquisition.body_cancels > 0 and task is not None
+            others = 0
             if ours and task is not None and sys.version_info >= (3, 11):
-                others = task.uncancel()  # undo our cancel; others may remain
-            else:
-                others = 0
+                for _ in range(acquisition.body_cancels):
+                    others = task.uncancel()  # undo our cancels; others may remain
             if exc_type is asyncio.CancelledError and (not ours or others > 0):
                 return None  # cancelled by someone else too: that cancellation wins
             if exc_type is asyncio.CancelledError:
