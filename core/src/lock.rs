@@ -96,10 +96,18 @@ impl Ctx<'_> {
         self.outputs.push_back(Output::Event { lock, event });
     }
 
-    /// Reports the event `f` builds, if events are observed (`f` runs only then).
+    /// Reports the event `f` builds, if events are observed, or it is one logged at
+    /// warning level and warnings are (`f` runs only then).
     fn event(&mut self, acq: &Acquisition, f: impl FnOnce() -> Observation) {
-        if self.observe.is_some_and(|o| o.events) {
-            self.push_observed(acq, f());
+        match self.observe {
+            Some(o) if o.events => self.push_observed(acq, f()),
+            Some(o) if o.warnings => {
+                let observation = f();
+                if observation.level() == "warning" {
+                    self.push_observed(acq, observation);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -28,7 +28,8 @@ pub struct ObserveOptions {
     /// Report the events (`acquiring`, `acquired`, `renewed`, …). Default true.
     pub events: bool,
     /// Report the warnings (`renewal_late`, `held_long`, `hot_lock`,
-    /// `server_unreachable`). Default true.
+    /// `server_unreachable`), and with `events` off the events logged at warning level
+    /// too (`renewal_failing`, `lost`, `acquire_failed`). Default true.
     pub warnings: bool,
     /// `renewal_late` when a renewal is confirmed with less than this fraction of the
     /// validity left before the deadline it extends; 0 ..= 1, default 1/3 (0: never).

@@ -510,6 +510,35 @@ fn warnings_and_events_switch_off_separately_and_thresholds_are_checked() {
         !all.is_empty() && all.iter().all(Observation::is_warning),
         "{all:?}"
     );
+    // and the events logged at warning level: renewals failing, then the loss
+    t.at(3_334);
+    while t.now < at(5_000) {
+        while let Some(r) = t.clients[0]
+            .pending
+            .iter()
+            .position(|r| r.operation == Renew)
+        {
+            let r = t.clients[0].pending.remove(r);
+            t.fail(0, &r);
+        }
+        let Some(next) = t.clients[0].next_timeout else {
+            break;
+        };
+        t.at_instant(next);
+    }
+    let levels: Vec<_> = observed(&mut t, 0)
+        .iter()
+        .map(|o| (o.name(), o.level()))
+        .collect();
+    assert!(
+        levels.iter().all(|(_, level)| *level == "warning"),
+        "{levels:?}"
+    );
+    assert!(
+        levels.contains(&("renewal_failing", "warning")),
+        "{levels:?}"
+    );
+    assert!(levels.contains(&("lost", "warning")), "{levels:?}");
 
     let mut t = Timeline::redis(1);
     let m = &mut t.clients[0].machine;

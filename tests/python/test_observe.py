@@ -244,6 +244,23 @@ def test_nothing_is_observed_while_nobody_listens(backend: fencepost.MemoryBacke
         logger.setLevel(level)
 
 
+def test_a_lost_lease_is_a_warning_log_record_with_no_setup(
+    backend: fencepost.MemoryBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the fencepost logger at WARNING (Python's default), no callback: the events logged at
+    # WARNING are observed with the warnings, the others are not built at all
+    caplog.set_level(logging.WARNING, logger="fencepost")
+    with pytest.raises(LockLost):
+        with fencepost.Lock(backend, "dropped", ttl=0.2) as lease:
+            assert backend.server.delete_lock("dropped")
+            assert lease.lost.wait(1.0)
+    records = [r for r in caplog.records if r.name == "fencepost"]
+    lost = [r for r in records if getattr(r, "event", None) == "lost"]
+    assert len(lost) == 1 and lost[0].levelno == logging.WARNING, [r.getMessage() for r in records]
+    assert getattr(lost[0], "lock_name", None) == "dropped"
+    assert all(r.levelno >= logging.WARNING for r in records)
+
+
 def test_a_raising_callback_is_logged_and_the_lock_works_on(
     backend: fencepost.MemoryBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
