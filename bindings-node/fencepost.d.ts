@@ -626,7 +626,8 @@ export declare abstract class RedisProtocolBackend extends Backend {
    *   may or may not have happened).
    * @throws ProtocolError (`ERR_PROTOCOL`) for an error reply or a reply of the wrong shape.
    * @throws ConfigError (`ERR_CONFIG`) for a token that is not a bigint in 1n ..= 2n ** 64n - 1n
-   *   (0n is no lease's token), before anything is sent.
+   *   (0n is no lease's token), or one key for both `dataKey` and `fenceKey`, before
+   *   anything is sent.
    */
   fencedSet(dataKey: string, fenceKey: string, token: bigint, value: string, options?: FencedSetOptions): Promise<void>
   /** Whether locks on this backend hand off fairly (the `fair` option). */

@@ -77,10 +77,16 @@ class Storage:
             return self._docs.get(doc)
 
     def close(self) -> None:
-        """Closes the Redis backend and its client (nothing to close in memory)."""
+        """Deletes the run's keys (the documents, the fences, the lock's token counter
+        and record: all under this run's prefix), then closes the Redis backend and its
+        client (nothing to do in memory)."""
         if self._redis is not None:
+            client = self._redis.client
+            keys = list(client.scan_iter(match=f"{self._prefix}*", count=100))
+            if keys:
+                client.delete(*keys)
             self._redis.close()
-            self._redis.client.close()
+            client.close()
 
 
 def make_backend(redis_url: Optional[str], prefix: str, share: Optional[fencepost.MemoryBackend]):  # type: ignore[no-untyped-def]
@@ -94,7 +100,23 @@ def make_backend(redis_url: Optional[str], prefix: str, share: Optional[fencepos
     return RedisBackend(redis.asyncio.Redis.from_url(redis_url), key_prefix=prefix)
 
 
+async def close_backend(backend) -> None:  # type: ignore[no-untyped-def]
+    """Closes a worker's backend on its own event loop, and a Redis backend's asyncio
+    client with it (the worker made it)."""
+    await backend.aclose()
+    client = getattr(backend, "client", None)
+    if client is not None:
+        await client.aclose()
+
+
 async def worker_a(backend, storage: Storage, outcome: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+    try:
+        await run_a(backend, storage, outcome)
+    finally:
+        await close_backend(backend)
+
+
+async def run_a(backend, storage: Storage, outcome: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
     lock = fencepost.Lock(backend, LOCK_NAME, ttl=TTL)
     try:
         async with lock as lease:
@@ -120,6 +142,13 @@ async def worker_a(backend, storage: Storage, outcome: dict[str, object]) -> Non
 
 
 async def worker_b(backend, storage: Storage) -> None:  # type: ignore[no-untyped-def]
+    try:
+        await run_b(backend, storage)
+    finally:
+        await close_backend(backend)
+
+
+async def run_b(backend, storage: Storage) -> None:  # type: ignore[no-untyped-def]
     await asyncio.sleep(0.1)
     say("B", f"waiting for {LOCK_NAME!r}")
     lock = fencepost.Lock(backend, LOCK_NAME, ttl=TTL, acquire_timeout=10.0, retry_max=0.05)
@@ -149,8 +178,6 @@ def main() -> int:
     b_thread.join()
 
     final = storage.read(LOCK_NAME)
-    for backend in (a_backend, b_backend):
-        backend.close()
     storage.close()
     print()
     print(f"document {LOCK_NAME!r} now reads: {final!r}")

@@ -62,8 +62,9 @@ function emitWarning (message, code) {
  * The first failure after a success (or at the start) warns at once (code
  * 'FENCEPOST_UNREACHABLE'); while failures go on, another warning with their count follows
  * at most every `reportEveryMs`; the first success after failures warns that the server
- * answers again ('FENCEPOST_REACHABLE'). Locks keep retrying meanwhile, until their
- * acquireTimeoutMs: these warnings are the only sign of an outage a waiting caller gets.
+ * answers again ('FENCEPOST_REACHABLE'). Acquisitions keep retrying meanwhile, until their
+ * acquireTimeoutMs, and held leases their renewals, until their validity ends: these
+ * warnings are the only sign of an outage a waiting caller gets.
  */
 class Reachability {
   constructor (label) {
@@ -93,7 +94,7 @@ class Reachability {
     if (this.failures === 1) {
       this._since = this._reportedAt = t
       this._reportedFailures = 1
-      emitWarning(`${this.label} cannot reach its server: ${message} (locks keep retrying until their acquireTimeoutMs; repeated at most every ${this.reportEveryMs / 1000} s while it lasts)`, 'FENCEPOST_UNREACHABLE')
+      emitWarning(`${this.label} cannot reach its server: ${message} (acquisitions keep retrying until their acquireTimeoutMs, held leases their renewals until their validity ends; repeated at most every ${this.reportEveryMs / 1000} s while it lasts)`, 'FENCEPOST_UNREACHABLE')
     } else if (t - this._reportedAt >= this.reportEveryMs) {
       const newly = this.failures - this._reportedFailures
       this._reportedAt = t

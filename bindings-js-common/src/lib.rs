@@ -1288,6 +1288,11 @@ pub fn redis_fenced_set(
     value: &str,
     owner: Option<&str>,
 ) -> Result<RedisCommand> {
+    if data_key == fence_key {
+        return Err(JsError::config(format!(
+            "dataKey and fenceKey must differ (both {data_key:?}): the write would overwrite the fence"
+        )));
+    }
     let token = FencingToken(token);
     Ok(match owner.map(owner_id).transpose()? {
         Some(o) => fence::redis_fenced_set_owned(data_key, fence_key, token, o, value),

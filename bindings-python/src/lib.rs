@@ -2333,9 +2333,9 @@ fn sql_fenced_update(
 /// hex digits) under the owner-bound rule, also unless the same token was recorded with
 /// another owner (without it, token-only: weaker). `value` is a str or UTF-8 bytes.
 ///
-/// Errors: `ConfigError` naming the argument: keys that are not str, a value that is
-/// neither str nor UTF-8 bytes, a token that is not an int >= 1, an owner id that is
-/// not 32 hex digits.
+/// Errors: `ConfigError` naming the argument: keys that are not str or are one key, a
+/// value that is neither str nor UTF-8 bytes, a token that is not an int >= 1, an owner
+/// id that is not 32 hex digits.
 #[pyfunction]
 #[pyo3(signature = (data_key, fence_key, token, value, owner_id = None))]
 fn redis_fenced_set(
@@ -2348,6 +2348,9 @@ fn redis_fenced_set(
 ) -> PyResult<Command> {
     let data_key = arg_str(data_key, "data_key")?;
     let fence_key = arg_str(fence_key, "fence_key")?;
+    if data_key == fence_key {
+        return Err(same_keys(py, &data_key));
+    }
     let token = arg_token(token)?;
     let value = arg_text(value, "value")?;
     let cmd = match arg_owner(py, owner_id)? {
@@ -2355,6 +2358,14 @@ fn redis_fenced_set(
         None => fence::redis_fenced_set(&data_key, &fence_key, token, &value),
     };
     Ok(Command { cmd })
+}
+
+/// The write would replace the fence with the data, and every later write fail.
+fn same_keys(py: Python<'_>, key: &str) -> PyErr {
+    config_error(
+        py,
+        format!("data_key and fence_key must differ (both {key:?}): the write would overwrite the fence"),
+    )
 }
 
 /// Reads the reply of `redis_fenced_set` for `resource`: returns None when the write

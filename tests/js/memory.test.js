@@ -590,6 +590,9 @@ test('the Redis fenced SET: builder, reader, and MemoryBackend.fencedSet', async
   assert.deepEqual([error.resource, error.token, error.highest], ['row', 6n, 7n])
   assert.equal(backend.server.get('row'), 'seven')
   await assert.rejects(backend.fencedSet('row', 'row:fence', 8, 'eight'), ConfigError)
+  // one key for both: the write would replace the fence's token and every later write fail
+  await assert.rejects(backend.fencedSet('row', 'row', 8n, 'eight'), { code: 'ERR_CONFIG', message: /must differ/ })
+  assert.equal(backend.server.get('row'), 'seven')
   const broken = new ScriptedBackend(new Error('connection reset'), { throws: true })
   await assert.rejects(broken.fencedSet('row', 'row:fence', 8n, 'eight'), (e) => e instanceof BackendError && e.cause instanceof Error)
   backend.close()

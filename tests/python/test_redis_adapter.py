@@ -113,3 +113,38 @@ async def test_async_fake_client_is_driven_on_the_loop() -> None:
     async with fencepost.Lock(backend, "x", ttl=1.0) as lease:
         assert lease.token == 4
     assert [kind for kind, _, _ in client.calls] == ["evalsha", "eval", "evalsha"]
+
+
+@pytest.mark.parametrize("use_asyncio", [False, True])
+def test_from_url_refuses_a_keyword_no_redis_py_class_takes(use_asyncio: bool) -> None:
+    # redis-py itself would take it and fail each connect with a TypeError: every request
+    # a transport error, retried as an outage
+    from fencepost.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown option 'fiar'"):
+        fencepost.backend_from_url("redis://127.0.0.1:1/0", asyncio=use_asyncio, fiar=True)
+    # the client's, the pool's and the connections' own keywords pass (nothing connects yet)
+    backend = RedisBackend.from_url(
+        "redis://127.0.0.1:1/0",
+        asyncio=use_asyncio,
+        fair=True,
+        socket_timeout=1.0,
+        max_connections=4,
+        health_check_interval=5,
+        client_name="worker",
+    )
+    assert backend.fair
+    if not use_asyncio:
+        backend.close()
+
+
+def test_fenced_set_refuses_one_key_for_data_and_fence() -> None:
+    from fencepost.errors import ConfigError
+
+    # the write would replace the fence's token with the data: every later write fails
+    with pytest.raises(ConfigError, match="must differ"):
+        fencepost._core.redis_fenced_set("doc", "doc", 1, "x")
+    backend = fencepost.MemoryBackend()
+    with pytest.raises(ConfigError, match="must differ"):
+        backend.fenced_set_sync("doc", "doc", 1, "x")
+    backend.close()

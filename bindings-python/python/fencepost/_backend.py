@@ -46,7 +46,8 @@ class Backend:
     A server that cannot be reached is reported on the ``fencepost`` logger (see
     :class:`fencepost._driver.Reachability`): a WARNING at the first failed request,
     then at most every 5 s with the count of failures, and one when a request gets a
-    reply again. Locks keep retrying meanwhile, until their ``acquire_timeout``.
+    reply again. Acquisitions keep retrying meanwhile, until their ``acquire_timeout``,
+    and held leases their renewals, until their validity ends.
     """
 
     #: Whether ``async with`` / ``await lock.acquire()`` work with this backend.
@@ -390,9 +391,9 @@ class Backend:
                 have happened).
             ProtocolError: the server answered with an error or a reply of the wrong
                 shape.
-            ConfigError: an argument of the wrong type (keys that are not str, a value
-                that is neither str nor UTF-8 bytes, a token that is not an int >= 0, an
-                owner id that is not 32 hex digits),
+            ConfigError: an argument of the wrong type (keys that are not str, or one
+                key for both, a value that is neither str nor UTF-8 bytes, a token that
+                is not an int >= 0, an owner id that is not 32 hex digits),
                 named in the message, or a backend without asyncio support. Raised
                 before anything is sent.
         """

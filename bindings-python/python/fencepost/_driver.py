@@ -90,7 +90,8 @@ class Reachability:
     after a success (or at the start) logs a WARNING at once; while failures go on,
     another WARNING with their count follows at most every :attr:`report_every_s`
     seconds; the first success after failures logs a WARNING that the server is
-    reachable again. Locks keep retrying meanwhile (until their ``acquire_timeout``):
+    reachable again. Acquisitions keep retrying meanwhile (until their
+    ``acquire_timeout``), and held leases their renewals (until their validity ends):
     these messages are the only sign of an outage a waiting caller gets before then.
     Thread-safe: one per backend, shared by its drivers.
     """
@@ -131,8 +132,9 @@ class Reachability:
             failures, elapsed = self._failures, now - self._since
         if first:
             _log.warning(
-                "%s cannot reach its server: %s (locks keep retrying until "
-                "their acquire_timeout; repeated at most every %g s while it lasts)",
+                "%s cannot reach its server: %s (acquisitions keep retrying until their "
+                "acquire_timeout, held leases their renewals until their validity ends; "
+                "repeated at most every %g s while it lasts)",
                 self._label,
                 message,
                 self.report_every_s,

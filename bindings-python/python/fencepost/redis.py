@@ -117,6 +117,26 @@ def _is_cluster_client(client: Any) -> bool:
     return isinstance(client, kinds)
 
 
+def _client_keywords(module: Any) -> "set[str]":
+    """The keywords ``module.Redis.from_url`` passes on without error: the client's, the
+    connection pool's and every connection class's (their bases' included), as the
+    installed redis-py names them."""
+    names: "set[str]" = set()
+    for cls in (module.Redis, module.ConnectionPool, module.Connection,
+                getattr(module, "SSLConnection", None), getattr(module, "UnixDomainSocketConnection", None)):
+        for klass in inspect.getmro(cls) if cls is not None else ():
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            try:
+                params = inspect.signature(init).parameters
+            except (TypeError, ValueError):  # pragma: no cover - a C-level __init__
+                continue
+            names.update(n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return names
+
+
 class RedisBackend(Backend):
     """Locks on one Redis server (or a Redis-compatible one: Valkey, KeyDB, Dragonfly
     with Lua), through a redis-py client the caller owns.
@@ -203,7 +223,10 @@ class RedisBackend(Backend):
 
         Raises:
             ConfigError: ``url`` is not a str, or redis-py refuses it (an unknown
-                scheme, a bad port); redis-py is not installed.
+                scheme, a bad port); a keyword that is neither ``key_prefix``,
+                ``fair`` nor one redis-py's client, pool or connections take (redis-py
+                would refuse it only when it connects, and every request would fail);
+                redis-py is not installed.
         """
         if not isinstance(url, str):
             raise ConfigError(f"url must be a str, got {url!r}")
@@ -214,6 +237,13 @@ class RedisBackend(Backend):
                 import redis as client_module  # type: ignore[no-redef]
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError("RedisBackend needs redis-py: pip install 'fencepost[redis]'") from exc
+        unknown = sorted(set(options) - _client_keywords(client_module))
+        if unknown:
+            raise ConfigError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                "for RedisBackend.from_url: neither key_prefix, fair, asyncio nor a keyword "
+                "of redis-py's client, connection pool or connections"
+            )
         options.setdefault("socket_timeout", 5.0)
         try:
             client = client_module.Redis.from_url(url, **options)
