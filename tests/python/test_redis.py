@@ -536,3 +536,35 @@ def test_a_bad_token_floor_is_a_config_error_before_any_traffic(client: redis.Re
         if floor == 0:
             assert info.value.option == "token_floor"
     assert client.exists(backend.lock_key("cfg"), backend.token_key("cfg")) == 0
+
+
+
+def _wrong_password_url() -> str:
+    admin = redis.Redis.from_url(URL)
+    admin.acl_setuser("fencepost-test-login", enabled=True, passwords=["+right"], keys=["*"], commands=["+@all"])
+    admin.close()
+    return (URL or "").replace("redis://", "redis://fencepost-test-login:wrong@", 1)
+
+
+def test_a_refused_login_fails_the_acquire_at_once() -> None:
+    # redis-py raises the server's WRONGPASS as a ConnectionError: retried as an outage,
+    # the lock would wait out its acquire timeout (forever without one)
+    backend = fencepost.backend_from_url(_wrong_password_url())
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProtocolError, match="invalid username-password pair"):
+            fencepost.Lock(backend, f"login-{uuid.uuid4().hex[:8]}", ttl=5.0, acquire_timeout=30.0).acquire_sync()
+    finally:
+        backend.close()
+    assert time.monotonic() - started < 5.0
+
+
+async def test_a_refused_login_fails_the_async_acquire_at_once() -> None:
+    backend = fencepost.backend_from_url(_wrong_password_url(), asyncio=True)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProtocolError, match="invalid username-password pair"):
+            await fencepost.Lock(backend, f"login-{uuid.uuid4().hex[:8]}", ttl=5.0, acquire_timeout=30.0).acquire()
+    finally:
+        await backend.aclose()
+    assert time.monotonic() - started < 5.0

@@ -191,7 +191,13 @@ class RedisBackend(Backend):
         self.supports_async = self._is_async
         self.supports_sync = not self._is_async
         self._no_script: Type[BaseException] = redis.exceptions.NoScriptError
-        self._response_error: Type[BaseException] = redis.exceptions.ResponseError
+        # An error reply, and a refused login: redis-py raises the server's WRONGPASS or
+        # NOAUTH at connect as a ConnectionError, which the lock would retry as an
+        # outage for as long as it tries; as the reply it is, it fails the request.
+        self._response_error: Tuple[Type[BaseException], ...] = (
+            redis.exceptions.ResponseError,
+            redis.exceptions.AuthenticationError,
+        )
         self._codes = _error_codes()
 
     @classmethod
