@@ -170,6 +170,18 @@ pub enum Field<'a> {
     Text(&'a str),
 }
 
+/// `d` as a message shows it: rounded to the microsecond below a second (`250µs`,
+/// `988.123ms`), to the millisecond from one on (`1.501s`); a host reads `Debug`'s units.
+fn shown(d: Duration) -> Duration {
+    let us = d.as_nanos().saturating_add(500) / 1_000;
+    let us = if us >= 1_000_000 {
+        (us + 500) / 1_000 * 1_000
+    } else {
+        us
+    };
+    Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
+}
+
 impl Observation {
     /// Every observation's name, events first, then warnings.
     pub const NAMES: &'static [&'static str] = &[
@@ -320,7 +332,8 @@ impl Observation {
 
     /// A one-line message about lock `name`: what happened, and for a warning what to
     /// change. Option names are the core's (Python's) spelling; durations as Rust's
-    /// `Debug` prints them (`1.5s`, `300ms`).
+    /// `Debug` prints them (`1.5s`, `300ms`), to the microsecond below a second and to
+    /// the millisecond from one on, not to the nanosecond.
     pub fn message(&self, name: &str) -> String {
         let mut m = format!("lock {name:?}: ");
         // `write!` into a String cannot fail.
@@ -332,12 +345,13 @@ impl Observation {
                 attempts,
             } => write!(
                 m,
-                "acquired with token {} after {waited:?} ({attempts} attempt{})",
+                "acquired with token {} after {:?} ({attempts} attempt{})",
                 token.0,
+                shown(*waited),
                 if *attempts == 1 { "" } else { "s" }
             ),
             Observation::Renewed { validity_left } => {
-                write!(m, "renewed, valid for {validity_left:?}")
+                write!(m, "renewed, valid for {:?}", shown(*validity_left))
             }
             Observation::RenewalFailing {
                 error,
@@ -345,17 +359,19 @@ impl Observation {
                 deadline_in,
             } => write!(
                 m,
-                "renewal failed ({error}); retrying in {retry_in:?}, lost in {deadline_in:?} unless one succeeds"
+                "renewal failed ({error}); retrying in {:?}, lost in {:?} unless one succeeds",
+                shown(*retry_in),
+                shown(*deadline_in)
             ),
             Observation::Lost { reason, held_for } => {
                 let _ = write!(m, "lost ({})", reason.as_str());
                 match held_for {
-                    Some(d) => write!(m, " after being held for {d:?}"),
+                    Some(d) => write!(m, " after being held for {:?}", shown(*d)),
                     None => Ok(()),
                 }
             }
             Observation::Released { held_for } => match held_for {
-                Some(d) => write!(m, "released after being held for {d:?}"),
+                Some(d) => write!(m, "released after being held for {:?}", shown(*d)),
                 None => write!(m, "acquisition cancelled"),
             },
             Observation::AcquireTimedOut {
@@ -363,14 +379,18 @@ impl Observation {
                 attempts,
                 last_error,
             } => {
-                let _ = write!(m, "acquire timed out after {waited:?} ({attempts} attempts)");
+                let _ = write!(
+                    m,
+                    "acquire timed out after {:?} ({attempts} attempts)",
+                    shown(*waited)
+                );
                 match last_error {
                     Some(e) => write!(m, "; last error: {e}"),
                     None => Ok(()),
                 }
             }
             Observation::AcquireFailed { waited, error } => {
-                write!(m, "acquire failed after {waited:?}: {error}")
+                write!(m, "acquire failed after {:?}: {error}", shown(*waited))
             }
             Observation::BackendError { operation, error } => {
                 write!(m, "{} request failed: {error}", operation.as_str())
@@ -380,23 +400,30 @@ impl Observation {
                 validity,
             } => write!(
                 m,
-                "renewal confirmed with only {validity_left:?} of its {validity:?} validity left: \
+                "renewal confirmed with only {:?} of its {:?} validity left: \
                  the round trip or a stalled host nearly lost the lease; raise ttl, renew earlier \
                  (renew_every), or find what blocks the event loop (late_renewal_fraction sets \
-                 this warning)"
+                 this warning)",
+                shown(*validity_left),
+                shown(*validity)
             ),
             Observation::HeldLong { held_for, ttl } => write!(
                 m,
-                "one lease held for {held_for:?}, many TTLs of {ttl:?}: the lock is held across \
+                "one lease held for {:?}, many TTLs of {:?}: the lock is held across \
                  slow calls; keep only the short protected step inside it (held_long_ttls sets \
-                 this warning)"
+                 this warning)",
+                shown(*held_for),
+                shown(*ttl)
             ),
             Observation::HotLock {
                 found_held,
                 waiters,
             } => {
                 let _ = match (found_held, waiters) {
-                    (Some(n), _) => write!(m, "found held by others {n} times before this acquisition ended"),
+                    (Some(n), _) => write!(
+                        m,
+                        "found held by others {n} times before this acquisition ended"
+                    ),
                     (None, Some(n)) => write!(m, "{n} acquisitions waiting in this process"),
                     (None, None) => write!(m, "contended"),
                 };
@@ -414,7 +441,8 @@ impl Observation {
             } => {
                 let _ = write!(
                     m,
-                    "the server has been unreachable for {unreachable_for:?} ({attempts} attempts"
+                    "the server has been unreachable for {:?} ({attempts} attempts",
+                    shown(*unreachable_for)
                 );
                 let _ = match last_error {
                     Some(e) => write!(m, "; last error: {e})"),

@@ -604,3 +604,42 @@ fn an_outage_alternating_two_errors_reports_the_latest_and_the_first_only() {
         "{last}"
     );
 }
+
+#[test]
+fn messages_show_durations_to_the_microsecond_or_from_a_second_on_the_millisecond() {
+    let lost = Observation::Lost {
+        reason: LostReason::Expired,
+        held_for: Some(Duration::from_nanos(1_500_834_452)),
+    };
+    assert_eq!(
+        lost.message("r"),
+        "lock \"r\": lost (expired) after being held for 1.501s"
+    );
+    let acquired = |waited| Observation::Acquired {
+        token: FencingToken(3),
+        waited,
+        attempts: 2,
+    };
+    for (waited, shown) in [
+        (Duration::from_nanos(1_250_400), "1.25ms"),
+        (Duration::from_nanos(250_400), "250µs"),
+        (Duration::from_nanos(999_999_700), "1s"),
+        (Duration::ZERO, "0ns"),
+    ] {
+        assert_eq!(
+            acquired(waited).message("r"),
+            format!("lock \"r\": acquired with token 3 after {shown} (2 attempts)")
+        );
+    }
+    // the fields keep the exact duration
+    assert_eq!(
+        lost.fields(),
+        vec![
+            ("reason", fencepost_core::Field::Text("expired")),
+            (
+                "held_for",
+                fencepost_core::Field::Duration(Duration::from_nanos(1_500_834_452))
+            ),
+        ]
+    );
+}
