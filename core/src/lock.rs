@@ -99,15 +99,16 @@ impl Ctx<'_> {
     /// Reports the event `f` builds, if events are observed, or it is one logged at
     /// warning level and warnings are (`f` runs only then).
     fn event(&mut self, acq: &Acquisition, f: impl FnOnce() -> Observation) {
-        match self.observe {
-            Some(o) if o.events => self.push_observed(acq, f()),
-            Some(o) if o.warnings => {
-                let observation = f();
-                if observation.level() == "warning" {
-                    self.push_observed(acq, observation);
-                }
-            }
-            _ => {}
+        if let Some(o) = self.observe.filter(|o| o.events || o.warnings) {
+            self.push_event(acq, f(), o.events);
+        }
+    }
+
+    /// The non-generic half of [`Ctx::event`] (one copy, not one per call site).
+    #[inline(never)]
+    fn push_event(&mut self, acq: &Acquisition, observation: Observation, events: bool) {
+        if events || observation.level() == "warning" {
+            self.push_observed(acq, observation);
         }
     }
 
