@@ -79,9 +79,12 @@ CFG
   done
   for n in $MEMBERS; do launch "$n"; done
   hosts=
+  # up to 60 s for the members to serve: on a busy 2-core machine three JVMs starting at
+  # once are slow to elect a leader
+  deadline=$((SECONDS + 60))
   for n in $MEMBERS; do
     c=$(cat "$STATE/$n/client")
-    for _ in $(seq 1 400); do [ -n "$(mode "$c")" ] && break; sleep 0.05; done
+    until [ -n "$(mode "$c")" ] || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.05; done
     [ -n "$(mode "$c")" ] || { echo "zookeeper member $n did not join; see $STATE/$n/zk.log" >&2; stop; exit 1; }
     hosts+="${hosts:+,}127.0.0.1:$c"
   done
