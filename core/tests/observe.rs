@@ -31,6 +31,29 @@ fn observed(t: &mut Timeline<MemoryRedis>, c: usize) -> Vec<Observation> {
         .collect()
 }
 
+/// Fails every `op` request client 0 sends until `end` ms, the `n`-th with `error(n)`,
+/// following its timers; returns how many failed.
+fn fail_until(
+    t: &mut Timeline<MemoryRedis>,
+    op: Operation,
+    end: u64,
+    error: impl Fn(usize) -> &'static str,
+) -> usize {
+    let mut failed = 0;
+    while t.now < at(end) {
+        while let Some(r) = t.clients[0].pending.iter().position(|r| r.operation == op) {
+            let r = t.clients[0].pending.remove(r);
+            t.fail_with(0, &r, error(failed));
+            failed += 1;
+        }
+        let Some(next) = t.clients[0].next_timeout else {
+            break;
+        };
+        t.at_instant(next);
+    }
+    failed
+}
+
 fn warnings(t: &mut Timeline<MemoryRedis>, c: usize) -> Vec<Observation> {
     observed(t, c)
         .into_iter()
@@ -451,18 +474,7 @@ fn server_unreachable_every_thirty_seconds_while_acquire_timeout_is_unlimited() 
     // with a timeout the same failures never warn
     o.acquire_timeout = Some(ms(100_000));
     t.acquire(0, "bounded", o);
-    while t.now < at(75_000) {
-        while let Some(r) = t.clients[0]
-            .pending
-            .iter()
-            .position(|r| r.operation == Acquire)
-        {
-            let r = t.clients[0].pending.remove(r);
-            t.fail_with(0, &r, "connection refused");
-        }
-        let next = t.clients[0].next_timeout.expect("retrying");
-        t.at_instant(next);
-    }
+    fail_until(&mut t, Acquire, 75_000, |_| "connection refused");
     let w: Vec<_> = t.clients[0]
         .observed
         .drain(..)
@@ -512,20 +524,7 @@ fn warnings_and_events_switch_off_separately_and_thresholds_are_checked() {
     );
     // and the events logged at warning level: renewals failing, then the loss
     t.at(3_334);
-    while t.now < at(5_000) {
-        while let Some(r) = t.clients[0]
-            .pending
-            .iter()
-            .position(|r| r.operation == Renew)
-        {
-            let r = t.clients[0].pending.remove(r);
-            t.fail(0, &r);
-        }
-        let Some(next) = t.clients[0].next_timeout else {
-            break;
-        };
-        t.at_instant(next);
-    }
+    fail_until(&mut t, Renew, 5_000, |_| "connection reset");
     let levels: Vec<_> = observed(&mut t, 0)
         .iter()
         .map(|o| (o.name(), o.level()))
@@ -571,27 +570,13 @@ fn an_outage_alternating_two_errors_reports_the_latest_and_the_first_only() {
     o.acquire_timeout = Some(ms(60_000));
     o.retry_max = ms(20);
     t.acquire(0, "report", o);
-    let mut failures = 0;
-    while t.now < at(61_000) {
-        while let Some(r) = t.clients[0]
-            .pending
-            .iter()
-            .position(|r| r.operation == Acquire)
-        {
-            let r = t.clients[0].pending.remove(r);
-            let error = if failures % 2 == 0 {
-                "connection refused"
-            } else {
-                "no reply in time"
-            };
-            t.fail_with(0, &r, error);
-            failures += 1;
+    let failures = fail_until(&mut t, Acquire, 61_000, |n| {
+        if n % 2 == 0 {
+            "connection refused"
+        } else {
+            "no reply in time"
         }
-        let Some(next) = t.clients[0].next_timeout else {
-            break;
-        };
-        t.at_instant(next);
-    }
+    });
     assert!(failures > 100, "{failures}");
     let last = observed(&mut t, 0).into_iter().find_map(|o| match o {
         Observation::AcquireTimedOut { last_error, .. } => last_error,
