@@ -332,3 +332,64 @@ class warnings_as_errors:
     def __exit__(self, *exc: object) -> None:
         self._catch.__exit__(*exc)
 
+
+
+def test_a_lock_is_not_reentrant_in_the_thread_holding_it_in_a_with_block() -> None:
+    import threading
+
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "job", ttl=5.0)
+    try:
+        with lock as outer:
+            # the same object, another object of the name, explicit or `with`: each would
+            # wait for the outer lease, which only this block releases
+            with pytest.raises(ConfigError, match=r"already held by this thread.*not re-entrant"):
+                with lock:
+                    pass
+            with pytest.raises(ConfigError, match="not re-entrant"):
+                fencepost.Lock(backend, "job", ttl=5.0).acquire_sync()
+            # a bounded attempt ends, held by another, as anywhere
+            assert lock.try_acquire_sync() is None
+            with pytest.raises(AcquireTimeout):
+                fencepost.Lock(backend, "job", ttl=5.0, acquire_timeout=0.05).acquire_sync()
+            # another thread waits for it, as it should
+            waited: List[Any] = []
+            other = threading.Thread(
+                target=lambda: waited.append(fencepost.Lock(backend, "job", ttl=5.0).try_acquire_sync())
+            )
+            other.start()
+            other.join(5.0)
+            assert waited == [None]
+            # another name is another lock
+            with fencepost.Lock(backend, "other", ttl=5.0) as inner:
+                assert inner.token >= 1
+            assert outer.held
+        # after the block the name is free again for this thread
+        with lock as again:
+            assert again.token > outer.token
+        # a lease lost inside its block holds nothing: acquiring the name there is allowed
+        with pytest.raises(LockLost):
+            with fencepost.Lock(backend, "short", ttl=0.2, auto_renew=False) as short:
+                assert short.lost.wait(2.0)
+                fencepost.Lock(backend, "short", ttl=5.0, acquire_timeout=2.0).acquire_sync().release()
+        assert backend._scoped_holds == {}
+    finally:
+        backend.close()
+
+
+async def test_a_lock_is_not_reentrant_in_the_task_holding_it_but_another_task_waits() -> None:
+    backend = fencepost.MemoryBackend()
+    lock = fencepost.Lock(backend, "job", ttl=5.0)
+    try:
+        async with lock as outer:
+            with pytest.raises(ConfigError, match=r"already held by this task"):
+                await lock.acquire()
+            other = asyncio.ensure_future(lock.acquire(timeout=5.0))
+            await asyncio.sleep(0.05)
+            assert not other.done()  # another task waits for the outer lease
+        lease = await asyncio.wait_for(other, 5.0)
+        assert lease.token > outer.token
+        await lease.release()
+        assert backend._scoped_holds == {}
+    finally:
+        backend.close()

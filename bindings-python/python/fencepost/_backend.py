@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from . import _core
 from ._driver import AsyncDriver, Reachability, ThreadDriver
@@ -66,6 +66,10 @@ class Backend:
         self._last_async_driver: Optional[AsyncDriver] = None
         self._thread_driver: Optional[ThreadDriver] = None
         self._closed = False
+        #: The leases of ``with`` / ``async with`` blocks running now, by (lock name, the
+        #: task or thread in the block): an acquire of that name there would wait for
+        #: itself (see ``Lock._refuse_reentry``).
+        self._scoped_holds: Dict[Tuple[str, object], List[Any]] = {}
         #: Counts and reports transport failures (shared by this backend's drivers).
         self._reachability = Reachability(self._label())
         #: What this backend's lock machines observe, and who hears it.

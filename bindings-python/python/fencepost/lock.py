@@ -10,7 +10,7 @@ import asyncio
 import sys
 from types import TracebackType
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from . import _core
 from ._backend import Backend
@@ -51,6 +51,15 @@ class _LockTimeout:
 
 #: ``timeout`` left out: the lock's own ``acquire_timeout``.
 _LOCK_TIMEOUT: Any = _LockTimeout()
+
+
+def _scoped_holds(backend: Any) -> Dict[Tuple[str, object], List[Any]]:
+    """``backend._scoped_holds``, made here for a Backend subclass whose ``__init__``
+    did not call the base class's."""
+    holds: Optional[Dict[Tuple[str, object], List[Any]]] = getattr(backend, "_scoped_holds", None)
+    if holds is None:
+        holds = backend._scoped_holds = {}
+    return holds
 
 
 def _caller() -> object:
@@ -287,7 +296,9 @@ class Lock:
         return _core.PreparedOptions(options)  # type: ignore[arg-type]
 
     def _push_scoped(self, lease: Union[Lease, SyncLease]) -> None:
-        self._scoped.setdefault(_caller(), []).append(lease)
+        caller = _caller()
+        self._scoped.setdefault(caller, []).append(lease)
+        _scoped_holds(self._backend).setdefault((self._name, caller), []).append(lease)
 
     def _pop_scoped(self) -> Optional[Any]:
         """The caller's newest ``with`` lease, taken off its stack."""
@@ -298,7 +309,34 @@ class Lock:
         lease = stack.pop()
         if not stack:
             del self._scoped[key]
+        holds = _scoped_holds(self._backend)
+        held = holds.get((self._name, key))
+        if held is not None:
+            if lease in held:
+                held.remove(lease)
+            if not held:
+                del holds[(self._name, key)]
         return lease
+
+    def _refuse_reentry(self, options: _core.PreparedOptions) -> None:
+        """Raises ConfigError when an acquisition that would wait without end (no acquire
+        timeout, no retry count) starts in a task or thread that is inside a ``with``
+        block of this lock name on this backend whose lease is still held: a lock is not
+        re-entrant, and the acquisition would wait for a lease only that block releases.
+        A bounded one (``try_acquire``, a timeout) runs: it ends, held by another."""
+        holds = _scoped_holds(self._backend)
+        if not holds or options.acquire_timeout is not None or self._options.get("retry_count") is not None:
+            return
+        caller = _caller()
+        for lease in holds.get((self._name, caller), ()):
+            if lease.lost_reason is None and not lease.released:
+                who = "thread" if isinstance(caller, int) else "task"
+                raise ConfigError(
+                    f"lock {self._name!r} is already held by this {who}, in a `with` block "
+                    f"(token {lease.token}): a lock is not re-entrant, and acquiring it again "
+                    "here with no acquire timeout would wait forever for that lease, which "
+                    "only this block releases; use the outer lease"
+                )
 
     def _keep_explicit(self, lease: Union[Lease, SyncLease]) -> None:
         """Keeps ``lease`` for :meth:`release`, first dropping the leases released
@@ -352,8 +390,9 @@ class Lock:
             AcquireTimeout: the acquire timeout passed (or ``retry_count`` ran out).
             ProtocolError: the server's reply made no sense.
             BackendError: the backend is closed, or was closed while waiting.
-            ConfigError: a bad ``timeout``, or the backend does not support asyncio
-                (e.g. a sync ``redis.Redis`` client).
+            ConfigError: a bad ``timeout``, the backend does not support asyncio
+                (e.g. a sync ``redis.Redis`` client), or a wait without end inside this
+                task's own ``async with`` block of the name (a lock is not re-entrant).
         """
         lease = await self._acquire(timeout)
         self._keep_explicit(lease)
@@ -361,6 +400,7 @@ class Lock:
 
     async def _acquire(self, timeout: object) -> Lease:
         options = self._options_for(timeout)
+        self._refuse_reentry(options)
         driver = self._backend._async_driver()
         acquisition = AsyncAcquisition(driver, self._name, self._on_event)
         # Cancelled: the driver cancels the acquisition before CancelledError
@@ -459,8 +499,9 @@ class Lock:
 
         Raises:
             AcquireTimeout, ProtocolError, BackendError: as :meth:`acquire`.
-            ConfigError: a bad ``timeout``, or the backend does not support blocking
-                use (e.g. a ``redis.asyncio.Redis`` client).
+            ConfigError: a bad ``timeout``, the backend does not support blocking
+                use (e.g. a ``redis.asyncio.Redis`` client), or a wait without end inside
+                this thread's own ``with`` block of the name (a lock is not re-entrant).
         """
         lease = self._acquire_sync(timeout)
         self._keep_explicit(lease)
@@ -468,6 +509,7 @@ class Lock:
 
     def _acquire_sync(self, timeout: object) -> SyncLease:
         options = self._options_for(timeout)
+        self._refuse_reentry(options)
         driver = self._backend._sync_driver()
         acquisition = SyncAcquisition(driver, self._name, self._on_event)
         # Interrupted: the driver cancels the acquisition before re-raising.
