@@ -15,18 +15,19 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
 
 stop() {
-  local n pid
+  local n pid pids=()
+  # every PID read before any is stopped: a redis-server removes its pidfile as it exits
   for n in $NODES; do
-    [ -f "$STATE/$n.pid" ] || continue; pid=$(cat "$STATE/$n.pid")
+    pid=$(cat "$STATE/$n.pid" 2>/dev/null) || continue
+    pids+=("$pid")
     alive "$pid" && [ "$(ps -o comm= -p "$pid")" = redis-server ] && kill "$pid" 2>/dev/null || true
   done
-  for n in $NODES; do
-    [ -f "$STATE/$n.pid" ] || continue; pid=$(cat "$STATE/$n.pid")
+  for pid in "${pids[@]}"; do
     for _ in $(seq 1 200); do alive "$pid" || break; sleep 0.05; done
     alive "$pid" && kill -9 "$pid" 2>/dev/null || true
     while alive "$pid"; do sleep 0.05; done
-    rm -f "$STATE/$n.pid"
   done
+  for n in $NODES; do rm -f "$STATE/$n.pid"; done
   rm -f "$STATE/nodes"
 }
 

@@ -15,8 +15,8 @@ ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
 
 stop_one() {  # DIR
   local pidfile=$1/redis.pid pid
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
+  # a redis-server removes its pidfile as it exits: gone between the check and the read
+  pid=$(cat "$pidfile" 2>/dev/null) || return 0
   if alive "$pid" && [ "$(ps -o comm= -p "$pid")" = redis-server ]; then
     kill -CONT "$pid" 2>/dev/null || true
     kill "$pid"

@@ -20,8 +20,8 @@ cli() { redis-cli -h 127.0.0.1 -p "$(cat "$STATE/$1.port")" "${@:2}"; }
 
 stop_pid() {  # NAME COMM: stops the process in $STATE/NAME.pid if it is still COMM
   local f=$STATE/$1.pid pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
+  # a redis-server removes its pidfile as it exits: gone between the check and the read
+  pid=$(cat "$f" 2>/dev/null) || return 0
   if alive "$pid" && [[ $(ps -o comm= -p "$pid") == "$2"* ]]; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 200); do alive "$pid" || break; sleep 0.05; done  # up to 10 s
