@@ -636,3 +636,52 @@ fn bad_names_namespaces_and_ttls_are_refused_naming_the_problem() {
     correctness.purpose = fencepost_core::Purpose::Correctness;
     assert!(m.check_acquire("report", &correctness).is_ok());
 }
+
+#[test]
+fn hot_lock_counts_holders_by_lease_transitions_so_one_long_hold_is_never_hot() {
+    use fencepost_core::{Observation, ObserveOptions};
+    // another candidate holds for 60 s; this one polls every 200 ms at most, for 20 s
+    for changing in [false, true] {
+        let mut t = T::new();
+        t.m.observe(Some(ObserveOptions::default())).unwrap();
+        t.api.write_other("other-1", 1, 60);
+        let mut options = LockOptions::ttl(Duration::from_secs(3));
+        options.acquire_timeout = Some(Duration::from_secs(20));
+        options.retry_max = Duration::from_millis(200);
+        t.acquire_with(options);
+        let mut transitions = 1;
+        for step in 1..=420u64 {
+            while !t.requests.is_empty() {
+                t.serve(Acquire, "GET");
+            }
+            if changing && step % 20 == 0 {
+                // a new holder every second, each a new grant
+                transitions += 1;
+                t.api
+                    .write_other(&format!("other-{transitions}"), transitions, 60);
+            }
+            t.at(step * 50);
+        }
+        let seen: Vec<Observation> = std::iter::from_fn(|| t.m.poll_observation())
+            .map(|o| o.observation)
+            .collect();
+        let attempts = seen.iter().find_map(|o| match o {
+            Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
+            _ => None,
+        });
+        assert!(attempts.is_some_and(|n| n >= 50), "{seen:?}");
+        let hot: Vec<_> = seen
+            .iter()
+            .filter_map(|o| match o {
+                Observation::HotLock { found_held, .. } => Some(*found_held),
+                _ => None,
+            })
+            .collect();
+        if changing {
+            // every holder found once (the first and the 20 after it), not the attempts
+            assert_eq!(hot, [Some(21)], "{seen:?}");
+        } else {
+            assert_eq!(hot, [], "one holder for the whole wait: {seen:?}");
+        }
+    }
+}

@@ -544,11 +544,15 @@ impl KubernetesBackend {
             };
             let expires = since + duration;
             if cx.now < expires {
+                // the holder's grant: leaseTransitions changes with every holder
+                // (client-go's) or grant (fencepost's), never while one holder renews
+                let grant =
+                    spec_int(&lease, "leaseTransitions").and_then(|t| u64::try_from(t).ok());
                 p.lease = Some(lease);
                 return Ok(Read::Contended {
                     remaining: Some(expires.saturating_duration_since(cx.now)),
                     queued: false,
-                    holder: None,
+                    holder: grant,
                 });
             }
             Write::Take
