@@ -221,7 +221,8 @@ impl PostgresBackend {
     /// The statement of a lease acquire (lease-rows mode) as the machine sends it: owner
     /// `owner` takes `name` for `ttl_ms` milliseconds of the server's clock; with
     /// `floor`, a new grant's token is at least `floor`. One row back: (token or NULL,
-    /// the live holder's remaining ms or NULL, how the previous holder ended or NULL).
+    /// the live holder's remaining ms or NULL, how the previous holder ended or NULL,
+    /// the token of the row's holder as the statement found it or NULL).
     /// For conformance tests and tools that replay the machine's statements; hosts run
     /// what the machine emits.
     pub fn acquire_statement(
@@ -308,6 +309,8 @@ impl PostgresBackend {
                 // session (the record, not pg_locks: every lease grant reads it, and
                 // pg_locks takes the lock manager's locks). The second column is the
                 // current holder's remaining time, for the backoff.
+                // The fourth column is the live holder's token, which marks its grant
+                // (a refused attempt tells a new holder from one held long).
                 // The third column says how the previous holder ended, from the row as
                 // the statement's snapshot saw it (`old`): released (the release's
                 // -infinity expiry), expired (an owner), none (no row, no token floor),
@@ -336,7 +339,8 @@ impl PostgresBackend {
                      WHEN (SELECT owner FROM old) IS NOT NULL THEN 'expired' \
                      WHEN (SELECT expires_at FROM old) = '-infinity' THEN 'released' \
                      WHEN (SELECT expires_at FROM old) IS NOT NULL THEN 'expired' \
-                     ELSE 'unknown' END",
+                     ELSE 'unknown' END, \
+                     (SELECT token FROM old WHERE owner IS NOT NULL)",
                     tokens = self.token_table,
                     held = session_owner("$4"),
                     l = self.lease_table,
@@ -1002,6 +1006,26 @@ pub(crate) fn read_acquire(reply: &SqlReply) -> Result<Read, ReadError> {
                 }
                 [token, remaining, SqlValue::Bool(false)] => {
                     read_acquire_row(&[token.clone(), remaining.clone()])
+                }
+                // the lease statement's fourth column: the holder's token, its grant's
+                // mark for a refusal
+                [token, remaining, previous, holder] => {
+                    let read = read_acquire(&SqlReply::Rows {
+                        rows: vec![vec![token.clone(), remaining.clone(), previous.clone()]],
+                    })?;
+                    Ok(match (read, holder) {
+                        (
+                            Read::Contended {
+                                remaining, queued, ..
+                            },
+                            SqlValue::Int(t),
+                        ) => Read::Contended {
+                            remaining,
+                            queued,
+                            holder: u64::try_from(*t).ok(),
+                        },
+                        (read, _) => read,
+                    })
                 }
                 // the lease grant's third column: how the previous holder ended
                 [token, remaining, SqlValue::Text(previous)] => {

@@ -458,8 +458,22 @@ impl MemoryPostgres {
             },
             _ => SqlValue::Null,
         };
+        // the holder's token as the statement's snapshot saw it (`old` with an owner)
+        let holder = match &old {
+            Some(PgLeaseRow {
+                owner: Some(_),
+                token,
+                ..
+            }) => SqlValue::Int(*token),
+            _ => SqlValue::Null,
+        };
         let Some(token) = granted else {
-            return rows(vec![vec![SqlValue::Null, remaining, SqlValue::Null]]);
+            return rows(vec![vec![
+                SqlValue::Null,
+                remaining,
+                SqlValue::Null,
+                holder,
+            ]]);
         };
         let previous = match &old {
             None if table_floor.is_some() => "unknown",
@@ -483,6 +497,7 @@ impl MemoryPostgres {
             SqlValue::Int(token),
             remaining,
             SqlValue::Text(previous.to_owned()),
+            holder,
         ]])
     }
 }
@@ -534,16 +549,17 @@ mod tests {
         let text = |s: &str| Text(s.to_owned());
         // first grant of the name: token 1, nobody before
         let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None, None));
-        assert_eq!(r, row(&[Int(1), Null, text("none")]));
+        assert_eq!(r, row(&[Int(1), Null, text("none"), Null]));
         // held: B gets the remaining time, 1000 − 250.5 ms rounded up
         let r = pg.run(
             Instant::from_nanos(250_500_000),
             &b.acquire("r", &B, 1_000, None, None),
         );
-        assert_eq!(r, row(&[Null, Int(750), Null]));
+        // … and the holder's token, which marks its grant
+        assert_eq!(r, row(&[Null, Int(750), Null, Int(1)]));
         // A's idempotent retry keeps its token; the snapshot's remaining time comes along
         let r = pg.run(ms(300), &b.acquire("r", &A, 1_000, None, None));
-        assert_eq!(r, row(&[Int(1), Int(700), text("unknown")]));
+        assert_eq!(r, row(&[Int(1), Int(700), text("unknown"), Int(1)]));
         // renew from 400 ms: until 1400
         assert_eq!(pg.run(ms(400), &b.renew("r", &A, 1_000)), row(&[Int(1)]));
         assert_eq!(
@@ -559,11 +575,11 @@ mod tests {
         assert_eq!(pg.last_notify(&channel), Some(ms(600)));
         assert_eq!(pg.run(ms(601), &b.release("r", &A, true)), rows(vec![]));
         let r = pg.run(ms(700), &b.acquire("r", &B, 1_000, None, None));
-        assert_eq!(r, row(&[Int(2), Null, text("released")]));
+        assert_eq!(r, row(&[Int(2), Null, text("released"), Null]));
         // B's lease runs out at 1700: no renewal at its end, A takes it (`expired`)
         assert_eq!(pg.run(ms(1_700), &b.renew("r", &B, 1_000)), rows(vec![]));
         let r = pg.run(ms(1_700), &b.acquire("r", &A, 1_000, None, None));
-        assert_eq!(r, row(&[Int(3), Int(0), text("expired")]));
+        assert_eq!(r, row(&[Int(3), Int(0), text("expired"), Int(2)]));
         // a cleanup frees it at this instant: the next grant reads `expired`
         let r = pg.run(ms(1_800), &b.release("r", &A, false));
         assert_eq!(r, row(&[Int(3), text("")]));
@@ -573,7 +589,7 @@ mod tests {
         );
         assert_eq!(
             r,
-            row(&[Int(10), Null, text("unknown")]),
+            row(&[Int(10), Null, text("unknown"), Null]),
             "the floor: unknown"
         );
         assert_eq!(pg.next_expiry(ms(1_900)), Some(ms(2_900)));
@@ -588,7 +604,7 @@ mod tests {
         let mut pg = MemoryPostgres::new(&b);
         pg.set_token_floor("r", 41);
         let r = pg.run(ms(0), &b.acquire("r", &A, 1_000, None, None));
-        assert_eq!(r, row(&[Int(42), Null, Text("unknown".into())]));
+        assert_eq!(r, row(&[Int(42), Null, Text("unknown".into()), Null]));
         let query = lock_state_statement(&b, "r", false);
         let reset = lock_state_statement(&b, "r", true);
         assert_eq!(pg.run(ms(1), &query), row(&[SqlValue::Bool(true), Null]));
@@ -597,7 +613,7 @@ mod tests {
         // A's renewal finds it gone; without notify the release is the bare UPDATE
         assert_eq!(pg.run(ms(4), &b.renew("r", &A, 1_000)), rows(vec![]));
         let r = pg.run(ms(5), &b.acquire("r", &B, 1_000, None, None));
-        assert_eq!(r, row(&[Int(43), Null, Text("expired".into())]));
+        assert_eq!(r, row(&[Int(43), Null, Text("expired".into()), Null]));
         assert_eq!(pg.run(ms(6), &b.release("r", &B, true)), row(&[Int(43)]));
         assert!(pg.take_notifications().is_empty());
         let migration = SqlStatement {

@@ -1,9 +1,11 @@
-//! The timeline on PostgreSQL. There is no in-memory PostgreSQL: [`ScriptedPostgres`]
-//! answers each statement with the next reply the test scripted, and keeps the
-//! statements it was sent for the test to inspect.
+//! The timeline on PostgreSQL: [`ScriptedPostgres`] answers each statement with the
+//! next reply the test scripted, and keeps the statements it was sent for the test to
+//! inspect; `MemoryPostgres` (the core's, which executes the lease-row statements as
+//! PostgreSQL does) serves stories that need a server of their own.
 
 use std::collections::VecDeque;
 
+use fencepost_core::memory::MemoryPostgres;
 use fencepost_core::{
     Backend, Instant, PostgresBackend, Reply, Request, RequestBody, SqlReply, SqlStatement,
 };
@@ -55,5 +57,31 @@ impl Timeline<ScriptedPostgres> {
     /// Delivers `reply` as the server's reply to `req`.
     pub fn reply_sql(&mut self, c: usize, req: &Request, reply: SqlReply) {
         self.reply(c, req, Reply::Sql(reply));
+    }
+}
+
+impl Server for MemoryPostgres {
+    type Backend = PostgresBackend;
+
+    fn backend(backend: PostgresBackend) -> Backend {
+        Backend::Postgres(backend)
+    }
+
+    fn execute(&mut self, now: Instant, body: &RequestBody) -> Reply {
+        MemoryPostgres::execute(self, now, body)
+    }
+}
+
+impl Timeline<MemoryPostgres> {
+    /// `n` clients of lease rows configured as `backend`, which must not `notify` (a
+    /// `LISTEN` wait here would end at once), against one `MemoryPostgres`.
+    pub fn memory_postgres(n: usize, backend: PostgresBackend) -> Self {
+        assert!(
+            !backend.notify,
+            "waits are not simulated here: notify must be off"
+        );
+        let mut t = Self::with_backend(n, backend.clone());
+        t.server = MemoryPostgres::new(&backend);
+        t
     }
 }
