@@ -77,8 +77,9 @@ _log = logging.getLogger("fencepost")
 
 CommandLike = Union[_core.Request, _core.Command]
 
-#: The events after which the machine says no more about a lock.
-_TERMINAL = (_core.Lost, _core.Released, _core.AcquireFailed)
+#: The events after which the machine says no more about a lock: exact types, tested
+#: per output (the core's event classes have no subclasses).
+_TERMINAL_TYPES = frozenset((_core.Lost, _core.Released, _core.AcquireFailed))
 
 
 class Reachability:
@@ -339,7 +340,8 @@ class AsyncAcquisition:
 
     def on_event(self, event: _core.Event) -> None:
         acquired = self.acquired
-        if isinstance(event, _core.Acquired):
+        kind = type(event)
+        if kind is _core.Acquired:
             lease = Lease(
                 name=self.name,
                 token=event.token,
@@ -352,13 +354,13 @@ class AsyncAcquisition:
             _watch(self, lease)
             if acquired is not None and not acquired.done():
                 acquired.set_result(lease)
-        elif isinstance(event, _core.Renewed):
+        elif kind is _core.Renewed:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
             if self.extended:
                 self._extended(None)
-        elif isinstance(event, _core.Lost):
+        elif kind is _core.Lost:
             held = self.lease
             if held is not None:
                 held._lose(event.reason)
@@ -367,12 +369,12 @@ class AsyncAcquisition:
                 if self.released is not None and not self.released.done():
                     self.released.set_exception(held._lost_error())
             self._extended(lost_error(self.name, held.token if held else 0, event.reason))
-        elif isinstance(event, _core.Released):
+        elif kind is _core.Released:
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
             if self.extended:
                 self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
-        elif isinstance(event, _core.AcquireFailed):
+        elif kind is _core.AcquireFailed:
             if acquired is not None and not acquired.done():
                 acquired.set_exception(acquire_error(self.name, event))
         self.wake_caller()
@@ -531,7 +533,8 @@ class SyncAcquisition:
         settle_all(waiting, error)
 
     def on_event(self, event: _core.Event) -> None:
-        if isinstance(event, _core.Acquired):
+        kind = type(event)
+        if kind is _core.Acquired:
             lease = SyncLease(
                 name=self.name,
                 token=event.token,
@@ -541,30 +544,32 @@ class SyncAcquisition:
             )
             lease._previous = event.previous
             _watch(self, lease)
-            if not self.acquired.done():
+            if not self.acquired._done:
                 self.acquired.set_result(lease)
-        elif isinstance(event, _core.Renewed):
+        elif kind is _core.Renewed:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
             if self.extended:
                 self._extended(None)
-        elif isinstance(event, _core.Lost):
+        elif kind is _core.Lost:
             held = self.lease
             if held is not None:
                 held._set_lost(event.reason)
                 if self.released is not None and not self.released.done():
                     self.released.set_exception(held._lost_error())
             self._extended(lost_error(self.name, held.token if held else 0, event.reason))
-        elif isinstance(event, _core.Released):
-            if self.released is not None and not self.released.done():
-                self.released.set_result(None)
+        elif kind is _core.Released:
+            released = self.released
+            if released is not None and not released._done:
+                released.set_result(None)
             if self.extended:
                 self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
-        elif isinstance(event, _core.AcquireFailed):
+        elif kind is _core.AcquireFailed:
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
-        self.wake_caller()
+        if self.waiting:
+            self.wake_caller()
 
     def wake_caller(self) -> None:
         """Wakes the caller serving this acquisition (called with the driver's lock)."""
@@ -825,7 +830,7 @@ class AsyncDriver:
         outputs, next_ns = self._machine.poll()
         orphaned = self.loop.is_closed()
         for output in outputs:
-            if isinstance(output, _core.Request):
+            if type(output) is _core.Request:
                 if orphaned:
                     continue  # nothing can run it; the machine's deadlines give up on it
                 self.backend._request_scheduled(self, output)
@@ -839,7 +844,7 @@ class AsyncDriver:
                 else:
                     self._spawn(output)
             else:
-                if isinstance(output, _TERMINAL):
+                if type(output) in _TERMINAL_TYPES:
                     acquisition = self._acquisitions.pop(output.lock, None)
                     self.backend._lock_finished(self, output.lock)
                 else:
@@ -972,7 +977,9 @@ class AsyncDriver:
             self._feed(lambda now: self._machine.transport_error(now, request.id, message))
         else:
             acquisition.interrupted = None
-            self.backend._reachability.succeeded()
+            reachability = self.backend._reachability
+            if reachability._failures:
+                reachability.succeeded()
             self._feed(lambda now: self._machine.reply(now, request.id, value))
 
     def _report_interrupted(self, acquisition: AsyncAcquisition) -> None:
@@ -1254,15 +1261,22 @@ class ThreadDriver:
                         # Bind the request now: a closure over the loop variable would
                         # see only the last request of this poll() when a worker runs it.
                         self._wait_pool.submit(functools.partial(self._execute, output))
-                elif serving and not acquisition.inline and self._may_inline(output):  # type: ignore[union-attr]
+                elif (
+                    serving
+                    and not acquisition.inline  # type: ignore[union-attr]
+                    # _may_inline, written out: this runs for every request
+                    and self._call_limit_ns is not None
+                    and time.monotonic_ns() + self._call_limit_ns <= output.deadline_ns
+                ):
                     # the others emitted with it (a Redlock step's parts) go to the pool:
                     # one caller would send them one after the other
                     acquisition.inline.append(output)  # type: ignore[union-attr]
-                    acquisition.wake_caller()  # type: ignore[union-attr]
+                    if acquisition.waiting:  # type: ignore[union-attr]
+                        acquisition.wake_caller()  # type: ignore[union-attr]
                 else:
                     self._pool.submit(functools.partial(self._execute, output))
             else:
-                if isinstance(output, _TERMINAL):
+                if type(output) in _TERMINAL_TYPES:
                     acquisition = acquisitions.pop(output.lock, None)
                     self.backend._lock_finished(self, output.lock)
                 else:
@@ -1356,8 +1370,11 @@ class ThreadDriver:
             acquisition.serving = True
             try:
                 feed()
-                while not done.done():
-                    if not acquisition.inline:
+                inline = acquisition.inline
+                backend = self.backend
+                reachability = backend._reachability
+                while not done._done:
+                    if not inline:
                         if acquisition.wakeup is None:
                             acquisition.wakeup = threading.Condition(self._lock)
                         acquisition.waiting = True
@@ -1366,18 +1383,19 @@ class ThreadDriver:
                         finally:
                             acquisition.waiting = False
                         continue
-                    request = acquisition.inline.popleft()
+                    request = inline.popleft()
                     acquisition.interrupted = request
                     self._lock.release()
                     try:
                         try:
-                            value = self.backend._run_sync(self, request)
+                            value = backend._run_sync(self, request)
                         except Exception as exc:
                             failure: Optional[str] = describe_exception(exc)
-                            self.backend._reachability.failed(describe_exception(exc))
+                            reachability.failed(failure)
                         else:
                             failure = None
-                            self.backend._reachability.succeeded()
+                            if reachability._failures:
+                                reachability.succeeded()
                     finally:
                         self._lock.acquire()
                     acquisition.interrupted = None

@@ -45,6 +45,8 @@ class MemoryServer:
         self._lock = threading.Lock()
         #: Notified after every command: threads parked in :meth:`blpop` look again.
         self._changed = threading.Condition(self._lock)
+        #: Threads waiting on ``_changed`` (no notify when none: it costs a call chain).
+        self._parked = 0
         #: Wake-ups of asyncio tasks parked in :meth:`blpop_async` (thread-safe calls).
         self._async_waiters: Set[Callable[[], None]] = set()
 
@@ -60,9 +62,11 @@ class MemoryServer:
 
     def _notify(self) -> None:
         """Wakes every parked pop to look again (called with the lock held)."""
-        self._changed.notify_all()
-        for wake in list(self._async_waiters):
-            wake()
+        if self._parked:
+            self._changed.notify_all()
+        if self._async_waiters:
+            for wake in list(self._async_waiters):
+                wake()
 
     def blpop(self, pop: _core.BlockingPop) -> object:
         """``BLPOP key timeout``, blocking the calling thread: ``[key, value]`` as soon
@@ -74,7 +78,11 @@ class MemoryServer:
                 remaining = deadline - time.monotonic()
                 if reply is not None or remaining <= 0:
                     return reply
-                self._changed.wait(remaining)
+                self._parked += 1
+                try:
+                    self._changed.wait(remaining)
+                finally:
+                    self._parked -= 1
 
     async def blpop_async(self, pop: _core.BlockingPop) -> object:
         """``BLPOP key timeout`` for asyncio: parks the calling task (never the loop)
