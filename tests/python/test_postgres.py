@@ -962,3 +962,23 @@ def test_with_notify_off_the_release_notifies_nobody(name: str, migrated: None) 
                 pass
             heard = [n.channel for n in listen.notifies(timeout=0.5)]
             assert heard == ([channel] if notify else []), notify
+
+
+@needs_pg
+def test_a_waiter_behind_one_long_lease_is_never_told_the_lock_is_hot(name: str, migrated: None) -> None:
+    """The refused acquire returns the holder's token: one holder found on every attempt
+    is a long hold, not contention (hot_lock counts holders, not attempts)."""
+    assert PG_URL
+    seen: List[fencepost.Observation] = []
+    with psycopg.connect(PG_URL, autocommit=True) as c1, psycopg.connect(PG_URL, autocommit=True) as c2:
+        holder = fencepost.Lock(PostgresBackend(c1), name, ttl=30.0)
+        holder.acquire_sync()
+        backend = PostgresBackend(c2, notify=False)
+        backend.observe(seen.append, hot_lock_attempts=4)
+        waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=1.0, retry_max=0.05)
+        with pytest.raises(AcquireTimeout):
+            waiter.acquire_sync()
+        holder.release_sync()
+    timed_out = [o for o in seen if o.event == "acquire_timed_out"]
+    assert len(timed_out) == 1 and timed_out[0].fields["attempts"] >= 8, timed_out  # type: ignore[operator]
+    assert [o for o in seen if o.event == "hot_lock"] == []
