@@ -29,6 +29,7 @@ use fencepost_core::backends::postgres::{
 };
 use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
+use fencepost_core::text::Host;
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Field, Instant, LockId,
     LockOptions, LostReason, Machine as CoreMachine, ObserveOptions, Observed, Output, OwnerId,
@@ -94,11 +95,8 @@ fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
         UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
     };
-    let mut message = err.to_string();
-    if let UsageError::UnsafePurpose { .. } = err {
-        // the option as a Python caller passes it
-        message = message.replace("accept_failover_risk=true", "accept_failover_risk=True");
-    }
+    // durations in seconds, option names as Python's keyword arguments
+    let message = err.render(Host::Python);
     let kwargs = PyDict::new(py);
     match kwargs
         .set_item("kind", err.kind())
