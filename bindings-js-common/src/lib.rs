@@ -1249,11 +1249,8 @@ pub fn redis_fenced_set(
     value: &str,
     owner: Option<&str>,
 ) -> Result<RedisCommand> {
-    if data_key == fence_key {
-        return Err(JsError::config(format!(
-            "dataKey and fenceKey must differ (both {data_key:?}): the write would overwrite the fence"
-        )));
-    }
+    fence::check_redis_fenced_set_keys(data_key, fence_key)
+        .map_err(|e| JsError::config(e.render(Host::Js)))?;
     let token = FencingToken(token);
     Ok(match owner.map(owner_id).transpose()? {
         Some(o) => fence::redis_fenced_set_owned(data_key, fence_key, token, o, value),

@@ -2346,9 +2346,8 @@ fn redis_fenced_set(
 ) -> PyResult<Command> {
     let data_key = arg_str(data_key, "data_key")?;
     let fence_key = arg_str(fence_key, "fence_key")?;
-    if data_key == fence_key {
-        return Err(same_keys(py, &data_key));
-    }
+    fence::check_redis_fenced_set_keys(&data_key, &fence_key)
+        .map_err(|e| config_error(py, e.render(Host::Python)))?;
     let token = arg_token(token)?;
     let value = arg_text(value, "value")?;
     let cmd = match arg_owner(py, owner_id)? {
@@ -2356,14 +2355,6 @@ fn redis_fenced_set(
         None => fence::redis_fenced_set(&data_key, &fence_key, token, &value),
     };
     Ok(Command { cmd })
-}
-
-/// The write would replace the fence with the data, and every later write fail.
-fn same_keys(py: Python<'_>, key: &str) -> PyErr {
-    config_error(
-        py,
-        format!("data_key and fence_key must differ (both {key:?}): the write would overwrite the fence"),
-    )
 }
 
 /// Reads the reply of `redis_fenced_set` for `resource`: returns None when the write

@@ -591,7 +591,8 @@ test('the Redis fenced SET: builder, reader, and MemoryBackend.fencedSet', async
   assert.equal(backend.server.get('row'), 'seven')
   await assert.rejects(backend.fencedSet('row', 'row:fence', 8, 'eight'), ConfigError)
   // one key for both: the write would replace the fence's token and every later write fail
-  await assert.rejects(backend.fencedSet('row', 'row', 8n, 'eight'), { code: 'ERR_CONFIG', message: /must differ/ })
+  await assert.rejects(backend.fencedSet('row', 'row', 8n, 'eight'), (e) => e instanceof ConfigError && e.code === 'ERR_CONFIG' && e.kind === 'invalid_argument' &&
+    e.message === 'dataKey and fenceKey must differ (both "row"): the write would overwrite the fence')
   assert.equal(backend.server.get('row'), 'seven')
   const broken = new ScriptedBackend(new Error('connection reset'), { throws: true })
   await assert.rejects(broken.fencedSet('row', 'row:fence', 8n, 'eight'), (e) => e instanceof BackendError && e.cause instanceof Error)
