@@ -152,6 +152,27 @@ pub(crate) struct Trying {
     pub deadline: Option<Instant>,
     /// The last error seen while trying, reported if acquiring times out.
     pub last_error: Option<String>,
+    /// The first error of the run that led to `last_error` (a run: the errors since the
+    /// last [`Trying::set_error`]), when it differs from `last_error`; reported beside
+    /// it ([`Trying::error`]).
+    pub first_error: Option<String>,
+}
+
+impl Trying {
+    /// The error to report: the latest, and the first of its run when they differ
+    /// (`no reply in time (earlier: connection refused)`).
+    pub fn error(&self) -> Option<String> {
+        match (&self.last_error, &self.first_error) {
+            (Some(last), Some(first)) => Some(format!("{last} (earlier: {first})")),
+            (last, _) => last.clone(),
+        }
+    }
+
+    /// Replaces the errors seen so far with `error` (or with none), ending a run.
+    pub fn set_error(&mut self, error: Option<String>) {
+        self.last_error = error;
+        self.first_error = None;
+    }
 }
 
 /// An acquire step in flight.
@@ -514,6 +535,7 @@ impl Lock {
                     attempt: 0,
                     deadline,
                     last_error: None,
+                    first_error: None,
                 },
                 retry_at: now,
             }),
@@ -676,7 +698,7 @@ impl Lock {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
             }
-            let last_error = trying.last_error;
+            let last_error = trying.error();
             self.finish(
                 ctx,
                 Event::AcquireFailed {
@@ -748,7 +770,7 @@ impl Lock {
             reported.then(|| Observation::ServerUnreachable {
                 unreachable_for: now.saturating_duration_since(since),
                 attempts: seen.misses,
-                last_error: trying.last_error.clone(),
+                last_error: trying.error(),
             })
         });
         if reported {
@@ -1022,20 +1044,9 @@ impl Lock {
         // Keep the first real error beside the latest: "no reply in time" after a
         // connection error says less than the connection error did. The first only, not
         // each one between: an outage alternating two errors for hours stays two long.
-        const EARLIER: &str = " (earlier: ";
-        trying.last_error = Some(match trying.last_error.take() {
-            Some(earlier) => {
-                let first = earlier
-                    .split_once(EARLIER)
-                    .map_or(earlier.as_str(), |(_, f)| f.strip_suffix(')').unwrap_or(f));
-                if first == error {
-                    error
-                } else {
-                    format!("{error}{EARLIER}{first})")
-                }
-            }
-            None => error,
-        });
+        let first = trying.first_error.take().or(trying.last_error.take());
+        trying.first_error = first.filter(|first| *first != error);
+        trying.last_error = Some(error);
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
         self.attempt_failed(ctx, trying, Miss::Ambiguous);
     }
@@ -1065,7 +1076,7 @@ impl Lock {
                 queued,
                 holder,
             }) => {
-                trying.last_error = None;
+                trying.set_error(None);
                 self.attempt_failed(
                     ctx,
                     trying,
@@ -1084,7 +1095,7 @@ impl Lock {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
                 self.acq.owner = ctx.new_owner();
-                trying.last_error = error;
+                trying.set_error(error);
                 self.attempt_failed(
                     ctx,
                     trying,
@@ -1134,8 +1145,9 @@ impl Lock {
             let owner = self.acq.owner;
             self.acq.send_cleanup(ctx, owner, 0);
             self.acq.owner = ctx.new_owner();
-            trying.last_error =
-                Some("the lock was granted only after its validity had passed".to_owned());
+            trying.set_error(Some(
+                "the lock was granted only after its validity had passed".to_owned(),
+            ));
             return self.attempt_failed(ctx, trying, Miss::TooLate);
         }
         let renew_at = if options.auto_renew {
