@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::text::{Host, Piece, Text};
+use crate::text::{Host, Text};
 use crate::{Instant, LockId};
 
 /// The caller misused the machine: bad options, an unknown lock, time going backwards.
@@ -31,7 +31,7 @@ pub enum UsageError {
     InvalidOption { option: String, message: Text },
     /// A `correctness` lock on a backend whose fencing tokens can go backwards on
     /// failover (DESIGN.md rule 8), without the explicit opt-in.
-    #[error("{}", unsafe_purpose(.backend))]
+    #[error("{}", unsafe_purpose(.backend, Host::Rust))]
     UnsafePurpose { backend: String },
     /// The lock name is empty, too long, or holds a NUL character (which PostgreSQL
     /// `text` cannot store: a name must mean the same lock on every backend).
@@ -46,17 +46,14 @@ pub enum UsageError {
     UnknownLock { lock: LockId },
 }
 
-fn unsafe_purpose(backend: &str) -> Text {
-    crate::text![
-        format!(
-            "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
-             when a replica is promoted after a failover, so two holders may carry the same token. \
-             Use etcd or a PostgreSQL lease for correctness locks, use purpose 'efficiency', \
-             or set "
-        ),
-        Piece::Setting("accept_failover_risk", true),
-        " if you accept that risk",
-    ]
+fn unsafe_purpose(backend: &str, host: Host) -> String {
+    format!(
+        "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
+         when a replica is promoted after a failover, so two holders may carry the same token. \
+         Use etcd or a PostgreSQL lease for correctness locks, use purpose 'efficiency', \
+         or set {} if you accept that risk",
+        host.setting("accept_failover_risk", true)
+    )
 }
 
 fn nul_note(nul: &bool) -> &'static str {
@@ -88,9 +85,12 @@ impl UsageError {
     pub fn render(&self, host: Host) -> String {
         match self {
             UsageError::InvalidOption { option, message } => {
-                format!("{}: {}", host.option_name(option), message.render(host))
+                let mut out = host.option_name(option).into_owned();
+                out.push_str(": ");
+                message.push_to(&mut out, host);
+                out
             }
-            UsageError::UnsafePurpose { backend } => unsafe_purpose(backend).render(host),
+            UsageError::UnsafePurpose { backend } => unsafe_purpose(backend, host),
             other => other.to_string(),
         }
     }

@@ -26,7 +26,7 @@ use thiserror::Error;
 
 use crate::backends::{RedisCommand, RedisScript, RedisValue};
 use crate::error::ProtocolError;
-use crate::text::{Host, Opt, Text};
+use crate::text::Host;
 use crate::{FencingToken, OwnerId};
 
 /// Why a fence refused a write.
@@ -185,17 +185,16 @@ pub enum InvalidGuard {
     Column { column: String, why: String },
     /// A fenced Redis `SET` whose data key is its fence key: the write would replace the
     /// highest token with the data, and every later write would be refused.
-    #[error("{}", same_key(.0))]
+    #[error("{}", same_key(.0, Host::Rust))]
     SameKey(String),
 }
 
-fn same_key(key: &str) -> Text {
-    crate::text![
-        Opt("data_key"),
-        " and ",
-        Opt("fence_key"),
-        format!(" must differ (both {key:?}): the write would overwrite the fence"),
-    ]
+fn same_key(key: &str, host: Host) -> String {
+    format!(
+        "{} and {} must differ (both {key:?}): the write would overwrite the fence",
+        host.option_name("data_key"),
+        host.option_name("fence_key")
+    )
 }
 
 impl InvalidGuard {
@@ -203,7 +202,7 @@ impl InvalidGuard {
     /// spelling (`data_key`, JavaScript `dataKey`); `Display` is [`Host::Rust`]'s.
     pub fn render(&self, host: Host) -> String {
         match self {
-            InvalidGuard::SameKey(key) => same_key(key).render(host),
+            InvalidGuard::SameKey(key) => same_key(key, host),
             other => other.to_string(),
         }
     }

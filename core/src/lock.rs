@@ -152,22 +152,12 @@ pub(crate) struct Trying {
     pub deadline: Option<Instant>,
     /// The last error seen while trying, reported if acquiring times out.
     pub last_error: Option<String>,
-    /// The first error of the run that led to `last_error` (a run: the errors since the
-    /// last [`Trying::set_error`]), when it differs from `last_error`; reported beside
-    /// it ([`Trying::error`]).
+    /// The first error of the current run of ambiguous acquire errors, which
+    /// `last_error` names beside the latest; `None` outside a run.
     pub first_error: Option<String>,
 }
 
 impl Trying {
-    /// The error to report: the latest, and the first of its run when they differ
-    /// (`no reply in time (earlier: connection refused)`).
-    pub fn error(&self) -> Option<String> {
-        match (&self.last_error, &self.first_error) {
-            (Some(last), Some(first)) => Some(format!("{last} (earlier: {first})")),
-            (last, _) => last.clone(),
-        }
-    }
-
     /// Replaces the errors seen so far with `error` (or with none), ending a run.
     pub fn set_error(&mut self, error: Option<String>) {
         self.last_error = error;
@@ -698,7 +688,7 @@ impl Lock {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
             }
-            let last_error = trying.error();
+            let last_error = trying.last_error;
             self.finish(
                 ctx,
                 Event::AcquireFailed {
@@ -770,7 +760,7 @@ impl Lock {
             reported.then(|| Observation::ServerUnreachable {
                 unreachable_for: now.saturating_duration_since(since),
                 attempts: seen.misses,
-                last_error: trying.error(),
+                last_error: trying.last_error.clone(),
             })
         });
         if reported {
@@ -1044,9 +1034,17 @@ impl Lock {
         // Keep the first real error beside the latest: "no reply in time" after a
         // connection error says less than the connection error did. The first only, not
         // each one between: an outage alternating two errors for hours stays two long.
-        let first = trying.first_error.take().or(trying.last_error.take());
-        trying.first_error = first.filter(|first| *first != error);
-        trying.last_error = Some(error);
+        let first = trying
+            .first_error
+            .take()
+            .or(trying.last_error.take())
+            .unwrap_or_else(|| error.clone());
+        trying.last_error = Some(if first == error {
+            error
+        } else {
+            format!("{error} (earlier: {first})")
+        });
+        trying.first_error = Some(first);
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
         self.attempt_failed(ctx, trying, Miss::Ambiguous);
     }

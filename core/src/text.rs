@@ -64,22 +64,43 @@ impl Host {
         Cow::Owned(js_name(option, duration))
     }
 
-    /// `d` in this host's unit: `Debug` for Rust, exact decimal seconds or milliseconds
-    /// (no rounding, no exponent) for Python and JavaScript.
+    /// `d` in this host's unit: `Debug` for Rust; seconds for Python and milliseconds for
+    /// JavaScript, as [`number`] says them (exact up to 2^53 ns, about 104 days: further
+    /// on, to the precision of the `float` or `number` the host passed).
     pub fn duration(self, d: Duration) -> String {
-        let (unit, per) = match self {
-            Host::Rust => return format!("{d:?}"),
-            Host::Python => ("s", 1_000_000_000),
-            Host::Js => ("ms", 1_000_000),
+        let mut out = String::new();
+        self.push_duration(&mut out, d);
+        out
+    }
+
+    fn push_duration(self, out: &mut String, d: Duration) {
+        use fmt::Write;
+        let nanos = d.as_nanos() as f64;
+        let (n, unit) = match self {
+            Host::Rust => {
+                let _ = write!(out, "{d:?}");
+                return;
+            }
+            Host::Python => (nanos / 1e9, " s"),
+            Host::Js => (nanos / 1e6, " ms"),
         };
-        let nanos = d.as_nanos();
-        let (whole, frac) = (nanos / per, nanos % per);
-        if frac == 0 {
-            return format!("{whole} {unit}");
-        }
-        let digits = if per == 1_000_000_000 { 9 } else { 6 };
-        let frac = format!("{frac:0digits$}");
-        format!("{whole}.{} {unit}", frac.trim_end_matches('0'))
+        out.push_str(&number(n));
+        out.push_str(unit);
+    }
+
+    /// A boolean option set to `value` as this host's users write it:
+    /// `auto_renew=false`, Python `auto_renew=False`, JavaScript `autoRenew: false`.
+    pub fn setting(self, option: &str, value: bool) -> String {
+        let mut out = self.option_name(option).into_owned();
+        out.push_str(match (self, value) {
+            (Host::Python, true) => "=True",
+            (Host::Python, false) => "=False",
+            (Host::Js, true) => ": true",
+            (Host::Js, false) => ": false",
+            (Host::Rust, true) => "=true",
+            (Host::Rust, false) => "=false",
+        });
+        out
     }
 }
 
@@ -156,25 +177,20 @@ impl Text {
     /// The message as `host`'s users read it.
     pub fn render(&self, host: Host) -> String {
         let mut out = String::new();
+        self.push_to(&mut out, host);
+        out
+    }
+
+    /// Appends the message as `host`'s users read it to `out`.
+    pub fn push_to(&self, out: &mut String, host: Host) {
         for piece in &self.0 {
             match piece {
                 Piece::Words(w) => out.push_str(w),
-                Piece::Duration(d) => out.push_str(&host.duration(*d)),
+                Piece::Duration(d) => host.push_duration(out, *d),
                 Piece::Option(o) => out.push_str(&host.option_name(o)),
-                Piece::Setting(o, value) => {
-                    out.push_str(&host.option_name(o));
-                    out.push_str(match (host, value) {
-                        (Host::Rust, true) => "=true",
-                        (Host::Rust, false) => "=false",
-                        (Host::Python, true) => "=True",
-                        (Host::Python, false) => "=False",
-                        (Host::Js, true) => ": true",
-                        (Host::Js, false) => ": false",
-                    });
-                }
+                Piece::Setting(o, value) => out.push_str(&host.setting(o, *value)),
             }
         }
-        out
     }
 }
 
