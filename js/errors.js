@@ -108,41 +108,13 @@ const JS_OPTION = {
   replica_timeout: 'replicaTimeoutMs'
 }
 
-/** Core messages name options the Rust/Python way (or neutrally, `accept-failover-risk`);
- * say them the JavaScript way. */
+/** Messages the core did not say for JavaScript (the addons' own, which may name an
+ * option the Rust/Python way or neutrally, `accept-failover-risk`), said the JavaScript way. */
 function jsWords (text) {
   return String(text)
     .replace(/\b(accept|auto|renew|retry|acquire|clock|drift)-(failover-risk|renew|every|base|max|timeout|margin|factor)\b/g, (w) => w.replace(/-/g, '_'))
     .replace(/\b(accept_failover_risk|auto_renew)=(true|false)\b/g, (_, name, value) => `${JS_OPTION[name]}: ${value}`)
     .replace(/\b(accept_failover_risk|auto_renew|renew_every|retry_base|retry_max|acquire_timeout|clock_margin|drift_factor|token_floor|min_replicas|replica_timeout)\b/g, (name) => JS_OPTION[name])
-}
-
-/** A duration as Rust's `Debug` prints it in core messages: `0ns`, `500µs`, `1.5ms`,
- * `29.698s` (digits, then the unit, nothing around them that is part of a word). */
-const RUST_DURATION = /(?<![\w.])(\d+)(?:\.(\d+))?(ns|[\u00b5\u03bc]s|ms|s)(?![\w\u00b5\u03bc])/g
-/** Where each unit puts the decimal point of milliseconds. */
-const MS_SHIFT = { s: 3, ms: 0, ns: -6 }
-
-/** The decimal `whole.frac` times 10 ** `shift`, exactly (the point moved, no floats). */
-function shiftPoint (whole, frac, shift) {
-  let digits = whole + frac
-  let point = whole.length + shift
-  if (point < 1) {
-    digits = '0'.repeat(1 - point) + digits
-    point = 1
-  }
-  if (point > digits.length) digits += '0'.repeat(point - digits.length)
-  const int = digits.slice(0, point).replace(/^0+(?=\d)/, '')
-  const rest = digits.slice(point).replace(/0+$/, '')
-  return rest === '' ? int : `${int}.${rest}`
-}
-
-/** Core messages print durations as Rust's `Debug` does (`0ns`, `1.5s`); say them in
- * milliseconds, as JavaScript's options and fields are (`0 ms`, `1500 ms`). Only for
- * the core's own words: never on text a message quotes (a lock name, a server's error). */
-function durationsInMs (text) {
-  return String(text).replace(RUST_DURATION, (_, whole, frac, unit) =>
-    `${shiftPoint(whole, frac ?? '', MS_SHIFT[unit] ?? -3)} ms`)
 }
 
 // napi-rs's own codes for an argument of the wrong type (the JavaScript half checks types
@@ -159,10 +131,11 @@ function fromNative (error) {
   switch (error.code) {
     case 'ERR_CONFIG': {
       const option = error.option ? (JS_OPTION[error.option] ?? error.option) : null
-      // an option in milliseconds is told in milliseconds (its detail is the core's
-      // words and numbers; other messages may quote a name or a server's text)
-      const message = error.kind === 'invalid_option' && option
-        ? `${option}: ${jsWords(option.endsWith('Ms') ? durationsInMs(error.detail ?? error.message) : error.detail ?? error.message)}`
+      // the core says its own messages the JavaScript way (durations in ms, option names
+      // as the options object's keys); the addons' other messages may still name an option
+      // the core's way
+      const message = error.kind === 'invalid_option' || error.kind === 'unsafe_purpose'
+        ? error.message
         : jsWords(error.message)
       return new ConfigError(message, { kind: error.kind, option })
     }
@@ -197,7 +170,6 @@ module.exports = {
   ProtocolError,
   BackendError,
   JS_OPTION,
-  durationsInMs,
   fromNative,
   translate
 }

@@ -17,7 +17,7 @@
 //
 // Shared word for word by the napi and WASM packages.
 
-const { ConfigError, durationsInMs } = require('./errors')
+const { ConfigError } = require('./errors')
 
 const EVENTS = Object.freeze([
   'acquiring', 'acquired', 'renewed', 'renewal_failing', 'lost', 'released',
@@ -82,6 +82,36 @@ const allChannel = diagnosticsChannel.channel(ALL_CHANNEL)
 
 /** `FENCEPOST_RENEWAL_LATE` for 'renewal_late'. */
 const warningCode = (event) => `FENCEPOST_${event.toUpperCase()}`
+
+/** A duration as Rust's `Debug` prints it in the core's observation messages: `0ns`,
+ * `500µs`, `1.5ms`, `29.698s` (digits, then the unit, nothing around them that is part of
+ * a word). The core says its errors the JavaScript way itself; its observations it says
+ * once for every host, the Rust way. */
+const RUST_DURATION = /(?<![\w.])(\d+)(?:\.(\d+))?(ns|[\u00b5\u03bc]s|ms|s)(?![\w\u00b5\u03bc])/g
+/** Where each unit puts the decimal point of milliseconds. */
+const MS_SHIFT = { s: 3, ms: 0, ns: -6 }
+
+/** The decimal `whole.frac` times 10 ** `shift`, exactly (the point moved, no floats). */
+function shiftPoint (whole, frac, shift) {
+  let digits = whole + frac
+  let point = whole.length + shift
+  if (point < 1) {
+    digits = '0'.repeat(1 - point) + digits
+    point = 1
+  }
+  if (point > digits.length) digits += '0'.repeat(point - digits.length)
+  const int = digits.slice(0, point).replace(/^0+(?=\d)/, '')
+  const rest = digits.slice(point).replace(/0+$/, '')
+  return rest === '' ? int : `${int}.${rest}`
+}
+
+/** `text` with its Rust durations (`0ns`, `1.5s`) in milliseconds, as JavaScript's
+ * fields are (`0 ms`, `1500 ms`). Only for the core's own words: never on text a message
+ * quotes (a lock name, a server's error). */
+function durationsInMs (text) {
+  return String(text).replace(RUST_DURATION, (_, whole, frac, unit) =>
+    `${shiftPoint(whole, frac ?? '', MS_SHIFT[unit] ?? -3)} ms`)
+}
 
 /** An observation's message (the core's: `lock "name": …`, durations as Rust prints
  * them) with its durations in milliseconds, as its fields are. The lock name and the

@@ -23,7 +23,8 @@
 //!   `kubernetes`).
 //! * Errors are thrown as `Error`s with `code` `"ERR_CONFIG"` (the caller's input or
 //!   usage, `kind` = the core's [`UsageError::kind`] or `"invalid_argument"`, `option` =
-//!   the option's name, `detail` = the message without the option name), `"ERR_CLOCK"`
+//!   the option's JavaScript name; the core's messages say durations in milliseconds and
+//!   option names the JavaScript way, [`Host::Js`]), `"ERR_CLOCK"`
 //!   (time went backwards) or `"ERR_BACKEND"` (no secure randomness for owner ids).
 //!   Fence refusals and unreadable replies are *returned* as data.
 //!
@@ -39,7 +40,7 @@ use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings};
 use fencepost_core::backends::RedlockBackend as RedlockSettings;
 use fencepost_core::fence::{self, ParamStyle};
 use fencepost_core::js_outputs::{self, ns_to_ms, FlatValue};
-use fencepost_core::text::number;
+use fencepost_core::text::{js_name, number, Host};
 use fencepost_core::{
     AcquireFailedReason, Backend, FencingToken, Field, Input, Instant, LockId, LockOptions,
     LostReason, Machine, ObserveOptions, Operation, Output, OwnerId, Purpose, RedisCommand,
@@ -58,7 +59,7 @@ pub mod zookeeper;
 // ---- errors -----------------------------------------------------------------------------
 
 /// An error for the addon to throw: a JS `Error` with `message`, `code` and the string
-/// properties `kind`, `option` and `detail` when set.
+/// properties `kind` and `option` when set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JsError {
     /// `"ERR_CONFIG"`, `"ERR_CLOCK"` or `"ERR_BACKEND"`.
@@ -68,11 +69,9 @@ pub struct JsError {
     /// The error's kind: the core's [`UsageError::kind`], or `"invalid_argument"` for a
     /// value of the wrong type or shape.
     pub kind: Option<&'static str>,
-    /// The option the error is about (the core's name for a [`UsageError`], the name
-    /// given for a value that could not be decoded).
+    /// The option the error is about, as JavaScript spells it (`retryBaseMs`; for a
+    /// value that could not be decoded, the name it was given under).
     pub option: Option<String>,
-    /// For an invalid option, the message without the option's name.
-    pub detail: Option<String>,
 }
 
 impl JsError {
@@ -83,7 +82,6 @@ impl JsError {
             message: message.into(),
             kind: Some("invalid_argument"),
             option: None,
-            detail: None,
         }
     }
 
@@ -94,32 +92,27 @@ impl JsError {
             message: message.into(),
             kind: None,
             option: None,
-            detail: None,
         }
     }
 
-    /// The string properties to set on the `Error` besides `code` (`kind`, `option`,
-    /// `detail`), those that are set.
+    /// The string properties to set on the `Error` besides `code` (`kind`, `option`),
+    /// those that are set.
     pub fn properties(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        [
-            ("kind", self.kind),
-            ("option", self.option.as_deref()),
-            ("detail", self.detail.as_deref()),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| value.map(|v| (key, v)))
+        [("kind", self.kind), ("option", self.option.as_deref())]
+            .into_iter()
+            .filter_map(|(key, value)| value.map(|v| (key, v)))
     }
 }
 
 impl From<UsageError> for JsError {
     fn from(err: UsageError) -> Self {
-        let message = err.to_string();
-        let (option, detail) = match &err {
-            UsageError::InvalidOption { option, message } => {
-                (Some(option.clone()), Some(message.clone()))
+        let message = err.render(Host::Js);
+        let option = match &err {
+            UsageError::InvalidOption { option, .. } => {
+                Some(Host::Js.option_name(option).into_owned())
             }
-            UsageError::UnsafePurpose { .. } => (Some("purpose".to_owned()), None),
-            _ => (None, None),
+            UsageError::UnsafePurpose { .. } => Some("purpose".to_owned()),
+            _ => None,
         };
         JsError {
             code: match err {
@@ -131,7 +124,6 @@ impl From<UsageError> for JsError {
             message,
             kind: Some(err.kind()),
             option,
-            detail,
         }
     }
 }
@@ -552,27 +544,6 @@ impl<'de, 'k> de::Deserializer<'de> for OptionValue<'k> {
         bytes byte_buf unit unit_struct newtype_struct seq tuple
         tuple_struct map struct identifier ignored_any
     }
-}
-
-/// A core field name in the JavaScript spelling: `held_for` → `heldFor`, and
-/// `heldForMs` for a duration.
-fn js_field_name(name: &str, duration: bool) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    let mut upper = false;
-    for c in name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.push(c.to_ascii_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    if duration {
-        out.push_str("Ms");
-    }
-    out
 }
 
 /// `fooBar` → `foo_bar`.
@@ -1007,17 +978,7 @@ impl JsMachine {
             hot_lock_waiters: count(*waiters, "hotLockWaiters")?,
             unreachable_every: core::time::Duration::from_nanos(every),
         };
-        self.inner.observe(Some(options)).map_err(|e| {
-            let mut e = JsError::from(e);
-            if let Some(option) = &mut e.option {
-                *option = js_field_name(option, option == "unreachable_every");
-            }
-            e.message = e
-                .message
-                .replace("late_renewal_fraction", "lateRenewalFraction")
-                .replace("unreachable_every", "unreachableEveryMs");
-            e
-        })
+        Ok(self.inner.observe(Some(options))?)
     }
 
     /// Drains the observations into `push`, each as `lockId, name, event, level,
@@ -1038,7 +999,7 @@ impl JsMachine {
             push(FlatValue::Number(fields.len() as f64))?;
             for (name, value) in fields {
                 let duration = matches!(value, Field::Duration(_));
-                push(FlatValue::Text(Cow::Owned(js_field_name(name, duration))))?;
+                push(FlatValue::Text(Cow::Owned(js_name(name, duration))))?;
                 push(match value {
                     Field::Duration(d) => FlatValue::Number(d.as_nanos() as f64 / 1e6),
                     Field::Count(n) => FlatValue::Number(n as f64),
@@ -1288,11 +1249,8 @@ pub fn redis_fenced_set(
     value: &str,
     owner: Option<&str>,
 ) -> Result<RedisCommand> {
-    if data_key == fence_key {
-        return Err(JsError::config(format!(
-            "dataKey and fenceKey must differ (both {data_key:?}): the write would overwrite the fence"
-        )));
-    }
+    fence::check_redis_fenced_set_keys(data_key, fence_key)
+        .map_err(|e| JsError::config(e.render(Host::Js)))?;
     let token = FencingToken(token);
     Ok(match owner.map(owner_id).transpose()? {
         Some(o) => fence::redis_fenced_set_owned(data_key, fence_key, token, o, value),
@@ -1801,5 +1759,18 @@ mod tests {
     fn usage_errors_keep_the_core_kind() {
         let e = JsError::from(UsageError::UnknownLock { lock: LockId(4) });
         assert_eq!((e.code, e.kind), ("ERR_CONFIG", Some("unknown_lock")));
+    }
+
+    #[test]
+    fn option_errors_say_milliseconds_and_javascript_names() {
+        let mut o = LockOptions::ttl(core::time::Duration::from_millis(1_000));
+        o.retry_base = core::time::Duration::from_millis(500);
+        o.retry_max = core::time::Duration::from_micros(100_500);
+        let e = JsError::from(o.validate("redis", true).unwrap_err());
+        assert_eq!(e.option.as_deref(), Some("retryMaxMs"));
+        assert_eq!(
+            e.message,
+            "retryMaxMs: must be at least retryBaseMs 500 ms, got 100.5 ms"
+        );
     }
 }

@@ -29,6 +29,7 @@ use fencepost_core::backends::postgres::{
 };
 use fencepost_core::backends::redis::{self, RedisBackend as RedisSettings, RedisBlpop};
 use fencepost_core::fence::{self, ParamStyle};
+use fencepost_core::text::Host;
 use fencepost_core::{
     AcquireFailedReason, Backend, Event as CoreEvent, FencingToken, Field, Instant, LockId,
     LockOptions, LostReason, Machine as CoreMachine, ObserveOptions, Observed, Output, OwnerId,
@@ -94,11 +95,8 @@ fn usage_error(py: Python<'_>, err: UsageError) -> PyErr {
         UsageError::UnsafePurpose { .. } => ("ConfigError", Some("purpose")),
         _ => ("ConfigError", None),
     };
-    let mut message = err.to_string();
-    if let UsageError::UnsafePurpose { .. } = err {
-        // the option as a Python caller passes it
-        message = message.replace("accept_failover_risk=true", "accept_failover_risk=True");
-    }
+    // durations in seconds, option names as Python's keyword arguments
+    let message = err.render(Host::Python);
     let kwargs = PyDict::new(py);
     match kwargs
         .set_item("kind", err.kind())
@@ -2348,9 +2346,8 @@ fn redis_fenced_set(
 ) -> PyResult<Command> {
     let data_key = arg_str(data_key, "data_key")?;
     let fence_key = arg_str(fence_key, "fence_key")?;
-    if data_key == fence_key {
-        return Err(same_keys(py, &data_key));
-    }
+    fence::check_redis_fenced_set_keys(&data_key, &fence_key)
+        .map_err(|e| config_error(py, e.render(Host::Python)))?;
     let token = arg_token(token)?;
     let value = arg_text(value, "value")?;
     let cmd = match arg_owner(py, owner_id)? {
@@ -2358,14 +2355,6 @@ fn redis_fenced_set(
         None => fence::redis_fenced_set(&data_key, &fence_key, token, &value),
     };
     Ok(Command { cmd })
-}
-
-/// The write would replace the fence with the data, and every later write fail.
-fn same_keys(py: Python<'_>, key: &str) -> PyErr {
-    config_error(
-        py,
-        format!("data_key and fence_key must differ (both {key:?}): the write would overwrite the fence"),
-    )
 }
 
 /// Reads the reply of `redis_fenced_set` for `resource`: returns None when the write

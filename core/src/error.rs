@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::text::{Host, Text};
 use crate::{Instant, LockId};
 
 /// The caller misused the machine: bad options, an unknown lock, time going backwards.
@@ -24,17 +25,13 @@ pub enum UsageError {
          (2^62 ns, about 146 years after the origin); pass a monotonic clock's reading"
     )]
     TimeOutOfRange { now: Instant },
-    /// A lock option is out of range; the message names the value and the allowed range.
+    /// A lock option is out of range; the message names the value and the allowed range,
+    /// its durations and option names said each host's way ([`UsageError::render`]).
     #[error("{option}: {message}")]
-    InvalidOption { option: String, message: String },
+    InvalidOption { option: String, message: Text },
     /// A `correctness` lock on a backend whose fencing tokens can go backwards on
     /// failover (DESIGN.md rule 8), without the explicit opt-in.
-    #[error(
-        "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
-         when a replica is promoted after a failover, so two holders may carry the same token. \
-         Use etcd or a PostgreSQL lease for correctness locks, use purpose 'efficiency', \
-         or set accept_failover_risk=true if you accept that risk"
-    )]
+    #[error("{}", unsafe_purpose(.backend, Host::Rust))]
     UnsafePurpose { backend: String },
     /// The lock name is empty, too long, or holds a NUL character (which PostgreSQL
     /// `text` cannot store: a name must mean the same lock on every backend).
@@ -47,6 +44,16 @@ pub enum UsageError {
     /// This machine never issued a lock with this id.
     #[error("unknown lock {lock}")]
     UnknownLock { lock: LockId },
+}
+
+fn unsafe_purpose(backend: &str, host: Host) -> String {
+    format!(
+        "a correctness lock on {backend} is unsafe: {backend} fencing tokens can go backwards \
+         when a replica is promoted after a failover, so two holders may carry the same token. \
+         Use etcd or a PostgreSQL lease for correctness locks, use purpose 'efficiency', \
+         or set {} if you accept that risk",
+        host.setting("accept_failover_risk", true)
+    )
 }
 
 fn nul_note(nul: &bool) -> &'static str {
@@ -72,7 +79,23 @@ impl UsageError {
         }
     }
 
-    pub(crate) fn option(option: &str, message: impl Into<String>) -> Self {
+    /// The message as `host`'s users read it: an invalid option's name, the option names
+    /// and the durations it mentions in that host's spelling and units (`Display` is
+    /// [`Host::Rust`]'s).
+    pub fn render(&self, host: Host) -> String {
+        match self {
+            UsageError::InvalidOption { option, message } => {
+                let mut out = host.option_name(option).into_owned();
+                out.push_str(": ");
+                message.push_to(&mut out, host);
+                out
+            }
+            UsageError::UnsafePurpose { backend } => unsafe_purpose(backend, host),
+            other => other.to_string(),
+        }
+    }
+
+    pub(crate) fn option(option: &str, message: impl Into<Text>) -> Self {
         UsageError::InvalidOption {
             option: option.to_owned(),
             message: message.into(),

@@ -26,6 +26,7 @@ use thiserror::Error;
 
 use crate::backends::{RedisCommand, RedisScript, RedisValue};
 use crate::error::ProtocolError;
+use crate::text::Host;
 use crate::{FencingToken, OwnerId};
 
 /// Why a fence refused a write.
@@ -182,6 +183,29 @@ pub enum InvalidGuard {
     /// style) is named like the `id` or `token` parameter it would be confused with.
     #[error("column {column:?} cannot be set by a fenced update: {why}")]
     Column { column: String, why: String },
+    /// A fenced Redis `SET` whose data key is its fence key: the write would replace the
+    /// highest token with the data, and every later write would be refused.
+    #[error("{}", same_key(.0, Host::Rust))]
+    SameKey(String),
+}
+
+fn same_key(key: &str, host: Host) -> String {
+    format!(
+        "{} and {} must differ (both {key:?}): the write would overwrite the fence",
+        host.option_name("data_key"),
+        host.option_name("fence_key")
+    )
+}
+
+impl InvalidGuard {
+    /// The message as `host`'s users read it: the arguments it names in that host's
+    /// spelling (`data_key`, JavaScript `dataKey`); `Display` is [`Host::Rust`]'s.
+    pub fn render(&self, host: Host) -> String {
+        match self {
+            InvalidGuard::SameKey(key) => same_key(key, host),
+            other => other.to_string(),
+        }
+    }
 }
 
 fn ident(name: &str) -> Result<String, InvalidGuard> {
@@ -336,11 +360,24 @@ fn guard(
     ))
 }
 
+/// Checks the keys of a fenced Redis `SET` ([`redis_fenced_set`],
+/// [`redis_fenced_set_owned`]) before it is built: `data_key` and `fence_key` must be two
+/// keys.
+///
+/// Errors: [`InvalidGuard::SameKey`] naming the key.
+pub fn check_redis_fenced_set_keys(data_key: &str, fence_key: &str) -> Result<(), InvalidGuard> {
+    if data_key == fence_key {
+        return Err(InvalidGuard::SameKey(data_key.to_owned()));
+    }
+    Ok(())
+}
+
 /// Builds a fenced Redis `SET` under the token-only rule: writes `value` to `data_key`
 /// unless `token` is lower than the highest token stored at `fence_key` (see
 /// [`RedisScript::FencedSet`]). Weaker than [`redis_fenced_set_owned`]: two holders
 /// given the same token both write. Read its reply with [`read_redis_fenced_set`]. Put
-/// both keys in one hash slot (`{tag}`) on Redis Cluster.
+/// both keys in one hash slot (`{tag}`) on Redis Cluster; check them first with
+/// [`check_redis_fenced_set_keys`].
 pub fn redis_fenced_set(
     data_key: &str,
     fence_key: &str,
@@ -417,6 +454,20 @@ pub fn read_redis_fenced_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fenced_set_needs_two_keys() {
+        assert_eq!(check_redis_fenced_set_keys("doc:data", "doc:fence"), Ok(()));
+        let err = check_redis_fenced_set_keys("doc", "doc").unwrap_err();
+        assert_eq!(err, InvalidGuard::SameKey("doc".to_owned()));
+        let rest = " must differ (both \"doc\"): the write would overwrite the fence";
+        assert_eq!(err.to_string(), format!("data_key and fence_key{rest}"));
+        assert_eq!(
+            err.render(Host::Python),
+            format!("data_key and fence_key{rest}")
+        );
+        assert_eq!(err.render(Host::Js), format!("dataKey and fenceKey{rest}"));
+    }
 
     #[test]
     fn fence_refuses_a_lower_token_once_a_higher_one_landed() {

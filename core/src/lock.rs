@@ -152,6 +152,17 @@ pub(crate) struct Trying {
     pub deadline: Option<Instant>,
     /// The last error seen while trying, reported if acquiring times out.
     pub last_error: Option<String>,
+    /// The first error of the current run of ambiguous acquire errors, which
+    /// `last_error` names beside the latest; `None` outside a run.
+    pub first_error: Option<String>,
+}
+
+impl Trying {
+    /// Replaces the errors seen so far with `error` (or with none), ending a run.
+    pub fn set_error(&mut self, error: Option<String>) {
+        self.last_error = error;
+        self.first_error = None;
+    }
 }
 
 /// An acquire step in flight.
@@ -514,6 +525,7 @@ impl Lock {
                     attempt: 0,
                     deadline,
                     last_error: None,
+                    first_error: None,
                 },
                 retry_at: now,
             }),
@@ -1022,20 +1034,17 @@ impl Lock {
         // Keep the first real error beside the latest: "no reply in time" after a
         // connection error says less than the connection error did. The first only, not
         // each one between: an outage alternating two errors for hours stays two long.
-        const EARLIER: &str = " (earlier: ";
-        trying.last_error = Some(match trying.last_error.take() {
-            Some(earlier) => {
-                let first = earlier
-                    .split_once(EARLIER)
-                    .map_or(earlier.as_str(), |(_, f)| f.strip_suffix(')').unwrap_or(f));
-                if first == error {
-                    error
-                } else {
-                    format!("{error}{EARLIER}{first})")
-                }
-            }
-            None => error,
+        let first = trying
+            .first_error
+            .take()
+            .or(trying.last_error.take())
+            .unwrap_or_else(|| error.clone());
+        trying.last_error = Some(if first == error {
+            error
+        } else {
+            format!("{error} (earlier: {first})")
         });
+        trying.first_error = Some(first);
         // Retrying with the same owner id is idempotent (DESIGN.md rule 5).
         self.attempt_failed(ctx, trying, Miss::Ambiguous);
     }
@@ -1065,7 +1074,7 @@ impl Lock {
                 queued,
                 holder,
             }) => {
-                trying.last_error = None;
+                trying.set_error(None);
                 self.attempt_failed(
                     ctx,
                     trying,
@@ -1084,7 +1093,7 @@ impl Lock {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
                 self.acq.owner = ctx.new_owner();
-                trying.last_error = error;
+                trying.set_error(error);
                 self.attempt_failed(
                     ctx,
                     trying,
@@ -1134,8 +1143,9 @@ impl Lock {
             let owner = self.acq.owner;
             self.acq.send_cleanup(ctx, owner, 0);
             self.acq.owner = ctx.new_owner();
-            trying.last_error =
-                Some("the lock was granted only after its validity had passed".to_owned());
+            trying.set_error(Some(
+                "the lock was granted only after its validity had passed".to_owned(),
+            ));
             return self.attempt_failed(ctx, trying, Miss::TooLate);
         }
         let renew_at = if options.auto_renew {

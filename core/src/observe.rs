@@ -81,7 +81,7 @@ impl ObserveOptions {
         if self.unreachable_every < Duration::from_millis(1) {
             return Err(UsageError::option(
                 "unreachable_every",
-                format!("must be at least 1 ms, got {:?}", self.unreachable_every),
+                crate::text!["must be at least 1 ms, got ", self.unreachable_every],
             ));
         }
         Ok(())

@@ -5,6 +5,8 @@ use core::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::UsageError;
+use crate::text;
+use crate::text::{Opt, Piece};
 use crate::time::serde_nanos;
 
 /// Why the lock is taken; decides which backends are acceptable (DESIGN.md rule 8).
@@ -187,13 +189,13 @@ impl LockOptions {
         if self.ttl < Duration::from_millis(1) {
             return Err(UsageError::option(
                 "ttl",
-                format!("must be at least 1 ms, got {:?}", self.ttl),
+                text!["must be at least 1 ms, got ", self.ttl],
             ));
         }
         if self.ttl > MAX_TTL {
             return Err(UsageError::option(
                 "ttl",
-                format!("must be at most 2^31 ms (~24.8 days), got {:?}", self.ttl),
+                text!["must be at most 2^31 ms (~24.8 days), got ", self.ttl],
             ));
         }
         if !(self.drift_factor >= 0.0 && self.drift_factor < 0.5) {
@@ -209,49 +211,67 @@ impl LockOptions {
         if validity.is_zero() {
             return Err(UsageError::option(
                 "ttl",
-                format!(
-                    "{:?} leaves no validity after drift {} and clock margin {:?}; use a longer ttl",
+                text![
                     self.ttl,
-                    crate::text::number(self.drift_factor),
-                    self.clock_margin
-                ),
+                    format!(
+                        " leaves no validity after drift {} and clock margin ",
+                        crate::text::number(self.drift_factor)
+                    ),
+                    self.clock_margin,
+                    "; use a longer ",
+                    Opt("ttl"),
+                ],
             ));
         }
         if let Some(every) = self.renew_every {
             if every.is_zero() || every >= validity {
                 return Err(UsageError::option(
                     "renew_every",
-                    format!(
-                        "must be above 0 and below the validity {validity:?} (ttl {:?} less drift and margin), got {every:?}",
-                        self.ttl
-                    ),
+                    text![
+                        "must be above 0 and below the validity ",
+                        validity,
+                        " (ttl ",
+                        self.ttl,
+                        " less drift and margin), got ",
+                        every,
+                    ],
                 ));
             }
         } else if self.auto_renew && self.renew_interval() >= validity {
             return Err(UsageError::option(
                 "ttl",
-                format!(
-                    "{:?} is too short to renew automatically: the default renew interval ttl/3 \
-                     ({:?}) is not below the validity {validity:?} (ttl less drift and margin); \
-                     use a longer ttl, a shorter renew_every, or auto_renew=false",
+                text![
                     self.ttl,
-                    self.renew_interval()
-                ),
+                    " is too short to renew automatically: the default renew interval ttl/3 (",
+                    self.renew_interval(),
+                    ") is not below the validity ",
+                    validity,
+                    " (ttl less drift and margin); use a longer ",
+                    Opt("ttl"),
+                    ", a shorter ",
+                    Opt("renew_every"),
+                    ", or ",
+                    Piece::Setting("auto_renew", false),
+                ],
             ));
         }
         if self.retry_base.is_zero() {
             return Err(UsageError::option(
                 "retry_base",
-                format!("must be above 0, got {:?}", self.retry_base),
+                text!["must be above 0, got ", self.retry_base],
             ));
         }
         if self.retry_max < self.retry_base {
             return Err(UsageError::option(
                 "retry_max",
-                format!(
-                    "must be at least retry_base {:?}, got {:?}",
-                    self.retry_base, self.retry_max
-                ),
+                text![
+                    "must be at least ",
+                    Opt("retry_base"),
+                    " ",
+                    self.retry_base,
+                    ", got ",
+                    self.retry_max,
+                ],
             ));
         }
         if self.min_replicas > 0
@@ -260,10 +280,14 @@ impl LockOptions {
             // WAIT 0 blocks forever; a WAIT past the validity confirms a lease already gone
             return Err(UsageError::option(
                 "replica_timeout",
-                format!(
-                    "must be at least 1 ms and below the validity {validity:?} (ttl {:?} less drift and margin), got {:?}",
-                    self.ttl, self.replica_timeout
-                ),
+                text![
+                    "must be at least 1 ms and below the validity ",
+                    validity,
+                    " (ttl ",
+                    self.ttl,
+                    " less drift and margin), got ",
+                    self.replica_timeout,
+                ],
             ));
         }
         if let Some(text) = &self.metadata {
@@ -306,6 +330,7 @@ impl LockOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::Host;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -331,6 +356,14 @@ mod tests {
     fn bad_ttls_are_named_in_the_error() {
         let err = LockOptions::ttl(ms(0)).validate("redis", true).unwrap_err();
         assert_eq!(err.to_string(), "ttl: must be at least 1 ms, got 0ns");
+        assert_eq!(
+            err.render(Host::Python),
+            "ttl: must be at least 1 ms, got 0 s"
+        );
+        assert_eq!(
+            err.render(Host::Js),
+            "ttlMs: must be at least 1 ms, got 0 ms"
+        );
         assert!(LockOptions::ttl(MAX_TTL + ms(1))
             .validate("redis", true)
             .is_err());
@@ -358,6 +391,40 @@ mod tests {
     }
 
     #[test]
+    fn each_host_reads_durations_in_its_unit_and_options_in_its_spelling() {
+        let mut o = LockOptions::ttl(ms(1_000));
+        o.retry_base = ms(500);
+        o.retry_max = ms(100);
+        let err = o.validate("redis", true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "retry_max: must be at least retry_base 500ms, got 100ms"
+        );
+        assert_eq!(
+            err.render(Host::Python),
+            "retry_max: must be at least retry_base 0.5 s, got 0.1 s"
+        );
+        assert_eq!(
+            err.render(Host::Js),
+            "retryMaxMs: must be at least retryBaseMs 500 ms, got 100 ms"
+        );
+        // 3 ms: validity 3 · 0.99 − 2 = 0.97 ms, the renew interval 1 ms
+        let err = LockOptions::ttl(ms(3)).validate("redis", true).unwrap_err();
+        assert_eq!(
+            err.render(Host::Python),
+            "ttl: 0.003 s is too short to renew automatically: the default renew interval \
+             ttl/3 (0.001 s) is not below the validity 0.00097 s (ttl less drift and margin); \
+             use a longer ttl, a shorter renew_every, or auto_renew=False"
+        );
+        assert_eq!(
+            err.render(Host::Js),
+            "ttlMs: 3 ms is too short to renew automatically: the default renew interval \
+             ttl/3 (1 ms) is not below the validity 0.97 ms (ttl less drift and margin); \
+             use a longer ttlMs, a shorter renewEveryMs, or autoRenew: false"
+        );
+    }
+
+    #[test]
     fn correctness_on_a_regressing_backend_needs_the_opt_in() {
         let mut o = LockOptions::ttl(ms(1_000));
         o.purpose = Purpose::Correctness;
@@ -370,6 +437,10 @@ mod tests {
         assert!(text.contains("etcd or a PostgreSQL lease"), "{text}");
         assert!(text.contains("accept_failover_risk=true"), "{text}");
         assert!(!text.contains("ZooKeeper"), "{text}"); // not a backend
+        assert!(err
+            .render(Host::Python)
+            .contains("accept_failover_risk=True"));
+        assert!(err.render(Host::Js).contains("acceptFailoverRisk: true"));
         assert_eq!(o.validate("etcd", false), Ok(()));
         o.accept_failover_risk = true;
         assert_eq!(o.validate("redis", true), Ok(()));

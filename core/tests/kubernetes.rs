@@ -599,7 +599,7 @@ fn bad_names_namespaces_and_ttls_are_refused_naming_the_problem() {
     let m = Machine::with_seed(Backend::Kubernetes(KubernetesBackend::default()), 1);
     let ttl = |ms| LockOptions::ttl(Duration::from_millis(ms));
     let option = |e: UsageError| match e {
-        UsageError::InvalidOption { option, message } => (option, message),
+        UsageError::InvalidOption { option, message } => (option, message.to_string()),
         other => panic!("{other:?}"),
     };
     let (o, msg) = option(m.check_acquire("Report_1", &ttl(3_000)).unwrap_err());

@@ -591,6 +591,32 @@ fn an_outage_alternating_two_errors_reports_the_latest_and_the_first_only() {
 }
 
 #[test]
+fn an_error_that_quotes_an_earlier_one_is_reported_whole() {
+    let mut t = observing(1, ObserveOptions::default());
+    t.at(0);
+    let mut o = opts(1_000);
+    o.acquire_timeout = Some(ms(100));
+    o.retry_max = ms(20);
+    t.acquire(0, "report", o);
+    // a client's own error may carry the words the report joins its errors with
+    fail_until(&mut t, Acquire, 200, |n| {
+        if n == 0 {
+            "connection refused (earlier: no route to host)"
+        } else {
+            "no reply in time"
+        }
+    });
+    let last = observed(&mut t, 0).into_iter().find_map(|o| match o {
+        Observation::AcquireTimedOut { last_error, .. } => last_error,
+        _ => None,
+    });
+    assert_eq!(
+        last.as_deref(),
+        Some("no reply in time (earlier: connection refused (earlier: no route to host))")
+    );
+}
+
+#[test]
 fn messages_show_durations_to_the_microsecond_or_from_a_second_on_the_millisecond() {
     let lost = Observation::Lost {
         reason: LostReason::Expired,

@@ -453,7 +453,7 @@ fn bad_masters_and_correctness_are_refused_before_any_request() {
         .acquire(Instant::ZERO, "report", opts(1_000))
         .unwrap_err();
     assert!(
-        matches!(&err, UsageError::InvalidOption { option, message } if option == "masters" && message.contains("got 4")),
+        matches!(&err, UsageError::InvalidOption { option, message } if option == "masters" && message.to_string().contains("got 4")),
         "{err}"
     );
     assert!(t.clients[c].machine.poll_output() == fencepost_core::Output::Idle);

@@ -7,6 +7,7 @@
 use core::time::Duration;
 
 use fencepost_core::backends::zookeeper::{ZkRequest, ZooKeeperBackend};
+use fencepost_core::text::Host;
 use fencepost_core::{
     Backend, Event, FencingToken, Input, Instant, LockId, LockOptions, LostReason, Machine,
     Operation, Output, Reply, Request, RequestBody, UsageError,
@@ -447,7 +448,12 @@ fn a_ttl_over_the_negotiated_session_timeout_is_refused() {
         .check_acquire("r", &LockOptions::ttl(Duration::from_millis(4_001)))
         .unwrap_err();
     assert!(
-        matches!(&err, UsageError::InvalidOption { option, message } if option == "ttl" && message.contains("4000 ms")),
+        matches!(&err, UsageError::InvalidOption { option, message } if option == "ttl" && message.to_string().contains("negotiated (4s), got 4.001s")),
+        "{err:?}"
+    );
+    assert!(
+        err.render(Host::Python)
+            .contains("negotiated (4 s), got 4.001 s"),
         "{err:?}"
     );
     assert!(!backend.tokens_may_regress());

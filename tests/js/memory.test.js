@@ -436,7 +436,7 @@ const BAD_OPTIONS = [
   [{ ttlMs: 1e12 }, 'ttlMs', 'ttlMs: must be at most 2^31 ms (~24.8 days), got 1000000000000 ms'],
   [{ ttlMs: 1e30 }, 'ttlMs', 'ttlMs is too long: durations must be below 2^64 ns (about 584 years), got 1e+30 ms'],
   [{ acquireTimeoutMs: 2 ** 70 }, 'acquireTimeoutMs', 'got 1.1805916207174113e+21 ms'],
-  [{ ttlMs: 3 }, 'ttlMs', 'ttlMs: 3 ms is too short to renew automatically: the default renew interval ttl/3 (1 ms) is not below the validity 0.97 ms'],
+  [{ ttlMs: 3 }, 'ttlMs', 'ttlMs: 3 ms is too short to renew automatically: the default renew interval ttl/3 (1 ms) is not below the validity 0.97 ms (ttl less drift and margin); use a longer ttlMs, a shorter renewEveryMs, or autoRenew: false'],
   [{ ttlMs: 1000, renewEveryMs: 1000 }, 'renewEveryMs', 'renewEveryMs: must be above 0 and below the validity 988 ms (ttl 1000 ms less drift and margin), got 1000 ms'],
   [{ ttlMs: 1000, renewEveryMs: 0 }, 'renewEveryMs', 'renewEveryMs: must be above 0'],
   [{ acquireTimeoutMs: -0.5 }, 'acquireTimeoutMs', 'acquireTimeoutMs must be a finite number'],
@@ -448,7 +448,7 @@ const BAD_OPTIONS = [
   [{ driftFactor: '0.1' }, 'driftFactor', 'driftFactor must be a number'],
   [{ clockMarginMs: -1 }, 'clockMarginMs', 'clockMarginMs must be a finite number'],
   [{ purpose: 'speed' }, 'purpose', "purpose must be 'efficiency' or 'correctness'"],
-  [{ purpose: 'correctness' }, 'purpose', 'acceptFailoverRisk'],
+  [{ purpose: 'correctness' }, 'purpose', 'or set acceptFailoverRisk: true if you accept that risk'],
   [{ autoRenew: 1 }, 'autoRenew', 'autoRenew must be true or false'],
   [{ acceptFailoverRisk: 'yes' }, 'acceptFailoverRisk', 'acceptFailoverRisk must be true or false'],
   [{ ttl: 30 }, 'ttl', 'unknown lock option "ttl"; did you mean ttlMs?'],
@@ -591,7 +591,8 @@ test('the Redis fenced SET: builder, reader, and MemoryBackend.fencedSet', async
   assert.equal(backend.server.get('row'), 'seven')
   await assert.rejects(backend.fencedSet('row', 'row:fence', 8, 'eight'), ConfigError)
   // one key for both: the write would replace the fence's token and every later write fail
-  await assert.rejects(backend.fencedSet('row', 'row', 8n, 'eight'), { code: 'ERR_CONFIG', message: /must differ/ })
+  await assert.rejects(backend.fencedSet('row', 'row', 8n, 'eight'), (e) => e instanceof ConfigError && e.code === 'ERR_CONFIG' && e.kind === 'invalid_argument' &&
+    e.message === 'dataKey and fenceKey must differ (both "row"): the write would overwrite the fence')
   assert.equal(backend.server.get('row'), 'seven')
   const broken = new ScriptedBackend(new Error('connection reset'), { throws: true })
   await assert.rejects(broken.fencedSet('row', 'row:fence', 8n, 'eight'), (e) => e instanceof BackendError && e.cause instanceof Error)

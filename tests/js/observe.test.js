@@ -274,6 +274,7 @@ test('bad observe options are ConfigErrors naming the option', () => {
   const config = (option) => (e) => e instanceof ConfigError && e.option === option
   assert.throws(() => backend.observe({ lateRenewalFraction: 1.5 }), config('lateRenewalFraction'))
   assert.throws(() => backend.observe({ unreachableEveryMs: 0 }), config('unreachableEveryMs'))
+  assert.throws(() => backend.observe({ unreachableEveryMs: 0.5 }), { message: 'unreachableEveryMs: must be at least 1 ms, got 0.5 ms' })
   assert.throws(() => backend.observe({ heldLongTtls: -1 }), config('heldLongTtls'))
   assert.throws(() => backend.observe({ heldLongTtls: '3' }), config('heldLongTtls'))
   assert.throws(() => backend.observe({ onEvent: 3 }), config('onEvent'))

@@ -481,23 +481,33 @@ def test_transport_errors_are_retried_until_the_timeout() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"ttl": 0}, "ttl: must be at least 1 ms"),
+        ({"ttl": 0}, "ttl: must be at least 1 ms, got 0 s"),  # the core's durations in seconds
+        ({"ttl": 0.0005}, "ttl: must be at least 1 ms, got 0.0005 s"),
+        (
+            {"ttl": 0.003},
+            "ttl: 0.003 s is too short to renew automatically: the default renew interval ttl/3 (0.001 s) "
+            "is not below the validity 0.00097 s (ttl less drift and margin); use a longer ttl, a shorter "
+            "renew_every, or auto_renew=False",
+        ),
         ({"ttl": -1}, "ttl must not be negative, got -1"),
         ({"ttl": math.nan}, "ttl must be a finite number of seconds, got nan"),
         ({"ttl": math.inf}, "ttl must be a finite number of seconds"),
         ({"ttl": "1"}, "ttl must be a number of seconds (float or datetime.timedelta), got '1'"),
         ({"ttl": True}, "ttl must be a number of seconds (float or datetime.timedelta), got True"),
-        ({"ttl": 1e9}, "ttl: must be at most 2^31 ms (~24.8 days), got 1000000000s"),
+        ({"ttl": 1e9}, "ttl: must be at most 2^31 ms (~24.8 days), got 1000000000 s"),
         ({"ttl": 1e30}, "ttl is too long: durations must be below 2**64 ns (about 584 years), got 1e+30 s"),
         ({"ttl": 10**12}, "ttl is too long: durations must be below 2**64 ns (about 584 years), got 1000000000000 s"),
         ({"ttl": timedelta.max}, "got datetime.timedelta(days=999999999, seconds=86399, microseconds=999999)"),
         ({"acquire_timeout": 1e30}, "acquire_timeout is too long"),
         ({"clock_margin": timedelta(seconds=-1)}, "clock_margin must not be negative, got datetime.timedelta(days=-1, seconds=86399)"),
-        ({"ttl": 1.0, "renew_every": 1.0}, "renew_every: must be above 0 and below the validity"),
+        (
+            {"ttl": 1.0, "renew_every": 1.0},
+            "renew_every: must be above 0 and below the validity 0.988 s (ttl 1 s less drift and margin), got 1 s",
+        ),
         ({"ttl": 1.0, "renew_every": 0.99}, "renew_every"),
         ({"acquire_timeout": -0.5}, "acquire_timeout must not be negative"),
         ({"retry_base": 0}, "retry_base: must be above 0"),
-        ({"retry_base": 0.5, "retry_max": 0.1}, "retry_max: must be at least retry_base"),
+        ({"retry_base": 0.5, "retry_max": 0.1}, "retry_max: must be at least retry_base 0.5 s, got 0.1 s"),
         ({"drift_factor": 0.5}, "drift_factor: must be in 0 ..< 0.5"),
         ({"drift_factor": math.nan}, "drift_factor"),
         ({"drift_factor": "0.1"}, "drift_factor must be a number"),

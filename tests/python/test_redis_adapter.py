@@ -142,9 +142,12 @@ def test_fenced_set_refuses_one_key_for_data_and_fence() -> None:
     from fencepost.errors import ConfigError
 
     # the write would replace the fence's token with the data: every later write fails
-    with pytest.raises(ConfigError, match="must differ"):
+    said = 'data_key and fence_key must differ (both "doc"): the write would overwrite the fence'
+    with pytest.raises(ConfigError) as info:
         fencepost._core.redis_fenced_set("doc", "doc", 1, "x")
+    assert (str(info.value), info.value.kind, info.value.option) == (said, "invalid_argument", None)
     backend = fencepost.MemoryBackend()
-    with pytest.raises(ConfigError, match="must differ"):
+    with pytest.raises(ConfigError) as info:
         backend.fenced_set_sync("doc", "doc", 1, "x")
+    assert str(info.value) == said
     backend.close()

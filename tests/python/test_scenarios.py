@@ -857,7 +857,7 @@ def test_owner_placeholders_bind_once_and_stay_distinct() -> None:
 
 def test_usage_errors_map_to_the_binding_exceptions() -> None:
     clock = Raised(ClockError("time went backwards"))
-    option = Raised(ConfigError("ttl: must be at least 1 ms, got 0ns", kind="invalid_option", option="ttl"))
+    option = Raised(ConfigError("ttl: must be at least 1 ms, got 0 s", kind="invalid_option", option="ttl"))
     assert match_usage_error({"kind": "time_went_backwards"}, clock)
     assert not match_usage_error({"kind": "unknown_lock"}, clock)  # ClockError is a ConfigError
     assert match_usage_error({"kind": "invalid_option", "option": "ttl"}, option)

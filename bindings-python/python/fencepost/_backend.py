@@ -33,7 +33,8 @@ class Backend:
     Subclasses implement :meth:`_execute_async` and/or :meth:`_execute_sync`: run the
     command, return the server's reply as the client gives it (int, bytes, str, None,
     lists) and *return* a :class:`fencepost._core.RedisErrorReply` for an error reply;
-    raise for a transport failure (the machine treats the outcome as unknown).
+    raise for a transport failure (the machine treats the outcome as unknown). A
+    subclass's ``__init__`` calls this one: it sets up the drivers' state.
 
     Args:
         key_prefix: prefix of every key fencepost writes (``"fencepost:"``); the keys of

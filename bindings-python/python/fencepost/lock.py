@@ -10,7 +10,7 @@ import asyncio
 import sys
 from types import TracebackType
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 from . import _core
 from ._backend import Backend
@@ -51,15 +51,6 @@ class _LockTimeout:
 
 #: ``timeout`` left out: the lock's own ``acquire_timeout``.
 _LOCK_TIMEOUT: Any = _LockTimeout()
-
-
-def _scoped_holds(backend: Any) -> Dict[Tuple[str, object], List[Any]]:
-    """``backend._scoped_holds``, made here for a Backend subclass whose ``__init__``
-    did not call the base class's."""
-    holds: Optional[Dict[Tuple[str, object], List[Any]]] = getattr(backend, "_scoped_holds", None)
-    if holds is None:
-        holds = backend._scoped_holds = {}
-    return holds
 
 
 def _caller() -> object:
@@ -298,7 +289,7 @@ class Lock:
     def _push_scoped(self, lease: Union[Lease, SyncLease]) -> None:
         caller = _caller()
         self._scoped.setdefault(caller, []).append(lease)
-        _scoped_holds(self._backend).setdefault((self._name, caller), []).append(lease)
+        self._backend._scoped_holds.setdefault((self._name, caller), []).append(lease)
 
     def _pop_scoped(self) -> Optional[Any]:
         """The caller's newest ``with`` lease, taken off its stack."""
@@ -309,7 +300,7 @@ class Lock:
         lease = stack.pop()
         if not stack:
             del self._scoped[key]
-        holds = _scoped_holds(self._backend)
+        holds = self._backend._scoped_holds
         held = holds.get((self._name, key))
         if held is not None:
             if lease in held:
@@ -324,7 +315,7 @@ class Lock:
         block of this lock name on this backend whose lease is still held: a lock is not
         re-entrant, and the acquisition would wait for a lease only that block releases.
         A bounded one (``try_acquire``, a timeout) runs: it ends, held by another."""
-        holds = _scoped_holds(self._backend)
+        holds = self._backend._scoped_holds
         if not holds or options.acquire_timeout is not None or self._options.get("retry_count") is not None:
             return
         caller = _caller()

@@ -171,9 +171,10 @@ impl KubernetesBackend {
         if ttl.subsec_nanos() != 0 || ttl.as_secs() == 0 {
             return Err(crate::UsageError::option(
                 "ttl",
-                format!(
-                    "must be whole seconds, at least 1 s, on Kubernetes (leaseDurationSeconds), got {ttl:?}"
-                ),
+                crate::text![
+                    "must be whole seconds, at least 1 s, on Kubernetes (leaseDurationSeconds), got ",
+                    ttl,
+                ],
             ));
         }
         if let Some(floor) = options.token_floor {

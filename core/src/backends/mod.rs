@@ -573,10 +573,13 @@ impl Backend {
             if options.purpose == crate::Purpose::Correctness {
                 return Err(crate::UsageError::option(
                     "purpose",
-                    "a Redlock is an efficiency lock only, with or without accept_failover_risk: \
-                     its grants rest on timing assumptions and its tokens (the highest counter \
-                     of the granting majority) can go backwards between grants. For a \
-                     correctness lock use etcd, ZooKeeper or PostgreSQL lease rows",
+                    crate::text![
+                        "a Redlock is an efficiency lock only, with or without ",
+                        crate::text::Opt("accept_failover_risk"),
+                        ": its grants rest on timing assumptions and its tokens (the highest \
+                         counter of the granting majority) can go backwards between grants. For \
+                         a correctness lock use etcd, ZooKeeper or PostgreSQL lease rows",
+                    ],
                 ));
             }
         }

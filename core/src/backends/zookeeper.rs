@@ -411,10 +411,12 @@ impl ZooKeeperBackend {
         match self.session_timeout_ms {
             Some(session) if options.ttl_ms() > session => Err(crate::UsageError::option(
                 "ttl",
-                format!(
-                    "must be at most the ZooKeeper session timeout the server negotiated ({session} ms), got {:?}",
-                    options.ttl
-                ),
+                crate::text![
+                    "must be at most the ZooKeeper session timeout the server negotiated (",
+                    core::time::Duration::from_millis(session),
+                    "), got ",
+                    options.ttl,
+                ],
             )),
             _ => Ok(()),
         }
