@@ -88,8 +88,10 @@ test('messages say durations in milliseconds; the lock name and the errors they 
   assert.equal(timedOut.fields.lastError, 'Error: gave up after 5s (2.5ms idle)')
   const said = /^lock "job 2s": acquire timed out after (\d+(?:\.\d{1,6})?) ms \((\d+) attempts\); last error: Error: gave up after 5s \(2\.5ms idle\)$/.exec(timedOut.message)
   assert.ok(said !== null, timedOut.message)
-  // the message rounds to the microsecond (below a second), the field is exact
-  assert.ok(Math.abs(Number(said[1]) - timedOut.fields.waitedMs) <= 0.0005 + 1e-9, `${said[1]} ms, waitedMs ${timedOut.fields.waitedMs}`)
+  // the message rounds to the microsecond below a second, to the millisecond from one on
+  // (a loaded machine can stretch the 50 ms wait past it); the field is exact
+  const rounding = timedOut.fields.waitedMs >= 1000 ? 0.5 : 0.0005
+  assert.ok(Math.abs(Number(said[1]) - timedOut.fields.waitedMs) <= rounding + 1e-9, `${said[1]} ms, waitedMs ${timedOut.fields.waitedMs}`)
   assert.equal(Number(said[2]), timedOut.fields.attempts)
   const errors = named(seen, 'backend_error')
   assert.ok(errors.length >= 1)
