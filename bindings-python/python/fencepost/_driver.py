@@ -340,8 +340,7 @@ class AsyncAcquisition:
 
     def on_event(self, event: _core.Event) -> None:
         acquired = self.acquired
-        kind = type(event)
-        if kind is _core.Acquired:
+        if type(event) is _core.Acquired:
             lease = Lease(
                 name=self.name,
                 token=event.token,
@@ -354,13 +353,13 @@ class AsyncAcquisition:
             _watch(self, lease)
             if acquired is not None and not acquired.done():
                 acquired.set_result(lease)
-        elif kind is _core.Renewed:
+        elif type(event) is _core.Renewed:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
             if self.extended:
                 self._extended(None)
-        elif kind is _core.Lost:
+        elif type(event) is _core.Lost:
             held = self.lease
             if held is not None:
                 held._lose(event.reason)
@@ -369,12 +368,12 @@ class AsyncAcquisition:
                 if self.released is not None and not self.released.done():
                     self.released.set_exception(held._lost_error())
             self._extended(lost_error(self.name, held.token if held else 0, event.reason))
-        elif kind is _core.Released:
+        elif type(event) is _core.Released:
             if self.released is not None and not self.released.done():
                 self.released.set_result(None)
             if self.extended:
                 self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
-        elif kind is _core.AcquireFailed:
+        elif type(event) is _core.AcquireFailed:
             if acquired is not None and not acquired.done():
                 acquired.set_exception(acquire_error(self.name, event))
         self.wake_caller()
@@ -533,8 +532,7 @@ class SyncAcquisition:
         settle_all(waiting, error)
 
     def on_event(self, event: _core.Event) -> None:
-        kind = type(event)
-        if kind is _core.Acquired:
+        if type(event) is _core.Acquired:
             lease = SyncLease(
                 name=self.name,
                 token=event.token,
@@ -546,26 +544,26 @@ class SyncAcquisition:
             _watch(self, lease)
             if not self.acquired._done:
                 self.acquired.set_result(lease)
-        elif kind is _core.Renewed:
+        elif type(event) is _core.Renewed:
             held = self.lease
             if held is not None:
                 held._valid_until_ns = event.valid_until_ns
             if self.extended:
                 self._extended(None)
-        elif kind is _core.Lost:
+        elif type(event) is _core.Lost:
             held = self.lease
             if held is not None:
                 held._set_lost(event.reason)
                 if self.released is not None and not self.released.done():
                     self.released.set_exception(held._lost_error())
             self._extended(lost_error(self.name, held.token if held else 0, event.reason))
-        elif kind is _core.Released:
+        elif type(event) is _core.Released:
             released = self.released
             if released is not None and not released._done:
                 released.set_result(None)
             if self.extended:
                 self._extended(ConfigError(f"lock {self.name!r} was released while extending"))
-        elif kind is _core.AcquireFailed:
+        elif type(event) is _core.AcquireFailed:
             if not self.acquired.done():
                 self.acquired.set_exception(acquire_error(self.name, event))
         if self.waiting:
@@ -1390,8 +1388,9 @@ class ThreadDriver:
                         try:
                             value = backend._run_sync(self, request)
                         except Exception as exc:
-                            failure: Optional[str] = describe_exception(exc)
-                            reachability.failed(failure)
+                            message = describe_exception(exc)
+                            failure: Optional[str] = message
+                            reachability.failed(message)
                         else:
                             failure = None
                             if reachability._failures:
