@@ -845,28 +845,5 @@ fn a_grant_whose_put_reply_was_lost_cannot_tell_the_previous_holders_fate() {
 
 #[test]
 fn a_waiter_behind_one_long_hold_counts_one_holder_however_often_it_looks() {
-    use fencepost_core::{Observation, ObserveOptions};
-    let mut t = Timeline::etcd(2);
-    for c in &mut t.clients {
-        c.machine.observe(Some(ObserveOptions::default())).unwrap();
-    }
-    t.at(0);
-    t.acquire(1, "report", opts(60_000));
-    t.run_until(100);
-    let mut waiting = opts(1_000);
-    waiting.acquire_timeout = Some(ms(20_000));
-    waiting.retry_max = ms(200);
-    t.acquire(0, "report", waiting);
-    t.run_until(21_000);
-    let seen: Vec<_> = t.clients[0]
-        .observed
-        .drain(..)
-        .map(|o| o.observation)
-        .collect();
-    let attempts = seen.iter().find_map(|o| match o {
-        Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
-        _ => None,
-    });
-    assert!(attempts.is_some_and(|n| n >= 10), "{seen:?}");
-    assert!(!seen.iter().any(Observation::is_warning), "{seen:?}");
+    Timeline::etcd(2).assert_one_long_hold_is_never_hot();
 }

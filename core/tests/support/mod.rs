@@ -384,3 +384,35 @@ impl<S: Server> Timeline<S> {
         self
     }
 }
+
+impl<S: Server> Timeline<S> {
+    /// One long hold and a waiter, both observed: client 1 holds `report` for 60 s from
+    /// 0; client 0 asks at 100 ms with a 20 s acquire timeout, retrying every 200 ms at
+    /// most. Asserts that the waiter timed out after 10 attempts or more without any
+    /// warning: one holder found again and again is a long hold, never a hot lock.
+    pub fn assert_one_long_hold_is_never_hot(&mut self) {
+        use fencepost_core::{Observation, ObserveOptions};
+        for c in &mut self.clients {
+            c.machine.observe(Some(ObserveOptions::default())).unwrap();
+        }
+        self.at(0);
+        self.acquire(1, "report", opts(60_000));
+        self.run_until(100);
+        let mut waiting = opts(1_000);
+        waiting.acquire_timeout = Some(ms(20_000));
+        waiting.retry_max = ms(200);
+        self.acquire(0, "report", waiting);
+        self.run_until(21_000);
+        let seen: Vec<_> = self.clients[0]
+            .observed
+            .drain(..)
+            .map(|o| o.observation)
+            .collect();
+        let attempts = seen.iter().find_map(|o| match o {
+            Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
+            _ => None,
+        });
+        assert!(attempts.is_some_and(|n| n >= 10), "{seen:?}");
+        assert!(!seen.iter().any(Observation::is_warning), "{seen:?}");
+    }
+}
