@@ -999,55 +999,53 @@ pub(crate) fn read_acquire(reply: &SqlReply) -> Result<Read, ReadError> {
     match reply {
         SqlReply::Error { sqlstate, message } => Err(server_error(sqlstate, message)),
         SqlReply::Rows { rows } => match rows.as_slice() {
-            [row] => match row.as_slice() {
-                // the advisory statements' third column: a session shared between clients
-                [SqlValue::Null, _, SqlValue::Bool(true)] => {
-                    Err(protocol(SHARED_SESSION.to_owned()))
-                }
-                [token, remaining, SqlValue::Bool(false)] => {
-                    read_acquire_row(&[token.clone(), remaining.clone()])
-                }
-                // the lease statement's fourth column: the holder's token, its grant's
-                // mark for a refusal
-                [token, remaining, previous, holder] => {
-                    let read = read_acquire(&SqlReply::Rows {
-                        rows: vec![vec![token.clone(), remaining.clone(), previous.clone()]],
-                    })?;
-                    Ok(match (read, holder) {
-                        (
-                            Read::Contended {
-                                remaining, queued, ..
-                            },
-                            SqlValue::Int(t),
-                        ) => Read::Contended {
-                            remaining,
-                            queued,
-                            holder: u64::try_from(*t).ok(),
-                        },
-                        (read, _) => read,
-                    })
-                }
-                // the lease grant's third column: how the previous holder ended
-                [token, remaining, SqlValue::Text(previous)] => {
-                    read_acquire_row(&[token.clone(), remaining.clone()]).map(|read| match read {
-                        Read::Granted { token, base, .. } => Read::Granted {
-                            token,
-                            base,
-                            previous: previous.parse().unwrap_or(Previous::Unknown),
-                        },
-                        other => other,
-                    })
-                }
-                [token, remaining, SqlValue::Null] => {
-                    read_acquire_row(&[token.clone(), remaining.clone()])
-                }
-                row => read_acquire_row(row),
-            },
+            [row] => read_acquire_columns(row),
             _ => Err(protocol(format!(
                 "acquire: expected exactly one row, got {}",
                 rows.len()
             ))),
         },
+    }
+}
+
+/// The one row of an acquire statement, whichever mode's.
+fn read_acquire_columns(row: &[SqlValue]) -> Result<Read, ReadError> {
+    match row {
+        // the advisory statements' third column: a session shared between clients
+        [SqlValue::Null, _, SqlValue::Bool(true)] => Err(protocol(SHARED_SESSION.to_owned())),
+        [token, remaining, SqlValue::Bool(false)] => {
+            read_acquire_row(&[token.clone(), remaining.clone()])
+        }
+        // the lease statement's fourth column: the holder's token, its grant's mark for
+        // a refusal
+        [first @ .., holder] if first.len() == 3 => {
+            read_acquire_columns(first).map(|read| match (read, holder) {
+                (
+                    Read::Contended {
+                        remaining, queued, ..
+                    },
+                    SqlValue::Int(t),
+                ) => Read::Contended {
+                    remaining,
+                    queued,
+                    holder: u64::try_from(*t).ok(),
+                },
+                (read, _) => read,
+            })
+        }
+        // the lease grant's third column: how the previous holder ended
+        [token, remaining, SqlValue::Text(previous)] => {
+            read_acquire_row(&[token.clone(), remaining.clone()]).map(|read| match read {
+                Read::Granted { token, base, .. } => Read::Granted {
+                    token,
+                    base,
+                    previous: previous.parse().unwrap_or(Previous::Unknown),
+                },
+                other => other,
+            })
+        }
+        [token, remaining, SqlValue::Null] => read_acquire_row(&[token.clone(), remaining.clone()]),
+        row => read_acquire_row(row),
     }
 }
 
