@@ -343,7 +343,8 @@ export declare class Election {
    * Campaigns, then runs `work(signal, leadership)` under the term's signal. Work that
    * settles inside the term resigns it, and `run` settles as the work did; a lost term
    * rejects with the `LockLostError` (`ERR_LOCK_LOST`), or campaigns again with `again`.
-   * The work must stop when its signal aborts.
+   * The work must stop when its signal aborts. Aborting `options.signal` rejects with
+   * `signal.reason` (a DOMException `AbortError` unless `abort(reason)` gave one).
    */
   run<T>(work: (signal: AbortSignal, leadership: Leadership) => T | PromiseLike<T>, options?: RunOptions): Promise<Awaited<T>>
   /**
@@ -526,8 +527,9 @@ export interface ObserveOptions {
   /** `held_long` once one lease has been held this many TTLs: default 10 (0: never). */
   heldLongTtls?: number
   /** `hot_lock` when one acquisition found the lock held this many times before its grant
-   * or timeout: default 10 (0: never). On Redis, memory and etcd only a new holder counts,
-   * so one long hold is never hot; elsewhere every attempt that finds the lock held. */
+   * or timeout: default 10 (0: never). On Redis, Redlock, memory, etcd, Kubernetes and
+   * PostgreSQL lease rows only a new holder counts, so one long hold is never hot; on
+   * ZooKeeper and PostgreSQL advisory locks every attempt that finds the lock held. */
   hotLockAttempts?: number
   /** `hot_lock` when this many acquisitions of one name are pending on this backend:
    * default 10 (0: never). */

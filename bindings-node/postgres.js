@@ -286,7 +286,10 @@ function createPostgres (native, fp) {
       translate(() => native.postgresMigration(settings)) // ConfigError for a bad table name
       const kind = client === undefined || client === null ? null : clientKind(client)
       if (client !== undefined && client !== null && kind === null) {
-        throw new ConfigError(`client must be a pg.Pool, a pg.Client or a postgres.js instance, got ${check.describe(client)}`)
+        // options in the client's place: session mode without a client takes null first
+        const optionsFirst = typeof client === 'object' && options === undefined && ('connectionString' in client || 'mode' in client || 'connect' in client)
+        const hint = optionsFirst ? ': options go second, after null when there is no client (new PostgresBackend(null, { mode: \'session\', connectionString }))' : ''
+        throw new ConfigError(`client must be a pg.Pool, a pg.Client or a postgres.js instance, got ${check.describe(client)}${hint}`)
       }
       const connectionString = o.connectionString === undefined ? null : check.string(o.connectionString, 'connectionString')
       if (o.connect !== undefined && typeof o.connect !== 'function') {

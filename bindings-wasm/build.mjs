@@ -33,11 +33,12 @@ const PROFILE = 'release-wasm'
 const args = new Set(process.argv.slice(2))
 const LOCKED = args.has('--locked') ? ['--locked'] : []
 // The web module's size budget, gzip level 9 (tests/wasm reads it from dist/build.json).
-// 170 KiB: the acquire refusal's holder mark (hot_lock counts holders) and the one-call
+// 171 KiB: the acquire refusal's holder mark (hot_lock counts holders) and the one-call
 // acquire took the module to 172,230 B, over 168 KiB; the loss logged with warnings
 // alone, the rounded message durations, the bounded last error and the fenced write's key
-// check to 173,130 B, over 169 KiB. CHANGELOG.md lists each raise and its reason.
-const GZIP_BUDGET = 170 * 1024
+// check to 173,130 B, over 169 KiB; Redlock's holder mark and its outage reading to
+// 174,418 B, over 170 KiB. CHANGELOG.md lists each raise and its reason.
+const GZIP_BUDGET = 171 * 1024
 
 const log = (...m) => console.error('build.mjs:', ...m)
 const run = (cmd, argv, opts = {}) => execFileSync(cmd, argv, { stdio: ['ignore', 'inherit', 'inherit'], ...opts })

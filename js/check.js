@@ -229,4 +229,4 @@ function listArguments (prefix, options, max = Number.MAX_SAFE_INTEGER) {
   return limit
 }
 
-module.exports = { describe, string, boolean, millis, id, token, fencingToken, plainObject, lockOptions, abortSignal, listArguments }
+module.exports = { describe, string, boolean, millis, optionMillis, id, token, fencingToken, plainObject, lockOptions, abortSignal, listArguments }

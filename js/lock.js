@@ -359,7 +359,10 @@ function createLock (isBackend) {
     async _acquireWith (options) {
       const o = check.plainObject(options, 'acquire options')
       for (const key of Object.keys(o)) {
-        if (key !== 'signal' && key !== 'timeoutMs') throw new ConfigError(`unknown acquire option ${JSON.stringify(key)}; known options: signal, timeoutMs`)
+        if (key !== 'signal' && key !== 'timeoutMs') {
+          const near = /^(acquire)?timeout(ms|s|seconds)?$/i.test(key) ? '; did you mean timeoutMs? (milliseconds)' : ''
+          throw new ConfigError(`unknown acquire option ${JSON.stringify(key)}${near}; known options: signal, timeoutMs`, { option: key })
+        }
       }
       const signal = check.abortSignal(o.signal, 'signal')
       let lockOptions = this._options
@@ -367,7 +370,9 @@ function createLock (isBackend) {
         // this call's acquire timeout over the lock's: null or Infinity waits forever
         lockOptions = { ...this._options }
         delete lockOptions.acquireTimeoutMs
-        Object.assign(lockOptions, check.lockOptions({ acquireTimeoutMs: o.timeoutMs }))
+        if (o.timeoutMs !== null && o.timeoutMs !== Infinity) {
+          lockOptions.acquireTimeoutMs = check.optionMillis(o.timeoutMs, 'timeoutMs')
+        }
       }
       if (signal !== null && signal.aborted) throw signal.reason
       const driver = this._backend._driver()

@@ -663,7 +663,10 @@ impl Lock {
     /// An attempt did not get the lock. Retry after a backoff, or give up at the
     /// acquire deadline (releasing first if the server might hold it for us).
     fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
-        let unsure = !matches!(miss, Miss::Contended { queued: false, .. } | Miss::TooLate);
+        let unsure = !matches!(
+            miss,
+            Miss::Contended { queued: false, .. } | Miss::TooLate | Miss::Unreached
+        );
         let seen = &mut self.acq.seen;
         seen.misses = seen.misses.saturating_add(1);
         if let Miss::Contended { holder, .. } = miss {
@@ -675,7 +678,7 @@ impl Lock {
             seen.last_holder = holder;
             seen.failing_since = None;
             seen.unreachable_reported = None;
-        } else if matches!(miss, Miss::Ambiguous) && ctx.observe.is_some() {
+        } else if matches!(miss, Miss::Ambiguous | Miss::Unreached) && ctx.observe.is_some() {
             self.observe_unreachable(ctx, &trying);
         }
         let retries_spent = self
@@ -702,7 +705,7 @@ impl Lock {
             Miss::Contended {
                 remaining, sent_at, ..
             } => (remaining, Some(sent_at)),
-            Miss::Ambiguous | Miss::TooLate => (None, None),
+            Miss::Ambiguous | Miss::TooLate | Miss::Unreached => (None, None),
         };
         let style = ctx.recipe.waiting();
         let wait = if contended_at.is_some() && style == WaitStyle::Handoff {
@@ -1086,7 +1089,12 @@ impl Lock {
                     },
                 );
             }
-            Ok(Read::NoQuorum { remaining, error }) => {
+            Ok(Read::NoQuorum {
+                remaining,
+                error,
+                refused,
+                holder,
+            }) => {
                 // A minority may hold the lock for this owner id: release it on every
                 // server, and retry under a fresh owner id, which that release cannot
                 // race.
@@ -1094,16 +1102,17 @@ impl Lock {
                 self.acq.send_cleanup(ctx, owner, 0);
                 self.acq.owner = ctx.new_owner();
                 trying.set_error(error);
-                self.attempt_failed(
-                    ctx,
-                    trying,
+                let miss = if refused {
                     Miss::Contended {
                         remaining,
                         queued: false,
-                        holder: None,
+                        holder,
                         sent_at,
-                    },
-                );
+                    }
+                } else {
+                    Miss::Unreached
+                };
+                self.attempt_failed(ctx, trying, miss);
             }
             Ok(other) => self.on_acquire_ambiguous(
                 ctx,
@@ -1442,6 +1451,9 @@ enum Miss {
     },
     /// The outcome is unknown: the server may hold the lock for this owner id.
     Ambiguous,
+    /// No server refused, too few answered: an outage, not contention. The servers
+    /// that may hold the lock for this owner id are already being released.
+    Unreached,
     /// A grant came too late to use; it is being released under the old owner id.
     TooLate,
 }

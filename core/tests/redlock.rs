@@ -476,3 +476,69 @@ fn bad_masters_and_correctness_are_refused_before_any_request() {
         "{err}"
     );
 }
+
+#[test]
+fn one_long_hold_is_never_hot_on_redlock() {
+    Timeline::redlock(2).assert_one_long_hold_is_never_hot();
+}
+
+/// Every master down: each attempt fails with no refusal. That is an outage, reported
+/// as one (`server_unreachable` while it lasts), never contention (`hot_lock`).
+#[test]
+fn every_master_unreachable_is_an_outage_never_a_hot_lock() {
+    use fencepost_core::{Observation, ObserveOptions};
+    let mut t = Redlock::redlock(2);
+    for c in &mut t.clients {
+        c.machine.observe(Some(ObserveOptions::default())).unwrap();
+    }
+    t.at(0);
+    let quick = |timeout: Option<u64>| LockOptions {
+        acquire_timeout: timeout.map(ms),
+        retry_max: ms(200),
+        ..opts(1_000)
+    };
+    // client 0 gives up after 5 s; client 1 never does
+    t.acquire(0, "report", quick(Some(5_000)));
+    t.acquire(1, "report", quick(None));
+    while t.now < at(31_000) {
+        for c in 0..2 {
+            for req in t.take_all(c) {
+                t.fail_with(c, &req, "connect ECONNREFUSED");
+            }
+        }
+        let next = t.clients.iter().filter_map(|c| c.next_timeout).min();
+        t.at_instant(next.expect("an acquiring machine has a timer"));
+    }
+    let seen = |t: &mut Redlock, c: usize| -> Vec<Observation> {
+        t.clients[c]
+            .observed
+            .drain(..)
+            .map(|o| o.observation)
+            .collect()
+    };
+    let gave_up = seen(&mut t, 0);
+    let attempts = gave_up.iter().find_map(|o| match o {
+        Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
+        _ => None,
+    });
+    assert!(attempts.is_some_and(|n| n >= 10), "{gave_up:?}");
+    assert!(
+        !gave_up
+            .iter()
+            .any(|o| matches!(o, Observation::HotLock { .. })),
+        "{gave_up:?}"
+    );
+    let waiting = seen(&mut t, 1);
+    assert!(
+        waiting
+            .iter()
+            .any(|o| matches!(o, Observation::ServerUnreachable { .. })),
+        "{waiting:?}"
+    );
+    assert!(
+        !waiting
+            .iter()
+            .any(|o| matches!(o, Observation::HotLock { .. })),
+        "{waiting:?}"
+    );
+}

@@ -88,7 +88,9 @@ test('tryAcquire resolves null while held; timeoutMs overrides the wait for one 
   assert.equal(await lock.tryAcquire(), null)
   await assert.rejects(lock.acquire({ timeoutMs: 50 }), AcquireTimeoutError)
   assert.ok(performance.now() - started < 1_000)
-  await assert.rejects(lock.acquire({ timeoutMs: -1 }), ConfigError)
+  // the call's own option is the one named, as the caller spelled it
+  await assert.rejects(lock.acquire({ timeoutMs: -1 }), (e) => e instanceof ConfigError && e.option === 'timeoutMs' && /^timeoutMs must be/.test(e.message))
+  await assert.rejects(lock.acquire({ timeout: 5 }), (e) => e instanceof ConfigError && e.option === 'timeout' && /did you mean timeoutMs\?/.test(e.message))
   await held.release()
   const again = await lock.tryAcquire()
   assert.equal(again.token, held.token + 1n)

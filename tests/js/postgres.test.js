@@ -83,6 +83,8 @@ test('configuration errors name what was wrong', { skip: IMPL !== 'napi' && 'the
   assert.throws(() => new PostgresBackend(null), (e) => e instanceof ConfigError && /lease mode needs a client/.test(e.message))
   assert.throws(() => new PostgresBackend({ query () {} }), (e) => e instanceof ConfigError && /pg\.Pool, a pg\.Client or a postgres\.js/.test(e.message))
   assert.throws(() => new PostgresBackend(null, { mode: 'session' }), (e) => e instanceof ConfigError && /connectionString/.test(e.message) && /got nothing/.test(e.message))
+  // the options alone, where the client goes: the error shows the call that works
+  assert.throws(() => new PostgresBackend({ mode: 'session', connectionString: 'postgresql://127.0.0.1/x' }), (e) => e instanceof ConfigError && /new PostgresBackend\(null, \{ mode: 'session', connectionString \}\)/.test(e.message))
   assert.throws(() => new PostgresBackend(null, { mode: 'advisory' }), (e) => e instanceof ConfigError && e.option === 'mode')
   assert.throws(() => new PostgresBackend(null, { mode: 'session', connectionString: 'x', connect: () => null }), /not both/)
   assert.throws(() => postgresMigration({ leaseTable: 'x; DROP TABLE y' }), (e) => e instanceof ConfigError && /invalid table name/.test(e.message))

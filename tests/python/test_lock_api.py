@@ -382,7 +382,7 @@ async def test_a_lock_is_not_reentrant_in_the_task_holding_it_but_another_task_w
     lock = fencepost.Lock(backend, "job", ttl=5.0)
     try:
         async with lock as outer:
-            with pytest.raises(ConfigError, match=r"already held by this task"):
+            with pytest.raises(ConfigError, match=r"already held by this task, in an `async with` block"):
                 await lock.acquire()
             other = asyncio.ensure_future(lock.acquire(timeout=5.0))
             await asyncio.sleep(0.05)

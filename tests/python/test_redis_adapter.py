@@ -115,6 +115,18 @@ async def test_async_fake_client_is_driven_on_the_loop() -> None:
     assert [kind for kind, _, _ in client.calls] == ["evalsha", "eval", "evalsha"]
 
 
+def test_from_url_refuses_a_database_that_is_not_a_number() -> None:
+    # redis-py would ignore the path and use database 0
+    from fencepost.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the database in a Redis URL is a number .* got 'notanumber'"):
+        fencepost.backend_from_url("redis://127.0.0.1:1/notanumber")
+    for url in ("redis://127.0.0.1:1", "redis://127.0.0.1:1/", "redis://127.0.0.1:1/3"):
+        fencepost.backend_from_url(url).close()
+    # a db keyword decides, as redis-py lets it
+    fencepost.backend_from_url("redis://127.0.0.1:1/x", db=2).close()
+
+
 @pytest.mark.parametrize("use_asyncio", [False, True])
 def test_from_url_refuses_a_keyword_no_redis_py_class_takes(use_asyncio: bool) -> None:
     # redis-py itself would take it and fail each connect with a TypeError: every request

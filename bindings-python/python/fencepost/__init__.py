@@ -104,11 +104,12 @@ def __getattr__(name: str) -> ModuleType:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ADAPTERS))
+    # the public names and the module's dunders, not the imports this file uses itself
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})
 
 
 #: The URL schemes :func:`backend_from_url` understands, for messages.
-_SCHEMES = "redis://, rediss://, unix:// (Redis), postgresql:// (PostgreSQL), http(s):// (etcd) or memory://"
+_SCHEMES = "redis://, rediss://, unix:// (Redis), postgresql:// or postgres:// (PostgreSQL), http(s):// (etcd) or memory://"
 
 
 def backend_from_url(url: str, *, asyncio: bool = False, **options: Any) -> Backend:

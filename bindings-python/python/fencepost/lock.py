@@ -321,9 +321,9 @@ class Lock:
         caller = _caller()
         for lease in holds.get((self._name, caller), ()):
             if lease.lost_reason is None and not lease.released:
-                who = "thread" if isinstance(caller, int) else "task"
+                who, block = ("thread", "a `with`") if isinstance(caller, int) else ("task", "an `async with`")
                 raise ConfigError(
-                    f"lock {self._name!r} is already held by this {who}, in a `with` block "
+                    f"lock {self._name!r} is already held by this {who}, in {block} block "
                     f"(token {lease.token}): a lock is not re-entrant, and acquiring it again "
                     "here with no acquire timeout would wait forever for that lease, which "
                     "only this block releases; use the outer lease"

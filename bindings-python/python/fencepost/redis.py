@@ -33,7 +33,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Type, Union
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type, Union
 
 from . import _core
 from ._backend import Backend
@@ -137,6 +138,19 @@ def _client_keywords(module: Any) -> "set[str]":
     return names
 
 
+def _check_database(url: str, options: Dict[str, Any]) -> None:
+    """Refuses a ``redis://`` or ``rediss://`` URL whose path is not a database number
+    (``/0``): redis-py ignores such a path and connects to database 0."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("redis", "rediss") or "db" in options:
+        return
+    path = urllib.parse.unquote(parts.path).strip("/")
+    if path and not path.isdigit():
+        raise ConfigError(
+            f"the database in a Redis URL is a number (redis://host:6379/0), got {path!r}"
+        )
+
+
 class RedisBackend(Backend):
     """Locks on one Redis server (or a Redis-compatible one: Valkey, KeyDB, Dragonfly
     with Lua), through a redis-py client the caller owns.
@@ -229,7 +243,8 @@ class RedisBackend(Backend):
 
         Raises:
             ConfigError: ``url`` is not a str, or redis-py refuses it (an unknown
-                scheme, a bad port); a keyword that is neither ``key_prefix``,
+                scheme, a bad port); a database path that is not a number (redis-py
+                would silently use database 0); a keyword that is neither ``key_prefix``,
                 ``fair`` nor one redis-py's client, pool or connections take (redis-py
                 would refuse it only when it connects, and every request would fail);
                 redis-py is not installed.
@@ -250,6 +265,7 @@ class RedisBackend(Backend):
                 "for RedisBackend.from_url: neither key_prefix, fair, asyncio nor a keyword "
                 "of redis-py's client, connection pool or connections"
             )
+        _check_database(url, options)
         options.setdefault("socket_timeout", 5.0)
         try:
             client = client_module.Redis.from_url(url, **options)

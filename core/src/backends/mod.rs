@@ -354,10 +354,15 @@ pub(crate) enum Read {
     /// (renew). A minority may hold the lock for this owner id, so the lock releases
     /// it on every server (a cleanup) before anything else: an acquire retries under a
     /// fresh owner id, a renewal is lost at once. `remaining`: the earliest a refusing
-    /// server frees the lock, if known; `error`: what failed, for `last_error`.
+    /// server frees the lock, if known; `error`: what failed, for `last_error`;
+    /// `refused`: whether any server refused (none did when the others failed, an
+    /// outage rather than contention); `holder`: a mark of the owner the refusing
+    /// servers all named, as `Contended::holder`, when they agree.
     NoQuorum {
         remaining: Option<Duration>,
         error: Option<String>,
+        refused: bool,
+        holder: Option<u64>,
     },
 }
 

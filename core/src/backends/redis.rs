@@ -71,8 +71,10 @@ pub enum RedisScript {
     /// Free: `SET lock owner NX PX ttl_ms`, then the token counter becomes
     /// `max(counter + 1, floor)` (plain `INCR` without a floor), return `{1, token}`.
     /// Already ours: `PEXPIRE`, return `{1, token}` (idempotent retry). Held by
-    /// another: `{0, pttl, counter}`, the counter's string (`""` before any grant)
-    /// marking the holder's grant (`Read::Contended::holder`). A floor that is not a positive decimal integer is an
+    /// another: `{0, pttl, counter, holder}`, the counter's string (`""` before any
+    /// grant) marking the holder's grant (`Read::Contended::holder`), and the holder's
+    /// owner id, which marks it on every Redlock master alike (the counters differ
+    /// from master to master). A floor that is not a positive decimal integer is an
     /// error reply. A new grant's reply has a third item saying how the previous
     /// holder ended (`released`, `expired`, `none`, `unknown`), from the `last` key
     /// beside the lock's (`p{name}:last`: the latest grant's `<owner> <token>`, with
@@ -201,7 +203,7 @@ if holder == ARGV[1] then
   if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2]) end
   return {1, redis.call('GET', KEYS[2]) or next_token(nil)}
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', holder}
 "#;
 
 // The metadata key (`…:meta`, see `RedisBackend::meta_key`) is reached from the lease
@@ -1061,7 +1063,8 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
     }
     // a grant's third item: how the previous holder ended (a text; a name this
     // reader does not know, from a newer script, reads as unknown); a refusal's: the
-    // token counter, which marks the holder's grant ("" before any grant)
+    // token counter, which marks the holder's grant ("" before any grant), and after it
+    // the plain script's holder owner id (`holder_owner`)
     let (pair, previous, holder) = match v {
         RedisValue::Array(items) => match items.as_slice() {
             [a, b] => ((as_int(a), as_int(b)), Previous::Unknown, None),
@@ -1070,7 +1073,10 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
                 p.parse().unwrap_or(Previous::Unknown),
                 None,
             ),
-            [a, b, RedisValue::Data(c) | RedisValue::Status(c)] if as_int(a) == Some(0) => {
+            [a, b, RedisValue::Data(c) | RedisValue::Status(c)]
+            | [a, b, RedisValue::Data(c) | RedisValue::Status(c), RedisValue::Data(_) | RedisValue::Status(_)]
+                if as_int(a) == Some(0) =>
+            {
                 let counter = if c.is_empty() {
                     Some(0)
                 } else {
@@ -1102,8 +1108,22 @@ pub(crate) fn read_acquire(v: &RedisValue) -> Result<Read, ReadError> {
             holder,
         }),
         _ => Err(protocol(format!(
-            "acquire script: expected [1, token > 0] or [0, pttl] (a counter third), got {v:?}"
+            "acquire script: expected [1, token > 0] or [0, pttl] (a counter third, the holder fourth), got {v:?}"
         ))),
+    }
+}
+
+/// The holder's owner id in an acquire's refusal (`{0, pttl, counter, holder}`, the
+/// plain script's), if the reply is one.
+pub(crate) fn holder_owner(v: &RedisValue) -> Option<&str> {
+    match v {
+        RedisValue::Array(items) => match items.as_slice() {
+            [a, _, _, RedisValue::Data(h) | RedisValue::Status(h)] if as_int(a) == Some(0) => {
+                Some(h)
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 

@@ -32,7 +32,7 @@ use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::redis::{read_acquire, read_owner_check, RedisBackend, RedisCommand};
+use super::redis::{holder_owner, read_acquire, read_owner_check, RedisBackend, RedisCommand};
 use super::{Phrased, Progress, Read, ReadError, Recipe, Reply, RequestBody, Step, StepCx};
 use crate::error::UsageError;
 use crate::{FencingToken, Instant, OwnerId};
@@ -145,8 +145,9 @@ enum Part {
     Waiting,
     /// Granted with this master's counter; or, for renew and release, confirmed.
     Yes(FencingToken),
-    /// Held by another (with its `PTTL` when known), or not held for this owner.
-    No(Option<Duration>),
+    /// Held by another (with its `PTTL` when known, and a mark of its owner id when
+    /// the refusal names it), or not held for this owner.
+    No(Option<Duration>, Option<u64>),
     /// A transport failure or an error reply: unknown outcome.
     Failed,
 }
@@ -293,8 +294,8 @@ fn read_part(step: Step, reply: Result<&Reply, &str>) -> (Part, Option<String>) 
     match read {
         Ok(Read::Granted { token, .. }) => (Part::Yes(token), None),
         Ok(Read::Done) => (Part::Yes(FencingToken(1)), None),
-        Ok(Read::Contended { remaining, .. }) => (Part::No(remaining), None),
-        Ok(Read::NotHeld) => (Part::No(None), None),
+        Ok(Read::Contended { remaining, .. }) => (Part::No(remaining, holder_mark(v)), None),
+        Ok(Read::NotHeld) => (Part::No(None, None), None),
         Ok(other) => (Part::Failed, Some(format!("unexpected outcome {other:?}"))),
         Err(ReadError::Ambiguous(e)) => (Part::Failed, Some(e)),
         Err(ReadError::Protocol(e)) => (Part::Failed, Some(e.to_string())),
@@ -305,7 +306,7 @@ fn read_part(step: Step, reply: Result<&Reply, &str>) -> (Part, Option<String>) 
 fn decide(step: Step, tally: &Tally, quorum: usize) -> Result<Read, ReadError> {
     let n = tally.parts.len();
     let yes = tally.count(|p| matches!(p, Part::Yes(_)));
-    let no = tally.count(|p| matches!(p, Part::No(_)));
+    let no = tally.count(|p| matches!(p, Part::No(..)));
     let failed = tally.count(|p| *p == Part::Failed);
     // the parts are one per master (so `n` is at least 1 once a reply is counted, and
     // `quorum` at most `n`), each in one of the four states
@@ -343,17 +344,21 @@ fn decide(step: Step, tally: &Tally, quorum: usize) -> Result<Read, ReadError> {
                 .parts
                 .iter()
                 .filter_map(|p| match p {
-                    Part::No(r) => *r,
+                    Part::No(r, _) => *r,
                     _ => None,
                 })
                 .min(),
             error: (failed > 0).then(why),
+            refused: no > 0,
+            holder: one_holder(tally),
         }),
         Step::Renew if yes >= quorum => Ok(Read::Done),
         // a majority refused: lost at once, and the confirming minority released
         Step::Renew if no > n - quorum => Ok(Read::NoQuorum {
             remaining: None,
             error: Some(why()),
+            refused: true,
+            holder: None,
         }),
         Step::Release(_) if yes >= quorum => Ok(Read::Done),
         Step::Release(_) if no >= quorum => Ok(Read::NotHeld),
@@ -362,6 +367,25 @@ fn decide(step: Step, tally: &Tally, quorum: usize) -> Result<Read, ReadError> {
         _ if waiting == 0 => Err(ReadError::Ambiguous(why())),
         _ => Ok(Read::Pending),
     }
+}
+
+/// A mark of the owner id that refused an acquire on this master (the same on every
+/// master one holder holds, where the masters' counters differ): the first 8 of its 16
+/// random bytes; none for a holder that is not a fencepost owner id.
+fn holder_mark(v: &super::redis::RedisValue) -> Option<u64> {
+    let OwnerId([a, b, c, d, e, f, g, h, ..]) = OwnerId::from_hex(holder_owner(v)?)?;
+    Some(u64::from_le_bytes([a, b, c, d, e, f, g, h]))
+}
+
+/// The holder the refusing masters agree on: a mark when every refusal named the same
+/// one, else none (no refusal, or holders that differ from master to master).
+fn one_holder(tally: &Tally) -> Option<u64> {
+    let mut marks = tally.parts.iter().filter_map(|p| match p {
+        Part::No(_, mark) => Some(*mark),
+        _ => None,
+    });
+    let first = marks.next()??;
+    marks.all(|m| m == Some(first)).then_some(first)
 }
 
 fn agreed(step: Step) -> &'static str {

@@ -197,7 +197,13 @@ impl MemoryRedis {
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
-                    Some(_) => self.refused(now, keys),
+                    Some(holder) => {
+                        let mut refused = self.refused(now, keys);
+                        if let RedisValue::Array(items) = &mut refused {
+                            items.push(RedisValue::Data(holder));
+                        }
+                        refused
+                    }
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
                         let previous = self.previous(now, &keys[1], &keys[0]);
@@ -406,7 +412,8 @@ impl MemoryRedis {
             .map(|e| e.value.as_str())
     }
 
-    /// An acquire's refusal: `[0, PTTL lock, the token counter or ""]`.
+    /// An acquire's refusal: `[0, PTTL lock, the token counter or ""]` (the plain
+    /// script adds the holder's owner id).
     fn refused(&self, now: Instant, keys: &[String]) -> RedisValue {
         let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
         let counter = self.get(now, &keys[1]).unwrap_or_default().to_owned();
