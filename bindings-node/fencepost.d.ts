@@ -527,9 +527,9 @@ export interface ObserveOptions {
   /** `held_long` once one lease has been held this many TTLs: default 10 (0: never). */
   heldLongTtls?: number
   /** `hot_lock` when one acquisition found the lock held this many times before its grant
-   * or timeout: default 10 (0: never). On Redis, Redlock, memory, etcd, Kubernetes and
-   * PostgreSQL lease rows only a new holder counts, so one long hold is never hot; on
-   * ZooKeeper and PostgreSQL advisory locks every attempt that finds the lock held. */
+   * or timeout: default 10 (0: never). Only a new holder counts, so one long hold is
+   * never hot, except on PostgreSQL advisory locks, where every attempt that finds the
+   * lock held does. */
   hotLockAttempts?: number
   /** `hot_lock` when this many acquisitions of one name are pending on this backend:
    * default 10 (0: never). */

@@ -458,3 +458,49 @@ fn a_ttl_over_the_negotiated_session_timeout_is_refused() {
     );
     assert!(!backend.tokens_may_regress());
 }
+
+/// A waiter whose watch keeps timing out behind one long holder lists the same lowest
+/// node again and again: one holder (its node's sequence marks it), never a hot lock.
+/// A new lowest node is a new holder.
+#[test]
+fn one_long_holder_is_found_once_however_often_the_waiter_lists() {
+    use fencepost_core::{Observation, ObserveOptions};
+    let mut t = T::new();
+    t.m.observe(Some(ObserveOptions::default())).unwrap();
+    let lock = t.acquire();
+    let node = t.created(9);
+    let long = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa__lock__0000000002";
+    t.children(&[&node, long]);
+    let mut now = 0;
+    for _ in 0..12 {
+        let (w, _) = t.take(Wait);
+        now += 300;
+        t.at(now);
+        t.reply(&w, r#"{"event":"timeout","session":7}"#);
+        // the session's renewal may go out first
+        if let Some(i) = t.requests.iter().position(|r| r.operation == Renew) {
+            let r = t.requests.remove(i);
+            t.reply(
+                &r,
+                r#"{"stat":{"czxid":16,"version":0,"ephemeral_owner":7},"session":7}"#,
+            );
+        }
+        t.children(&[&node, long]);
+    }
+    // the holder leaves: granted, where hot_lock is judged
+    let (w, _) = t.take(Wait);
+    t.reply(&w, r#"{"event":"deleted","session":7}"#);
+    t.children(&[&node]);
+    assert!(
+        matches!(t.events().as_slice(), [Event::Acquired { .. }]),
+        "granted"
+    );
+    let mut hot = Vec::new();
+    while let Some(o) = t.m.poll_observation() {
+        if let Observation::HotLock { found_held, .. } = o.observation {
+            hot.push(found_held);
+        }
+    }
+    assert!(hot.is_empty(), "one holder found 13 times: {hot:?}");
+    let _ = lock;
+}

@@ -104,10 +104,9 @@ class Backend:
             held_long_ttls: ``held_long`` once one lease has been held this many TTLs
                 (0: never).
             hot_lock_attempts: ``hot_lock`` when one acquisition found the lock held
-                this many times before its grant or timeout (0: never). On Redis,
-                Redlock, memory, etcd, Kubernetes and PostgreSQL lease rows only a new
-                holder counts, so one long hold is never hot; on ZooKeeper and
-                PostgreSQL advisory locks every attempt that finds the lock held.
+                this many times before its grant or timeout (0: never). Only a new
+                holder counts, so one long hold is never hot, except on PostgreSQL
+                advisory locks, where every attempt that finds the lock held does.
             hot_lock_waiters: ``hot_lock`` when this many acquisitions of one name are
                 pending in one lock machine (0: never).
             unreachable_every: seconds between two ``server_unreachable`` warnings

@@ -571,10 +571,15 @@ impl ZooKeeperBackend {
                     }
                     Some(i) => {
                         p.predecessor = Some(self.node_path(name, contenders[i - 1]));
+                        // the lowest node's sequence marks the holder: a new holder is
+                        // a new node
+                        let holder = contender_key(self.naming, contenders[0])
+                            .and_then(|seq| seq.parse::<i64>().ok())
+                            .map(|seq| seq as u64);
                         Ok(Read::Contended {
                             remaining: None,
                             queued: true,
-                            holder: None,
+                            holder,
                         })
                     }
                 }
