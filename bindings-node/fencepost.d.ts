@@ -528,8 +528,7 @@ export interface ObserveOptions {
   heldLongTtls?: number
   /** `hot_lock` when one acquisition found the lock held this many times before its grant
    * or timeout: default 10 (0: never). Only a new holder counts, so one long hold is
-   * never hot, except on PostgreSQL advisory locks, where every attempt that finds the
-   * lock held does. */
+   * never hot. */
   hotLockAttempts?: number
   /** `hot_lock` when this many acquisitions of one name are pending on this backend:
    * default 10 (0: never). */

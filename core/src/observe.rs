@@ -37,13 +37,12 @@ pub struct ObserveOptions {
     /// `held_long` once a lease has been held this many TTLs; default 10 (0: never).
     pub held_long_ttls: u32,
     /// `hot_lock` when one acquisition found the lock held by others this many times
-    /// before it was granted or timed out; default 10 (0: never). On Redis (and the
-    /// in-memory backend), Redlock, etcd, ZooKeeper, Kubernetes and PostgreSQL lease
-    /// rows a time counts only when the holder is another than the attempt before found
-    /// (the reply names the holder's grant, on Redlock its owner, on ZooKeeper its
-    /// node), so one long hold is never hot; on PostgreSQL advisory locks every attempt
-    /// that finds the lock held counts. A Redlock attempt that no master refused is an
-    /// outage, not one.
+    /// before it was granted or timed out; default 10 (0: never). A time counts only
+    /// when the holder is another than the attempt before found (the reply names the
+    /// holder's grant, on Redlock its owner, on ZooKeeper its node), so one long hold is
+    /// never hot; where a reply names no holder (a foreign holder on Redlock), every
+    /// attempt that finds the lock held counts. A Redlock attempt that no master refused
+    /// is an outage, not one.
     pub hot_lock_attempts: u32,
     /// `hot_lock` when this many acquisitions of one name are pending in this machine
     /// at once; default 10 (0: never).

@@ -982,3 +982,27 @@ def test_a_waiter_behind_one_long_lease_is_never_told_the_lock_is_hot(name: str,
     timed_out = [o for o in seen if o.event == "acquire_timed_out"]
     assert len(timed_out) == 1 and timed_out[0].fields["attempts"] >= 8, timed_out  # type: ignore[operator]
     assert [o for o in seen if o.event == "hot_lock"] == []
+
+
+@needs_pg
+def test_a_waiter_behind_one_long_session_lock_is_never_told_the_lock_is_hot(name: str, migrated: None) -> None:
+    """Session advisory locks too: a refusal returns the token the holder's grant bumped,
+    so one holder found on every attempt is a long hold, not contention."""
+    assert PG_URL
+    seen: List[fencepost.Observation] = []
+    holder_backend = PostgresBackend(mode="session", conninfo=PG_URL)
+    backend = PostgresBackend(mode="session", conninfo=PG_URL)
+    try:
+        holder = fencepost.Lock(holder_backend, name, ttl=30.0)
+        holder.acquire_sync()
+        backend.observe(seen.append, hot_lock_attempts=4)
+        waiter = fencepost.Lock(backend, name, ttl=30.0, acquire_timeout=1.0, retry_max=0.05)
+        with pytest.raises(AcquireTimeout):
+            waiter.acquire_sync()
+        holder.release_sync()
+    finally:
+        backend.close()
+        holder_backend.close()
+    timed_out = [o for o in seen if o.event == "acquire_timed_out"]
+    assert len(timed_out) == 1 and timed_out[0].fields["attempts"] >= 8, timed_out  # type: ignore[operator]
+    assert [o for o in seen if o.event == "hot_lock"] == []

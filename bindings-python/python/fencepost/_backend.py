@@ -105,8 +105,7 @@ class Backend:
                 (0: never).
             hot_lock_attempts: ``hot_lock`` when one acquisition found the lock held
                 this many times before its grant or timeout (0: never). Only a new
-                holder counts, so one long hold is never hot, except on PostgreSQL
-                advisory locks, where every attempt that finds the lock held does.
+                holder counts, so one long hold is never hot.
             hot_lock_waiters: ``hot_lock`` when this many acquisitions of one name are
                 pending in one lock machine (0: never).
             unreachable_every: seconds between two ``server_unreachable`` warnings

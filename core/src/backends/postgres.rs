@@ -903,7 +903,9 @@ impl PostgresBackend {
     /// transaction-pooling proxy): nothing is taken and the third column says so.
     ///
     /// Returns one row: (token or NULL, the live lease's remaining ms or NULL,
-    /// shared session).
+    /// shared session, the row's token as the statement's snapshot saw it). Every grant
+    /// bumps that token, so for a refusal it marks the holder's grant (`hot_lock`
+    /// counts holders, not attempts).
     fn advisory_acquire_sql(&self, try_fn: &str, floor_param: Option<&str>) -> String {
         let session = try_fn == "pg_try_advisory_lock";
         format!(
@@ -920,7 +922,7 @@ impl PostgresBackend {
              FROM bump WHERE $3::text <> ''), \
              undo AS (SELECT {undo} FROM got WHERE took AND NOT EXISTS (SELECT 1 FROM bump)) \
              SELECT coalesce((SELECT token FROM bump), CASE WHEN state.again THEN {again} END), \
-             {remaining}, state.shared \
+             {remaining}, state.shared, (SELECT token FROM {l} WHERE name = $2::text) \
              FROM state, (SELECT count(*) FROM mark) m, (SELECT count(*) FROM undo) u",
             held = held_sql("$1"),
             take = if try_fn == "pg_advisory_xact_lock" {
@@ -1016,8 +1018,8 @@ fn read_acquire_columns(row: &[SqlValue]) -> Result<Read, ReadError> {
         [token, remaining, SqlValue::Bool(false)] => {
             read_acquire_row(&[token.clone(), remaining.clone()])
         }
-        // the lease statement's fourth column: the holder's token, its grant's mark for
-        // a refusal
+        // every acquire statement's fourth column: the holder's token, its grant's mark
+        // for a refusal
         [first @ .., holder] if first.len() == 3 => {
             read_acquire_columns(first).map(|read| match (read, holder) {
                 (
@@ -1349,6 +1351,19 @@ mod tests {
                 holder: None,
             })
         );
+        // their fourth column: the row's token, the holder's grant's mark
+        assert_eq!(
+            read_acquire(&rows(vec![vec![Null, Null, Bool(false), Int(12)]])),
+            Ok(Read::Contended {
+                queued: false,
+                remaining: None,
+                holder: Some(12),
+            })
+        );
+        assert!(matches!(
+            read_acquire(&rows(vec![vec![Null, Null, Bool(true), Int(12)]])),
+            Err(ReadError::Protocol(_))
+        ));
         match read_acquire(&rows(vec![vec![Null, Null, Bool(true)]])) {
             Err(ReadError::Protocol(e)) => {
                 assert!(e.message.contains("transaction-pooling"), "{e}");
