@@ -528,7 +528,8 @@ export interface ObserveOptions {
   heldLongTtls?: number
   /** `hot_lock` when one acquisition found the lock held this many times before its grant
    * or timeout: default 10 (0: never). Only a new holder counts, so one long hold is
-   * never hot. */
+   * never hot, where the server's refusal names its holder: every backend, except a
+   * Redlock holder that is not a fencepost client. */
   hotLockAttempts?: number
   /** `hot_lock` when this many acquisitions of one name are pending on this backend:
    * default 10 (0: never). */

@@ -542,3 +542,51 @@ fn every_master_unreachable_is_an_outage_never_a_hot_lock() {
         "{waiting:?}"
     );
 }
+
+/// A new holder on every master before each attempt: each refusal names another owner,
+/// so each counts, and the waiter that gives up is told the lock is hot.
+#[test]
+fn a_lock_changing_hands_between_attempts_is_hot_on_redlock() {
+    use fencepost_core::{Observation, ObserveOptions};
+    let mut t = Redlock::redlock(1);
+    t.clients[0]
+        .machine
+        .observe(Some(ObserveOptions::default()))
+        .unwrap();
+    t.at(0);
+    let waiting = LockOptions {
+        acquire_timeout: Some(ms(5_000)),
+        retry_max: ms(200),
+        ..opts(1_000)
+    };
+    t.acquire(0, "report", waiting);
+    let (lock_key, token_key) = (t.backend.lock_key("report"), t.backend.token_key("report"));
+    for step in 0..22u64 {
+        let now = t.now;
+        for m in 0..5 {
+            let master = &mut t.server.masters[m];
+            master.delete(&lock_key);
+            master.eval(
+                now,
+                &fencepost_core::RedisCommand {
+                    script: fencepost_core::RedisScript::Acquire,
+                    keys: vec![lock_key.clone(), token_key.clone()],
+                    // an owner id's first 8 bytes differ from holder to holder
+                    args: vec![format!("{:016x}{:016x}", step + 1, 0), "60000".into()],
+                    wait: None,
+                },
+            );
+        }
+        t.run_until(250 * (step + 1));
+    }
+    let seen: Vec<Observation> = t.clients[0]
+        .observed
+        .drain(..)
+        .map(|o| o.observation)
+        .collect();
+    let found = seen.iter().find_map(|o| match o {
+        Observation::HotLock { found_held, .. } => *found_held,
+        _ => None,
+    });
+    assert!(found.is_some_and(|n| n >= 10), "{seen:?}");
+}

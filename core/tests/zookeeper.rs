@@ -461,46 +461,52 @@ fn a_ttl_over_the_negotiated_session_timeout_is_refused() {
 
 /// A waiter whose watch keeps timing out behind one long holder lists the same lowest
 /// node again and again: one holder (its node's sequence marks it), never a hot lock.
-/// A new lowest node is a new holder.
+/// A new lowest node at every listing is a new holder each time: hot.
 #[test]
 fn one_long_holder_is_found_once_however_often_the_waiter_lists() {
     use fencepost_core::{Observation, ObserveOptions};
-    let mut t = T::new();
-    t.m.observe(Some(ObserveOptions::default())).unwrap();
-    let lock = t.acquire();
-    let node = t.created(9);
-    let long = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa__lock__0000000002";
-    t.children(&[&node, long]);
-    let mut now = 0;
-    for _ in 0..12 {
+    for changing in [false, true] {
+        let mut t = T::new();
+        t.m.observe(Some(ObserveOptions::default())).unwrap();
+        t.acquire();
+        let node = t.created(99);
+        let holder = |seq: u32| format!("{:032x}__lock__{seq:010}", seq);
+        t.children(&[&node, &holder(2)]);
+        let mut now = 0;
+        for i in 0..12u32 {
+            let (w, _) = t.take(Wait);
+            now += 300;
+            t.at(now);
+            t.reply(&w, r#"{"event":"timeout","session":7}"#);
+            // the session's renewal may go out first
+            if let Some(i) = t.requests.iter().position(|r| r.operation == Renew) {
+                let r = t.requests.remove(i);
+                t.reply(
+                    &r,
+                    r#"{"stat":{"czxid":16,"version":0,"ephemeral_owner":7},"session":7}"#,
+                );
+            }
+            let lowest = if changing { holder(3 + i) } else { holder(2) };
+            t.children(&[&node, &lowest]);
+        }
+        // the holder leaves: granted, where hot_lock is judged
         let (w, _) = t.take(Wait);
-        now += 300;
-        t.at(now);
-        t.reply(&w, r#"{"event":"timeout","session":7}"#);
-        // the session's renewal may go out first
-        if let Some(i) = t.requests.iter().position(|r| r.operation == Renew) {
-            let r = t.requests.remove(i);
-            t.reply(
-                &r,
-                r#"{"stat":{"czxid":16,"version":0,"ephemeral_owner":7},"session":7}"#,
-            );
-        }
-        t.children(&[&node, long]);
-    }
-    // the holder leaves: granted, where hot_lock is judged
-    let (w, _) = t.take(Wait);
-    t.reply(&w, r#"{"event":"deleted","session":7}"#);
-    t.children(&[&node]);
-    assert!(
-        matches!(t.events().as_slice(), [Event::Acquired { .. }]),
-        "granted"
-    );
-    let mut hot = Vec::new();
-    while let Some(o) = t.m.poll_observation() {
-        if let Observation::HotLock { found_held, .. } = o.observation {
-            hot.push(found_held);
+        t.reply(&w, r#"{"event":"deleted","session":7}"#);
+        t.children(&[&node]);
+        assert!(
+            matches!(t.events().as_slice(), [Event::Acquired { .. }]),
+            "granted"
+        );
+        let hot: Vec<_> = std::iter::from_fn(|| t.m.poll_observation())
+            .filter_map(|o| match o.observation {
+                Observation::HotLock { found_held, .. } => Some(found_held),
+                _ => None,
+            })
+            .collect();
+        if changing {
+            assert_eq!(hot, [Some(13)], "a new holder at each of 13 listings");
+        } else {
+            assert_eq!(hot, [], "one holder found at 13 listings");
         }
     }
-    assert!(hot.is_empty(), "one holder found 13 times: {hot:?}");
-    let _ = lock;
 }

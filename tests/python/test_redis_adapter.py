@@ -125,6 +125,7 @@ def test_from_url_refuses_a_database_that_is_not_a_number() -> None:
         fencepost.backend_from_url(url).close()
     # a db keyword decides, as redis-py lets it
     fencepost.backend_from_url("redis://127.0.0.1:1/x", db=2).close()
+    fencepost.backend_from_url("redis://127.0.0.1:1/x?db=2").close()
 
 
 @pytest.mark.parametrize("use_asyncio", [False, True])

@@ -105,7 +105,9 @@ class Backend:
                 (0: never).
             hot_lock_attempts: ``hot_lock`` when one acquisition found the lock held
                 this many times before its grant or timeout (0: never). Only a new
-                holder counts, so one long hold is never hot.
+                holder counts, so one long hold is never hot, where the server's
+                refusal names its holder: every backend, except a Redlock holder that
+                is not a fencepost client.
             hot_lock_waiters: ``hot_lock`` when this many acquisitions of one name are
                 pending in one lock machine (0: never).
             unreachable_every: seconds between two ``server_unreachable`` warnings

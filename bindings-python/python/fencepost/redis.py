@@ -144,6 +144,8 @@ def _check_database(url: str, options: Dict[str, Any]) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in ("redis", "rediss") or "db" in options:
         return
+    if "db" in urllib.parse.parse_qs(parts.query):
+        return  # redis-py takes ?db= over the path
     path = urllib.parse.unquote(parts.path).strip("/")
     if path and not path.isdigit():
         raise ConfigError(

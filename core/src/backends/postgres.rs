@@ -903,9 +903,11 @@ impl PostgresBackend {
     /// transaction-pooling proxy): nothing is taken and the third column says so.
     ///
     /// Returns one row: (token or NULL, the live lease's remaining ms or NULL,
-    /// shared session, the row's token as the statement's snapshot saw it). Every grant
-    /// bumps that token, so for a refusal it marks the holder's grant (`hot_lock`
-    /// counts holders, not attempts).
+    /// shared session), and for the session statement a fourth column: the row's last
+    /// committed token, which every session grant bumps at once (its statement commits
+    /// by itself), so a refusal's marks the holder's grant (`hot_lock` counts holders,
+    /// not attempts). A transaction holder's bump is not committed while it holds; the
+    /// transaction statements, which no machine retries, have no fourth column.
     fn advisory_acquire_sql(&self, try_fn: &str, floor_param: Option<&str>) -> String {
         let session = try_fn == "pg_try_advisory_lock";
         format!(
@@ -922,7 +924,7 @@ impl PostgresBackend {
              FROM bump WHERE $3::text <> ''), \
              undo AS (SELECT {undo} FROM got WHERE took AND NOT EXISTS (SELECT 1 FROM bump)) \
              SELECT coalesce((SELECT token FROM bump), CASE WHEN state.again THEN {again} END), \
-             {remaining}, state.shared, (SELECT token FROM {l} WHERE name = $2::text) \
+             {remaining}, state.shared{holder} \
              FROM state, (SELECT count(*) FROM mark) m, (SELECT count(*) FROM undo) u",
             held = held_sql("$1"),
             take = if try_fn == "pg_advisory_xact_lock" {
@@ -951,6 +953,14 @@ impl PostgresBackend {
                 )
             },
             remaining = remaining_ms(&self.lease_table, "$2"),
+            holder = if session {
+                format!(
+                    ", (SELECT token FROM {} WHERE name = $2::text)",
+                    self.lease_table
+                )
+            } else {
+                String::new()
+            },
         )
     }
 }

@@ -1368,6 +1368,16 @@ mod tests {
         assert_eq!(read_acquire(&counter("17")), refused(Some(17)));
         assert_eq!(read_acquire(&counter("")), refused(Some(0)));
         assert_eq!(read_acquire(&Array(vec![Int(0), Int(250)])), refused(None));
+        // the plain script's fourth item, the holder's owner id
+        let with_holder = |h: RedisValue| Array(vec![Int(0), Int(250), Data("17".into()), h]);
+        assert_eq!(
+            read_acquire(&with_holder(Data("ab".repeat(16)))),
+            refused(Some(17))
+        );
+        assert!(matches!(
+            read_acquire(&with_holder(Int(3))),
+            Err(ReadError::Protocol(_))
+        ));
         assert!(matches!(
             read_acquire(&counter("x")),
             Err(ReadError::Protocol(_))

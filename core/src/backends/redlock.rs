@@ -378,7 +378,10 @@ fn holder_mark(v: &super::redis::RedisValue) -> Option<u64> {
 }
 
 /// The holder the refusing masters agree on: a mark when every refusal named the same
-/// one, else none (no refusal, or holders that differ from master to master).
+/// one, else none (no refusal, or holders that differ from master to master). The
+/// attempt is decided once a majority can no longer grant, so this is what the refusals
+/// so far say: stale keys of an old holder on a minority can name it while a new one
+/// holds the rest, which only undercounts a rare hand-off.
 fn one_holder(tally: &Tally) -> Option<u64> {
     let mut marks = tally.parts.iter().filter_map(|p| match p {
         Part::No(_, mark) => Some(*mark),
@@ -415,6 +418,43 @@ mod tests {
                 .collect(),
             ..RedlockBackend::default()
         }
+    }
+
+    #[test]
+    fn the_refusing_masters_name_a_holder_only_when_they_agree() {
+        let tally = |parts: Vec<Part>| Tally {
+            cleanup: false,
+            owner: OwnerId([0; 16]),
+            sent_at: Instant::ZERO,
+            parts,
+            error: None,
+        };
+        let no = |mark: Option<u64>| Part::No(None, mark);
+        let agree = tally(vec![no(Some(7)), Part::Failed, no(Some(7)), Part::Waiting]);
+        assert_eq!(one_holder(&agree), Some(7));
+        assert_eq!(one_holder(&tally(vec![no(Some(7)), no(Some(8))])), None);
+        assert_eq!(one_holder(&tally(vec![no(Some(7)), no(None)])), None);
+        assert_eq!(one_holder(&tally(vec![Part::Failed, Part::Failed])), None);
+        // the mark: the first 8 bytes of a fencepost owner id; none for another holder
+        use crate::backends::redis::RedisValue::{Array, Data, Int};
+        let refusal = |holder: &str| {
+            Array(vec![
+                Int(0),
+                Int(900),
+                Data("3".into()),
+                Data(holder.into()),
+            ])
+        };
+        let owner = format!("{:016x}{:016x}", 0x0102_0304_0506_0708_u64, 9);
+        assert_eq!(
+            holder_mark(&refusal(&owner)),
+            Some(u64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8]))
+        );
+        assert_eq!(holder_mark(&refusal("someone")), None);
+        assert_eq!(
+            holder_mark(&Array(vec![Int(0), Int(900), Data("3".into())])),
+            None
+        );
     }
 
     fn message(r: Result<(), UsageError>) -> String {
