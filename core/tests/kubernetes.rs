@@ -4,6 +4,8 @@
 //! 409, JSON Patch `test`). TTL 3 s → validity `sent + 2968` (3000 × 0.99 − 2), renew
 //! every 1000 ms; `leaseDurationSeconds` 3.
 
+mod support;
+
 use core::time::Duration;
 
 use fencepost_core::backends::kubernetes::{KubeRequest, KubernetesBackend};
@@ -13,6 +15,7 @@ use fencepost_core::{
 };
 use serde_json::{json, Value};
 
+use support::{hot_lock_found, timed_out_attempts};
 use Operation::{Acquire, Release, Renew};
 
 const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/report";
@@ -665,18 +668,9 @@ fn hot_lock_counts_holders_by_lease_transitions_so_one_long_hold_is_never_hot() 
         let seen: Vec<Observation> = std::iter::from_fn(|| t.m.poll_observation())
             .map(|o| o.observation)
             .collect();
-        let attempts = seen.iter().find_map(|o| match o {
-            Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
-            _ => None,
-        });
+        let attempts = timed_out_attempts(&seen);
         assert!(attempts.is_some_and(|n| n >= 50), "{seen:?}");
-        let hot: Vec<_> = seen
-            .iter()
-            .filter_map(|o| match o {
-                Observation::HotLock { found_held, .. } => Some(*found_held),
-                _ => None,
-            })
-            .collect();
+        let hot = hot_lock_found(&seen);
         if changing {
             // every holder found once (the first and the 20 after it), not the attempts
             assert_eq!(hot, [Some(21)], "{seen:?}");

@@ -509,45 +509,25 @@ fn every_master_unreachable_is_an_outage_never_a_hot_lock() {
         let next = t.clients.iter().filter_map(|c| c.next_timeout).min();
         t.at_instant(next.expect("an acquiring machine has a timer"));
     }
-    let seen = |t: &mut Redlock, c: usize| -> Vec<Observation> {
-        t.clients[c]
-            .observed
-            .drain(..)
-            .map(|o| o.observation)
-            .collect()
-    };
-    let gave_up = seen(&mut t, 0);
-    let attempts = gave_up.iter().find_map(|o| match o {
-        Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
-        _ => None,
-    });
+    let gave_up = t.clients[0].take_observations();
+    let attempts = timed_out_attempts(&gave_up);
     assert!(attempts.is_some_and(|n| n >= 10), "{gave_up:?}");
-    assert!(
-        !gave_up
-            .iter()
-            .any(|o| matches!(o, Observation::HotLock { .. })),
-        "{gave_up:?}"
-    );
-    let waiting = seen(&mut t, 1);
+    assert!(hot_lock_found(&gave_up).is_empty(), "{gave_up:?}");
+    let waiting = t.clients[1].take_observations();
     assert!(
         waiting
             .iter()
             .any(|o| matches!(o, Observation::ServerUnreachable { .. })),
         "{waiting:?}"
     );
-    assert!(
-        !waiting
-            .iter()
-            .any(|o| matches!(o, Observation::HotLock { .. })),
-        "{waiting:?}"
-    );
+    assert!(hot_lock_found(&waiting).is_empty(), "{waiting:?}");
 }
 
 /// A new holder on every master before each attempt: each refusal names another owner,
 /// so each counts, and the waiter that gives up is told the lock is hot.
 #[test]
 fn a_lock_changing_hands_between_attempts_is_hot_on_redlock() {
-    use fencepost_core::{Observation, ObserveOptions};
+    use fencepost_core::ObserveOptions;
     let mut t = Redlock::redlock(1);
     t.clients[0]
         .machine
@@ -579,14 +559,7 @@ fn a_lock_changing_hands_between_attempts_is_hot_on_redlock() {
         }
         t.run_until(250 * (step + 1));
     }
-    let seen: Vec<Observation> = t.clients[0]
-        .observed
-        .drain(..)
-        .map(|o| o.observation)
-        .collect();
-    let found = seen.iter().find_map(|o| match o {
-        Observation::HotLock { found_held, .. } => *found_held,
-        _ => None,
-    });
+    let seen = t.clients[0].take_observations();
+    let found = hot_lock_found(&seen).into_iter().flatten().next();
     assert!(found.is_some_and(|n| n >= 10), "{seen:?}");
 }

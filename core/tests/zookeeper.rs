@@ -4,6 +4,8 @@
 //! `sent + 988`, renew (an `exists` of the own node) every 333.333 ms. Session 7 is
 //! this client's; czxids are the tokens.
 
+mod support;
+
 use core::time::Duration;
 
 use fencepost_core::backends::zookeeper::{ZkRequest, ZooKeeperBackend};
@@ -13,6 +15,7 @@ use fencepost_core::{
     Operation, Output, Reply, Request, RequestBody, UsageError,
 };
 
+use support::hot_lock_found;
 use Operation::{Acquire, Release, Renew, Wait};
 
 fn at(ms: u64) -> Instant {
@@ -464,7 +467,7 @@ fn a_ttl_over_the_negotiated_session_timeout_is_refused() {
 /// A new lowest node at every listing is a new holder each time: hot.
 #[test]
 fn one_long_holder_is_found_once_however_often_the_waiter_lists() {
-    use fencepost_core::{Observation, ObserveOptions};
+    use fencepost_core::ObserveOptions;
     for changing in [false, true] {
         let mut t = T::new();
         t.m.observe(Some(ObserveOptions::default())).unwrap();
@@ -497,12 +500,10 @@ fn one_long_holder_is_found_once_however_often_the_waiter_lists() {
             matches!(t.events().as_slice(), [Event::Acquired { .. }]),
             "granted"
         );
-        let hot: Vec<_> = std::iter::from_fn(|| t.m.poll_observation())
-            .filter_map(|o| match o.observation {
-                Observation::HotLock { found_held, .. } => Some(found_held),
-                _ => None,
-            })
+        let seen: Vec<_> = std::iter::from_fn(|| t.m.poll_observation())
+            .map(|o| o.observation)
             .collect();
+        let hot = hot_lock_found(&seen);
         if changing {
             assert_eq!(hot, [Some(13)], "a new holder at each of 13 listings");
         } else {

@@ -573,7 +573,9 @@ impl ZooKeeperBackend {
                         p.predecessor = Some(self.node_path(name, contenders[i - 1]));
                         // the lowest node's sequence marks the holder: a new holder is
                         // a new node
-                        let holder = contender_key(self.naming, contenders[0])
+                        let holder = contenders
+                            .first()
+                            .and_then(|lowest| contender_key(self.naming, lowest))
                             .and_then(|seq| seq.parse::<i64>().ok())
                             .map(|seq| seq as u64);
                         Ok(Read::Contended {

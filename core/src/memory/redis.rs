@@ -197,13 +197,7 @@ impl MemoryRedis {
                         };
                         RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Int(token)])
                     }
-                    Some(holder) => {
-                        let mut refused = self.refused(now, keys);
-                        if let RedisValue::Array(items) = &mut refused {
-                            items.push(RedisValue::Data(holder));
-                        }
-                        refused
-                    }
+                    Some(holder) => self.refused(now, keys, Some(holder)),
                     None => {
                         self.set(&keys[0], &args[0], Some(now + ttl));
                         let previous = self.previous(now, &keys[1], &keys[0]);
@@ -303,7 +297,7 @@ impl MemoryRedis {
                     Some(now + presence),
                 );
                 self.lists.remove(&keys[5]);
-                self.refused(now, keys)
+                self.refused(now, keys, None)
             }
             RedisScript::ReleaseFair => {
                 let Some(claim) = parse_ms(&args[1]) else {
@@ -412,16 +406,18 @@ impl MemoryRedis {
             .map(|e| e.value.as_str())
     }
 
-    /// An acquire's refusal: `[0, PTTL lock, the token counter or ""]` (the plain
-    /// script adds the holder's owner id).
-    fn refused(&self, now: Instant, keys: &[String]) -> RedisValue {
+    /// An acquire's refusal: `[0, PTTL lock, the token counter or ""]`, then the
+    /// holder's owner id where the script returns it (the plain one).
+    fn refused(&self, now: Instant, keys: &[String], holder: Option<String>) -> RedisValue {
         let pttl = self.pttl(now, &keys[0]).unwrap_or(-1);
         let counter = self.get(now, &keys[1]).unwrap_or_default().to_owned();
-        RedisValue::Array(vec![
+        let mut reply = vec![
             RedisValue::Int(0),
             RedisValue::Int(pttl),
             RedisValue::Data(counter),
-        ])
+        ];
+        reply.extend(holder.map(RedisValue::Data));
+        RedisValue::Array(reply)
     }
 
     /// `PTTL key` in ms: `None` when the key is missing, `-1` when it has no expiry.

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use core::time::Duration;
 
 use fencepost_core::{
-    Backend, Event, Input, Instant, LockId, LockOptions, Machine, Operation, Output, Reply,
-    Request, RequestBody, RequestId,
+    Backend, Event, Input, Instant, LockId, LockOptions, Machine, Observation, Operation, Output,
+    Reply, Request, RequestBody, RequestId,
 };
 
 pub fn ms(n: u64) -> Duration {
@@ -88,7 +88,30 @@ pub struct Client {
     pub observed: Vec<fencepost_core::Observed>,
 }
 
+/// The attempts the `acquire_timed_out` observation among `seen` counted, if any.
+pub fn timed_out_attempts(seen: &[Observation]) -> Option<u32> {
+    seen.iter().find_map(|o| match o {
+        Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
+        _ => None,
+    })
+}
+
+/// The `found_held` of each `hot_lock` observation among `seen` (None: the waiters' kind).
+pub fn hot_lock_found(seen: &[Observation]) -> Vec<Option<u32>> {
+    seen.iter()
+        .filter_map(|o| match o {
+            Observation::HotLock { found_held, .. } => Some(*found_held),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Client {
+    /// The observations made since the last call, taken.
+    pub fn take_observations(&mut self) -> Vec<Observation> {
+        self.observed.drain(..).map(|o| o.observation).collect()
+    }
+
     pub fn new(machine: Machine) -> Self {
         Client {
             machine,
@@ -391,7 +414,7 @@ impl<S: Server> Timeline<S> {
     /// most. Asserts that the waiter timed out after 10 attempts or more without any
     /// warning: one holder found again and again is a long hold, never a hot lock.
     pub fn assert_one_long_hold_is_never_hot(&mut self) {
-        use fencepost_core::{Observation, ObserveOptions};
+        use fencepost_core::ObserveOptions;
         for c in &mut self.clients {
             c.machine.observe(Some(ObserveOptions::default())).unwrap();
         }
@@ -403,15 +426,8 @@ impl<S: Server> Timeline<S> {
         waiting.retry_max = ms(200);
         self.acquire(0, "report", waiting);
         self.run_until(21_000);
-        let seen: Vec<_> = self.clients[0]
-            .observed
-            .drain(..)
-            .map(|o| o.observation)
-            .collect();
-        let attempts = seen.iter().find_map(|o| match o {
-            Observation::AcquireTimedOut { attempts, .. } => Some(*attempts),
-            _ => None,
-        });
+        let seen = self.clients[0].take_observations();
+        let attempts = timed_out_attempts(&seen);
         assert!(attempts.is_some_and(|n| n >= 10), "{seen:?}");
         assert!(!seen.iter().any(Observation::is_warning), "{seen:?}");
     }
