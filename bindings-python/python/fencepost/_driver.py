@@ -1262,7 +1262,9 @@ class ThreadDriver:
                 elif (
                     serving
                     and not acquisition.inline  # type: ignore[union-attr]
-                    # _may_inline, written out: this runs for every request
+                    # the caller may run it only when the backend's blocking calls end
+                    # before the request's deadline: never held longer than the
+                    # machine's own timers would hold it
                     and self._call_limit_ns is not None
                     and time.monotonic_ns() + self._call_limit_ns <= output.deadline_ns
                 ):
@@ -1293,13 +1295,6 @@ class ThreadDriver:
         sleeping_until = self._sleeping_until
         if sleeping_until is not None and next_ns is not None and next_ns < sleeping_until:
             self._cond.notify()  # only the driver thread waits on it
-
-    def _may_inline(self, request: _core.Request) -> bool:
-        """Whether a caller waiting for ``request`` may run it itself: only when the
-        backend's blocking calls end before the request's deadline, so the caller is
-        never held longer than the machine's own timers would hold it."""
-        limit = self._call_limit_ns
-        return limit is not None and time.monotonic_ns() + limit <= request.deadline_ns
 
     def _may_park_inline(self, acquisition: SyncAcquisition, request: _core.Request) -> bool:
         """Whether the caller blocked in ``acquire_sync`` may run the wait ``request``
