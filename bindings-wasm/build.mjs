@@ -33,12 +33,11 @@ const PROFILE = 'release-wasm'
 const args = new Set(process.argv.slice(2))
 const LOCKED = args.has('--locked') ? ['--locked'] : []
 // The web module's size budget, gzip level 9 (tests/wasm reads it from dist/build.json).
-// 171 KiB: the acquire refusal's holder mark (hot_lock counts holders) and the one-call
-// acquire took the module to 172,230 B, over 168 KiB; the loss logged with warnings
-// alone, the rounded message durations, the bounded last error and the fenced write's key
-// check to 173,130 B, over 169 KiB; Redlock's holder mark and its outage reading to
-// 174,418 B, over 170 KiB. CHANGELOG.md lists each raise and its reason.
-const GZIP_BUDGET = 171 * 1024
+// 165 KiB: the module is 167,741 B (163.8 KiB) without the core's PostgreSQL backend,
+// which no host of this module can reach; the budget leaves about 1 KiB for growth, so
+// that a change which grows the module says so here. CHANGELOG.md lists each change of
+// the budget and its reason.
+const GZIP_BUDGET = 165 * 1024
 
 const log = (...m) => console.error('build.mjs:', ...m)
 const run = (cmd, argv, opts = {}) => execFileSync(cmd, argv, { stdio: ['ignore', 'inherit', 'inherit'], ...opts })

@@ -167,7 +167,7 @@ pub fn encode_output<'a, E>(
                     push(Text(Cow::Owned(e.gateway_body())))?;
                     push(e.watch_timeout_ms().map_or(Null, |ms| Number(ms as f64)))?;
                 }
-                #[cfg(not(feature = "js-sql"))]
+                #[cfg(all(feature = "postgres", not(feature = "js-sql")))]
                 RequestBody::Sql(_) => push(Number(3.0))?,
                 #[cfg(feature = "js-sql")]
                 RequestBody::Sql(stmt) => encode_sql(stmt, push)?,

@@ -163,10 +163,11 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use backends::{
-    Backend, Holder, Operation, PgConnection, PgMode, PostgresBackend, RedisBackend, RedisBlpop,
-    RedisCommand, RedisScript, RedisValue, RedisWait, RedlockBackend, RedlockPart, Reply,
-    RequestBody, SqlReply, SqlStatement, SqlValue,
+    Backend, Holder, Operation, RedisBackend, RedisBlpop, RedisCommand, RedisScript, RedisValue,
+    RedisWait, RedlockBackend, RedlockPart, Reply, RequestBody,
 };
+#[cfg(feature = "postgres")]
+pub use backends::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use error::{EntropyError, ProtocolError, UsageError};
 pub use event::{AcquireFailedReason, Event, LostReason, Previous};
 pub use fence::{Fence, StaleReason, StaleToken};

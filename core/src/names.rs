@@ -59,7 +59,9 @@ macro_rules! names {
     };
 }
 
-use crate::backends::{Operation, PgConnection, PgMode, RedisScript};
+use crate::backends::{Operation, RedisScript};
+#[cfg(feature = "postgres")]
+use crate::backends::{PgConnection, PgMode};
 use crate::fence::ParamStyle;
 use crate::{LostReason, Previous, Purpose};
 
@@ -89,11 +91,13 @@ names!("purpose", Purpose {
     Correctness => "correctness",
 });
 
+#[cfg(feature = "postgres")]
 names!("PostgreSQL mode", PgMode {
     Lease => "lease",
     Session => "session",
 });
 
+#[cfg(feature = "postgres")]
 names!("PostgreSQL connection", PgConnection {
     Any => "any",
     Dedicated => "dedicated",

@@ -4,6 +4,7 @@
 pub mod etcd;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod redis;
 pub mod redlock;
@@ -24,6 +25,7 @@ pub use kubernetes::{
     read_kube_inspect, read_kube_list, KubeRequest, KubernetesBackend, KUBE_LIST_PAGE,
     KUBE_LIST_PAGES, KUBE_METADATA_ANNOTATION,
 };
+#[cfg(feature = "postgres")]
 pub use postgres::{PgConnection, PgMode, PostgresBackend, SqlReply, SqlStatement, SqlValue};
 pub use redis::{
     read_redis_inspect, read_redis_list, redis_cluster_slot, RedisBackend, RedisBlpop,
@@ -60,6 +62,7 @@ pub enum Backend {
     /// A single Redis (or Redis-compatible) server.
     Redis(RedisBackend),
     /// PostgreSQL: lease rows or session-level advisory locks.
+    #[cfg(feature = "postgres")]
     Postgres(PostgresBackend),
     /// etcd v3: leases, one key per contender, create revisions as tokens.
     Etcd(EtcdBackend),
@@ -105,6 +108,7 @@ pub enum RequestBody {
     /// Run a Lua script on Redis (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
     Redis(RedisCommand),
     /// Run a SQL statement on PostgreSQL, on the connection it names.
+    #[cfg(feature = "postgres")]
     Sql(SqlStatement),
     /// Block on a Redis list (`BLPOP`) until a release wakes this waiter or the
     /// timeout passes (fair hand-off).
@@ -129,6 +133,7 @@ impl RequestBody {
     pub fn kind(&self) -> &'static str {
         match self {
             RequestBody::Redis(_) => "redis",
+            #[cfg(feature = "postgres")]
             RequestBody::Sql(_) => "sql",
             RequestBody::RedisBlpop(_) => "redis_blpop",
             RequestBody::Etcd(_) => "etcd",
@@ -194,6 +199,7 @@ pub enum Reply {
     /// A Redis reply.
     Redis(RedisValue),
     /// A SQL reply.
+    #[cfg(feature = "postgres")]
     Sql(SqlReply),
     /// An etcd reply: the JSON document the v3 JSON gateway returned (or a gRPC
     /// response in the proto3 JSON mapping), error documents included.
@@ -541,6 +547,7 @@ impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Redis(_) => "redis",
+            #[cfg(feature = "postgres")]
             Backend::Postgres(_) => "postgres",
             Backend::Etcd(_) => "etcd",
             Backend::Redlock(_) => "redlock",
@@ -608,6 +615,7 @@ impl Backend {
                     self.name(),
                     match self {
                         Backend::Redis(_) => " with fair hand-off (a hand-off grant is written by the releasing holder's script, which has no waiter's metadata)",
+                        #[cfg(feature = "postgres")]
                         Backend::Postgres(_) => " advisory locks (they keep no row to store it in)",
                         _ => "",
                     }
@@ -649,6 +657,7 @@ impl Backend {
     pub fn stores_metadata(&self) -> bool {
         match self {
             Backend::Redis(b) => !b.fair,
+            #[cfg(feature = "postgres")]
             Backend::Postgres(b) => b.mode == PgMode::Lease,
             Backend::Etcd(_) => true,
             #[cfg(feature = "zookeeper")]
@@ -667,7 +676,9 @@ impl Backend {
             // Lease rows and token rows are durable, transactional state; etcd
             // revisions are Raft-replicated and only grow.
             // czxids are zxids: Zab-replicated, ensemble-wide, only rising.
-            Backend::Postgres(_) | Backend::Etcd(_) => false,
+            Backend::Etcd(_) => false,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => false,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => false,
             // leaseTransitions: one counter in one object, changed only by
@@ -682,6 +693,7 @@ impl Backend {
     pub(crate) fn recipe(&self) -> &dyn Recipe {
         match self {
             Backend::Redis(b) => b,
+            #[cfg(feature = "postgres")]
             Backend::Postgres(b) => b,
             Backend::Etcd(b) => b,
             Backend::Redlock(b) => b,

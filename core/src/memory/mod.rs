@@ -20,6 +20,7 @@
 mod etcd;
 #[cfg(feature = "kubernetes")]
 mod kubernetes;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod redis;
 mod redlock;
@@ -29,6 +30,7 @@ mod zookeeper;
 pub use etcd::{etcd_error, EtcdKv, MemoryEtcd, WATCH_TIMEOUT_REPLY};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{kube_status, micro_time, MemoryKubernetes};
+#[cfg(feature = "postgres")]
 pub use postgres::{MemoryPostgres, PgExpiry, PgLeaseRow};
 pub use redis::MemoryRedis;
 pub use redlock::MemoryRedlock;

@@ -6,8 +6,10 @@
 
 mod world;
 
+#[cfg(feature = "postgres")]
+pub use crate::memory::MemoryPostgres;
 pub use crate::memory::{
-    etcd_error, EtcdKv, MemoryEtcd, MemoryPostgres, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
+    etcd_error, EtcdKv, MemoryEtcd, MemoryRedis, MemoryRedlock, WATCH_TIMEOUT_REPLY,
 };
 #[cfg(all(feature = "model", feature = "zookeeper"))]
 pub(crate) use world::s2_zk;

@@ -46,7 +46,7 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::backends::etcd::{lease_id, EtcdRequest, EtcdWatch};
 use crate::backends::{EtcdBackend, Operation, RedisBackend, RedisValue, Reply};
-#[cfg(doc)]
+#[cfg(all(doc, feature = "postgres"))]
 use crate::memory::MemoryPostgres;
 use crate::memory::{etcd_error, WATCH_TIMEOUT_REPLY};
 use crate::memory::{MemoryEtcd, MemoryRedis, MemoryRedlock};
@@ -59,6 +59,7 @@ use crate::{
     OwnerId, RedlockBackend, Request, RequestId,
 };
 
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "model")]
 pub(crate) use postgres::{listen_timeout, new_grant, s2_postgres, statement_owner, wait_over};
@@ -319,6 +320,7 @@ impl SimConfig {
     }
 
     /// The same schedule shape on PostgreSQL lease rows (notify on).
+    #[cfg(feature = "postgres")]
     pub fn postgres(mut self) -> Self {
         self.backend = SimBackend::PostgresLease;
         self
@@ -338,6 +340,7 @@ impl SimConfig {
             SimBackend::Redis => self.faults.within_model(&self.options),
             SimBackend::Etcd => self.faults.clock_drift <= self.options.drift_factor,
             // restarts keep every committed row; expiry is on the server's clock
+            #[cfg(feature = "postgres")]
             SimBackend::PostgresLease => self.faults.clock_drift <= self.options.drift_factor,
             // failovers keep the data and only lengthen sessions
             #[cfg(feature = "zookeeper")]
@@ -374,6 +377,7 @@ pub enum SimBackend {
     Kubernetes,
     /// [`MemoryPostgres`]: the lease-rows recipe (one row per name, server-clock
     /// expiry, `LISTEN`/`NOTIFY` wake-ups), restarts keeping the data.
+    #[cfg(feature = "postgres")]
     PostgresLease,
     /// [`MemoryRedlock`]: the Redlock recipe on independent masters.
     Redlock(RedlockMix),
@@ -752,6 +756,7 @@ pub struct Simulation {
     master_cut_until: Vec<Vec<Instant>>,
     #[cfg(feature = "zookeeper")]
     zk: ZkSim,
+    #[cfg(feature = "postgres")]
     pg: postgres::PgSim,
     #[cfg(feature = "kubernetes")]
     kube: KubeSim,
@@ -802,6 +807,7 @@ impl Simulation {
                         shared_lease: cfg.etcd_shared_lease,
                         ..EtcdBackend::default()
                     }),
+                    #[cfg(feature = "postgres")]
                     SimBackend::PostgresLease => {
                         Backend::Postgres(crate::backends::PostgresBackend::default())
                     }
@@ -898,6 +904,7 @@ impl Simulation {
             zk,
             #[cfg(feature = "kubernetes")]
             kube: KubeSim::default(),
+            #[cfg(feature = "postgres")]
             pg: postgres::PgSim::new(n_clients),
             masters: MemoryRedlock::new(masters),
             master_down_until: vec![Instant::ZERO; masters],
@@ -1233,6 +1240,7 @@ impl Simulation {
                     });
                 }
             }
+            #[cfg(feature = "postgres")]
             Ev::WatchTimeout { client, request }
                 if self.cfg.backend == SimBackend::PostgresLease =>
             {
@@ -1316,6 +1324,7 @@ impl Simulation {
                 let next = self.exp_interval(self.cfg.faults.p_server_restart);
                 self.push(next, Ev::ServerRestart);
             }
+            #[cfg(feature = "postgres")]
             Ev::ServerRestart if self.cfg.backend == SimBackend::PostgresLease => self.pg_restart(),
             Ev::ServerRestart if self.cfg.backend == SimBackend::Etcd => {
                 // leader failover: no leader for up to one TTL, then every lease gets
@@ -1361,6 +1370,7 @@ impl Simulation {
             Msg::Request { client, request } if self.cfg.backend == SimBackend::Etcd => {
                 self.deliver_etcd(client, request)
             }
+            #[cfg(feature = "postgres")]
             Msg::Request { client, request } if self.cfg.backend == SimBackend::PostgresLease => {
                 self.deliver_pg(client, request)
             }
@@ -1667,10 +1677,13 @@ impl Simulation {
                 // the floor is the Redis and PostgreSQL recipes'; servers that assign
                 // tokens refuse it
                 let floor = self.clients[c].floor.take();
-                if matches!(
-                    self.cfg.backend,
-                    SimBackend::Redis | SimBackend::PostgresLease
-                ) {
+                let takes_floor = match self.cfg.backend {
+                    SimBackend::Redis => true,
+                    #[cfg(feature = "postgres")]
+                    SimBackend::PostgresLease => true,
+                    _ => false,
+                };
+                if takes_floor {
                     options.token_floor = floor;
                 }
                 options.acquire_timeout = match self.rng.next_u64() % 4 {
@@ -1819,6 +1832,7 @@ impl Simulation {
                             );
                         }
                     }
+                    #[cfg(feature = "postgres")]
                     if self.cfg.backend == SimBackend::PostgresLease {
                         self.pg_sent(c, &request);
                     }
@@ -1902,6 +1916,7 @@ impl Simulation {
         if self.cfg.backend == SimBackend::Kubernetes {
             return self.check_kube();
         }
+        #[cfg(feature = "postgres")]
         if self.cfg.backend == SimBackend::PostgresLease {
             return self.check_pg();
         }
