@@ -155,6 +155,11 @@ pub(crate) struct Trying {
     /// The first error of the current run of ambiguous acquire errors, which
     /// `last_error` names beside the latest; `None` outside a run.
     pub first_error: Option<String>,
+    /// An attempt under the current owner id ended without a known outcome (a
+    /// transport error, an ambiguous reply): it may still be granted later, whatever
+    /// later attempts find, so giving up or cancelling releases that owner id
+    /// (DESIGN.md rule 5). Cleared only with the owner id, after its cleanup.
+    pub ambiguous: bool,
 }
 
 impl Trying {
@@ -526,6 +531,7 @@ impl Lock {
                     deadline,
                     last_error: None,
                     first_error: None,
+                    ambiguous: false,
                 },
                 retry_at: now,
             }),
@@ -663,10 +669,14 @@ impl Lock {
     /// An attempt did not get the lock. Retry after a backoff, or give up at the
     /// acquire deadline (releasing first if the server might hold it for us).
     fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
-        let unsure = !matches!(
-            miss,
-            Miss::Contended { queued: false, .. } | Miss::TooLate | Miss::Unreached
-        );
+        // A refusal proves nothing held for the owner id only at that instant: an
+        // earlier attempt of it whose outcome is unknown may still land.
+        trying.ambiguous |= matches!(miss, Miss::Ambiguous);
+        let unsure = trying.ambiguous
+            || !matches!(
+                miss,
+                Miss::Contended { queued: false, .. } | Miss::TooLate | Miss::Unreached
+            );
         let seen = &mut self.acq.seen;
         seen.misses = seen.misses.saturating_add(1);
         if let Miss::Contended { holder, .. } = miss {
@@ -1101,6 +1111,7 @@ impl Lock {
                 let owner = self.acq.owner;
                 self.acq.send_cleanup(ctx, owner, 0);
                 self.acq.owner = ctx.new_owner();
+                trying.ambiguous = false;
                 trying.set_error(error);
                 let miss = if refused {
                     Miss::Contended {
@@ -1152,6 +1163,7 @@ impl Lock {
             let owner = self.acq.owner;
             self.acq.send_cleanup(ctx, owner, 0);
             self.acq.owner = ctx.new_owner();
+            trying.ambiguous = false;
             trying.set_error(Some(
                 "the lock was granted only after its validity had passed".to_owned(),
             ));
@@ -1368,7 +1380,10 @@ impl Lock {
                 // unknown, and no retry is in flight: release it and retry under a
                 // fresh owner id, which the release cannot race.
                 let backoff = Backoff {
-                    trying: mem::take(&mut w.trying),
+                    trying: Trying {
+                        ambiguous: false,
+                        ..mem::take(&mut w.trying)
+                    },
                     retry_at: w.retry_at,
                 };
                 self.state = State::Waiting(backoff);

@@ -305,6 +305,46 @@ fn rule5_ambiguous_acquire_that_gives_up_releases_instead_of_orphaning() {
 }
 
 #[test]
+fn rule5_giving_up_after_an_ambiguous_attempt_and_refusals_still_releases_it() {
+    let mut t = Timeline::redis(2);
+    let mut o = opts(10_000);
+    o.acquire_timeout = Some(ms(300));
+    o.retry_base = ms(50);
+    o.retry_max = ms(50);
+    let (other, _, stuck) = t.stuck_attempt_then_refusals("report", o, usize::MAX);
+    assert!(matches!(
+        t.events(0).as_slice(),
+        [Event::AcquireFailed { .. }]
+    ));
+    // the refusals prove nothing about the stuck attempt: its owner id is released
+    let cleanup = t.take(0, Release);
+    t.release(1, other);
+    t.serve(1, Release);
+    t.apply(&stuck); // lands now, after client 1 released
+    assert!(t.holder("report").is_some());
+    let released = t.apply(&cleanup);
+    t.reply(0, &cleanup, released);
+    assert_eq!(t.holder("report"), None, "not orphaned until its TTL");
+}
+
+#[test]
+fn rule5_cancelling_after_an_ambiguous_attempt_and_a_refusal_still_releases_it() {
+    let mut t = Timeline::redis(2);
+    let mut o = opts(10_000);
+    o.retry_base = ms(200);
+    o.retry_max = ms(200);
+    let (other, lock, stuck) = t.stuck_attempt_then_refusals("report", o, 1);
+    t.release(0, lock);
+    t.release(1, other);
+    t.serve(1, Release);
+    t.apply(&stuck);
+    assert!(t.holder("report").is_some());
+    t.serve(0, Release);
+    assert_eq!(t.events(0), vec![Event::Released]);
+    assert_eq!(t.holder("report"), None, "not orphaned until its TTL");
+}
+
+#[test]
 fn grant_arriving_after_its_validity_is_released_not_used() {
     // A GC pause between the send and reading the reply.
     let mut t = Timeline::redis(1);

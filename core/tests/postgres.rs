@@ -211,3 +211,33 @@ fn a_waiter_behind_one_long_lease_counts_one_holder_however_often_it_looks() {
     };
     Timeline::memory_postgres(2, polling).assert_one_long_hold_is_never_hot();
 }
+
+#[test]
+fn rule5_lease_rows_giving_up_after_an_ambiguous_statement_and_refusals_still_release_it() {
+    // a statement that failed in transport may commit later, whatever later ones find
+    let polling = PostgresBackend {
+        notify: false,
+        ..PostgresBackend::default()
+    };
+    let mut t = Timeline::memory_postgres(2, polling);
+    let mut o = opts(10_000);
+    o.acquire_timeout = Some(ms(300));
+    o.retry_base = ms(50);
+    o.retry_max = ms(50);
+    let (other, _, stuck) = t.stuck_attempt_then_refusals("report", o, usize::MAX);
+    assert!(matches!(
+        t.events(0).as_slice(),
+        [Event::AcquireFailed { .. }]
+    ));
+    let cleanup = t.take(0, Release);
+    t.release(1, other);
+    t.serve(1, Release);
+    t.apply(&stuck); // commits now: client 0's owner id holds the row
+    assert!(t.server.row("report").is_some_and(|r| r.owner.is_some()));
+    let released = t.apply(&cleanup);
+    t.reply(0, &cleanup, released);
+    assert!(
+        t.server.row("report").is_some_and(|r| r.owner.is_none()),
+        "not orphaned until its TTL"
+    );
+}

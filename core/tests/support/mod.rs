@@ -262,6 +262,38 @@ impl<S: Server> Timeline<S> {
         );
     }
 
+    /// Client 1 holds `name` from 0 ms; client 0 acquires it at 10 ms with `options`;
+    /// that first attempt fails in transport at 20 ms but stays on its way to the
+    /// server (returned, for the test to apply late); client 0's retries are served at
+    /// once, each finding client 1 holding the lock, until `refusals` were served or
+    /// client 0 sends a release. Returns client 1's lock, client 0's and the attempt.
+    pub fn stuck_attempt_then_refusals(
+        &mut self,
+        name: &str,
+        options: LockOptions,
+        refusals: usize,
+    ) -> (LockId, LockId, Request) {
+        self.at(0);
+        let other = self.acquire(1, name, opts(10_000));
+        self.serve(1, Operation::Acquire);
+        assert!(acquired_token(&self.events(1)).is_some());
+        self.at(10);
+        let lock = self.acquire(0, name, options);
+        let stuck = self.take(0, Operation::Acquire);
+        self.at(20).fail(0, &stuck);
+        let (mut now, mut refused) = (20, 0);
+        while refused < refusals && !self.has_pending(0, Operation::Release) {
+            now += 1;
+            self.at(now);
+            if self.has_pending(0, Operation::Acquire) {
+                self.serve(0, Operation::Acquire);
+                refused += 1;
+            }
+            assert!(now < 2_000, "no retry");
+        }
+        (other, lock, stuck)
+    }
+
     /// Executes on the server and delivers the reply, both now; returns the reply.
     pub fn serve(&mut self, c: usize, op: Operation) -> Reply {
         let req = self.take(c, op);
