@@ -326,3 +326,90 @@ def test_a_poke_after_the_loop_closed_with_a_caller_mid_request_is_harmless() ->
     time.sleep(0.1)  # its acquire deadline passes: the machine fails it on the next poke
     lease.check()  # fed on this thread (the loop is closed): must not raise
     assert lease.lost_reason is None
+
+
+# ---- several callers on one lease ---------------------------------------------------------
+
+
+class SlowBackend(BoundedHangingBackend):
+    """Requests of the operations in ``slow`` run on the server at once and answer
+    ``delay_s`` later (threads: on the caller's thread where the driver lets it run
+    them; asyncio: in the caller's coroutine or on a task)."""
+
+    def __init__(self, slow: Set[str], delay_s: float = 0.3, limit_s: float | None = 0.0) -> None:
+        super().__init__(set(), limit_s=limit_s)
+        self.slow = slow
+        self.delay_s = delay_s
+
+    async def _execute_async(self, command: Command) -> object:
+        reply = await super()._execute_async(command)
+        if getattr(command, "operation", None) in self.slow:
+            await asyncio.sleep(self.delay_s)
+        return reply
+
+    def _execute_sync(self, command: Command) -> object:
+        reply = super()._execute_sync(command)
+        if getattr(command, "operation", None) in self.slow:
+            time.sleep(self.delay_s)
+        return reply
+
+
+def _in_threads(*calls: Any) -> List[Any]:
+    """Runs each call on a thread of its own, at once; returns each one's result or
+    exception, or "blocked" for a call still running after 3 s."""
+    results: List[Any] = ["blocked"] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3.0)
+    return results
+
+
+@pytest.mark.parametrize("limit_s", [None, 0.0], ids=["on-the-pool", "on-the-callers"])
+def test_two_threads_extending_one_lease_both_return(limit_s: float | None) -> None:
+    backend = SlowBackend({"renew"}, limit_s=limit_s)
+    lease = fencepost.Lock(backend, "shared", ttl=3.0).acquire_sync()
+    started = time.monotonic()
+    assert _in_threads(lease.extend, lease.extend) == [None, None]
+    assert time.monotonic() - started < 1.0  # one renewal or two, not a wait on nothing
+    lease.release()
+
+
+@pytest.mark.parametrize("limit_s", [None, 0.0], ids=["on-the-pool", "on-the-callers"])
+def test_a_release_racing_an_extend_on_another_thread_returns(limit_s: float | None) -> None:
+    backend = SlowBackend({"renew"}, limit_s=limit_s)
+    lease = fencepost.Lock(backend, "shared", ttl=3.0).acquire_sync()
+    extended, released = _in_threads(lease.extend, lease.release)
+    assert released is None
+    assert extended is None or isinstance(extended, fencepost.ConfigError)  # released first
+    assert backend.server.lock_owner("shared") is None
+
+
+async def test_two_tasks_extending_during_a_renewal_in_flight_both_return() -> None:
+    backend = SlowBackend({"renew"})
+    lease = await fencepost.Lock(backend, "shared", ttl=3.0, renew_every=0.1).acquire()
+    await asyncio.sleep(0.15)  # an automatic renewal is in flight on a task
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(lease.extend(), lease.extend()), 3.0)
+    assert time.monotonic() - started < 1.0
+    await lease.release()
+
+
+async def test_aclose_waits_for_a_caller_s_acquire_in_flight_and_releases_its_grant() -> None:
+    backend = SlowBackend({"acquire"}, delay_s=0.5)  # granted on the server, answered late
+    acquiring = asyncio.ensure_future(fencepost.Lock(backend, "job", ttl=30.0).acquire())
+    await asyncio.sleep(0.1)
+    assert backend.server.lock_owner("job") is not None
+    await backend.aclose()
+    # nothing of the backend left running: the grant it could not report is released
+    assert backend.server.lock_owner("job") is None
+    with pytest.raises(BackendError):
+        await acquiring

@@ -7,6 +7,7 @@ past its lease, against the real servers ``scripts/test`` starts on 127.0.0.1.""
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import os
 import signal
@@ -21,7 +22,7 @@ from typing import Any, Iterator, List, Tuple
 import pytest
 
 import fencepost
-from fencepost.errors import AcquireTimeout, ConfigError, LockLost
+from fencepost.errors import AcquireTimeout, ConfigError, LockLost, StaleToken
 
 sys.path.insert(0, os.path.dirname(__file__))
 import election_contender  # noqa: E402
@@ -167,6 +168,84 @@ def test_a_cancelled_campaign_calls_nothing_and_leaves_nothing_held(backend: fen
         assert not await backend.is_locked("jobs")
 
     asyncio.run(main())
+    assert calls.seen == []
+
+
+class SlowReleases(fencepost.MemoryBackend):
+    """Releases answer after ``delay_s``; the first ``stale`` proclaims raise StaleToken
+    (etcd's "the key went between the grant and the record")."""
+
+    def __init__(self, delay_s: float = 0.3, stale: int = 0) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.stale = stale
+
+    async def _proclaim_async(self, lease: fencepost.Lease, record: Any) -> None:
+        if self.stale > 0:
+            self.stale -= 1
+            raise StaleToken("the key went", resource="k", token=lease.token, highest=lease.token + 1)
+        await super()._proclaim_async(lease, record)
+
+    async def _execute_async(self, command: Any) -> object:
+        if getattr(command, "operation", None) == "release":
+            await asyncio.sleep(self.delay_s)
+        return await super()._execute_async(command)
+
+
+def test_a_term_whose_leadership_nobody_keeps_goes_on_leading() -> None:
+    calls = Calls()
+    backend = fencepost.MemoryBackend()
+
+    async def main() -> None:
+        election = fencepost.Election(backend, "jobs", "pod-a", ttl=1.0, **calls.options())
+        await election.campaign()  # the callbacks drive the application: no reference kept
+        gc.collect()
+        await asyncio.sleep(0.5)  # renewals keep it past half its TTL
+        gc.collect()
+        assert backend.server.lock_owner("jobs") is not None
+        assert calls.seen == [("started", 1)]
+        await backend.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert calls.seen == [("started", 1), ("stopped", 1, "closed")]
+
+
+def test_a_resign_whose_await_is_cancelled_still_ends_the_term() -> None:
+    calls = Calls()
+    backend = SlowReleases()
+
+    async def main() -> None:
+        leadership = await fencepost.Election(backend, "jobs", "pod-a", ttl=30, **calls.options()).campaign()
+        resigning = asyncio.ensure_future(leadership.resign())
+        await asyncio.sleep(0.05)  # the release is in flight
+        resigning.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resigning
+        assert leadership.ended.is_set() and leadership.stop_reason == "resigned"
+        await asyncio.sleep(0.5)
+        assert backend.server.lock_owner("jobs") is None  # the release completed
+        await backend.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert calls.seen == [("started", 1), ("stopped", 1, "resigned")]
+
+
+def test_a_campaign_cancelled_while_it_releases_a_stale_grant_is_cancelled() -> None:
+    calls = Calls()
+    backend = SlowReleases(stale=1)
+
+    async def main() -> None:
+        election = fencepost.Election(backend, "jobs", "pod-a", ttl=30, **calls.options())
+        campaign = asyncio.ensure_future(election.campaign())
+        await asyncio.sleep(0.1)  # the first grant's record failed: its release is in flight
+        campaign.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await campaign
+        await asyncio.sleep(0.5)
+        assert backend.server.lock_owner("jobs") is None
+        await backend.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
     assert calls.seen == []
 
 

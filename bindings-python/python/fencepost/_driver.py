@@ -510,14 +510,16 @@ class SyncAcquisition:
         #: When the acquire timeout ends (monotonic ns), None without one.
         self.deadline_ns: Optional[int] = None
         # -- the caller serving its own requests (see ThreadDriver._serve) --
-        #: Whether a caller is blocked waiting for this acquisition's outcome.
+        #: Whether a caller is blocked running this lock's requests until its outcome
+        #: (one at a time: others calling meanwhile only wait for theirs).
         self.serving = False
         #: Requests of this lock queued for the serving caller.
         self.inline: Deque[_core.Request] = collections.deque()
-        #: The serving caller waits on it while ``waiting`` (it shares the driver's
-        #: lock); made on first use: most callers never wait on it.
+        #: Callers wait on it, the serving one and those only waiting (it shares the
+        #: driver's lock); made on first use: most callers never wait on it.
         self.wakeup: Optional[threading.Condition] = None
-        self.waiting = False
+        #: How many callers wait on ``wakeup``.
+        self.waiting = 0
         #: The request the caller was running when it was interrupted.
         self.interrupted: Optional[_core.Request] = None
 
@@ -570,9 +572,10 @@ class SyncAcquisition:
             self.wake_caller()
 
     def wake_caller(self) -> None:
-        """Wakes the caller serving this acquisition (called with the driver's lock)."""
+        """Wakes the callers waiting on this acquisition (called with the driver's
+        lock): each checks whether its outcome is decided or a request is queued."""
         if self.waiting and self.wakeup is not None:
-            self.wakeup.notify()
+            self.wakeup.notify_all()
 
     def closed(self) -> None:
         """The backend was closed under this acquisition."""
@@ -628,6 +631,8 @@ class AsyncDriver:
         self._poke_pending = False
         #: Acquisitions whose caller is running one of their requests (see _serve).
         self._serving: Set[AsyncAcquisition] = set()
+        #: Resolved when ``_serving`` empties, while :meth:`wait_idle` waits for it.
+        self._served: Optional[asyncio.Future[None]] = None
 
     # -- inputs from the Lock API --
 
@@ -803,11 +808,20 @@ class AsyncDriver:
         self._disarm()
 
     async def wait_idle(self) -> None:
-        """Waits (on this driver's loop) until no request task of it is in flight. Each
-        task ends by its request deadline at the latest; a task's outcome may emit more
-        requests (the rest of a release), which are waited for too."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+        """Waits (on this driver's loop) until no request of it is in flight: neither on
+        a task nor run by a caller waiting for its outcome. Each ends by its request
+        deadline at the latest, and a caller's as soon as its outcome is decided (after
+        :meth:`close`, every one is); an outcome may emit more requests (a cleanup
+        release after an interrupted acquire, the rest of a release), which are waited
+        for too."""
+        while self._tasks or self._serving:
+            if self._serving:
+                served = self._served
+                if served is None or served.done():
+                    served = self._served = self.loop.create_future()
+                await served
+            else:
+                await asyncio.wait(list(self._tasks))
 
     # -- the loop --
 
@@ -924,7 +938,17 @@ class AsyncDriver:
         error for the machine), or at once when ``done`` is decided elsewhere (a timer:
         acquire timeout, loss). If this coroutine is interrupted (cancelled), the
         request it was running is left in ``acquisition.interrupted`` for
-        :meth:`_report_interrupted`."""
+        :meth:`_report_interrupted`.
+
+        While another caller serves this acquisition (two ``extend()`` calls, or
+        ``extend()`` and ``release()``), this one only feeds its input and waits for
+        ``done``: an acquisition has one serving caller, whose requests the others'
+        outcomes ride on (and, once it leaves, tasks)."""
+        if acquisition.serving is not None:
+            feed()
+            if not done.done():
+                await asyncio.wait((done,))  # never cancels ``done``: others await it too
+            return
         acquisition.serving = done
         try:
             feed()
@@ -960,6 +984,9 @@ class AsyncDriver:
             finally:
                 acquisition.scope = None  # before feeding: its events must not touch it
                 self._serving.discard(acquisition)
+                served = self._served
+                if served is not None and not self._serving and not served.done():
+                    served.set_result(None)  # its waiter runs after the feed below
         except Exception as exc:
             acquisition.interrupted = None
             if scope.expired():
@@ -985,6 +1012,8 @@ class AsyncDriver:
         request is gone and its outcome unknown; tell the machine, which resolves it
         as any ambiguous outcome (DESIGN.md rule 5: re-acquire or owner-checked
         release; a release is retried)."""
+        if acquisition.serving is not None:
+            return  # another caller serves this acquisition: the request is its
         request, acquisition.interrupted = acquisition.interrupted, None
         if request is not None and not self._closed:
             message = "cancelled: the caller waiting for it was cancelled"
@@ -1360,6 +1389,14 @@ class ThreadDriver:
         raises BaseException (``KeyboardInterrupt``) is left in
         ``acquisition.interrupted`` for :meth:`_report_interrupted`."""
         with self._lock:
+            if acquisition.serving:
+                # Another thread runs this lock's requests (two extend() calls, extend()
+                # and release()): this one only waits for its own outcome; the requests
+                # go to the pool once that thread's outcome is decided.
+                feed()
+                while not done._done:
+                    self._wait(acquisition)
+                return
             acquisition.serving = True
             try:
                 feed()
@@ -1368,13 +1405,7 @@ class ThreadDriver:
                 reachability = backend._reachability
                 while not done._done:
                     if not inline:
-                        if acquisition.wakeup is None:
-                            acquisition.wakeup = threading.Condition(self._lock)
-                        acquisition.waiting = True
-                        try:
-                            acquisition.wakeup.wait()
-                        finally:
-                            acquisition.waiting = False
+                        self._wait(acquisition)
                         continue
                     request = inline.popleft()
                     acquisition.interrupted = request
@@ -1404,10 +1435,22 @@ class ThreadDriver:
                     request = acquisition.inline.popleft()
                     self._pool.submit(functools.partial(self._execute, request))
 
+    def _wait(self, acquisition: SyncAcquisition) -> None:
+        """Waits (``self._lock`` held) until :meth:`SyncAcquisition.wake_caller`."""
+        if acquisition.wakeup is None:
+            acquisition.wakeup = threading.Condition(self._lock)
+        acquisition.waiting += 1
+        try:
+            acquisition.wakeup.wait()
+        finally:
+            acquisition.waiting -= 1
+
     def _report_interrupted(self, acquisition: SyncAcquisition) -> None:
         """The caller was interrupted while it ran a request: its outcome is unknown
         (a transport error for the machine, which resolves it as any ambiguous one)."""
         with self._lock:
+            if acquisition.serving:
+                return  # another thread serves this acquisition: the request is its
             request, acquisition.interrupted = acquisition.interrupted, None
             if request is not None and not self._closed:
                 message = "interrupted: the thread running it was interrupted"

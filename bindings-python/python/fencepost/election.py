@@ -43,6 +43,11 @@ __all__ = ["Election", "Leadership", "SyncLeadership", "Leader", "STOP_REASONS"]
 
 T = TypeVar("T")
 
+#: The watch task of every asyncio term that has not ended. The event loop keeps only
+#: weak references to tasks: without these, a term whose Leadership the caller dropped
+#: (its callbacks drive the application) would be garbage-collected while leading.
+_WATCHES: "set[asyncio.Task[None]]" = set()
+
 #: Why a term ends, as passed to ``on_stopped_leading`` and kept in ``stop_reason``:
 #: ``"resigned"`` (:meth:`Leadership.resign`, or the work of :meth:`Election.run`
 #: returned or raised), ``"cancelled"`` (the task running :meth:`Election.run` was
@@ -161,7 +166,9 @@ class Leadership(_Term):
         return lease
 
     def _start(self) -> None:
-        self._watch = asyncio.ensure_future(self._watch_loss())
+        watch = self._watch = asyncio.ensure_future(self._watch_loss())
+        _WATCHES.add(watch)
+        watch.add_done_callback(_WATCHES.discard)
 
     async def _watch_loss(self) -> None:
         lease = self.lease
@@ -186,16 +193,20 @@ class Leadership(_Term):
         (or with the loss reason if the lease had been lost, or the server no longer
         held it at release: ``"not_held_at_release"``). A second call, or a call after
         the term ended, does nothing. Never raises :class:`~fencepost.errors.LockLost`:
-        the reason is in :attr:`stop_reason`."""
+        the reason is in :attr:`stop_reason`. If the awaiting task is cancelled, the
+        release still completes in the driver, the term ends with ``"resigned"`` and
+        ``CancelledError`` propagates."""
         if self._stop_reason is not None:
             return
         lease = self.lease
         try:
-            # the release completes in the driver even if this await is cancelled
             await lease.release()
         except LockLost as exc:
             self._end(exc.reason)
             return
+        except asyncio.CancelledError:
+            self._end("resigned")
+            raise
         self._end("resigned")
 
 
@@ -246,7 +257,9 @@ class SyncLeadership(_Term):
 
     def resign(self) -> None:
         """Blocking :meth:`Leadership.resign`: releases the lease at once, then calls
-        ``on_stopped_leading`` in this thread. Same outcomes."""
+        ``on_stopped_leading`` in this thread. Same outcomes; interrupted
+        (``KeyboardInterrupt``), the release still completes on the driver's threads
+        and the term ends with ``"resigned"`` before the exception propagates."""
         if self._stop_reason is not None:
             return
         try:
@@ -254,6 +267,9 @@ class SyncLeadership(_Term):
         except LockLost as exc:
             self._end(exc.reason)
             return
+        except BaseException:
+            self._end("resigned")
+            raise
         self._end("resigned")
 
 
@@ -390,7 +406,8 @@ class Election:
                 break
             except StaleToken:
                 # the lease's key went between the grant and the record: no term began
-                await _release_quietly(lease)
+                if await _release_quietly(lease):
+                    raise asyncio.CancelledError() from None
             except BaseException:
                 await _release_quietly(lease)
                 raise
@@ -578,13 +595,17 @@ class Election:
         )
 
 
-async def _release_quietly(lease: Lease) -> None:
+async def _release_quietly(lease: Lease) -> bool:
     """Releases a lease whose term never started or is ending (its outcome goes to
-    the term's reason, not to the caller)."""
+    the term's reason, not to the caller). Returns whether the awaiting task was
+    cancelled meanwhile (the release still completes: it is shielded)."""
     try:
         await asyncio.shield(lease.release())
-    except (LockLost, asyncio.CancelledError):
+    except LockLost:
         pass
+    except asyncio.CancelledError:
+        return True
+    return False
 
 
 def _release_quietly_sync(lease: SyncLease) -> None:
