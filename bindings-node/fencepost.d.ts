@@ -973,7 +973,8 @@ export declare class EtcdBackend extends Backend {
   /** Whether the locks of a machine share one lease per TTL (`sharedLease`). */
   readonly sharedLease: boolean
   /** The prefix under which every contender for lock `name` puts its key
-   * (`{keyPrefix}{name}/`). */
+   * (`{keyPrefix}{name}/`). Lock `a`'s prefix holds lock `a/b`'s keys too: an acquire
+   * of `a` that finds one ahead of it rejects with a `ProtocolError` naming both locks. */
   lockKey(name: string): string
   /** The key the acquisition `ownerId` (`lease.ownerId`) puts for lock `name`; while it
    * holds the lock, the key's create revision is `lease.token`.

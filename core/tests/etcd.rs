@@ -7,7 +7,7 @@ mod support;
 
 use fencepost_core::backends::etcd::{EtcdCompare, EtcdOp, EtcdRequest};
 use fencepost_core::memory::etcd_error;
-use fencepost_core::{Event, FencingToken, LostReason, Operation};
+use fencepost_core::{AcquireFailedReason, Event, FencingToken, LostReason, Operation};
 use support::etcd::*;
 use support::*;
 
@@ -846,4 +846,48 @@ fn a_grant_whose_put_reply_was_lost_cannot_tell_the_previous_holders_fate() {
 #[test]
 fn a_waiter_behind_one_long_hold_counts_one_holder_however_often_it_looks() {
     Timeline::etcd(2).assert_one_long_hold_is_never_hot();
+}
+
+#[test]
+fn a_lock_whose_name_nests_under_another_s_is_an_error_not_a_silent_wait() {
+    // "a"'s contender range is every key under "fencepost/a/": the key of a holder of
+    // "a/b" sits in it, and would hold "a" up although "a" is free
+    let mut t = Timeline::etcd(2);
+    t.at(0);
+    t.acquire(1, "a/b", opts(10_000));
+    t.run_until(50);
+    assert!(acquired_token(&t.events(1)).is_some());
+    let mut o = opts(10_000);
+    o.acquire_timeout = Some(ms(2_000));
+    let lock = t.acquire(0, "a", o);
+    let own = t.key_of(0, "a", lock);
+    t.run_until(100);
+    let events = t.events(0);
+    let [Event::AcquireFailed {
+        reason: AcquireFailedReason::Protocol { error },
+    }] = events.as_slice()
+    else {
+        panic!("expected a protocol error at once, got {events:?}");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"lock names "a" and "a/b" overlap"#),
+        "{message}"
+    );
+    // nothing of "a" left behind, and "a/b" still held by its holder
+    t.run_until(200);
+    assert!(t.holder("a/b").is_some());
+    assert!(t.server.get(t.now, &own).is_none(), "{own} left behind");
+}
+
+#[test]
+fn a_lock_named_under_a_held_one_is_its_own_lock() {
+    let mut t = Timeline::etcd(2);
+    t.at(0);
+    t.acquire(1, "a", opts(10_000));
+    t.run_until(50);
+    assert!(acquired_token(&t.events(1)).is_some());
+    t.acquire(0, "a/b", opts(10_000));
+    t.run_until(100);
+    assert!(acquired_token(&t.events(0)).is_some());
 }

@@ -19,7 +19,9 @@ revision is its fencing token. A waiter watches only its immediate predecessor's
 (no polling, no thundering herd) and is granted in FIFO order; it keeps its own lease
 alive while it waits, and if that lease expires its key goes with it and it is never
 granted on the stale key. Release deletes the key in a transaction comparing its create
-revision, then revokes the lease.
+revision, then revokes the lease. Lock ``a``'s prefix holds lock ``a/b``'s keys too: an
+acquire of ``a`` that finds one ahead of it raises :class:`~fencepost.errors.ProtocolError`
+naming both locks (the recipe would otherwise make ``a`` wait for ``a/b``'s holder).
 
 **One lease for many locks** (``shared_lease=True``, etcd's ``concurrency.Session``): the
 locks of one backend whose TTLs round up to the same whole seconds attach their keys to

@@ -1216,6 +1216,7 @@ impl EtcdBackend {
                 let kvs = v.get("kvs").and_then(Value::as_array);
                 match kvs.and_then(|k| k.first()) {
                     Some(kv) => {
+                        self.check_not_nested(name, kv)?;
                         progress.predecessor = Some(watch_target(kv, &v)?);
                         // the holder is not in this reply: the next acquire txn says
                         Ok(Read::Contended {
@@ -1295,6 +1296,9 @@ impl EtcdBackend {
             (rev, first, before)
         };
         progress.key_rev = Some(my_rev);
+        for kv in first.first().into_iter().chain(before.as_ref()) {
+            self.check_not_nested(name, kv)?;
+        }
         let holder_rev = first
             .first()
             .and_then(|kv| int_field(kv, "create_revision"));
@@ -1336,6 +1340,33 @@ impl EtcdBackend {
             // the holder's key's create revision: its fencing token
             holder: holder_rev.and_then(|r| u64::try_from(r).ok()),
         })
+    }
+
+    /// Refuses a key in `name`'s contender range that belongs to another lock: one whose
+    /// name is `name` followed by `/` (`a/b` under `a`'s prefix `{key_prefix}a/`). The
+    /// recipe, as etcd's own `concurrency.Mutex`, takes every key under the prefix for
+    /// a contender, so such a lock's holder would block `name` (a program holding `a/b`
+    /// while taking `a` would wait on itself). Interoperating with `etcdctl lock` and
+    /// `concurrency.Mutex` keeps the key layout; the overlap is an error instead of a
+    /// silent wait.
+    fn check_not_nested(&self, name: &str, kv: &Value) -> Result<(), ReadError> {
+        let Some(key) = kv_key(kv) else {
+            return Ok(()); // the readers say what is wrong with such a key
+        };
+        let prefix = self.lock_prefix(name);
+        let Some(rest) = key.strip_prefix(prefix.as_str()) else {
+            return Ok(());
+        };
+        let Some((nested, _)) = rest.rsplit_once('/') else {
+            return Ok(()); // a contender's own key: {prefix}{lease id}
+        };
+        let other = format!("{name}/{nested}");
+        Err(ReadError::Protocol(protocol(format!(
+            "etcd lock names {name:?} and {other:?} overlap: the etcd lock recipe (as etcd's \
+             concurrency.Mutex) takes every key under {prefix:?} for a contender of {name:?}, \
+             so the key {key:?} of lock {other:?} would block it; use lock names none of \
+             which is another followed by '/'"
+        ))))
     }
 
     /// The watch a contended acquirer parks on: its predecessor's deletion, for at
