@@ -6,6 +6,7 @@ never held up, cancellation."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any, List, Set
@@ -413,3 +414,20 @@ async def test_aclose_waits_for_a_caller_s_acquire_in_flight_and_releases_its_gr
     assert backend.server.lock_owner("job") is None
     with pytest.raises(BackendError):
         await acquiring
+
+
+async def test_an_acquire_cancelled_after_close_leaves_no_unretrieved_exception() -> None:
+    backend = SlowBackend({"acquire"})
+    reported: List[str] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx["message"]))
+    acquiring = asyncio.ensure_future(fencepost.Lock(backend, "job", ttl=5.0).acquire())
+    await asyncio.sleep(0.05)
+    backend.close()  # decides the acquisition (BackendError) while its caller is mid-request
+    acquiring.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await acquiring
+    del acquiring
+    await asyncio.sleep(0.4)
+    gc.collect()
+    await asyncio.sleep(0)
+    assert reported == []

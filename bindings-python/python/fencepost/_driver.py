@@ -657,11 +657,13 @@ class AsyncDriver:
             try:
                 return await acquired
             except asyncio.CancelledError:
+                acquired.add_done_callback(retrieve)  # nobody awaits its outcome now
                 self.release(acquisition)
                 raise
         try:
             await self._serve(acquisition, acquired, lambda: self.start(acquisition, options))
         except asyncio.CancelledError:
+            acquired.add_done_callback(retrieve)  # nobody awaits its outcome now
             self.release(acquisition)
             self._report_interrupted(acquisition)
             raise
