@@ -329,6 +329,9 @@ async fn run<T: Transport, C: Clock>(
     mut observer: Option<Observer>,
 ) {
     let mut slots: HashMap<LockId, Slot> = HashMap::new();
+    // Leases lost while their holder still has the handle: its release (or drop)
+    // answers with the reason, then forgets it.
+    let mut gone: HashMap<LockId, LostReason> = HashMap::new();
     let mut pending: FuturesUnordered<Pending<T, C>> = FuturesUnordered::new();
     let mut commands_open = true;
     let mut acquiring: Vec<LockId> = Vec::new();
@@ -338,7 +341,14 @@ async fn run<T: Transport, C: Clock>(
                 observe(o);
             }
         }
-        let next = drain(&mut machine, &transport, &clock, &mut pending, &mut slots);
+        let next = drain(
+            &mut machine,
+            &transport,
+            &clock,
+            &mut pending,
+            &mut slots,
+            &mut gone,
+        );
         if !commands_open && slots.is_empty() && pending.is_empty() {
             return;
         }
@@ -369,9 +379,14 @@ async fn run<T: Transport, C: Clock>(
             Either::Right((Either::Right((reply, _)), _)) => Woke::Reply(reply),
         };
         match woke {
-            Woke::Command(Some(cmd)) => {
-                handle_command(&mut machine, &clock, &mut slots, &mut acquiring, cmd)
-            }
+            Woke::Command(Some(cmd)) => handle_command(
+                &mut machine,
+                &clock,
+                &mut slots,
+                &mut gone,
+                &mut acquiring,
+                cmd,
+            ),
             Woke::Command(None) => commands_open = false,
             Woke::Abandoned(lock) => {
                 // the acquisition ends with Released, which drops the slot
@@ -444,6 +459,7 @@ fn handle_command<C: Clock>(
     machine: &mut Machine,
     clock: &C,
     slots: &mut HashMap<LockId, Slot>,
+    gone: &mut HashMap<LockId, LostReason>,
     acquiring: &mut Vec<LockId>,
     cmd: Command,
 ) {
@@ -481,7 +497,8 @@ fn handle_command<C: Clock>(
             },
             // a lease exists only until its lock finishes: this one was lost
             None => {
-                let _ = reply.send(Err(LockError::Lost(LostReason::Closed)));
+                let reason = gone.get(&lock).cloned().unwrap_or(LostReason::Closed);
+                let _ = reply.send(Err(LockError::Lost(reason)));
             }
         },
         Command::Release { lock, reply } => match slots.get_mut(&lock) {
@@ -491,9 +508,12 @@ fn handle_command<C: Clock>(
                     let _ = reply.send(Err(e.into()));
                 }
             },
-            // already finished: lost or released before
+            // already finished: lost (the reason, once) or released before
             None => {
-                let _ = reply.send(Ok(()));
+                let result = gone
+                    .remove(&lock)
+                    .map_or(Ok(()), |r| Err(LockError::Lost(r)));
+                let _ = reply.send(result);
             }
         },
     }
@@ -506,6 +526,7 @@ fn drain<T: Transport, C: Clock>(
     clock: &C,
     pending: &mut FuturesUnordered<Pending<T, C>>,
     slots: &mut HashMap<LockId, Slot>,
+    gone: &mut HashMap<LockId, LostReason>,
 ) -> Option<Instant> {
     loop {
         match machine.poll_output() {
@@ -516,7 +537,7 @@ fn drain<T: Transport, C: Clock>(
                     deadline: Box::pin(clock.sleep_until(request.deadline)),
                 });
             }
-            Output::Event { lock, event } => on_event(machine, clock, slots, lock, event),
+            Output::Event { lock, event } => on_event(machine, clock, slots, gone, lock, event),
             Output::Timeout(at) => return Some(at),
             Output::Idle => return None,
         }
@@ -527,6 +548,7 @@ fn on_event<C: Clock>(
     machine: &mut Machine,
     clock: &C,
     slots: &mut HashMap<LockId, Slot>,
+    gone: &mut HashMap<LockId, LostReason>,
     lock: LockId,
     event: Event,
 ) {
@@ -572,11 +594,16 @@ fn on_event<C: Clock>(
             for tx in slot.extended.drain(..) {
                 let _ = tx.send(Err(LockError::Lost(reason.clone())));
             }
-            if let Some(tx) = slot.lost.take() {
-                let _ = tx.send(reason.clone());
-            }
-            if let Some(tx) = slot.released.take() {
-                let _ = tx.send(Err(LockError::Lost(reason)));
+            let held = slot.lost.take().map(|tx| tx.send(reason.clone()));
+            match slot.released.take() {
+                Some(tx) => {
+                    let _ = tx.send(Err(LockError::Lost(reason)));
+                }
+                // a lease handle is out: its release says the lease was lost
+                None if held.is_some() => {
+                    gone.insert(lock, reason);
+                }
+                None => {}
             }
             slots.remove(&lock);
         }

@@ -232,6 +232,35 @@ fn a_held_lease_is_renewed_and_a_deleted_key_is_reported_lost() {
     );
 }
 
+#[test]
+fn releasing_a_lost_lease_says_it_was_lost_and_extending_says_why() {
+    let (world, mut pool, locks) = setup();
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    let w2 = world.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            let lease = locks.acquire("report", opts(1_000)).await.unwrap();
+            w2.0.borrow_mut().server.delete("fencepost:{report}:lock");
+            let reason = lease.lost().await;
+            let extended = lease.extend().await;
+            let released = lease.release().await;
+            *o.borrow_mut() = Some((reason, extended, released));
+        })
+        .unwrap();
+    world.run_until(&mut pool, Duration::from_secs(5), || out.borrow().is_some());
+    let (reason, extended, released) = out.borrow_mut().take().expect("done");
+    assert_eq!(reason, LostReason::RenewRejected);
+    assert!(
+        matches!(extended, Err(LockError::Lost(LostReason::RenewRejected))),
+        "{extended:?}"
+    );
+    assert!(
+        matches!(released, Err(LockError::Lost(LostReason::RenewRejected))),
+        "{released:?}"
+    );
+}
+
 /// Starts acquiring `report` and gives up at `at`: the future is dropped, as by a
 /// caller that stopped waiting.
 async fn give_up_at(locks: &fencepost_core::driver::Locks, world: &Virtual, at: Instant) {
