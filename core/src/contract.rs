@@ -30,6 +30,7 @@ struct Grammar {
 /// events in [`Contract::events`].
 #[derive(Clone)]
 pub struct Contract {
+    /// The machine under test. Inputs fed to it directly bypass the contract's checks.
     pub machine: Machine,
     /// The host's clock, in nanoseconds, for generators that keep one ([`Contract::at`]).
     pub now: u64,

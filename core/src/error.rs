@@ -17,33 +17,59 @@ pub enum UsageError {
     #[error(
         "time went backwards: now is {now}, but {last} was given before; pass a monotonic clock"
     )]
-    TimeWentBackwards { now: Instant, last: Instant },
+    TimeWentBackwards {
+        /// The rejected input's `now`.
+        now: Instant,
+        /// The latest `now` the machine had been given before it.
+        last: Instant,
+    },
     /// An input carried a `now` past [`Instant::LATEST`] (about 146 years after the
     /// host's origin): not a monotonic clock's reading (DESIGN.md rule 6).
     #[error(
         "time out of range: now is {now}, past the latest instant a machine accepts \
          (2^62 ns, about 146 years after the origin); pass a monotonic clock's reading"
     )]
-    TimeOutOfRange { now: Instant },
+    TimeOutOfRange {
+        /// The rejected input's `now`, above [`Instant::LATEST`].
+        now: Instant,
+    },
     /// A lock option is out of range; the message names the value and the allowed range,
     /// its durations and option names said each host's way ([`UsageError::render`]).
     #[error("{option}: {message}")]
-    InvalidOption { option: String, message: Text },
+    InvalidOption {
+        /// The option's name as the core spells it: a [`crate::LockOptions`] or
+        /// [`crate::ObserveOptions`] field (`ttl`, `retry_base`), a backend setting
+        /// (`masters`, `namespace`), or `name` (a lock name Kubernetes cannot take).
+        /// [`UsageError::render`] spells it each host's way.
+        option: String,
+        /// What is wrong and what would be right, without the option's name; its
+        /// durations and option names render in the host's units and spelling.
+        message: Text,
+    },
     /// A `correctness` lock on a backend whose fencing tokens can go backwards on
     /// failover (DESIGN.md rule 8), without the explicit opt-in.
     #[error("{}", unsafe_purpose(.backend, Host::Rust))]
-    UnsafePurpose { backend: String },
+    UnsafePurpose {
+        /// The backend's name as [`crate::Backend::name`] spells it (`"redis"`: a
+        /// Redlock refuses `correctness` with [`UsageError::InvalidOption`] instead).
+        backend: String,
+    },
     /// The lock name is empty, too long, or holds a NUL character (which PostgreSQL
     /// `text` cannot store: a name must mean the same lock on every backend).
     #[error("lock name must be 1 to 1024 bytes of UTF-8 with no NUL character, got {len} bytes{}", nul_note(.nul))]
     InvalidName {
+        /// The name's length in bytes of UTF-8 (0 for an empty name).
         len: usize,
+        /// Whether the name holds a NUL character. Omitted from JSON when `false`.
         #[serde(default, skip_serializing_if = "core::ops::Not::not")]
         nul: bool,
     },
     /// This machine never issued a lock with this id.
     #[error("unknown lock {lock}")]
-    UnknownLock { lock: LockId },
+    UnknownLock {
+        /// The id given, which this machine never issued.
+        lock: LockId,
+    },
 }
 
 fn unsafe_purpose(backend: &str, host: Host) -> String {

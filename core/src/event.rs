@@ -17,23 +17,39 @@ pub enum Event {
     /// `previous` says how the lock's previous holder ended, as the server saw it at
     /// this grant: a holder whose lease ran out may have left its work half done.
     Acquired {
+        /// The server's fencing token for this grant.
         token: FencingToken,
+        /// The validity deadline on the host's monotonic clock: the send of the request
+        /// the grant rests on (etcd: its lease's last confirmed grant or keep-alive) plus
+        /// [`crate::LockOptions::validity`] (DESIGN.md rule 1).
         valid_until: Instant,
+        /// How the previous holder ended. Absent in JSON: [`Previous::Unknown`].
         #[serde(default)]
         previous: Previous,
     },
     /// A renewal was confirmed; the validity deadline moved to `valid_until`.
-    Renewed { valid_until: Instant },
+    Renewed {
+        /// The new validity deadline on the host's monotonic clock: the confirmed
+        /// renewal's send plus [`crate::LockOptions::validity`], never earlier than the
+        /// deadline before.
+        valid_until: Instant,
+    },
     /// The lease is gone. Stop the protected work now: another holder may already
     /// have been granted the lock.
-    Lost { reason: LostReason },
+    Lost {
+        /// Why the lease is gone.
+        reason: LostReason,
+    },
     /// The lock is done with: the server confirmed the owner-checked release, or the
     /// acquisition was cancelled before it was granted, or the release could not be
     /// confirmed (three transport failures, or its deadline of one TTL passed) — then
     /// the server frees the lock when the TTL runs out, as it would after a crash.
     Released,
     /// Acquiring gave up; the lock was never held by this acquisition.
-    AcquireFailed { reason: AcquireFailedReason },
+    AcquireFailed {
+        /// Why acquiring gave up.
+        reason: AcquireFailedReason,
+    },
 }
 
 /// How the previous holder of a lock ended, as the server saw it when it granted the
@@ -100,7 +116,10 @@ pub enum AcquireFailedReason {
         last_error: Option<String>,
     },
     /// The server answered in a way retrying cannot fix.
-    Protocol { error: ProtocolError },
+    Protocol {
+        /// The reply that made no sense: the backend and what was wrong with it.
+        error: ProtocolError,
+    },
 }
 
 impl AcquireFailedReason {

@@ -48,9 +48,16 @@ pub enum StaleReason {
 /// backwards acquires again with [`crate::LockOptions::token_floor`] = `highest + 1`.
 #[derive(Clone, Debug, Error, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StaleToken {
+    /// The resource the write was for, as the caller named it ([`Fence::check`]'s
+    /// `resource`, [`read_redis_fenced_set`]'s `resource`).
     pub resource: String,
+    /// The token the refused write carried.
     pub token: FencingToken,
+    /// The highest token the resource has accepted; 0 when it has accepted none (a
+    /// write with token 0 to a fresh resource).
     pub highest: FencingToken,
+    /// Why it was refused: a lower token, or the highest token from another owner.
+    /// Absent in JSON: [`StaleReason::Superseded`].
     #[serde(default)]
     pub reason: StaleReason,
 }
@@ -182,7 +189,12 @@ pub enum InvalidGuard {
     /// A column to set is the id or token column, appears twice, or (in `pyformat`
     /// style) is named like the `id` or `token` parameter it would be confused with.
     #[error("column {column:?} cannot be set by a fenced update: {why}")]
-    Column { column: String, why: String },
+    Column {
+        /// The column, as given in `columns`.
+        column: String,
+        /// Which rule it breaks, as a sentence fragment ("it is listed twice").
+        why: String,
+    },
     /// A fenced Redis `SET` whose data key is its fence key: the write would replace the
     /// highest token with the data, and every later write would be refused.
     #[error("{}", same_key(.0, Host::Rust))]

@@ -49,16 +49,31 @@
 //! 3. **Drain [`Machine::poll_output`] after every input** until it returns
 //!    [`Output::Timeout`] or [`Output::Idle`], and act on the outputs in the order
 //!    they come. A request left in the queue is a request nobody is executing.
-//! 4. **Execute each [`Request`].** Its `body` ([`RequestBody`]) says what to send: a
-//!    Redis script call ([`RedisCommand`], `EVALSHA`, falling back to `EVAL` on
-//!    `NOSCRIPT`), a blocking pop ([`RedisBlpop`], on a connection of its own), a SQL
-//!    statement ([`SqlStatement`], on the connection it names) or an etcd call
-//!    ([`backends::etcd::EtcdRequest`]). Run requests concurrently; one slow request
-//!    must not hold up the others. Convert the server's answer to data and feed it as
-//!    [`Input::Reply`] with the request's `id`: error replies too ([`RedisValue::Error`],
-//!    [`SqlReply::Error`], etcd's error documents), since the machine decides which are
-//!    transient. Report a failure to get an answer (connection refused or reset, client
-//!    timeout) as [`Input::TransportError`].
+//! 4. **Execute each [`Request`].** Its `body` ([`RequestBody`]) says what to send:
+//!    * [`RequestBody::Redis`] — a Redis script call ([`RedisCommand`]): `EVALSHA`,
+//!      falling back to `EVAL` on `NOSCRIPT`.
+//!    * [`RequestBody::RedisBlpop`] — a blocking pop ([`RedisBlpop`]), on a connection
+//!      of its own.
+//!    * [`RequestBody::Sql`] — a SQL statement ([`SqlStatement`]), on the connection it
+//!      names.
+//!    * [`RequestBody::Etcd`] — an etcd v3 call ([`backends::etcd::EtcdRequest`]).
+//!    * [`RequestBody::RedlockPart`] — one master's share of a Redlock step
+//!      ([`RedlockPart`]): the same script call as `Redis`, on master `master` (an index
+//!      into [`RedlockBackend::masters`]); each part is a request of its own.
+//!    * [`RequestBody::ZooKeeper`] (feature `zookeeper`) — a ZooKeeper call on the
+//!      host's session ([`backends::zookeeper::ZkRequest`]), answered with the JSON
+//!      document its variant names, `"session"` included.
+//!    * [`RequestBody::Kubernetes`] (feature `kubernetes`) — an HTTP call to the API
+//!      server ([`backends::kubernetes::KubeRequest`]): `method` on `path` with `body`
+//!      (if any), after setting the body's `spec` fields named in `stamp` to the host's
+//!      wall clock; answered with the response body whatever the status.
+//!
+//!    Run requests concurrently; one slow request must not hold up the others. Convert
+//!    the server's answer to data and feed it as [`Input::Reply`] with the request's
+//!    `id`: error replies too ([`RedisValue::Error`], [`SqlReply::Error`], etcd's and
+//!    ZooKeeper's error documents, Kubernetes' `Status` documents), since the machine
+//!    decides which are transient. Report a failure to get an answer (connection
+//!    refused or reset, client timeout) as [`Input::TransportError`].
 //! 5. **Cancel every request at its `deadline`.** After [`Request::deadline`] the
 //!    outcome no longer matters: cancel the call and feed [`Input::TransportError`]
 //!    (for example "no reply before the request deadline"). The machine treats it as

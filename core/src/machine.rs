@@ -22,33 +22,60 @@ use crate::{Instant, LockId, OwnerId, RequestId};
 pub enum Input {
     /// Start acquiring `name`. The n-th accepted `Acquire` of a machine gets `LockId(n)`.
     Acquire {
+        /// Host monotonic time of the call; never earlier than any `now` given before.
         now: Instant,
+        /// The lock's name: 1 to 1024 bytes of UTF-8 with no NUL
+        /// ([`crate::backends::check_lock_name`]).
         name: String,
+        /// TTL, renewal, retry and safety settings, validated before anything changes.
         options: LockOptions,
     },
     /// Release a lock (or cancel its acquisition). A lock that already finished
     /// (released, lost, failed) ignores it, remembered or not; only an id this machine
     /// never issued is an error.
-    Release { now: Instant, lock: LockId },
+    Release {
+        /// Host monotonic time of the call; never earlier than any `now` given before.
+        now: Instant,
+        /// The id the lock's `Acquire` got.
+        lock: LockId,
+    },
     /// Renew a held lease now (a manual extend), whether or not it renews itself. The
     /// outcome is the lease's next `Renewed` or `Lost` event; a lock not held ignores
     /// it, and only an id this machine never issued is an error.
-    Extend { now: Instant, lock: LockId },
+    Extend {
+        /// Host monotonic time of the call; never earlier than any `now` given before.
+        now: Instant,
+        /// The id the lock's `Acquire` got.
+        lock: LockId,
+    },
     /// The server's reply to a request.
     Reply {
+        /// Host monotonic time the reply arrived; never earlier than any `now` given
+        /// before.
         now: Instant,
+        /// The answered [`Request::id`].
         request: RequestId,
+        /// The server's answer as data, error replies included, of the request body's
+        /// backend kind.
         reply: Reply,
     },
     /// The request failed in transport (connection reset, client timeout, cancelled at
     /// its deadline). Ambiguous: it may or may not have reached the server.
     TransportError {
+        /// Host monotonic time the failure was seen (or the deadline passed); never
+        /// earlier than any `now` given before.
         now: Instant,
+        /// The failed [`Request::id`].
         request: RequestId,
+        /// What failed, as text for people; it surfaces as a timeout's `last_error` and
+        /// in observations.
         message: String,
     },
     /// Time passed. Early and spurious timeouts are harmless.
-    Timeout { now: Instant },
+    Timeout {
+        /// Host monotonic time of the wake-up; never earlier than any `now` given before.
+        now: Instant,
+    },
 }
 
 impl Input {
@@ -91,7 +118,12 @@ pub enum Output {
     /// Execute this request and report its outcome.
     Request(Request),
     /// Act on this event.
-    Event { lock: LockId, event: crate::Event },
+    Event {
+        /// The lock it concerns.
+        lock: LockId,
+        /// What happened to it.
+        event: crate::Event,
+    },
     /// Nothing more now: call again with [`Input::Timeout`] at (or after) this instant.
     Timeout(Instant),
     /// Nothing more now and no timer set: wait for the next input.

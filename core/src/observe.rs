@@ -99,64 +99,109 @@ pub enum Observation {
     /// The lease is held: `waited` since the acquisition started, after `attempts`
     /// attempts (1 when the first one got it), with fencing token `token`.
     Acquired {
+        /// The grant's fencing token, as in [`crate::Event::Acquired`].
         token: FencingToken,
+        /// From the `Acquire` input to the reply that granted the lease.
         waited: Duration,
+        /// Attempts made, the granting one included; from 1.
         attempts: u32,
     },
     /// A renewal was confirmed; `validity_left` until the new validity deadline.
-    Renewed { validity_left: Duration },
+    Renewed {
+        /// From the confirming reply's `now` to the new validity deadline.
+        validity_left: Duration,
+    },
     /// A renewal failed transiently (`error`); the next try is in `retry_in`, and the
     /// lease is lost in `deadline_in` unless one is confirmed by then.
     RenewalFailing {
+        /// The transport error or retryable server error, as text.
         error: String,
+        /// Until the renewal is sent again: a quarter of the renew interval
+        /// ([`crate::LockOptions::renew_interval`]), at least 1 ms.
         retry_in: Duration,
+        /// Until the current validity deadline, where the lease is lost without a
+        /// confirmed renewal.
         deadline_in: Duration,
     },
     /// The lease is gone (`Event::Lost`), after being held for `held_for` (none when
     /// it was never confirmed held, e.g. a loss reported by the host).
     Lost {
+        /// Why, as in [`crate::Event::Lost`].
         reason: LostReason,
+        /// From the grant's reply to the loss; `None` when no grant was seen.
         held_for: Option<Duration>,
     },
     /// The lock is done with (`Event::Released`); `held_for` is none when the
     /// acquisition was cancelled before a grant.
-    Released { held_for: Option<Duration> },
+    Released {
+        /// From the grant's reply to the release's end; `None` for a cancelled
+        /// acquisition.
+        held_for: Option<Duration>,
+    },
     /// Acquiring gave up at its `acquire_timeout` or `retry_count` after `waited` and
     /// `attempts` attempts; `last_error` as in `AcquireFailed { Timeout }`.
     AcquireTimedOut {
+        /// From the `Acquire` input to giving up.
         waited: Duration,
+        /// Attempts made, none of which got the lock.
         attempts: u32,
+        /// The last transport or server error seen, if any.
         last_error: Option<String>,
     },
     /// Acquiring ended on a reply retrying cannot fix (`AcquireFailed { Protocol }`).
-    AcquireFailed { waited: Duration, error: String },
+    AcquireFailed {
+        /// From the `Acquire` input to the reply that ended it.
+        waited: Duration,
+        /// The [`crate::ProtocolError`], as text.
+        error: String,
+    },
     /// A request of this lock failed: a transport error, a retryable server error, or
     /// a reply that made no sense. The machine retries as its rules say.
-    BackendError { operation: Operation, error: String },
+    BackendError {
+        /// What the failed request was for.
+        operation: Operation,
+        /// The transport error, server error or [`crate::ProtocolError`], as text.
+        error: String,
+    },
     /// Warning: a renewal was confirmed with only `validity_left` of the `validity`
     /// left (less than `late_renewal_fraction`): the TTL is too close to the round
     /// trip, or the host is starved.
     RenewalLate {
+        /// From the confirming reply's `now` to the deadline the renewal extended.
         validity_left: Duration,
+        /// A full validity: `ttl × (1 − drift_factor) − clock_margin`
+        /// ([`crate::LockOptions::validity`]).
         validity: Duration,
     },
     /// Warning: one lease has been held for `held_for`, `held_long_ttls` TTLs of `ttl`
     /// or more (once per lease): the lock is held across slow calls.
-    HeldLong { held_for: Duration, ttl: Duration },
+    HeldLong {
+        /// From the grant's reply to the confirmed renewal that noticed.
+        held_for: Duration,
+        /// The lock's [`crate::LockOptions::ttl`].
+        ttl: Duration,
+    },
     /// Warning: the lock is contended. `found_held`: times this acquisition found it
     /// held by another before its grant or timeout, a new holder each time where the
     /// backend names the holder's grant (`hot_lock_attempts`); `waiters`: acquisitions
     /// of the name pending in this machine (`hot_lock_waiters`).
     HotLock {
+        /// Set when raised at a grant or a failed acquisition: the count, at least
+        /// `hot_lock_attempts`. `None` when raised by `waiters`.
         found_held: Option<u32>,
+        /// Set when raised by an `Acquire` that brought the pending acquisitions of the
+        /// name to `hot_lock_waiters`: that number. `None` when raised by `found_held`.
         waiters: Option<u32>,
     },
     /// Warning: with no `acquire_timeout`, the server has not been reached for
     /// `unreachable_for` (`attempts` attempts failed; `last_error`), and retries go on.
     /// Repeated every `unreachable_every`.
     ServerUnreachable {
+        /// Since the first of the attempts in a row that ended without an answer.
         unreachable_for: Duration,
+        /// Attempts of this acquisition so far that did not get the lock.
         attempts: u32,
+        /// The last transport or server error seen, if any.
         last_error: Option<String>,
     },
 }
@@ -167,8 +212,11 @@ pub enum Field<'a> {
     /// A duration; Python and the Rust crate's `tracing` events report it in seconds
     /// (`f64`), JavaScript in milliseconds (`…Ms`).
     Duration(Duration),
+    /// A count (`attempts`, `found_held`, `waiters`).
     Count(u64),
+    /// A fencing token (`token`).
     Token(FencingToken),
+    /// Text: an error message, a reason or an operation's snake_case name.
     Text(&'a str),
 }
 
@@ -465,8 +513,10 @@ impl Observation {
 /// returns it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
+    /// The lock it concerns, as [`crate::Output::Event`] names it.
     pub lock: LockId,
     /// The lock's name.
     pub name: String,
+    /// What was observed.
     pub observation: Observation,
 }

@@ -118,8 +118,15 @@ pub enum PgConnection {
 /// One SQL statement: `sql` with `$1…$n` placeholders and `params` in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SqlStatement {
+    /// One statement, with `$1…$n` placeholders for `params`; no value is interpolated
+    /// into it. A [`PgConnection::Listen`] wait's is `LISTEN {channel}`, with no
+    /// placeholders.
     pub sql: String,
+    /// The values of `$1…$n`, in order. A [`PgConnection::Listen`] wait's are the
+    /// channel ([`SqlValue::Text`]) and how long to wait in milliseconds
+    /// ([`SqlValue::Int`]), for the host to read, not to bind.
     pub params: Vec<SqlValue>,
+    /// Which connection to run it on.
     pub connection: PgConnection,
 }
 
@@ -127,9 +134,15 @@ pub struct SqlStatement {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value", rename_all = "snake_case")]
 pub enum SqlValue {
+    /// SQL `NULL`: a parameter with no value (bound as a `text` null), or a null column
+    /// of any type.
     Null,
+    /// A `boolean`.
     Bool(bool),
+    /// An integer: a parameter bound as `bigint` (`int8`); a `smallint`, `integer` or
+    /// `bigint` column.
     Int(i64),
+    /// A `text` value (UTF-8), as a parameter or a column.
     Text(String),
 }
 
@@ -138,9 +151,18 @@ pub enum SqlValue {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SqlReply {
     /// The rows the statement returned (none for a statement that matched nothing).
-    Rows { rows: Vec<Vec<SqlValue>> },
+    Rows {
+        /// One entry per row, each with the columns in the statement's order; empty
+        /// when it returned none.
+        rows: Vec<Vec<SqlValue>>,
+    },
     /// The server refused the statement: its SQLSTATE (five characters) and message.
-    Error { sqlstate: String, message: String },
+    Error {
+        /// The SQLSTATE code, five characters (`40001`, `57P01`).
+        sqlstate: String,
+        /// The server's primary error message.
+        message: String,
+    },
 }
 
 /// The stable advisory-lock key of `name` in `namespace`.

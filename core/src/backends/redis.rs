@@ -504,6 +504,8 @@ pub struct RedisWait {
 /// timeout — is answered by the next acquire attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RedisBlpop {
+    /// The waiter's own wake-up list, `{prefix}{{name}}:wake:{owner id}`: a releasing
+    /// holder that hands the lock to this waiter pushes to it.
     pub key: String,
     /// At least 1 ms (0 would block forever).
     pub timeout_ms: u64,
@@ -516,11 +518,17 @@ pub struct RedisBlpop {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value", rename_all = "snake_case")]
 pub enum RedisValue {
+    /// A nil reply (a missing key, `BLPOP` at its timeout).
     Nil,
+    /// An integer reply.
     Int(i64),
+    /// A bulk string, as UTF-8 (invalid bytes replaced).
     Data(String),
+    /// A simple string (`OK`).
     Status(String),
+    /// An array, each element converted the same way.
     Array(Vec<RedisValue>),
+    /// An error reply: the full message, its code first (`NOSCRIPT …`, `LOADING …`).
     Error(String),
 }
 

@@ -82,6 +82,8 @@ pub struct PgLeaseRow {
     pub owner: Option<String>,
     /// The name's token counter: the fencing token of the latest grant.
     pub token: i64,
+    /// When the lease ends on the server's clock (`NULL` for a row only an advisory
+    /// grant bumped, `'-infinity'` once released).
     pub expires_at: PgExpiry,
     /// The holder's metadata (the `metadata` column), `NULL` when none or free.
     pub metadata: Option<String>,

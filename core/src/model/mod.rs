@@ -86,6 +86,7 @@ pub enum ModelBackend {
 /// The bounds of one exploration.
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
+    /// The reference server the clients share.
     pub backend: ModelBackend,
     /// Client processes (2–3).
     pub clients: usize,
@@ -93,8 +94,9 @@ pub struct ModelConfig {
     pub cycles: u32,
     /// The longest schedule explored, in steps (actions).
     pub depth: usize,
-    /// Messages the network may drop, and duplicate, in one schedule.
+    /// Messages the network may drop in one schedule.
     pub drops: u8,
+    /// Messages the network may duplicate in one schedule.
     pub duplicates: u8,
     /// Process pauses in one schedule.
     pub pauses: u8,
@@ -156,8 +158,10 @@ pub struct Report {
     /// The deepest level explored.
     pub depth: usize,
     /// Whether every state within the depth bound was explored (not cut by
-    /// `max_states`), and whether the state space ended before the bound.
+    /// `max_states`).
     pub complete: bool,
+    /// No violation, `complete`, and no state left to expand: the state space ended
+    /// before the depth bound.
     pub exhausted: bool,
     /// The first violation, with the shortest schedule leading to it.
     pub violation: Option<Counterexample>,
@@ -169,6 +173,7 @@ pub struct Counterexample {
     /// `S1`, `S2`, `S3` (the contract's rule after the final event), `contract` (the
     /// rest of the contract) or `tokens` (`Acquired` tokens went down).
     pub property: String,
+    /// What was seen, as a sentence for people.
     pub detail: String,
     /// The schedule's steps (actions).
     pub length: usize,

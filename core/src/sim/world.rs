@@ -399,15 +399,19 @@ pub enum FenceRule {
 /// which the server made the grants).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FenceCounts {
+    /// Writes the fence accepted.
     pub accepted: u64,
+    /// Writes the fence refused ([`crate::StaleToken`]).
     pub refused: u64,
     /// Accepted writes carrying a token another owner had written with.
     pub shared_token_accepted: u64,
-    /// Writes accepted although a write of a *later* grant had been accepted before, by
-    /// how the stale write's token compares with that later grant's: the same token
-    /// (the server granted one token to two owners) or a higher one (a stale holder's
-    /// token above the new holder's, after the counter went back).
+    /// Writes accepted although a write of a *later* grant had been accepted before,
+    /// with the same token as that later grant's (the server granted one token to two
+    /// owners).
     pub out_of_order_same_token: u64,
+    /// Writes accepted although a write of a *later* grant had been accepted before,
+    /// with a token above that later grant's (a stale holder's token above the new
+    /// holder's, after the counter went back).
     pub out_of_order_higher_token: u64,
     /// Refused writes of the newest grant: the fence had seen a token at or above the
     /// one the server just granted (tokens went back), so the new holder cannot write.
@@ -544,9 +548,11 @@ impl fmt::Display for Property {
 /// A broken property, with the virtual time and what was seen.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Violation {
+    /// The property broken.
     pub property: Property,
     /// Virtual (true) time of the check that failed.
     pub at: Instant,
+    /// What was seen, as a sentence for people (the clients, tokens or error involved).
     pub detail: String,
     /// The schedule left the declared fault model; the violation is explained by it.
     pub explained_by_breach: bool,
@@ -559,8 +565,9 @@ pub struct Outcome {
     pub violations: Vec<Violation>,
     /// Grants the server made.
     pub grants: u64,
-    /// Writes the resource accepted and refused as stale.
+    /// Writes the resource accepted.
     pub writes_accepted: u64,
+    /// Writes the resource refused as stale.
     pub writes_refused: u64,
     /// The resource's fence, by grant order ([`SimConfig::fence`]).
     pub fence: FenceCounts,
