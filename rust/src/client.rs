@@ -100,6 +100,15 @@ impl Client {
 
     /// An in-memory Redis in this process (`memory://`): for trying things out and
     /// tests; locks are shared by the clones of this client only.
+    ///
+    /// # Panics
+    ///
+    /// * Outside the context of a tokio runtime: it spawns the driver task with
+    ///   `tokio::spawn` ("there is no reactor running, must be called from the context
+    ///   of a Tokio 1.x runtime").
+    /// * When the operating system cannot supply secure randomness to seed the owner
+    ///   ids ("the platform has secure randomness"); [`Client::connect`] returns
+    ///   [`Error::Backend`] instead.
     pub fn memory() -> Client {
         let clock = TokioClock(tokio::time::Instant::now());
         let adapter = Arc::new(crate::adapters::memory::Memory::new(clock.clone()));
@@ -168,10 +177,12 @@ impl Client {
     }
 
     /// Drops this handle and waits, at most `timeout`, for the driver task to finish:
-    /// it finishes once every clone of the client and every lease is gone and the
-    /// last releases got their answers (or their deadlines passed). Returns whether it
-    /// finished in time. Call it before a process exits, so a release just sent is not
-    /// cut off.
+    /// it finishes once every clone of the client (an [`Election`](crate::Election)
+    /// holds one) and every lease is gone and the last releases got their answers (or
+    /// their deadlines passed). Returns whether it finished in time: `false` after the
+    /// whole `timeout` while a lease or an election is still alive (release or drop
+    /// them first; nothing is released for you). Call it before a process exits, so a
+    /// release just sent is not cut off.
     pub async fn close(self, timeout: Duration) -> bool {
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         drop(self);
@@ -266,10 +277,14 @@ impl Client {
     /// reads the lease table in name order; etcd ranges over the key prefix; ZooKeeper
     /// lists the root's children (the lock names) and reads each one's lowest contender;
     /// Kubernetes pages through the namespace's Leases (`?limit=500` and `continue`, at
-    /// most 100 pages) and keeps the held ones under the prefix.
+    /// most 100 pages) and keeps the held ones under the prefix. `limit` 0 lists
+    /// nothing, without a request.
     ///
     /// Errors: as [`Client::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<Holder>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         self.adapter.list(prefix.to_owned(), limit).await
     }
 }
@@ -296,9 +311,13 @@ impl Lease {
 
     /// How the lock's previous holder ended, as the server saw it at this grant:
     /// `Released`, `Expired` (its lease ran out or was freed behind it: it may have left
-    /// its work half done), `None` (the first grant of the name) or `Unknown` (the
-    /// backend keeps no record: etcd, Redlock, ZooKeeper; or a grant retried after a lost
-    /// reply). Redis, PostgreSQL lease rows and the in-memory backend report it.
+    /// its work half done), `None` (the first grant of the name) or `Unknown`.
+    ///
+    /// Reported by Redis (plain, fair, Upstash and `memory://`), PostgreSQL lease rows,
+    /// etcd and Kubernetes. `Unknown` always on ZooKeeper, Redlock and PostgreSQL
+    /// advisory locks, which keep no record; and wherever the records cannot tell: a
+    /// grant retried after its reply was lost, a token floor that moved the counter, an
+    /// etcd waiter that never saw its predecessor holding.
     pub fn previous(&self) -> fencepost_core::Previous {
         self.inner.previous()
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fencepost_core::{encode_metadata, FencingToken, Holder, LockOptions, LostReason, OwnerId};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 
 use crate::{Client, Error, Lease};
 
@@ -102,7 +102,10 @@ impl std::fmt::Debug for Election {
 impl Client {
     /// An election named `name`, campaigned for as `identity` with the lock options
     /// `options` (`auto_renew` must stay on: a term lasts as long as its lease is
-    /// renewed).
+    /// renewed). The leader's record (`{"identity", "value"}`) is the lease's metadata
+    /// where the backend stores metadata: leave `options.metadata` unset, or yours is
+    /// stored instead and [`Election::leader`] finds no identity or value (as in
+    /// Python and JavaScript).
     ///
     /// Errors: [`Error::Config`] for an empty identity or `auto_renew` off;
     /// [`Error::Usage`] for a name or options the core refuses.
@@ -249,7 +252,8 @@ impl Election {
     /// or nobody leading), in order, read every `interval`: a term shorter than the
     /// interval may be missed, never reordered. A holder without a record yet (an etcd
     /// key an instant before its record) is skipped. The stream ends after the first
-    /// error, which it yields. Errors: as [`Election::leader`].
+    /// error, which it yields, and is fused: polled after its end it yields `None`
+    /// again (safe in a `select!` loop). Errors: as [`Election::leader`].
     pub fn observe(
         &self,
         interval: Duration,
@@ -290,6 +294,7 @@ impl Election {
                 return Some((Ok(now), st));
             }
         })
+        .fuse()
     }
 
     /// Campaigns, then runs `work` with a view of the term, racing it against the

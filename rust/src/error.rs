@@ -53,6 +53,13 @@ pub enum Error {
 
 /// `e` and its sources as one line, `outer: inner: …`, each message once (reqwest's
 /// own text leaves out the cause, which is where a TLS failure is named).
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "upstash",
+    feature = "kubernetes"
+))]
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -68,6 +75,12 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 
 /// `message` of a failed connection, with a hint when the failure is the server's
 /// certificate (`how`: how this backend is given a CA, e.g. `?ca=/path/ca.pem`).
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "kubernetes"
+))]
 pub(crate) fn tls_hint(message: String, how: &str) -> String {
     let lower = message.to_ascii_lowercase();
     if lower.contains("certificate") || lower.contains("unknownissuer") {

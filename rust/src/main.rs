@@ -12,15 +12,19 @@
 //! stopped, or it finished and the release found the lease gone); 124 not acquired
 //! within `--wait`; 125 backend error; 126 the command cannot be run; 127 it was not
 //! found. Lock decisions are the core's (`fencepost-core`); this binary runs them.
+//! The core's warnings (its server unreachable, a hot lock, a lease held long) are
+//! printed on stderr as they happen, `fencepost: warning: …`.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use fencepost::{Client, Error, Holder, Lease, LockOptions, Purpose};
+use fencepost::{BackendUrl, Client, Error, Holder, Lease, LockOptions, ObserveOptions, Purpose};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::Layer;
 
 /// Bad arguments, URL or options.
 const EXIT_USAGE: u8 = 122;
@@ -43,9 +47,10 @@ struct Cli {
 }
 
 const EXIT_HELP: &str = "\
-Exit status of `run`: the command's own (128+N if signal N ended it); 122 bad usage;
-123 lease lost (the command was stopped); 124 not acquired in time; 125 backend error;
-126 the command cannot be run; 127 the command was not found.";
+Exit status of `run`: the command's own (128+N if signal N ended it, or arrived while
+waiting for the lock); 122 bad usage; 123 lease lost (the command was stopped); 124 not
+acquired in time; 125 backend error; 126 the command cannot be run; 127 the command was
+not found. `status` and `list`: 0 whether or not the lock is held, 122, 125.";
 
 #[derive(Subcommand)]
 enum Command {
@@ -62,9 +67,11 @@ enum Command {
         /// The lock name (1 to 1024 bytes).
         #[arg(long)]
         name: String,
-        /// Lease length the server enforces; renewed every third of it.
-        #[arg(long, default_value = "30s", value_parser = duration)]
-        ttl: Duration,
+        /// Lease length the server enforces; renewed every third of it. Default 30s; on
+        /// ZooKeeper, the session timeout the server negotiated when that is shorter
+        /// (a lease cannot outlive the session).
+        #[arg(long, value_parser = duration)]
+        ttl: Option<Duration>,
         /// How long to wait for the lock: a duration, 0 (one try) or `forever`.
         #[arg(long, default_value = "forever", value_parser = wait)]
         wait: Wait,
@@ -113,8 +120,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// memory://, redis://, rediss://, postgres://[…?mode=session], etcd+http(s)://host:port[,…],
-    /// zookeeper://host:2181[,…][/root], upstash+https://[:token@]host or
+    /// memory://, redis://, rediss://, redlock://host1:6379,host2:6379,host3:6379,
+    /// postgres://[…?mode=session], etcd+http(s)://host:port[,…][?shared_lease=true],
+    /// zookeeper://host:2181[,…][/root][?session_timeout=10s], upstash+https://[:token@]host or
     /// kubernetes+https://host:port[?namespace=ns&token=…|token_file=path] (else $FENCEPOST_KUBE_TOKEN);
     /// `?key_prefix=` sets the key prefix.
     /// TLS (builds with the cargo feature `tls`): rediss://, https gateways and PostgreSQL's
@@ -159,6 +167,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // before any client is made: a client observes only what a subscriber wants
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Warnings));
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -170,6 +180,55 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(runtime.block_on(dispatch(cli.command)))
+}
+
+/// Prints the core's warnings (the `tracing` events of target `fencepost` at WARN, see
+/// the crate's `observe` docs) on stderr, one line each: a wait on a server that
+/// cannot be reached says so instead of waiting in silence.
+struct Warnings;
+
+impl<S: tracing::Subscriber> Layer<S> for Warnings {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>, _: Context<'_, S>) -> bool {
+        metadata.target() == "fencepost" && *metadata.level() <= tracing::Level::WARN
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        eprintln!("fencepost: warning: {}", message.0);
+    }
+}
+
+/// [`Client::connect`], with `server_unreachable` every 5 s (the library's default is
+/// 30 s): a command waiting on a server it cannot reach hears of it soon.
+async fn connect(url: &str) -> Result<Client, Error> {
+    let observe = ObserveOptions {
+        unreachable_every: Duration::from_secs(5),
+        ..ObserveOptions::default()
+    };
+    Client::from_url_observed(&BackendUrl::parse(url)?, observe).await
+}
+
+/// `run`'s TTL when `--ttl` is not given: 30 s, or on ZooKeeper the negotiated session
+/// timeout when that is shorter (the core refuses a TTL above it).
+#[cfg_attr(not(feature = "zookeeper"), allow(unused_variables))]
+fn default_ttl(client: &Client) -> Duration {
+    let default = Duration::from_secs(30);
+    #[cfg(feature = "zookeeper")]
+    if let fencepost::core::Backend::ZooKeeper(zk) = client.backend() {
+        if let Some(ms) = zk.session_timeout_ms {
+            return default.min(Duration::from_millis(ms));
+        }
+    }
+    default
 }
 
 /// The exit code for an error of the library.
@@ -196,6 +255,11 @@ async fn dispatch(command: Command) -> u8 {
             verbose,
             command,
         } => {
+            let client = match connect(&backend.backend).await {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let ttl = ttl.unwrap_or_else(|| default_ttl(&client));
             let options = LockOptions {
                 purpose: match purpose {
                     PurposeArg::Efficiency => Purpose::Efficiency,
@@ -208,10 +272,6 @@ async fn dispatch(command: Command) -> u8 {
                 },
                 ..LockOptions::ttl(ttl)
             };
-            let client = match Client::connect(&backend.backend).await {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
-            };
             let code = run(&client, &name, options, grace, verbose, &command).await;
             client.close(Duration::from_secs(5)).await;
             code
@@ -221,7 +281,7 @@ async fn dispatch(command: Command) -> u8 {
             name,
             json,
         } => {
-            let client = match Client::connect(&backend.backend).await {
+            let client = match connect(&backend.backend).await {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
@@ -243,7 +303,7 @@ async fn dispatch(command: Command) -> u8 {
             limit,
             json,
         } => {
-            let client = match Client::connect(&backend.backend).await {
+            let client = match connect(&backend.backend).await {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };

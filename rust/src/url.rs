@@ -217,6 +217,13 @@ impl BackendUrl {
             Some(s @ ("etcd+http" | "etcd+https")) => {
                 let scheme = &s[5..];
                 let rest = &base[s.len() + 3..];
+                if rest.contains('?') {
+                    return Err(Error::Config(format!(
+                        "unknown parameter in {}: etcd URLs take key_prefix, shared_lease \
+                         and ca",
+                        redact(url)
+                    )));
+                }
                 let members: Vec<String> = rest
                     .split(',')
                     .map(str::trim)
@@ -234,6 +241,12 @@ impl BackendUrl {
             Some(s @ ("upstash+http" | "upstash+https")) => {
                 let scheme = &s[8..];
                 let rest = &base[s.len() + 3..];
+                if rest.contains('?') {
+                    return Err(Error::Config(format!(
+                        "unknown parameter in {}: Upstash URLs take key_prefix and ca",
+                        redact(url)
+                    )));
+                }
                 let (token, host) = match rest.split_once('@') {
                     Some((user, host)) => {
                         let token = user.split_once(':').map_or(user, |(_, t)| t);

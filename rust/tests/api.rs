@@ -353,6 +353,21 @@ async fn bad_input_is_a_typed_error() {
         let err = Client::connect(bad).await.err().expect(bad);
         assert!(matches!(err, Error::Config(_)), "{bad}: {err:?}");
     }
+    // fencepost builds these clients' requests itself: a parameter it does not read
+    // would end up in every request's URL
+    for unknown in [
+        "etcd+http://127.0.0.1:1?bogus=1",
+        "etcd+http://127.0.0.1:1,127.0.0.1:2?key_prefix=a/&bogus=1",
+        "upstash+http://127.0.0.1:1?bogus=1",
+    ] {
+        let Err(err) = fencepost::BackendUrl::parse(unknown) else {
+            panic!("{unknown} was accepted");
+        };
+        assert!(
+            err.to_string().contains("unknown parameter"),
+            "{unknown}: {err}"
+        );
+    }
     let shared = fencepost::BackendUrl::parse("etcd+http://127.0.0.1:2379?shared_lease=true")
         .expect("an etcd URL with a shared lease");
     assert!(shared.etcd_shared_lease);

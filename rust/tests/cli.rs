@@ -581,6 +581,33 @@ async fn sigint_while_waiting_gives_up_without_running_the_command() {
     held.release().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_wait_on_a_server_that_cannot_be_reached_is_reported_on_stderr() {
+    // port 1 on loopback: nothing listens, every attempt is refused at once
+    let child = run(
+        "etcd+http://127.0.0.1:1",
+        "unreachable",
+        &[],
+        &["echo", "ran"],
+    )
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(6_500)).await; // the first report is at 5 s
+    kill(Pid::from_raw(child.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr
+            .contains("fencepost: warning: lock \"unreachable\": the server has been unreachable"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+}
+
 /// A Redis of one test's own, started by scripts/services/redis.sh in a scratch state
 /// directory; stopped (and resumed first, if stopped) when dropped, even by a panic.
 struct OwnRedis {

@@ -383,8 +383,7 @@ async fn the_cli_runs_a_command_under_a_zookeeper_lock() {
                 &url,
                 "--name",
                 &name,
-                "--ttl",
-                "3s",
+                // no --ttl: the default fits the negotiated session timeout (below 30 s)
                 "--",
             ])
             .args([

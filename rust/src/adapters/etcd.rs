@@ -118,7 +118,7 @@ impl Inner {
             if !line.starts_with('{') {
                 return Err(format!(
                     "etcd gateway answered HTTP {status} without a JSON body: {:.200}",
-                    text
+                    text.trim()
                 ));
             }
             if line.replace(' ', "").contains("\"code\":14") {

@@ -140,7 +140,8 @@ impl Inner {
         if !text.trim_start().starts_with('{') {
             return Err(format!(
                 "HTTP {status} from the API server at {} without a JSON body: {:.200}",
-                self.server, text
+                self.server,
+                text.trim()
             ));
         }
         Ok(text)

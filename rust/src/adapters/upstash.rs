@@ -83,6 +83,12 @@ impl Inner {
             return Err(format!("HTTP {status} from the REST endpoint: {text:.200}"));
         }
         if let Some(e) = doc.get("error").and_then(Value::as_str) {
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                return Ok(RedisValue::Error(format!(
+                    "{e} (HTTP 401: give the REST token as upstash+https://:TOKEN@host or in \
+                     $UPSTASH_REDIS_REST_TOKEN)"
+                )));
+            }
             return Ok(RedisValue::Error(e.to_owned()));
         }
         match doc.get("result") {
