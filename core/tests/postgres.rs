@@ -220,19 +220,8 @@ fn rule5_lease_rows_giving_up_after_an_ambiguous_statement_and_refusals_still_re
         ..PostgresBackend::default()
     };
     let mut t = Timeline::memory_postgres(2, polling);
-    let mut o = opts(10_000);
-    o.acquire_timeout = Some(ms(300));
-    o.retry_base = ms(50);
-    o.retry_max = ms(50);
-    let (other, _, stuck) = t.stuck_attempt_then_refusals("report", o, usize::MAX);
-    assert!(matches!(
-        t.events(0).as_slice(),
-        [Event::AcquireFailed { .. }]
-    ));
-    let cleanup = t.take(0, Release);
-    t.release(1, other);
-    t.serve(1, Release);
-    t.apply(&stuck); // commits now: client 0's owner id holds the row
+    let cleanup = t.give_up_then_stuck_attempt_lands("report");
+    // committed after the other holder's release: client 0's owner id holds the row
     assert!(t.server.row("report").is_some_and(|r| r.owner.is_some()));
     let released = t.apply(&cleanup);
     t.reply(0, &cleanup, released);

@@ -294,6 +294,26 @@ impl<S: Server> Timeline<S> {
         (other, lock, stuck)
     }
 
+    /// [`Timeline::stuck_attempt_then_refusals`] with an acquire timeout of 300 ms and
+    /// retries every 50 ms, until client 0 gives up (asserted); then client 1 releases
+    /// and the stuck attempt lands. Returns client 0's cleanup release, not yet run.
+    pub fn give_up_then_stuck_attempt_lands(&mut self, name: &str) -> Request {
+        let mut o = opts(10_000);
+        o.acquire_timeout = Some(ms(300));
+        o.retry_base = ms(50);
+        o.retry_max = ms(50);
+        let (other, _, stuck) = self.stuck_attempt_then_refusals(name, o, usize::MAX);
+        assert!(matches!(
+            self.events(0).as_slice(),
+            [Event::AcquireFailed { .. }]
+        ));
+        let cleanup = self.take(0, Operation::Release);
+        self.release(1, other);
+        self.serve(1, Operation::Release);
+        self.apply(&stuck);
+        cleanup
+    }
+
     /// Executes on the server and delivers the reply, both now; returns the reply.
     pub fn serve(&mut self, c: usize, op: Operation) -> Reply {
         let req = self.take(c, op);
