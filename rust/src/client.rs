@@ -263,6 +263,59 @@ impl Client {
         self.adapter.execute(body).await.map_err(Error::Backend)
     }
 
+    /// Writes `value` to `data_key` unless `token` is lower than the highest token
+    /// `fence_key` has seen, checked and written atomically by the core's `fenced_set`
+    /// script (the fence then remembers `token`): Python's and JavaScript's
+    /// `fenced_set`. With `owner` (`lease.owner_id()`) the owner-bound rule: the fence
+    /// records the owner with its highest token and refuses that token from any other
+    /// owner, so a token granted twice (a failover) writes once; without it the
+    /// token-only rule, under which two holders of one token both write. For Redis
+    /// backends (`redis://`, `rediss://`, `upstash+…`, `memory://`); put both keys in
+    /// one hash slot (`{tag}`) on Redis Cluster.
+    ///
+    /// Errors: [`Error::StaleToken`] refused (a newer token wrote; with `owner`, or
+    /// another owner wrote with this token); [`Error::Config`] for one key used as both
+    /// (before anything is sent) or a backend other than Redis; [`Error::Backend`] when
+    /// the server could not be reached (the write may or may not have happened);
+    /// [`Error::Protocol`] for an error reply or one of another shape.
+    pub async fn fenced_set(
+        &self,
+        data_key: &str,
+        fence_key: &str,
+        token: FencingToken,
+        value: &str,
+        owner: Option<OwnerId>,
+    ) -> Result<(), Error> {
+        use fencepost_core::fence;
+        fence::check_redis_fenced_set_keys(data_key, fence_key)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        if !matches!(*self.backend, Backend::Redis(_)) {
+            return Err(Error::Config(format!(
+                "fenced_set runs on Redis; this client's backend is {}: build the fenced \
+                 write with fencepost::core::fence for it and run it with Client::execute",
+                self.backend.name()
+            )));
+        }
+        let command = match owner {
+            Some(owner) => fence::redis_fenced_set_owned(data_key, fence_key, token, owner, value),
+            None => fence::redis_fenced_set(data_key, fence_key, token, value),
+        };
+        let reply = self
+            .execute(RequestBody::Redis(command))
+            .await
+            .map_err(|e| Error::Backend(format!("fenced SET of {data_key:?} failed: {e}")))?;
+        let Reply::Redis(value) = reply else {
+            return Err(Error::Protocol(fencepost_core::ProtocolError {
+                backend: "redis".to_owned(),
+                message: format!(
+                    "fenced SET of {data_key:?}: a reply that is not Redis's: {reply:?}"
+                ),
+            }));
+        };
+        fence::read_redis_fenced_set(data_key, token, &value)??;
+        Ok(())
+    }
+
     /// Who holds `name` now (`None`: nobody), as the server sees it.
     ///
     /// Errors: [`Error::Backend`]; [`Error::Protocol`] for a reply of an unexpected

@@ -171,6 +171,41 @@ async fn eviction_resolves_lost_and_cancels_the_work_of_with_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_set_writes_the_newest_token_and_refuses_the_rest() {
+    let client = Client::memory();
+    let old = client.acquire("fence", ttl(3_000)).await.unwrap();
+    let (old_token, old_owner) = (old.token(), old.owner_id());
+    old.release().await.unwrap();
+    let new = client.acquire("fence", ttl(3_000)).await.unwrap();
+    let (data, fence) = ("{fence}:data", "{fence}:fence");
+    client
+        .fenced_set(data, fence, new.token(), "new", Some(new.owner_id()))
+        .await
+        .unwrap();
+    let Err(Error::StaleToken(stale)) = client
+        .fenced_set(data, fence, old_token, "old", Some(old_owner))
+        .await
+    else {
+        panic!("the older token wrote");
+    };
+    assert_eq!((stale.token, stale.highest), (old_token, new.token()));
+    // owner-bound: the newest token from another owner is refused too
+    let other = fencepost::OwnerId([7; 16]);
+    let Err(Error::StaleToken(_)) = client
+        .fenced_set(data, fence, new.token(), "dup", Some(other))
+        .await
+    else {
+        panic!("a second owner wrote with the same token");
+    };
+    let Err(Error::Config(message)) = client.fenced_set(data, data, new.token(), "x", None).await
+    else {
+        panic!("one key for both was accepted");
+    };
+    assert!(message.contains(data), "{message}");
+    new.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_writes_refuse_a_stale_token() {
     for (label, url) in servers() {
         let client = Client::connect(&url).await.unwrap();
