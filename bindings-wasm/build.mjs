@@ -33,11 +33,11 @@ const PROFILE = 'release-wasm'
 const args = new Set(process.argv.slice(2))
 const LOCKED = args.has('--locked') ? ['--locked'] : []
 // The web module's size budget, gzip level 9 (tests/wasm reads it from dist/build.json).
-// 165 KiB: the module is 167,741 B (163.8 KiB) without the core's PostgreSQL backend,
-// which no host of this module can reach; the budget leaves about 1 KiB for growth, so
+// 166 KiB: the module is 168,388 B (164.4 KiB) without the core's PostgreSQL backend,
+// which no host of this module can reach; the budget leaves about 1.5 KiB for growth, so
 // that a change which grows the module says so here. CHANGELOG.md lists each change of
 // the budget and its reason.
-const GZIP_BUDGET = 165 * 1024
+const GZIP_BUDGET = 166 * 1024
 
 const log = (...m) => console.error('build.mjs:', ...m)
 const run = (cmd, argv, opts = {}) => execFileSync(cmd, argv, { stdio: ['ignore', 'inherit', 'inherit'], ...opts })
