@@ -360,18 +360,29 @@ fn print_table(name: &str, holders: &[Holder], single: bool) {
         .max()
         .unwrap_or(4)
         .max(4);
+    // etcd and ZooKeeper count the contenders queued behind the holder
+    let queues = holders.iter().any(|h| h.waiters.is_some());
+    let waiters = |w: Option<String>| match (queues, w) {
+        (false, _) => String::new(),
+        (true, w) => format!("  {:>7}", w.as_deref().unwrap_or("?")),
+    };
     println!(
-        "{:<width$}  {:<32}  {:>8}  {:>9}",
-        "NAME", "HOLDER", "TOKEN", "TIME LEFT"
+        "{:<width$}  {:<32}  {:>8}  {:>9}{}",
+        "NAME",
+        "HOLDER",
+        "TOKEN",
+        "TIME LEFT",
+        waiters(Some("WAITERS".to_owned())),
     );
     for h in holders {
         println!(
-            "{:<width$}  {:<32}  {:>8}  {:>9}",
+            "{:<width$}  {:<32}  {:>8}  {:>9}{}",
             h.name,
             h.owner.as_deref().unwrap_or("?"),
             h.token.map_or("?".to_owned(), |t| t.to_string()),
             h.ttl_left
                 .map_or("?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64())),
+            waiters(h.waiters.map(|n| n.to_string())),
         );
     }
 }
