@@ -5,8 +5,10 @@ never held up, cancellation."""
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import gc
+import sys
 import threading
 import time
 from typing import Any, List, Set
@@ -14,7 +16,7 @@ from typing import Any, List, Set
 import pytest
 
 import fencepost
-from fencepost import _core
+from fencepost import _core, _driver
 from fencepost.errors import AcquireTimeout, BackendError, LockLost
 
 from conftest import wait_until
@@ -431,3 +433,50 @@ async def test_an_acquire_cancelled_after_close_leaves_no_unretrieved_exception(
     gc.collect()
     await asyncio.sleep(0)
     assert reported == []
+
+
+def test_two_threads_releasing_one_lease_at_once_both_return() -> None:
+    backend = SlowBackend({"release"}, delay_s=0.01)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # both threads between the check and the mark, often
+    try:
+        for i in range(60):
+            lease = fencepost.Lock(backend, f"twice-{i}", ttl=5.0).acquire_sync()
+            go = threading.Barrier(2)
+
+            def release() -> None:
+                go.wait()
+                lease.release()
+
+            assert _in_threads(release, release) == [None, None], f"round {i}"
+            assert backend.server.lock_owner(f"twice-{i}") is None
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def test_an_interrupted_extend_is_reported_before_another_thread_serves_the_lease() -> None:
+    # Ctrl-C lands while the main thread runs a renewal itself; another thread calls
+    # extend() right after. The interrupted renewal must reach the machine (a transport
+    # error, retried) before that thread becomes the one running the lease's requests.
+    backend = SlowBackend({"renew"}, delay_s=0.5)
+    lease = fencepost.Lock(backend, "interrupted-extend", ttl=2.0, auto_renew=False).acquire_sync()
+    other: List[Any] = []
+    report = _driver.ThreadDriver._report_interrupted
+
+    def then_another_caller(driver: Any, acquisition: Any) -> None:
+        thread = threading.Thread(target=lambda: other.extend(_in_threads(lease.extend)))
+        thread.start()
+        time.sleep(0.1)  # the other caller is serving by now
+        report(driver, acquisition)
+        thread.join(3.0)
+
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    try:
+        _driver.ThreadDriver._report_interrupted = then_another_caller  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            lease.extend()
+    finally:
+        _driver.ThreadDriver._report_interrupted = report  # type: ignore[method-assign]
+    assert other == [None]
+    assert lease.lost_reason is None
+    lease.release()

@@ -1186,9 +1186,15 @@ class ThreadDriver:
         on a thread inside this driver's own drain)."""
         self._pool.submit(functools.partial(self.release, acquisition))
 
-    def mark_released(self, acquisition: SyncAcquisition) -> None:
-        """Gives ``acquisition`` the outcome its release sets."""
-        acquisition.released = _Outcome()
+    def mark_released(self, acquisition: SyncAcquisition) -> bool:
+        """Gives ``acquisition`` the outcome its release sets. False, changing nothing,
+        when a release already has one (two threads releasing at once: the second
+        does nothing)."""
+        with self._lock:
+            if acquisition.released is not None:
+                return False
+            acquisition.released = _Outcome()
+            return True
 
     def extend_and_wait(self, acquisition: SyncAcquisition) -> None:
         """Renews the held lease now and blocks until the renewal's outcome. Raises
@@ -1388,8 +1394,8 @@ class ThreadDriver:
     ) -> None:
         """Feeds one input (``feed``), then runs the requests queued for this
         acquisition on the calling thread until ``done`` is decided. A request that
-        raises BaseException (``KeyboardInterrupt``) is left in
-        ``acquisition.interrupted`` for :meth:`_report_interrupted`."""
+        raises BaseException (``KeyboardInterrupt``) is reported to the machine as a
+        transport error before the exception propagates."""
         with self._lock:
             if acquisition.serving:
                 # Another thread runs this lock's requests (two extend() calls, extend()
@@ -1432,6 +1438,9 @@ class ThreadDriver:
                         self._machine.transport_error(time.monotonic_ns(), request.id, failure)
                     self._drain()
             finally:
+                # An interrupted request is reported before another caller can serve
+                # (and overwrite ``interrupted``): the lock is held until then.
+                self._report_interrupted_locked(acquisition)
                 acquisition.serving = False
                 while acquisition.inline:  # emitted after the outcome: nobody waits
                     request = acquisition.inline.popleft()
@@ -1453,11 +1462,15 @@ class ThreadDriver:
         with self._lock:
             if acquisition.serving:
                 return  # another thread serves this acquisition: the request is its
-            request, acquisition.interrupted = acquisition.interrupted, None
-            if request is not None and not self._closed:
-                message = "interrupted: the thread running it was interrupted"
-                self._machine.transport_error(time.monotonic_ns(), request.id, message)
-                self._drain()
+            self._report_interrupted_locked(acquisition)
+
+    def _report_interrupted_locked(self, acquisition: SyncAcquisition) -> None:
+        """:meth:`_report_interrupted` with ``self._lock`` held by the serving caller."""
+        request, acquisition.interrupted = acquisition.interrupted, None
+        if request is not None and not self._closed:
+            message = "interrupted: the thread running it was interrupted"
+            self._machine.transport_error(time.monotonic_ns(), request.id, message)
+            self._drain()
 
     def _execute(self, request: _core.Request) -> None:
         # A blocking client cannot be cancelled at the request's deadline; the machine

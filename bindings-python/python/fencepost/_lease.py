@@ -325,7 +325,8 @@ class SyncLease(_LeaseBase):
         if not self._release_check():
             return
         acquisition: Any = self._acquisition
-        acquisition.driver.mark_released(acquisition)
+        if not acquisition.driver.mark_released(acquisition):
+            return  # another thread's release came first
         if self._lost_reason is not None:
             acquisition.driver.release(acquisition)  # a no-op once the machine ended it
             raise self._lost_error()
