@@ -608,3 +608,38 @@ async fn a_postgres_waiter_is_granted_within_milliseconds_of_the_release() {
     assert_eq!(lease.token().get(), token.get() + 1);
     lease.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_connecting_at_once_to_a_new_database_all_get_its_tables() {
+    let Ok(url) = std::env::var("FENCEPOST_PG_URL") else {
+        println!("skipped: FENCEPOST_PG_URL is not set (scripts/services/postgres.sh start)");
+        return;
+    };
+    let admin = Client::connect(&url).await.unwrap();
+    let sql = |s: String| {
+        RequestBody::Sql(fencepost::core::SqlStatement {
+            sql: s,
+            params: vec![],
+            connection: fencepost::core::PgConnection::Any,
+        })
+    };
+    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
+    for round in 0..4 {
+        let db = format!("fresh_{}_{round}", std::process::id());
+        admin
+            .execute(sql(format!("CREATE DATABASE {db}")))
+            .await
+            .unwrap();
+        let fresh = format!("{base}/{db}");
+        // each creates the tables if missing: at once, on a database that has none
+        let clients = futures::future::join_all((0..8).map(|_| Client::connect(&fresh))).await;
+        for client in clients {
+            let client = client.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            client.close(Duration::from_secs(2)).await;
+        }
+        admin
+            .execute(sql(format!("DROP DATABASE {db} WITH (FORCE)")))
+            .await
+            .unwrap();
+    }
+}

@@ -176,6 +176,11 @@ struct Listener {
 /// How many names' acquire marks the listener keeps.
 const MAX_MARKS: usize = 4096;
 
+/// The transaction-level advisory lock that serializes the table creation of clients
+/// connecting at once: the bytes of "fencepst" as a bigint (fencepost's session locks'
+/// keys are hashes of names: a collision is as unlikely as between two names).
+const MIGRATION_LOCK_KEY: i64 = 7_378_424_937_699_111_796;
+
 #[derive(Default)]
 struct Heard {
     seq: u64,
@@ -355,15 +360,23 @@ impl PgAdapter {
                 "?sslrootcert=/path/ca.pem",
             ))
         })?;
-        if let Err(e) = client.batch_execute(&backend.migration()).await {
-            // two processes creating the tables at once: one wins, the other's
-            // CREATE … IF NOT EXISTS can still fail on the catalog's unique index
+        // One simple-query message is one implicit transaction: the advisory lock
+        // serializes clients that connect at once to a database without the tables
+        // (concurrent CREATE … IF NOT EXISTS and ALTER … ADD COLUMN IF NOT EXISTS can
+        // fail on the catalog's unique index or with "tuple concurrently updated").
+        let migration = format!(
+            "SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY});\n{}",
+            backend.migration()
+        );
+        if let Err(e) = client.batch_execute(&migration).await {
+            // a server that took the tables' names some other way: they exist
             let racing = e
                 .code()
                 .is_some_and(|c| c.code() == "23505" || c.code() == "42P07");
             if !racing {
                 return Err(Error::Backend(format!(
-                    "cannot create fencepost's tables: {e}"
+                    "cannot create fencepost's tables: {}",
+                    crate::error::chain(&e)
                 )));
             }
         }
