@@ -461,22 +461,26 @@ def test_an_interrupted_extend_is_reported_before_another_thread_serves_the_leas
     backend = SlowBackend({"renew"}, delay_s=0.5)
     lease = fencepost.Lock(backend, "interrupted-extend", ttl=2.0, auto_renew=False).acquire_sync()
     other: List[Any] = []
-    report = _driver.ThreadDriver._report_interrupted
+    serve = _driver.ThreadDriver._serve
 
-    def then_another_caller(driver: Any, acquisition: Any) -> None:
-        thread = threading.Thread(target=lambda: other.extend(_in_threads(lease.extend)))
-        thread.start()
-        time.sleep(0.1)  # the other caller is serving by now
-        report(driver, acquisition)
-        thread.join(3.0)
+    def then_another_caller(driver: Any, *args: Any) -> None:
+        try:
+            serve(driver, *args)
+        except KeyboardInterrupt:
+            # the moment the interrupted caller has left: another one takes over
+            thread = threading.Thread(target=lambda: other.extend(_in_threads(lease.extend)))
+            thread.start()
+            time.sleep(0.1)  # the other caller is serving by now
+            thread.join(3.0)
+            raise
 
     threading.Timer(0.2, _thread.interrupt_main).start()
     try:
-        _driver.ThreadDriver._report_interrupted = then_another_caller  # type: ignore[method-assign]
+        _driver.ThreadDriver._serve = then_another_caller  # type: ignore[method-assign]
         with pytest.raises(KeyboardInterrupt):
             lease.extend()
     finally:
-        _driver.ThreadDriver._report_interrupted = report  # type: ignore[method-assign]
+        _driver.ThreadDriver._serve = serve  # type: ignore[method-assign]
     assert other == [None]
     assert lease.lost_reason is None
     lease.release()

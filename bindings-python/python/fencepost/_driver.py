@@ -1167,7 +1167,6 @@ class ThreadDriver:
         except BaseException:
             if not acquisition.acquired.done() or acquisition.acquired.exception() is None:
                 self.release(acquisition)
-            self._report_interrupted(acquisition)
             raise
 
     def release(self, acquisition: SyncAcquisition) -> None:
@@ -1209,11 +1208,7 @@ class ThreadDriver:
             self._machine.extend(time.monotonic_ns(), acquisition.lock_id)
             self._drain()
 
-        try:
-            self._serve(acquisition, outcome, feed)
-        except BaseException:
-            self._report_interrupted(acquisition)
-            raise
+        self._serve(acquisition, outcome, feed)
         outcome.result()
 
     def release_and_wait(self, acquisition: SyncAcquisition) -> None:
@@ -1221,11 +1216,7 @@ class ThreadDriver:
         running the release request on this thread where the backend allows."""
         released = acquisition.released
         assert released is not None
-        try:
-            self._serve(acquisition, released, lambda: self.release(acquisition))
-        except BaseException:
-            self._report_interrupted(acquisition)
-            raise
+        self._serve(acquisition, released, lambda: self.release(acquisition))
         released.result()
 
     def poke(self) -> None:
@@ -1440,7 +1431,7 @@ class ThreadDriver:
             finally:
                 # An interrupted request is reported before another caller can serve
                 # (and overwrite ``interrupted``): the lock is held until then.
-                self._report_interrupted_locked(acquisition)
+                self._report_interrupted(acquisition)
                 acquisition.serving = False
                 while acquisition.inline:  # emitted after the outcome: nobody waits
                     request = acquisition.inline.popleft()
@@ -1457,15 +1448,9 @@ class ThreadDriver:
             acquisition.waiting -= 1
 
     def _report_interrupted(self, acquisition: SyncAcquisition) -> None:
-        """The caller was interrupted while it ran a request: its outcome is unknown
-        (a transport error for the machine, which resolves it as any ambiguous one)."""
-        with self._lock:
-            if acquisition.serving:
-                return  # another thread serves this acquisition: the request is its
-            self._report_interrupted_locked(acquisition)
-
-    def _report_interrupted_locked(self, acquisition: SyncAcquisition) -> None:
-        """:meth:`_report_interrupted` with ``self._lock`` held by the serving caller."""
+        """The serving caller (``self._lock`` held) was interrupted while it ran a
+        request: its outcome is unknown (a transport error for the machine, which
+        resolves it as any ambiguous one)."""
         request, acquisition.interrupted = acquisition.interrupted, None
         if request is not None and not self._closed:
             message = "interrupted: the thread running it was interrupted"
