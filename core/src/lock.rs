@@ -155,11 +155,6 @@ pub(crate) struct Trying {
     /// The first error of the current run of ambiguous acquire errors, which
     /// `last_error` names beside the latest; `None` outside a run.
     pub first_error: Option<String>,
-    /// An attempt under the current owner id ended without a known outcome (a
-    /// transport error, an ambiguous reply): it may still be granted later, whatever
-    /// later attempts find, so giving up or cancelling releases that owner id
-    /// (DESIGN.md rule 5). Cleared only with the owner id, after its cleanup.
-    pub ambiguous: bool,
 }
 
 impl Trying {
@@ -307,6 +302,11 @@ pub(crate) struct Acquisition {
     pub name: String,
     pub options: LockOptions,
     pub owner: OwnerId,
+    /// An acquire attempt under `owner` ended without a known outcome (a transport
+    /// error, an ambiguous reply): it may still be granted later, whatever later
+    /// attempts find, so giving up or cancelling releases `owner` (DESIGN.md rule 5).
+    /// Cleared only with the owner id ([`Acquisition::retire_owner`]).
+    unresolved: bool,
     /// Requests sent for this lock whose reply has not come back.
     pub in_flight: u32,
     /// The wakeup currently in the machine's timer heap, with its generation.
@@ -464,6 +464,15 @@ impl Acquisition {
 
     /// Releases `owner` on the server for a lease this machine gave up on, so it is
     /// not orphaned until its TTL (DESIGN.md rules 4 and 5). Nobody is told.
+    /// Releases the current owner id (a cleanup) and draws a fresh one for the next
+    /// attempts, which that release cannot race.
+    fn retire_owner(&mut self, ctx: &mut Ctx<'_>) {
+        let owner = self.owner;
+        self.send_cleanup(ctx, owner, 0);
+        self.owner = ctx.new_owner();
+        self.unresolved = false;
+    }
+
     fn send_cleanup(&mut self, ctx: &mut Ctx<'_>, owner: OwnerId, attempt: u32) {
         let deadline = ctx.now + self.options.ttl;
         let role = Role::Cleanup { attempt };
@@ -510,6 +519,7 @@ impl Lock {
                 name,
                 options,
                 owner,
+                unresolved: false,
                 in_flight: 0,
                 timer: None,
                 cleanups: Vec::new(),
@@ -531,7 +541,6 @@ impl Lock {
                     deadline,
                     last_error: None,
                     first_error: None,
-                    ambiguous: false,
                 },
                 retry_at: now,
             }),
@@ -671,8 +680,8 @@ impl Lock {
     fn attempt_failed(&mut self, ctx: &mut Ctx<'_>, mut trying: Trying, miss: Miss) {
         // A refusal proves nothing held for the owner id only at that instant: an
         // earlier attempt of it whose outcome is unknown may still land.
-        trying.ambiguous |= matches!(miss, Miss::Ambiguous);
-        let unsure = trying.ambiguous
+        self.acq.unresolved |= matches!(miss, Miss::Ambiguous);
+        let unsure = self.acq.unresolved
             || !matches!(
                 miss,
                 Miss::Contended { queued: false, .. } | Miss::TooLate | Miss::Unreached
@@ -1106,12 +1115,8 @@ impl Lock {
                 holder,
             }) => {
                 // A minority may hold the lock for this owner id: release it on every
-                // server, and retry under a fresh owner id, which that release cannot
-                // race.
-                let owner = self.acq.owner;
-                self.acq.send_cleanup(ctx, owner, 0);
-                self.acq.owner = ctx.new_owner();
-                trying.ambiguous = false;
+                // server, and retry under a fresh owner id.
+                self.acq.retire_owner(ctx);
                 trying.set_error(error);
                 let miss = if refused {
                     Miss::Contended {
@@ -1158,12 +1163,8 @@ impl Lock {
         let valid_until = ctx.validity_base(base) + options.validity();
         if ctx.now >= valid_until {
             // The reply came too late to use (a pause, a slow network): release it,
-            // and try again under a fresh owner id so the release cannot race a
-            // retry of ours.
-            let owner = self.acq.owner;
-            self.acq.send_cleanup(ctx, owner, 0);
-            self.acq.owner = ctx.new_owner();
-            trying.ambiguous = false;
+            // and try again under a fresh owner id.
+            self.acq.retire_owner(ctx);
             trying.set_error(Some(
                 "the lock was granted only after its validity had passed".to_owned(),
             ));
@@ -1380,15 +1381,11 @@ impl Lock {
                 // unknown, and no retry is in flight: release it and retry under a
                 // fresh owner id, which the release cannot race.
                 let backoff = Backoff {
-                    trying: Trying {
-                        ambiguous: false,
-                        ..mem::take(&mut w.trying)
-                    },
+                    trying: mem::take(&mut w.trying),
                     retry_at: w.retry_at,
                 };
                 self.state = State::Waiting(backoff);
-                self.acq.send_cleanup(ctx, flight.owner, 0);
-                self.acq.owner = ctx.new_owner();
+                self.acq.retire_owner(ctx); // still_ours: the owner is flight.owner
             }
             // Otherwise a retry with this owner id is in flight (acquiring), or the
             // next attempt after the wake-up uses it (parked), and re-acquires it
