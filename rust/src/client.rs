@@ -301,6 +301,7 @@ impl Client {
             None => fence::redis_fenced_set(data_key, fence_key, token, value),
         };
         let reply = self
+            .adapter
             .execute(RequestBody::Redis(command))
             .await
             .map_err(|e| Error::Backend(format!("fenced SET of {data_key:?} failed: {e}")))?;
